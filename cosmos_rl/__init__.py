@@ -1,0 +1,3 @@
+"""cosmos-rl: post-training for Cosmos3-family flow models."""
+
+__version__ = "0.1.0"
