@@ -1,0 +1,62 @@
+"""Rectified-flow conventions shared by DPO and NFT (pure tensor code, no model).
+
+Convention (matches the Cosmos3 pipeline):
+    x_t    = (1 - t) * x0 + t * eps,   t in [0, 1]  (t = 0 is data, t = 1 is noise)
+    v      = eps - x0                   (velocity the network predicts)
+    x0_hat = x_t - t * v_pred
+
+`t` is one value per sample: a tensor of shape [B] (or a 0-dim tensor / float used for every
+sample). It is reshaped to [B, 1, 1, ...] so it broadcasts over every non-batch dimension.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _per_sample(t: torch.Tensor | float, like: torch.Tensor) -> torch.Tensor:
+    """Shape `t` so it broadcasts over all non-batch dims of `like`, in `like`'s dtype/device."""
+    t = torch.as_tensor(t, dtype=like.dtype, device=like.device)
+    if t.dim() == 0:
+        return t
+    if t.dim() != 1 or t.shape[0] != like.shape[0]:
+        # A [B, ...]-shaped t would broadcast silently against the wrong axes.
+        raise ValueError(
+            f"t must be a scalar or have shape [batch]=[{like.shape[0]}], got {tuple(t.shape)}"
+        )
+    return t.reshape(-1, *([1] * (like.dim() - 1)))
+
+
+def noisy_latents(x0: torch.Tensor, eps: torch.Tensor, t: torch.Tensor | float) -> torch.Tensor:
+    """Forward process: interpolate each sample between data `x0` and noise `eps` at its `t`."""
+    if x0.shape != eps.shape:
+        raise ValueError(
+            f"x0 and eps must have the same shape, got {tuple(x0.shape)} and {tuple(eps.shape)}"
+        )
+    tb = _per_sample(t, x0)
+    return (1 - tb) * x0 + tb * eps
+
+
+def velocity_target(x0: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+    """Velocity the model is trained to predict: d x_t / d t = eps - x0 (independent of t)."""
+    return eps - x0
+
+
+def x0_from_velocity(x_t: torch.Tensor, t: torch.Tensor | float, v: torch.Tensor) -> torch.Tensor:
+    """Clean-sample estimate implied by a velocity prediction `v` at noisy latents `x_t`."""
+    return x_t - _per_sample(t, x_t) * v
+
+
+def uniform_timesteps(
+    n: int,
+    generator: torch.Generator | None = None,
+    *,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """`n` timesteps drawn i.i.d. from U[0, 1); pass a seeded generator for reproducible draws."""
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    gen_device = generator.device if generator is not None else device
+    t = torch.rand(n, generator=generator, device=gen_device, dtype=dtype)
+    return t.to(device) if device is not None else t
