@@ -1,0 +1,154 @@
+"""The preference-pair record, the source protocol, and checks shared by all sources."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Optional, Protocol, Sequence, runtime_checkable
+
+import torch
+
+from cosmos_rl.errors import UserError
+
+
+@dataclass(frozen=True)
+class PreferencePair:
+    """One preference: ``winner`` was preferred over ``loser`` for ``prompt``.
+
+    Images are float tensors [3, H, W] in [0, 1], already at the run's image size.
+    """
+
+    id: str
+    prompt: str
+    winner: torch.Tensor
+    loser: torch.Tensor
+
+
+@runtime_checkable
+class PairSource(Protocol):
+    """What the DPO trainer needs from a source of preference pairs."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int) -> PreferencePair: ...
+
+    def membership_ids(self) -> list[str]:
+        """Every pair id, in index order, from metadata only (never decodes images)."""
+        ...
+
+
+@dataclass(frozen=True)
+class PromptSides:
+    """The prompts a row states for each side; ``None`` means "same as ``prompt``"."""
+
+    id: str
+    origin: str  # "file:line" or "shard sample 'key'", for error messages
+    prompt: str
+    winner_prompt: Optional[str]
+    loser_prompt: Optional[str]
+
+
+def _token_list(tokens: Any) -> list:
+    return tokens.tolist() if hasattr(tokens, "tolist") else list(tokens)
+
+
+def check_symmetry(rows: Iterable[PromptSides], tokenize_fn: Callable[[str], Sequence[int]]) -> int:
+    """Fail on the first row whose sides were not generated from the trained prompt.
+
+    The trainer conditions both sides on ``prompt``; a row that states per-side prompts
+    must have each of them tokenize exactly like ``prompt`` (compared as token ids, so
+    whitespace or casing differences the tokenizer ignores are fine). Rows without
+    per-side prompts share one prompt by construction and are not tokenized.
+    Returns the number of rows compared.
+    """
+    checked = 0
+    for row in rows:
+        if row.winner_prompt is None and row.loser_prompt is None:
+            continue
+        reference = _token_list(tokenize_fn(row.prompt))
+        for side, text in (("winner_prompt", row.winner_prompt), ("loser_prompt", row.loser_prompt)):
+            if text is None:
+                continue
+            if _token_list(tokenize_fn(text)) != reference:
+                raise UserError(
+                    f"{row.origin} (id {row.id!r}): {side} {text!r} does not tokenize like prompt "
+                    f"{row.prompt!r}; winner and loser must come from the same prompt - fix or "
+                    "remove this row"
+                )
+        checked += 1
+    return checked
+
+
+def check_source_symmetry(source: Any, tokenize_fn: Callable[[str], Sequence[int]]) -> int:
+    """:func:`check_symmetry` over a source's ``prompt_sides()``.
+
+    Sources without ``prompt_sides`` yield a single prompt per pair, so there is nothing
+    that could disagree; they return 0.
+    """
+    sides = getattr(source, "prompt_sides", None)
+    if sides is None:
+        return 0
+    return check_symmetry(sides(), tokenize_fn)
+
+
+# Keys some preference datasets use to mark a tie; a tie carries no preference to learn.
+def _tie_problem(row: dict) -> Optional[str]:
+    if "tie" in row and row["tie"] not in (False, None):
+        return f'"tie": {row["tie"]!r}'
+    if "label" in row and row["label"] != 1:
+        return f'"label": {row["label"]!r}'
+    return None
+
+
+def parse_pair_metadata(row: Any, origin: str) -> tuple[str, str, Optional[str], Optional[str]]:
+    """Validate the metadata part of a row: ``(id, prompt, winner_prompt, loser_prompt)``.
+
+    Rejects ties (``"tie": true`` or a ``"label"`` other than 1): this format says which
+    side won by field name, so a label can only mean a tie or a swapped pair.
+    """
+    if not isinstance(row, dict):
+        raise UserError(f"{origin}: expected a JSON object, found {type(row).__name__}")
+    tie = _tie_problem(row)
+    if tie is not None:
+        raise UserError(
+            f"{origin}: row carries {tie}, a tie or re-weighted label; DPO needs a strict "
+            "preference given by the winner/loser fields - drop ties and the label key"
+        )
+    for key in ("id", "prompt"):
+        if key not in row:
+            raise UserError(f"{origin}: missing field {key!r}; every row needs 'id' and 'prompt'")
+        if not isinstance(row[key], str) or not row[key].strip():
+            raise UserError(
+                f"{origin}: field {key!r} must be a non-empty string, found {row[key]!r}"
+                + (" (quote numeric ids)" if key == "id" else "")
+            )
+    sides = []
+    for key in ("winner_prompt", "loser_prompt"):
+        value = row.get(key)
+        if value is not None and not isinstance(value, str):
+            raise UserError(f"{origin}: field {key!r} must be a string, found {value!r}")
+        sides.append(value)
+    return row["id"], row["prompt"], sides[0], sides[1]
+
+
+def check_pair(pair: Any, origin: str) -> PreferencePair:
+    """Check that a record from an untrusted source has the documented shape and range."""
+    if not isinstance(pair, PreferencePair):
+        raise UserError(f"{origin}: expected a PreferencePair, got {type(pair).__name__}")
+    for side in ("winner", "loser"):
+        image = getattr(pair, side)
+        if not isinstance(image, torch.Tensor) or image.dim() != 3 or image.shape[0] != 3:
+            shape = tuple(image.shape) if isinstance(image, torch.Tensor) else type(image).__name__
+            raise UserError(f"{origin} (id {pair.id!r}): {side} must be a [3, H, W] tensor, got {shape}")
+        if not image.is_floating_point():
+            raise UserError(f"{origin} (id {pair.id!r}): {side} must be float in [0, 1], got {image.dtype}")
+        low, high = float(image.min()), float(image.max())
+        if low < 0.0 or high > 1.0:
+            raise UserError(
+                f"{origin} (id {pair.id!r}): {side} values span [{low:.3g}, {high:.3g}], expected [0, 1]"
+            )
+    if pair.winner.shape != pair.loser.shape:
+        raise UserError(
+            f"{origin} (id {pair.id!r}): winner {tuple(pair.winner.shape)} and loser "
+            f"{tuple(pair.loser.shape)} differ in size"
+        )
+    return pair
