@@ -1,0 +1,49 @@
+# owner: model-layer helper
+"""FSDP2 sharding of the Cosmos3 transformer: one unit per decoder layer, then the root."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+
+def _cast_to_weight_dtype(module: torch.nn.Module, args: tuple) -> tuple:
+    weight_dtype = next(module.parameters()).dtype
+    return tuple(a.to(weight_dtype) if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
+
+
+def shard_transformer(
+    transformer: torch.nn.Module,
+    *,
+    mixed_precision: bool,
+    mesh: DeviceMesh | None = None,
+) -> torch.nn.Module:
+    """Shard `transformer` in place over the default process group (or `mesh`) and return it.
+
+    Add LoRA adapters before sharding. With `mixed_precision`, parameters are gathered and used
+    in bf16 while gradients are reduced in fp32 (the sharded master weights keep their dtype).
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError(
+            "shard_transformer needs an initialised torch.distributed process group; "
+            "call torch.distributed.init_process_group first (e.g. under torchrun)"
+        )
+    if not hasattr(transformer, "layers"):
+        raise TypeError(f"expected a Cosmos3 transformer with .layers, got {type(transformer).__name__}")
+
+    layer_policy = root_policy = MixedPrecisionPolicy()
+    if mixed_precision:
+        layer_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        # The root's float inputs stay fp32: bf16 would round the flow timesteps (~1000 * sigma)
+        # to steps of 4. Only the latents need the compute dtype, so proj_in casts its own input.
+        root_policy = MixedPrecisionPolicy(
+            param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=False
+        )
+        transformer.proj_in.register_forward_pre_hook(_cast_to_weight_dtype)
+
+    for layer in transformer.layers:
+        fully_shard(layer, mesh=mesh, mp_policy=layer_policy)
+    fully_shard(transformer, mesh=mesh, mp_policy=root_policy)
+    return transformer

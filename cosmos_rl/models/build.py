@@ -1,0 +1,173 @@
+# owner: model-layer helper
+"""Build, save and load the four parts of a Cosmos3 text-to-image model.
+
+A model is either a named preset built from a seed (random weights, for tests and CPU smoke runs)
+or a local diffusers-style folder with `transformer/`, `vae/`, `tokenizer/`, `scheduler/`
+subfolders. Nothing is ever fetched from a hub.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+from diffusers import AutoencoderKLWan, Cosmos3OmniTransformer, UniPCMultistepScheduler
+from transformers import PreTrainedTokenizerFast
+
+from cosmos_rl.errors import UserError
+from cosmos_rl.models.tokenizer import build_tiny_tokenizer
+
+COMPONENTS = ("transformer", "vae", "tokenizer", "scheduler")
+
+# Key prefixes of the heads a Cosmos3-Nano checkpoint carries beyond what text-to-image builds.
+SOUND_HEAD_PREFIXES = ("audio_proj_in.", "audio_proj_out.", "audio_modality_embed")
+ACTION_HEAD_PREFIXES = ("action_proj_in.", "action_proj_out.", "action_modality_embed")
+EXTRA_HEAD_PREFIXES = SOUND_HEAD_PREFIXES + ACTION_HEAD_PREFIXES
+
+
+@dataclass
+class ModelParts:
+    """Everything a trainer needs from a model: the network, its VAE, tokenizer and sampler."""
+
+    transformer: Cosmos3OmniTransformer
+    vae: AutoencoderKLWan
+    tokenizer: PreTrainedTokenizerFast
+    scheduler: UniPCMultistepScheduler
+
+
+def flow_scheduler(shift: float = 1.0) -> UniPCMultistepScheduler:
+    """UniPC in flow mode: the model predicts v = noise - x0 and sigmas follow the shifted flow schedule."""
+    return UniPCMultistepScheduler(
+        prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=shift
+    )
+
+
+def _tiny_transformer(vocab_size: int, with_extra_heads: bool) -> Cosmos3OmniTransformer:
+    extra_heads = {}
+    if with_extra_heads:
+        extra_heads = dict(sound_gen=True, sound_dim=8, action_gen=True, action_dim=6, num_embodiment_domains=4)
+    return Cosmos3OmniTransformer(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        latent_channel=4,
+        latent_patch_size=2,
+        patch_latent_dim=16,  # latent_channel * patch_size**2
+        rope_axes_dim=[4, 2, 2],  # sums to head_dim / 2; a wrong sum is clipped silently
+        vocab_size=vocab_size,
+        dtype="float32",
+        **extra_heads,
+    )
+
+
+def _tiny_vae() -> AutoencoderKLWan:
+    # 32x32 RGB -> patchify 2 (12 channels) -> one 2x downsample -> 8x8 latents with 4 channels.
+    return AutoencoderKLWan(
+        base_dim=8,
+        z_dim=4,
+        dim_mult=[1, 1],
+        num_res_blocks=1,
+        attn_scales=[],
+        temperal_downsample=[False],
+        patch_size=2,
+        in_channels=12,
+        out_channels=12,
+        # Deliberately not 0/1 so a missing (de)normalisation shows up in tests.
+        latents_mean=[0.1, -0.2, 0.05, 0.0],
+        latents_std=[0.9, 1.1, 1.2, 0.8],
+        scale_factor_spatial=4,
+        scale_factor_temporal=4,
+    )
+
+
+def _build_tiny(with_extra_heads: bool) -> ModelParts:
+    tokenizer = build_tiny_tokenizer()
+    # VAE first: the transformer creates its optional heads last, so with or without them every
+    # shared weight (VAE included) draws the same random numbers.
+    vae = _tiny_vae()
+    transformer = _tiny_transformer(len(tokenizer), with_extra_heads)
+    return ModelParts(transformer=transformer, vae=vae, tokenizer=tokenizer, scheduler=flow_scheduler())
+
+
+PRESETS: dict[str, Callable[[bool], ModelParts]] = {"tiny": _build_tiny}
+
+
+def build_preset(name: str, seed: int, *, with_extra_heads: bool = False) -> ModelParts:
+    """Random-weight model `name`, identical for one seed in any process.
+
+    `with_extra_heads` adds the sound and action heads of a Cosmos3-Nano checkpoint (key prefixes
+    in `EXTRA_HEAD_PREFIXES`), for testing that a base checkpoint's extra keys are skipped.
+    """
+    if name not in PRESETS:
+        raise UserError(
+            f"model.preset: unknown preset {name!r}; known presets: {sorted(PRESETS)}. "
+            "Set model.preset to one of them, or set model.path to a local diffusers folder."
+        )
+    # A private RNG stream: the weights depend only on the seed, and the caller's global RNG state
+    # is left exactly as it was.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        parts = PRESETS[name](with_extra_heads)
+    parts.transformer.eval()
+    parts.vae.eval()
+    return parts
+
+
+def save_parts(parts: ModelParts, folder: str | Path) -> Path:
+    """Write each part to `<folder>/<component>/` in diffusers' own format; returns the folder."""
+    folder = Path(folder)
+    parts.transformer.save_pretrained(folder / "transformer")
+    parts.vae.save_pretrained(folder / "vae")
+    parts.tokenizer.save_pretrained(folder / "tokenizer")
+    parts.scheduler.save_pretrained(folder / "scheduler")
+    return folder
+
+
+def _component_folder(folder: Path, component: str) -> Path:
+    sub = folder / component
+    if not sub.is_dir() or not any(sub.iterdir()):
+        raise UserError(
+            f"model.path: {str(folder)!r} has no {component}/ subfolder (expected {list(COMPONENTS)}). "
+            "Point model.path at a folder written by save_parts or a diffusers Cosmos3 pipeline folder."
+        )
+    return sub
+
+
+def _tokenizer_folder(folder: Path) -> Path:
+    # A diffusers Cosmos3OmniPipeline folder calls its tokenizer `text_tokenizer`.
+    if (folder / "tokenizer").is_dir() or not (folder / "text_tokenizer").is_dir():
+        return _component_folder(folder, "tokenizer")
+    return folder / "text_tokenizer"
+
+
+def load_parts(folder: str | Path) -> ModelParts:
+    """Read the parts from a local folder, offline; a missing folder or part raises UserError."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise UserError(
+            f"model.path: folder {str(folder)!r} does not exist. "
+            "Set model.path to a local model folder, or leave it empty to build model.preset."
+        )
+    transformer = Cosmos3OmniTransformer.from_pretrained(
+        _component_folder(folder, "transformer"), local_files_only=True
+    )
+    vae = AutoencoderKLWan.from_pretrained(_component_folder(folder, "vae"), local_files_only=True)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(_tokenizer_folder(folder), local_files_only=True)
+    scheduler = UniPCMultistepScheduler.from_pretrained(
+        _component_folder(folder, "scheduler"), local_files_only=True
+    )
+    transformer.eval()
+    vae.eval()
+    return ModelParts(transformer=transformer, vae=vae, tokenizer=tokenizer, scheduler=scheduler)
+
+
+def build_model(path: str, preset: str, seed: int) -> ModelParts:
+    """The model a run asked for: the folder at `path`, or preset `preset` built from `seed` when path is ""."""
+    if path == "":
+        return build_preset(preset, seed)
+    return load_parts(path)

@@ -1,0 +1,117 @@
+# owner: model-layer helper
+"""Named LoRA adapters on the Cosmos3 transformer (peft), and the few operations RL needs on them.
+
+Several adapters share one network: e.g. "policy" (trained), "old" (a moving copy used for
+rollouts) and, with adapters disabled, the base model as the reference. Facts of peft relied on:
+adding an adapter makes it the active one, a fresh adapter's lora_B is zero (so it equals the
+base), and activating an adapter makes it the only trainable one.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+from peft import LoraConfig
+from peft.tuners.lora import LoraLayer
+
+# Attention projections of both pathways (text "und" and vision "gen") and both MLPs of every
+# decoder layer. Vision tokens read the text pathway's keys/values, so adapting only the vision
+# pathway would leave half of what shapes the image frozen.
+DEFAULT_TARGET_MODULES = (
+    "to_q", "to_k", "to_v", "to_out",
+    "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out",
+    "gate_proj", "up_proj", "down_proj",
+)  # fmt: skip
+
+
+def add_adapters(
+    transformer: torch.nn.Module,
+    rank: int,
+    alpha: float,
+    names: list[str],
+    target_modules: list[str] | None = None,
+) -> None:
+    """Add one LoRA adapter per name (all equal to the base at first); the first name ends up active."""
+    if not names:
+        raise ValueError("add_adapters needs at least one adapter name")
+    if len(set(names)) != len(names):
+        raise ValueError(f"adapter names must be distinct, got {names}")
+    targets = list(target_modules or DEFAULT_TARGET_MODULES)
+    for name in names:
+        config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets, init_lora_weights=True)
+        transformer.add_adapter(config, adapter_name=name)
+    set_active(transformer, names[0])
+
+
+def _lora_layers(transformer: torch.nn.Module) -> Iterator[tuple[str, LoraLayer]]:
+    for module_name, module in transformer.named_modules():
+        if isinstance(module, LoraLayer):
+            yield module_name, module
+
+
+def _check_known(transformer: torch.nn.Module, *names: str) -> None:
+    known = set(getattr(transformer, "peft_config", {}) or {})
+    for name in names:
+        if name not in known:
+            raise ValueError(f"no LoRA adapter named {name!r}; this transformer has {sorted(known)}")
+
+
+def set_active(transformer: torch.nn.Module, name: str) -> None:
+    """Make `name` the adapter used in forwards and the only trainable one."""
+    _check_known(transformer, name)
+    transformer.set_adapter(name)
+
+
+@contextmanager
+def adapters_disabled(transformer: torch.nn.Module) -> Iterator[None]:
+    """Run the base model (the frozen reference) inside the block; the active adapter comes back after."""
+    transformer.disable_adapters()
+    try:
+        yield
+    finally:
+        transformer.enable_adapters()
+
+
+def _adapter_params(transformer: torch.nn.Module, name: str) -> dict[str, torch.nn.Parameter]:
+    params = {}
+    for module_name, layer in _lora_layers(transformer):
+        for kind in ("lora_A", "lora_B"):
+            block = getattr(layer, kind)
+            if name in block:
+                for param_name, param in block[name].named_parameters():
+                    params[f"{module_name}.{kind}.{param_name}"] = param
+    return params
+
+
+def adapter_tensors(transformer: torch.nn.Module, name: str) -> dict[str, torch.Tensor]:
+    """The adapter's live parameters keyed without the adapter name ("layers.0.self_attn.to_q.lora_A.weight").
+
+    Keys are the same for every adapter, so two adapters can be compared key by key. The values are
+    the parameters themselves (DTensors when sharded), not copies: clone to keep a snapshot.
+    """
+    _check_known(transformer, name)
+    return dict(_adapter_params(transformer, name))
+
+
+@torch.no_grad()
+def copy_adapter(transformer: torch.nn.Module, src: str, dst: str) -> None:
+    """dst <- src, in place (e.g. start "old" equal to "policy")."""
+    blend_adapter(transformer, dst, src, keep=0.0)
+
+
+@torch.no_grad()
+def blend_adapter(transformer: torch.nn.Module, dst: str, src: str, keep: float) -> None:
+    """dst <- keep * dst + (1 - keep) * src for every LoRA tensor, in place (an EMA step when 0 < keep < 1)."""
+    _check_known(transformer, dst, src)
+    if not 0.0 <= keep <= 1.0:
+        raise ValueError(f"keep must be in [0, 1], got {keep}")
+    dst_params, src_params = _adapter_params(transformer, dst), _adapter_params(transformer, src)
+    if dst_params.keys() != src_params.keys():
+        raise ValueError(f"adapters {dst!r} and {src!r} target different modules")
+    for key, dst_param in dst_params.items():
+        if keep == 0.0:
+            dst_param.copy_(src_params[key])
+        else:
+            dst_param.mul_(keep).add_(src_params[key], alpha=1.0 - keep)

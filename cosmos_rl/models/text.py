@@ -1,0 +1,63 @@
+# owner: model-layer helper
+"""Prompt -> token ids, exactly as `Cosmos3OmniPipeline.tokenize_prompt` does it for one image.
+
+The pipeline wraps each prompt in a chat (system turn + user turn + open assistant turn),
+optionally appends a resolution sentence (its negation for the unconditional prompt), and ends
+the ids with EOS then `<|vision_start|>`, after which the vision tokens follow.
+"""
+
+from __future__ import annotations
+
+import torch
+from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import _SYSTEM_PROMPT_IMAGE
+from transformers import PreTrainedTokenizerBase
+
+VISION_START_TOKEN = "<|vision_start|>"
+
+
+def _with_sentence(text: str, sentence: str) -> str:
+    # The pipeline joins with ". " after dropping the text's own trailing full stops.
+    text = text.rstrip(".")
+    return f"{text}. {sentence}" if text else sentence
+
+
+def _resolution_sentence(resolution: tuple[int, int], negated: bool) -> str:
+    height, width = resolution
+    verb = "is not of" if negated else "is of"
+    return f"This image {verb} {height}x{width} resolution."
+
+
+def _encode(tokenizer: PreTrainedTokenizerBase, text: str, use_system_prompt: bool) -> list[int]:
+    turns = [{"role": "system", "content": _SYSTEM_PROMPT_IMAGE}] if use_system_prompt else []
+    turns.append({"role": "user", "content": text})
+    encoded = tokenizer.apply_chat_template(
+        turns, tokenize=True, add_generation_prompt=True, add_vision_id=False, return_dict=True
+    )
+    vision_start = tokenizer.convert_tokens_to_ids(VISION_START_TOKEN)
+    return list(encoded["input_ids"]) + [tokenizer.eos_token_id, vision_start]
+
+
+def tokenize_prompts(
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: list[str],
+    *,
+    resolution: tuple[int, int] | None = None,
+    negative_prompt: str = "",
+    use_system_prompt: bool = True,
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """(cond, uncond) 1-D LongTensors per prompt, as the pipeline builds them for an image.
+
+    `resolution=(height, width)` appends the pipeline's resolution sentence (the pipeline's
+    default); `None` matches the pipeline called with `add_resolution_template=False`.
+    """
+    if isinstance(prompts, str):
+        raise TypeError("prompts must be a list of strings, got a single string")
+    cond, uncond = [], []
+    for prompt in prompts:
+        cond_text, uncond_text = prompt, negative_prompt
+        if resolution is not None:
+            cond_text = _with_sentence(cond_text, _resolution_sentence(resolution, negated=False))
+            uncond_text = _with_sentence(uncond_text, _resolution_sentence(resolution, negated=True))
+        cond.append(torch.tensor(_encode(tokenizer, cond_text, use_system_prompt), dtype=torch.long))
+        uncond.append(torch.tensor(_encode(tokenizer, uncond_text, use_system_prompt), dtype=torch.long))
+    return cond, uncond
