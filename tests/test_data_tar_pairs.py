@@ -1,0 +1,131 @@
+import io
+import tarfile
+
+import numpy as np
+import pytest
+import torch
+import webdataset as wds
+from PIL import Image
+
+from cosmos_rl.data.pairs import PairSource, TarShardPairs
+from cosmos_rl.errors import UserError
+
+
+def _encoded(rgb, fmt="PNG", size=8):
+    buffer = io.BytesIO()
+    Image.fromarray(np.full((size, size, 3), rgb, dtype=np.uint8)).save(buffer, format=fmt)
+    return buffer.getvalue()
+
+
+def _sample(key, pair_id, winner_rgb=(255, 0, 0), loser_rgb=(0, 0, 255), **meta):
+    return {
+        "__key__": key,
+        "json": {"id": pair_id, "prompt": f"prompt {pair_id}", **meta},
+        "winner.png": _encoded(winner_rgb),
+        "loser.png": _encoded(loser_rgb),
+    }
+
+
+def _shard(path, samples):
+    with wds.TarWriter(str(path)) as writer:
+        for sample in samples:
+            writer.write(sample)
+    return path
+
+
+def test_round_trip_over_a_brace_pattern(tmp_path):
+    _shard(tmp_path / "pairs-000.tar", [_sample("k0", "a"), _sample("k1", "b", (0, 255, 0), (0, 0, 0))])
+    _shard(tmp_path / "pairs-001.tar", [_sample("k2", "c", winner_prompt="prompt c")])
+    source = TarShardPairs(str(tmp_path / "pairs-{000..001}.tar"), 8)
+    assert isinstance(source, PairSource)
+    assert len(source) == 3
+    assert source.membership_ids() == ["a", "b", "c"]
+    pair = source[1]
+    assert pair.id == "b" and pair.prompt == "prompt b"
+    assert torch.equal(pair.winner[:, 2, 2], torch.tensor([0.0, 1.0, 0.0]))
+    assert torch.equal(pair.loser, torch.zeros(3, 8, 8))
+    assert torch.equal(source[2].winner[:, 0, 0], torch.tensor([1.0, 0.0, 0.0]))
+    sides = source.prompt_sides()
+    assert sides[2].winner_prompt == "prompt c" and sides[2].loser_prompt is None
+    assert "pairs-001.tar sample 'k2'" in sides[2].origin
+
+
+def test_list_of_paths_and_jpeg_members(tmp_path):
+    sample = _sample("k0", "a")
+    sample["winner.jpg"] = _encoded((255, 255, 255), "JPEG")
+    del sample["winner.png"]
+    shard = _shard(tmp_path / "s.tar", [sample])
+    pair = TarShardPairs([shard], 4)[0]
+    assert pair.winner.shape == (3, 4, 4)
+    assert pair.winner.min() > 0.95
+
+
+def test_corrupt_image_indexes_and_fails_on_read_naming_shard_and_key(tmp_path):
+    bad = _sample("k1", "b")
+    bad["loser.png"] = b"\x89PNG truncated"
+    source = TarShardPairs(_shard(tmp_path / "s.tar", [_sample("k0", "a"), bad]), 8)
+    assert source.membership_ids() == ["a", "b"]
+    source[0]
+    with pytest.raises(UserError, match=r"s\.tar sample 'k1' \(id 'b'\) loser: cannot decode image"):
+        source[1]
+
+
+def test_missing_side_names_shard_key_and_members(tmp_path):
+    sample = _sample("k0", "a")
+    del sample["loser.png"]
+    with pytest.raises(UserError, match=r"s\.tar sample 'k0': no loser image.*members: json, winner\.png"):
+        TarShardPairs(_shard(tmp_path / "s.tar", [sample]), 8)
+
+
+def test_two_winner_images_are_ambiguous(tmp_path):
+    sample = _sample("k0", "a")
+    sample["winner.jpg"] = _encoded((0, 0, 0), "JPEG")
+    with pytest.raises(UserError, match=r"sample 'k0': 2 \(winner\.png, winner\.jpg\) winner image"):
+        TarShardPairs(_shard(tmp_path / "s.tar", [sample]), 8)
+
+
+def test_tie_in_json_is_rejected(tmp_path):
+    with pytest.raises(UserError, match=r"s\.tar sample 'k0': row carries \"tie\": True"):
+        TarShardPairs(_shard(tmp_path / "s.tar", [_sample("k0", "a", tie=True)]), 8)
+
+
+def test_missing_json_and_missing_prompt(tmp_path):
+    sample = _sample("k0", "a")
+    del sample["json"]
+    with pytest.raises(UserError, match=r"sample 'k0': no 'json' member"):
+        TarShardPairs(_shard(tmp_path / "a.tar", [sample]), 8)
+    sample = _sample("k0", "a")
+    del sample["json"]["prompt"]
+    with pytest.raises(UserError, match=r"b\.tar sample 'k0': missing field 'prompt'"):
+        TarShardPairs(_shard(tmp_path / "b.tar", [sample]), 8)
+
+
+def test_duplicate_id_across_shards(tmp_path):
+    first = _shard(tmp_path / "a.tar", [_sample("k0", "same")])
+    second = _shard(tmp_path / "b.tar", [_sample("k9", "same")])
+    with pytest.raises(UserError, match=r"b\.tar sample 'k9': duplicate id 'same' \(first in .*a\.tar sample 'k0'\)"):
+        TarShardPairs([first, second], 8)
+
+
+def test_split_sample_key_is_rejected(tmp_path):
+    path = tmp_path / "s.tar"
+    with tarfile.open(path, "w") as archive:
+        for name, data in [("k0.json", b'{"id": "a", "prompt": "p"}'), ("k1.json", b"{}"), ("k0.winner.png", b"x")]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    with pytest.raises(UserError, match=r"sample 'k0': its members are not consecutive"):
+        TarShardPairs(path, 8)
+
+
+def test_remote_compressed_and_missing_shards_are_rejected(tmp_path):
+    with pytest.raises(UserError, match="needs a local shard"):
+        TarShardPairs(["s3://bucket/pairs-000.tar"], 8)
+    with pytest.raises(UserError, match="tar shard not found"):
+        TarShardPairs([tmp_path / "nope.tar"], 8)
+    gz = tmp_path / "s.tar.gz"
+    with tarfile.open(gz, "w:gz") as archive:
+        info = tarfile.TarInfo("k0.json")
+        archive.addfile(info, io.BytesIO(b""))
+    with pytest.raises(UserError, match=r"s\.tar\.gz: not an uncompressed tar file"):
+        TarShardPairs([gz], 8)
