@@ -1,0 +1,198 @@
+"""The `cosmos-rl` command line: parse, call, map exceptions to exit codes. Nothing else lives here.
+
+Exit codes: 0 done; 2 invalid usage or manifest; 1 runtime failure; 75 stopped by SIGTERM/SIGUSR1
+after committing a checkpoint (requeue, then `resume --exact`). Heavy libraries (torch, ray,
+diffusers) are imported only by the commands that run models.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+
+from cosmos_rl.errors import UserError
+
+EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, EXIT_REQUEUE = 0, 1, 2, 75
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Post-train Cosmos3 flow models with Diffusion-DPO (offline) or DiffusionNFT (online).",
+)
+reward_app = typer.Typer(no_args_is_help=True, help="The HTTP reward service.")
+app.add_typer(reward_app, name="reward")
+
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+
+OVERRIDES = typer.Argument(None, help="KEY=VALUE overrides with TOML values, e.g. rl.max_steps=5 job.name=\"x\".", show_default=False)
+
+
+def _fail(exc: BaseException) -> None:
+    from cosmos_rl.config.problems import ManifestError
+
+    if isinstance(exc, ManifestError):
+        err.print(f"[bold red]error[/]: {exc.source or 'manifest'}: {len(exc.problems)} problem(s)", highlight=False)
+        for problem in exc.problems:
+            err.print(f"  {problem.render()}", highlight=False, markup=False)
+    else:
+        err.print(f"[bold red]error[/]: ", end="", highlight=False)
+        err.print(str(exc), markup=False, highlight=False)
+    raise typer.Exit(EXIT_USAGE)
+
+
+def _checked(manifest: Path, overrides: list[str]):
+    """Load + preflight; returns (config, warnings) or exits 2 listing every problem."""
+    from cosmos_rl.config import load
+    from cosmos_rl.config.problems import ManifestError
+
+    config, problems = load.load_all_problems(manifest, overrides)
+    if config is None or any(p.severity == "error" for p in problems):
+        raise ManifestError(problems, str(manifest))
+    return config, [p for p in problems if p.severity != "error"]
+
+
+def _print_warnings(warnings) -> None:
+    for w in warnings:
+        err.print(f"[yellow]warning[/]: ", end="", highlight=False)
+        err.print(w.render(), markup=False, highlight=False)
+
+
+@app.command()
+def validate(
+    manifest: Path = typer.Argument(..., help="Run manifest (TOML)."),
+    overrides: Optional[List[str]] = OVERRIDES,
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON object instead of text."),
+) -> None:
+    """Check a manifest and every preflight rule; print OK and a summary, or every problem (exit 2)."""
+    from cosmos_rl.config.problems import ManifestError
+
+    try:
+        config, warnings = _checked(manifest, overrides or [])
+    except ManifestError as exc:
+        if as_json:
+            print(json.dumps({"ok": False, "problems": [p.as_json() for p in exc.problems]}, indent=2))
+            raise typer.Exit(EXIT_USAGE)
+        _fail(exc)
+    except UserError as exc:
+        _fail(exc)
+    from cosmos_rl import plan as plan_mod
+
+    resolved = plan_mod.build(config, str(manifest), overrides or [])
+    summary = {k: resolved[k] for k in ("algorithm", "backend", "world_size", "max_steps", "run_dir", "identity")}
+    if as_json:
+        print(json.dumps({"ok": True, "warnings": [w.as_json() for w in warnings], "summary": summary}, indent=2))
+        return
+    _print_warnings(warnings)
+    out.print(f"[bold green]OK[/] {manifest}")
+    for key, value in summary.items():
+        out.print(f"  {key:<11} {value}", highlight=False)
+
+
+@app.command()
+def plan(
+    manifest: Path = typer.Argument(..., help="Run manifest (TOML)."),
+    overrides: Optional[List[str]] = OVERRIDES,
+    as_json: bool = typer.Option(False, "--json", help="Print the resolved plan as JSON."),
+) -> None:
+    """Show exactly what a run will launch: topology, per-step work, sampler, reward, checkpoints, command."""
+    from cosmos_rl import plan as plan_mod
+
+    try:
+        config, warnings = _checked(manifest, overrides or [])
+    except UserError as exc:
+        _fail(exc)
+    resolved = plan_mod.build(config, str(manifest), overrides or [])
+    if as_json:
+        print(json.dumps(resolved, indent=2))
+        return
+    _print_warnings(warnings)
+    from cosmos_rl.render import render_plan
+
+    render_plan(out, resolved)
+
+
+def _run(action) -> None:
+    """Run a training action, mapping failures to exit codes with one clear line."""
+    from cosmos_rl.errors import Preempted, RunFailed
+
+    try:
+        code = action()
+    except UserError as exc:
+        _fail(exc)
+    except Preempted as exc:
+        err.print(f"[yellow]stopped[/]: {exc}", highlight=False)
+        raise typer.Exit(EXIT_REQUEUE)
+    except KeyboardInterrupt:
+        err.print("[red]interrupted[/]")
+        raise typer.Exit(130)
+    except RunFailed as exc:
+        err.print(f"[bold red]failed[/]: {exc}", highlight=False)
+        raise typer.Exit(EXIT_RUNTIME)
+    raise typer.Exit(code or EXIT_OK)
+
+
+@app.command(context_settings={"ignore_unknown_options": False})
+def train(
+    manifest: Path = typer.Argument(..., help="Run manifest (TOML)."),
+    overrides: Optional[List[str]] = OVERRIDES,
+) -> None:
+    """Validate the manifest, then run it (DPO under torchrun, NFT on a Ray actor group)."""
+    try:
+        config, warnings = _checked(manifest, overrides or [])
+    except UserError as exc:
+        _fail(exc)
+    _print_warnings(warnings)
+    from cosmos_rl import launch
+
+    _run(lambda: launch.train(config, manifest, overrides or [], console=err))
+
+
+@app.command()
+def resume(
+    run_dir: Path = typer.Argument(..., help="Run directory (holds manifest.toml and checkpoints/)."),
+    overrides: Optional[List[str]] = OVERRIDES,
+    exact: bool = typer.Option(False, "--exact", help="Refuse any change to identity fields or world size."),
+) -> None:
+    """Continue a run from its newest committed checkpoint."""
+    from cosmos_rl import launch
+
+    _run(lambda: launch.resume(run_dir, overrides or [], exact=exact, console=err))
+
+
+@reward_app.command("serve")
+def reward_serve(
+    host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default)."),
+    port: int = typer.Option(8000, help="Port to bind; 0 picks a free one."),
+    revision: str = typer.Option(..., help="Revision the service declares; runs pin it in rl.reward.revision."),
+    token_env: str = typer.Option("", help="Environment variable holding a bearer token clients must send."),
+) -> None:
+    """Serve the built-in weight-free rewards over HTTP until interrupted."""
+    import os
+
+    from cosmos_rl.rewards.server import serve_forever_cli
+
+    token = None
+    if token_env:
+        token = os.environ.get(token_env)
+        if not token:
+            _fail(UserError(f"--token-env: environment variable {token_env} is empty or unset; export it or drop --token-env"))
+    serve_forever_cli(host, port, revision, token)
+
+
+def main() -> None:
+    try:
+        app()
+    except UserError as exc:  # raised outside a command body (should not happen, but never a traceback)
+        err.print(str(exc), markup=False)
+        sys.exit(EXIT_USAGE)
+
+
+if __name__ == "__main__":
+    main()

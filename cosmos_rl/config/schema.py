@@ -1,0 +1,291 @@
+"""The run manifest as a tree of frozen attrs classes.
+
+This module is the single source of truth for every knob: its name, type, default and the sentence
+that documents it (``doc`` in the field metadata). ``docs/manifest.md`` is generated from it, so a
+field without a doc fails the docs test. Cross-field rules live in ``preflight.py``; this module only
+declares shapes and defaults, and must stay free of heavy imports (``validate`` never imports torch).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional, Union
+
+import attrs
+
+
+def knob(default, doc: str, **kwargs):
+    """A field with its documentation attached; ``default`` may be an attrs Factory."""
+    return attrs.field(default=default, metadata={"doc": doc}, **kwargs)
+
+
+def section(cls, doc: str):
+    """A nested table whose defaults come from ``cls``."""
+    return attrs.field(factory=cls, metadata={"doc": doc})
+
+
+def required(doc: str):
+    return attrs.field(metadata={"doc": doc})
+
+
+frozen = attrs.frozen(kw_only=True)
+
+
+# --------------------------------------------------------------------------------------------- job
+@frozen
+class JobConfig:
+    name: str = knob("cosmos_rl_run", "Run name; the run directory is `<output_dir>/<name>/`.")
+    output_dir: str = knob("runs", "Folder that holds run directories (relative to the working directory).")
+    seed: int = knob(0, "Root seed: model init, data order and every rollout seed derive from it.")
+    log_every: int = knob(1, "Write a `metrics.jsonl` row every this many optimizer steps.")
+    tensorboard: bool = knob(False, "Also write TensorBoard event files (needs the `tensorboard` package).")
+    progress: bool = knob(True, "Show a rich progress bar on rank 0 while training.")
+
+
+# ------------------------------------------------------------------------------------------- model
+@frozen
+class LoraConfig:
+    rank: int = knob(8, "LoRA rank for the policy adapter; 0 trains every weight (full fine-tune).")
+    alpha: float = knob(16.0, "LoRA scaling numerator (the update is scaled by alpha / rank).")
+    target_modules: list[str] = knob(
+        attrs.Factory(list),
+        "Module names the adapters wrap; empty = the attention and MLP projections of every decoder layer.",
+    )
+
+
+@frozen
+class ParallelismConfig:
+    data_parallel_shard_degree: int = knob(
+        1, "FSDP2 shard width (ranks). DPO under torchrun: must equal grid.nodes * grid.gpus_per_node."
+    )
+
+
+@frozen
+class ModelInnerConfig:
+    parallelism: ParallelismConfig = section(ParallelismConfig, "Sharding layout of the model.")
+
+
+@frozen
+class ModelConfig:
+    path: str = knob("", "Local diffusers folder with the model; empty = build `preset` in code.")
+    preset: Literal["tiny"] = knob("tiny", "Built-in architecture used when `path` is empty (CPU-sized).")
+    dtype: Literal["float32", "bfloat16"] = knob(
+        "float32", "Parameter compute dtype: bfloat16 enables FSDP2 mixed precision (GPU); float32 on CPU."
+    )
+    image_size: int = knob(32, "Square image side in pixels for training and sampling (multiple of 16).")
+    gradient_checkpointing: bool = knob(False, "Recompute decoder activations in backward to save memory.")
+    lora: LoraConfig = section(LoraConfig, "Policy adapter; rank 0 means full fine-tuning.")
+    config: ModelInnerConfig = section(ModelInnerConfig, "Model-parallel layout.")
+
+
+# -------------------------------------------------------------------------------------------- grid
+@frozen
+class GridConfig:
+    backend: Literal["local", "ray"] = knob(
+        "local", "`local`: torchrun carries FSDP directly (DPO). `ray`: a Ray actor group (NFT requires it)."
+    )
+    grouping: Literal["single", "per_role"] = knob(
+        "single", "`single`: every role shares one process per rank. `per_role` (Ray only): a process per role."
+    )
+    gpu_placement: Literal["colocated", "disaggregated"] = knob(
+        "colocated", "`colocated`: all roles share each rank's device and form one FSDP world."
+    )
+    gpus_per_role: Optional[dict[str, int]] = knob(None, "Per-role device overrides; unset for colocated NFT.")
+    num_replicas: Optional[int] = knob(None, "NFT: execution replicas (must be 1); used when `shapes` is unset.")
+    ranks: Optional[int] = knob(None, "NFT: model ranks per replica (must equal rl.group_size) when `shapes` is unset.")
+    shapes: Optional[dict[str, list[int]]] = knob(
+        None, "NFT role shapes `{policy = [replicas, ranks], rollout = [replicas, ranks]}`; wins over num_replicas/ranks."
+    )
+    nodes: int = knob(1, "Nodes in the job (torchrun --nnodes; Ray nodes the placement spreads over).")
+    gpus_per_node: int = knob(1, "Ranks per node (torchrun --nproc-per-node). On CPU a rank is a process.")
+    device: Literal["auto", "cpu", "cuda"] = knob("auto", "Device for every rank; `auto` = CUDA when available.")
+    ray_address: str = knob(
+        "", "Existing Ray cluster to join (`ray://...` or `host:port`); empty = RAY_ADDRESS, else a local cluster."
+    )
+    cpus_per_rank: float = knob(
+        0.0, "CPUs each Ray actor reserves; 0 = the local cluster's CPUs divided evenly among the ranks."
+    )
+    rdzv_endpoint: str = knob(
+        "", "Multi-node torchrun: the operator's c10d rendezvous `host:port` (or env COSMOS_RL_RDZV_ENDPOINT)."
+    )
+    timeout_s: float = knob(
+        600.0, "Seconds a collective or an actor call may take before the run fails naming the rank."
+    )
+
+
+# --------------------------------------------------------------------------------------- optimizer
+@frozen
+class OptimizerConfig:
+    lr: float = knob(1e-4, "AdamW learning rate.")
+    weight_decay: float = knob(0.0, "AdamW decoupled weight decay.")
+    betas: list[float] = knob(attrs.Factory(lambda: [0.9, 0.999]), "AdamW moment coefficients [beta1, beta2].")
+    eps: float = knob(1e-8, "AdamW denominator epsilon.")
+    grad_clip: float = knob(1.0, "Clip the global gradient norm to this; 0 disables clipping.")
+    warmup_steps: int = knob(0, "Linear learning-rate warm-up over this many steps, then constant.")
+
+
+# --------------------------------------------------------------------------------------------- DPO
+@frozen
+class PreferenceDataConfig:
+    synthetic_pairs: int = knob(
+        0, "Generate this many pairs in memory (a learnable colour preference); non-zero ignores file sources."
+    )
+    synthetic_seed: int = knob(0, "Seed of the synthetic generator, offset from job.seed; ids carry it.")
+    jsonl: str = knob("", "Preference JSONL: rows `{id, prompt, winner, loser}` with image paths.")
+    shards: list[str] = knob(attrs.Factory(list), "webdataset tar shards of pairs (`json`, `winner.png`, `loser.png`).")
+    factory: str = knob("", "Custom source `module:function` returning a pair source; the only code a manifest imports.")
+    factory_kwargs: dict[str, Union[str, int, float, bool]] = knob(
+        attrs.Factory(dict), "Keyword arguments passed to `factory`."
+    )
+    cursor_resume: bool = knob(True, "Resume the pair cursor from checkpoints so a requeued run replays no pair.")
+    shuffle: bool = knob(True, "Shuffle pair order each epoch (seeded from job.seed).")
+
+
+@frozen
+class ValidationConfig:
+    every: int = knob(0, "Evaluate the held-out preference objective every this many steps; 0 = never.")
+    max_pairs: int = knob(64, "At most this many held-out pairs per evaluation.")
+    data: PreferenceDataConfig = section(
+        PreferenceDataConfig, "The explicit held-out source (never an implicit split of the training data)."
+    )
+
+
+@frozen
+class DPOConfig:
+    algorithm: Literal["dpo"] = required("`dpo` selects offline Diffusion-DPO.")
+    beta: float = knob(1000.0, "Preference sharpness; large because the MSE is a per-element mean.")
+    max_steps: int = knob(100, "Optimizer steps.")
+    pairs_per_step: int = knob(8, "Preference pairs per optimizer step, split evenly over the ranks.")
+    init_from: str = knob("", "Base checkpoint: diffusers folder, DCP folder, `s3://` (pulled once) or `preset:NAME`; empty = model.*.")
+    init_keys_to_skip_loading: list[str] = knob(
+        attrs.Factory(list), "Base-checkpoint key prefixes the model does not build; any other extra key fails."
+    )
+    optimizer: OptimizerConfig = section(OptimizerConfig, "Optimizer of the policy.")
+    data: PreferenceDataConfig = section(PreferenceDataConfig, "Training preference pairs.")
+    validation: ValidationConfig = section(ValidationConfig, "Held-out preference validation.")
+
+
+# --------------------------------------------------------------------------------------------- NFT
+@frozen
+class PromptSourceConfig:
+    file: str = knob("", "Prompt file: text (one per line) or JSONL (`{\"prompt\": ...}`); empty = built-in list.")
+    shuffle: bool = knob(True, "Shuffle prompt order each pass (seeded from job.seed).")
+
+
+@frozen
+class OldPolicyConfig:
+    build_old: bool = knob(True, "Keep a moving old policy (second adapter) for rollouts and v_old.")
+    update_every: int = knob(1, "Refresh the old policy every this many steps (>= 1 when build_old).")
+    decay_rate: float = knob(0.001, "Old-policy keep factor grows as min(decay_rate * step, decay_cap).")
+    decay_cap: float = knob(0.5, "Upper bound of the keep factor: old = keep * old + (1 - keep) * policy.")
+
+
+@frozen
+class RefPolicyConfig:
+    update_every: int = knob(0, "The reference is frozen; any non-zero value is rejected.")
+
+
+@frozen
+class RewardConfig:
+    url: str = knob("", "Reward service URL; empty = start the built-in service on a free loopback port.")
+    name: str = knob("jpeg_compressibility", "Reward function the service computes.")
+    revision: str = knob("", "Provider revision the service must declare (required; part of the run identity).")
+    timeout_s: float = knob(30.0, "Seconds to wait for one scoring request.")
+    max_retries: int = knob(3, "Retries after a failed request before the run stops.")
+    backoff_s: float = knob(0.5, "First retry delay; doubles on each retry.")
+    token_env: str = knob("", "Environment variable holding a bearer token for the service; empty = none.")
+
+
+@frozen
+class NFTConfig:
+    algorithm: Literal["nft"] = required("`nft` selects online DiffusionNFT.")
+    modality: Literal["image", "video"] = knob("video", "Decoded media type; video is not in this release.")
+    profile: str = knob("", "Known T2I profile (image only); sets the production coordinates.")
+    init_from: str = knob("", "Base checkpoint (required): diffusers folder, DCP folder, `s3://` URL or `preset:tiny`.")
+    init_keys_to_skip_loading: list[str] = knob(
+        attrs.Factory(list), "Base-checkpoint key prefixes the model does not build (must be empty for video)."
+    )
+    max_steps: int = knob(100, "Optimizer steps.")
+    group_size: int = knob(4, "Samples per prompt, and the model rank count (one sample per rank).")
+    prompts_per_step: int = knob(1, "Prompt rows per step; every rank samples one image per row.")
+    prompts: PromptSourceConfig = section(PromptSourceConfig, "Where prompts come from.")
+    beta: float = knob(1.0, "Objective sharpness (implicit policies' step away from the old policy).")
+    kl_beta: float = knob(1.0, "KL penalty weight against the frozen reference.")
+    policy_loss_scale: float = knob(5.0, "Scale on the policy loss term.")
+    advantage_low: float = knob(-5.0, "Lower advantage clamp.")
+    advantage_high: float = knob(5.0, "Upper advantage clamp.")
+    advantage_std_scope: Literal["batch", "group"] = knob(
+        "batch", "Normalise advantages by the std of the whole gathered batch or of each prompt's group."
+    )
+    r_map: Literal["linear", "sigmoid"] = knob("linear", "Optimality map from advantage to r in [0, 1].")
+    r_tau: float = knob(0.5, "Temperature of the sigmoid map.")
+    uniform_timestep: bool = knob(False, "Train at t ~ U(0, 1) instead of the sampler's timesteps.")
+    timesteps_per_sample: int = knob(0, "Training timesteps per sample; 0 = every sampler timestep but the last.")
+    sample_steps: int = knob(20, "Sampler steps per generation.")
+    sampler_shift: float = knob(5.0, "Rectified-flow sampler shift.")
+    guidance: float = knob(3.0, "Native CFG: v_uncond + g * (v_cond - v_uncond); 1 = conditional only, 0 = unconditional.")
+    scheduler: str = knob("unipc", "Sampler; only `unipc` is supported.")
+    rollout_seed_clock: Literal["source_row", "optimizer_step"] = knob(
+        "source_row", "Rank-local rollout seeds advance per prompt row (`source_row`) or per optimizer step."
+    )
+    sample_grid_every: int = knob(10, "Save a PNG grid of the step's samples every this many steps; 0 = never.")
+    old: OldPolicyConfig = section(OldPolicyConfig, "Moving old policy.")
+    ref: RefPolicyConfig = section(RefPolicyConfig, "Frozen reference policy.")
+    reward: RewardConfig = section(RewardConfig, "The HTTP reward service.")
+    optimizer: OptimizerConfig = section(OptimizerConfig, "Optimizer of the policy.")
+
+
+RLConfig = Union[DPOConfig, NFTConfig]
+ALGORITHMS: dict[str, type] = {"dpo": DPOConfig, "nft": NFTConfig}
+
+
+# ---------------------------------------------------------------------------------------- checkpoint
+@frozen
+class CheckpointConfig:
+    every: int = knob(50, "Commit a checkpoint every this many steps (and always at the last step); 0 = last only.")
+    keep: int = knob(2, "Keep the newest this many committed checkpoints; 0 keeps all.")
+
+
+# ------------------------------------------------------------------------------------------- root
+@frozen
+class RunConfig:
+    rl: RLConfig = required("The algorithm and its knobs; `rl.algorithm` selects the rest of the table.")
+    job: JobConfig = section(JobConfig, "Run naming, seeding and logging.")
+    model: ModelConfig = section(ModelConfig, "The Cosmos3 model.")
+    grid: GridConfig = section(GridConfig, "Topology and launch.")
+    checkpoint: CheckpointConfig = section(CheckpointConfig, "Checkpoint cadence and retention.")
+
+
+# Fields that may change on an exact resume without changing what the run computes.
+NON_IDENTITY_FIELDS = frozenset(
+    {
+        "rl.max_steps",
+        "job.log_every",
+        "job.tensorboard",
+        "job.progress",
+        "job.output_dir",
+        "checkpoint.every",
+        "checkpoint.keep",
+        "grid.ray_address",
+        "grid.rdzv_endpoint",
+        "grid.timeout_s",
+        "rl.validation.every",
+        "rl.validation.max_pairs",
+        "rl.sample_grid_every",
+        "rl.reward.url",
+        "rl.reward.timeout_s",
+        "rl.reward.max_retries",
+        "rl.reward.backoff_s",
+        "rl.reward.token_env",
+    }
+)
+
+# Image NFT profiles this release supports: name -> the production coordinates it fixes.
+T2I_PROFILES: dict[str, dict] = {
+    "t2i_tiny": {"image_size": 32, "description": "CPU smoke: the built-in tiny model at 32x32"},
+    "t2i_public": {"image_size": 512, "description": "public Cosmos3-Nano T2I recipe at 512x512"},
+}
+
+# Resolve the string annotations once so that tools walking the tree (docs, did-you-mean) see types.
+for _cls in list(globals().values()):
+    if isinstance(_cls, type) and attrs.has(_cls):
+        attrs.resolve_types(_cls, globals())

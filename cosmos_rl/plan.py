@@ -1,0 +1,163 @@
+"""Config -> the resolved run: topology, per-step work, sampler, reward, checkpoints, identity, launch.
+
+Pure: no I/O beyond reading the config, no heavy imports. ``cli`` renders it with rich or as JSON,
+and the trainers take their launch argv and identity from here so that what `plan` prints is what
+`train` does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+from cosmos_rl.config import load, preflight, schema
+
+GUIDANCE_SEMANTICS = "v = v_uncond + g * (v_cond - v_uncond): g = 1 is conditional only, g = 0 unconditional"
+
+
+def run_dir(config: schema.RunConfig) -> Path:
+    return Path(config.job.output_dir) / config.job.name
+
+
+def world_size(config: schema.RunConfig) -> tuple[int, str]:
+    if isinstance(config.rl, schema.NFTConfig):
+        return config.rl.group_size, f"rl.group_size = {config.rl.group_size}: one model rank per sample of a group"
+    g = config.grid
+    dp = config.model.config.parallelism.data_parallel_shard_degree
+    return dp, f"model.config.parallelism.data_parallel_shard_degree = {dp} (= grid.nodes {g.nodes} x grid.gpus_per_node {g.gpus_per_node})"
+
+
+def seed_contract(config: schema.RunConfig) -> dict:
+    """What fixes every random draw of a run; exact resume refuses any change to it."""
+    contract = {"job.seed": config.job.seed, "world_size": world_size(config)[0]}
+    if isinstance(config.rl, schema.NFTConfig):
+        contract.update(
+            {
+                "rl.rollout_seed_clock": config.rl.rollout_seed_clock,
+                "rl.group_size": config.rl.group_size,
+                "rl.prompts_per_step": config.rl.prompts_per_step,
+                "rl.prompts.shuffle": config.rl.prompts.shuffle,
+            }
+        )
+    else:
+        contract.update({"rl.data.shuffle": config.rl.data.shuffle, "rl.data.synthetic_seed": config.rl.data.synthetic_seed})
+    return contract
+
+
+def identity_fields(config: schema.RunConfig) -> dict:
+    flat = load.flatten(load.to_dict(config))
+    return {k: v for k, v in sorted(flat.items()) if k not in schema.NON_IDENTITY_FIELDS and k != "job.name"}
+
+
+def run_identity(config: schema.RunConfig) -> str:
+    """Hash of everything that changes what the run computes (reward revision and seed contract included)."""
+    payload = json.dumps({"fields": identity_fields(config), "seed_contract": seed_contract(config)}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def checkpoint_contents(config: schema.RunConfig) -> list[str]:
+    weights = "policy LoRA adapter" if config.model.lora.rank > 0 else "policy weights (full fine-tune)"
+    if isinstance(config.rl, schema.NFTConfig):
+        old = ["old-policy adapter" if config.model.lora.rank > 0 else "old-policy weights"] if config.rl.old.build_old else []
+        return [weights, *old, "optimizer", "step", "prompt cursor", "seed contract", "RNG streams"]
+    return [weights, "optimizer", "step", "pair cursor" if config.rl.data.cursor_resume else "step (pair cursor not resumed)", "RNG streams"]
+
+
+def torchrun_argv(config: schema.RunConfig, manifest_in_run_dir: str) -> list[str]:
+    """The torchrun command line for a DPO run (run as-is on every node)."""
+    g = config.grid
+    argv = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={g.nodes}", f"--nproc-per-node={g.gpus_per_node}"]
+    if g.nodes == 1:
+        argv += ["--standalone", "--local-addr=127.0.0.1"]
+    else:
+        endpoint = g.rdzv_endpoint or f"${preflight.RDZV_ENV}"
+        argv += ["--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={config.job.name}"]
+    return argv + ["-m", "cosmos_rl.trainers.dpo_worker", manifest_in_run_dir]
+
+
+def launch_argv(config: schema.RunConfig, manifest_path: str, overrides: list[str]) -> list[str]:
+    manifest_in_run_dir = str(run_dir(config) / "manifest.toml")
+    if config.grid.backend == "local":
+        return torchrun_argv(config, manifest_in_run_dir)
+    # Ray: this process is the driver; it starts (or joins) the cluster and the actor group itself.
+    return ["cosmos-rl", "train", manifest_path, *overrides]
+
+
+def build(config: schema.RunConfig, manifest_path: str = "MANIFEST", overrides: list[str] = ()) -> dict:
+    rl = config.rl
+    size, derivation = world_size(config)
+    out: dict = {
+        "algorithm": rl.algorithm,
+        "backend": config.grid.backend,
+        "grouping": config.grid.grouping,
+        "gpu_placement": config.grid.gpu_placement,
+        "world_size": size,
+        "world_size_from": derivation,
+        "nodes": config.grid.nodes,
+        "device": config.grid.device,
+        "dtype": config.model.dtype,
+        "model": config.model.path or f"built-in preset {config.model.preset!r}",
+        "fine_tune": f"LoRA rank {config.model.lora.rank}" if config.model.lora.rank else "full",
+        "run_dir": str(run_dir(config)),
+        "max_steps": rl.max_steps,
+        "checkpoint": {"every": config.checkpoint.every, "keep": config.checkpoint.keep, "contents": checkpoint_contents(config)},
+        "identity": run_identity(config),
+        "seed_contract": seed_contract(config),
+        "launch": launch_argv(config, manifest_path, list(overrides)),
+    }
+    if isinstance(rl, schema.NFTConfig):
+        shapes, _ = preflight.nft_shapes(config)
+        out["shapes"] = shapes
+        out["roles_per_process"] = ["data", "rollout", "reward", "replay", "policy"]
+        out["per_step"] = {
+            "prompt_rows": rl.prompts_per_step,
+            "samples": rl.prompts_per_step * rl.group_size,
+            "samples_per_rank": rl.prompts_per_step,
+            "train_timesteps_per_sample": rl.timesteps_per_sample or rl.sample_steps - 1,
+        }
+        out["sampler"] = {
+            "scheduler": rl.scheduler,
+            "steps": rl.sample_steps,
+            "shift": rl.sampler_shift,
+            "guidance": rl.guidance,
+            "guidance_semantics": GUIDANCE_SEMANTICS,
+            "seed_clock": rl.rollout_seed_clock,
+        }
+        out["reward"] = {
+            "endpoint": rl.reward.url or "built-in service, started on a free 127.0.0.1 port",
+            "name": rl.reward.name,
+            "revision": rl.reward.revision,
+        }
+        out["ray"] = {
+            "address": config.grid.ray_address or "RAY_ADDRESS if set, else a local cluster",
+            "actors": rl.group_size,
+            "bundle_per_rank": {"GPU": 1} if config.grid.device == "cuda" else {"CPU": config.grid.cpus_per_rank or "cluster CPUs / ranks"},
+        }
+    else:
+        ranks = size
+        out["roles_per_process"] = (
+            ["policy (+ data in its own actor)"] if config.grid.grouping == "per_role" else ["data", "policy"]
+        )
+        out["per_step"] = {"pairs": rl.pairs_per_step, "pairs_per_rank": rl.pairs_per_step // max(ranks, 1)}
+        out["data"] = _data_summary(rl.data)
+        out["validation"] = (
+            {"every": rl.validation.every, "max_pairs": rl.validation.max_pairs, "data": _data_summary(rl.validation.data)}
+            if rl.validation.every
+            else "off"
+        )
+        out["beta"] = rl.beta
+    return out
+
+
+def _data_summary(data: schema.PreferenceDataConfig) -> str:
+    if data.synthetic_pairs:
+        return f"{data.synthetic_pairs} synthetic pairs (seed offset {data.synthetic_seed})"
+    if data.jsonl:
+        return f"JSONL {data.jsonl}"
+    if data.shards:
+        return f"{len(data.shards)} webdataset shard(s)"
+    if data.factory:
+        return f"factory {data.factory}"
+    return "none"

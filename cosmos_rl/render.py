@@ -1,0 +1,52 @@
+"""Rich rendering of a resolved plan (the dict ``plan.build`` returns)."""
+
+from __future__ import annotations
+
+import shlex
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _value(value) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_value(v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return ", ".join(_value(v) for v in value)
+    return str(value)
+
+
+def render_plan(console: Console, plan: dict) -> None:
+    table = Table(title=f"cosmos-rl plan: {plan['algorithm'].upper()} run {plan['run_dir']}", show_header=False, title_justify="left")
+    table.add_column("what", style="bold cyan", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    rows = [
+        ("backend", f"{plan['backend']} (grouping {plan['grouping']}, placement {plan['gpu_placement']})"),
+        ("world size", f"{plan['world_size']}  <- {plan['world_size_from']}"),
+        ("nodes / device", f"{plan['nodes']} / {plan['device']} ({plan['dtype']})"),
+        ("model", f"{plan['model']}, {plan['fine_tune']} fine-tune"),
+    ]
+    if "shapes" in plan:
+        rows.append(("role shapes", _value(plan["shapes"])))
+    rows.append(("roles per process", _value(plan["roles_per_process"])))
+    rows.append(("per step", _value(plan["per_step"])))
+    for key in ("data", "validation", "beta"):
+        if key in plan:
+            rows.append((key, _value(plan[key])))
+    if "sampler" in plan:
+        s = plan["sampler"]
+        rows.append(("sampler", f"{s['scheduler']}, {s['steps']} steps, shift {s['shift']}, seed clock {s['seed_clock']}"))
+        rows.append(("guidance", f"{s['guidance']}  ({s['guidance_semantics']})"))
+        r = plan["reward"]
+        rows.append(("reward", f"{r['name']} at {r['endpoint']}, pinned revision {r['revision']!r}"))
+        rows.append(("ray", _value(plan["ray"])))
+    rows += [
+        ("max steps", str(plan["max_steps"])),
+        ("checkpoints", f"every {plan['checkpoint']['every']} steps, keep {plan['checkpoint']['keep']}: {_value(plan['checkpoint']['contents'])}"),
+        ("seed contract", _value(plan["seed_contract"])),
+        ("run identity", plan["identity"]),
+        ("launch", shlex.join(plan["launch"])),
+    ]
+    for what, value in rows:
+        table.add_row(what, value)
+    console.print(table)
