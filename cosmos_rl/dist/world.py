@@ -1,0 +1,56 @@
+"""Process-group and device plumbing shared by the torchrun and Ray backends (no math here)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+
+def pick_device(setting: str, local_rank: int = 0) -> torch.device:
+    """`grid.device` -> the torch device of this rank; `cuda` without a GPU is a user error."""
+    from cosmos_rl.errors import UserError
+
+    if setting == "cpu" or (setting == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise UserError('grid.device: "cuda" asked for, but no CUDA device is visible; set grid.device = "cpu" or "auto"')
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
+
+
+def backend_for(device: torch.device) -> str:
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+def loopback_gloo() -> None:
+    """Keep gloo's own sockets on loopback for single-host runs (it otherwise binds the host's address)."""
+    if os.environ.get("MASTER_ADDR", "127.0.0.1") in ("127.0.0.1", "localhost"):
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+
+
+def init_process_group(device: torch.device, rank: int, world_size: int, timeout_s: float) -> None:
+    loopback_gloo()
+    dist.init_process_group(
+        backend_for(device), rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=timeout_s),
+        device_id=device if device.type == "cuda" else None,
+    )
+
+
+def finish_worker(code: int) -> None:
+    """End a torchrun worker: tear down the group, flush, and skip interpreter teardown.
+
+    DCP under torchrun sometimes aborts at interpreter shutdown after all work is done
+    (platform.md); leaving through os._exit avoids it.
+    """
+    if dist.is_available() and dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception:
+            pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

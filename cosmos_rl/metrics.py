@@ -1,0 +1,90 @@
+"""One metrics interface with sinks: `metrics.jsonl` always, TensorBoard when asked for; plus progress.
+
+Only rank 0 writes. A resumed run first drops rows past the step it resumes from, so the file of an
+interrupted-and-resumed run equals the file of a straight run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+
+class MetricsWriter:
+    def __init__(self, run_dir: Path, *, enabled: bool, tensorboard: bool = False, resume_step: int | None = None):
+        self.enabled = enabled
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self._tb = None
+        if not enabled:
+            return
+        if resume_step is not None:
+            self._truncate_after(resume_step)
+        elif self.path.exists():
+            self.path.unlink()
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(str(Path(run_dir) / "tensorboard"), purge_step=(resume_step or 0) + 1)
+
+    def _truncate_after(self, step: int) -> None:
+        if not self.path.exists():
+            return
+        kept = [line for line in self.path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
+        self.path.write_text("".join(line + "\n" for line in kept))
+
+    def write(self, step: int, metrics: dict[str, float]) -> None:
+        if not self.enabled:
+            return
+        row = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+        if self._tb is not None:
+            for key, value in row.items():
+                if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
+                    self._tb.add_scalar(key, value, step)
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+
+
+def _plain(value):
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # JSON has no NaN/inf; keep it visible rather than dropping the row
+    return value
+
+
+class Progress:
+    """A rich progress bar on rank 0: step, chosen metrics, items/s and ETA; a no-op elsewhere."""
+
+    def __init__(self, *, enabled: bool, total: int, start: int, unit: str, fields: tuple[str, ...]):
+        self.enabled, self.unit, self.fields = enabled, unit, fields
+        self._bar = None
+        self._t0, self._items = time.perf_counter(), 0
+        if not enabled:
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeRemainingColumn
+        from rich.console import Console
+
+        self._bar = RichProgress(
+            TextColumn("[bold]step"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[stats]}"),
+            TimeRemainingColumn(), console=Console(stderr=True), transient=False, refresh_per_second=4,
+        )
+        self._task = self._bar.add_task("train", total=total, completed=start, stats="")
+        self._bar.start()
+
+    def update(self, step: int, metrics: dict[str, float], items: int) -> None:
+        if not self._bar:
+            return
+        self._items += items
+        rate = self._items / max(time.perf_counter() - self._t0, 1e-9)
+        stats = "  ".join(f"{k.split('/')[-1]} {float(metrics[k]):.4g}" for k in self.fields if k in metrics)
+        self._bar.update(self._task, completed=step, stats=f"{stats}  {rate:.2f} {self.unit}/s")
+
+    def close(self) -> None:
+        if self._bar:
+            self._bar.stop()

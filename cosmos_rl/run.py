@@ -1,0 +1,94 @@
+"""The run directory: the resolved manifest a run was started with, and the resume rules.
+
+``<job.output_dir>/<job.name>/`` holds ``manifest.toml`` (resolved, absolute paths),
+``metrics.jsonl`` and ``checkpoints/``. ``resume`` reloads ``manifest.toml`` with overrides and
+refuses identity changes (printing the diff); ``--exact`` also refuses any world-size change.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import attrs
+
+from cosmos_rl import plan
+from cosmos_rl.config import load, preflight, schema
+from cosmos_rl.config.problems import ManifestError, Problem
+from cosmos_rl.errors import UserError
+
+MANIFEST = "manifest.toml"
+METRICS = "metrics.jsonl"
+CHECKPOINTS = "checkpoints"
+
+# Fields that decide the world size; a DPO run may change them on a non-exact resume (DCP reshards).
+WORLD_FIELDS = frozenset(
+    {"model.config.parallelism.data_parallel_shard_degree", "grid.nodes", "grid.gpus_per_node"}
+)
+
+
+def has_committed_checkpoint(run_dir: Path) -> bool:
+    root = run_dir / CHECKPOINTS
+    return root.is_dir() and any((d / "COMMITTED").is_file() for d in root.iterdir() if d.is_dir())
+
+
+def prepare_new(config: schema.RunConfig, manifest_path: Path) -> tuple[schema.RunConfig, Path]:
+    """Pin paths, create the run directory and write the resolved manifest; refuse to reuse a run."""
+    config = load.with_absolute_paths(config, Path(manifest_path).resolve().parent)
+    run_dir = plan.run_dir(config).resolve()
+    if has_committed_checkpoint(run_dir):
+        raise UserError(
+            f"job.name: run directory {run_dir} already holds committed checkpoints; "
+            f"continue it with `cosmos-rl resume {run_dir} --exact`, or choose another job.name"
+        )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / METRICS).unlink(missing_ok=True)
+    (run_dir / MANIFEST).write_text(load.to_toml(config), encoding="utf-8")
+    return config, run_dir
+
+
+def identity_diff(old: schema.RunConfig, new: schema.RunConfig) -> tuple[list[str], list[str]]:
+    """(identity changes, other changes) as `key: old -> new` lines."""
+    before = load.flatten(load.to_dict(old))
+    after = load.flatten(load.to_dict(new))
+    identity, other = [], []
+    for key in sorted(set(before) | set(after)):
+        if before.get(key) != after.get(key):
+            line = f"{key}: {before.get(key)!r} -> {after.get(key)!r}"
+            (other if key in schema.NON_IDENTITY_FIELDS or key == "job.name" else identity).append(line)
+    return identity, other
+
+
+def load_for_resume(run_dir: Path, overrides: list[str], *, exact: bool) -> tuple[schema.RunConfig, list[str]]:
+    """Reload a run for `resume`: returns the config to continue with and notices to print."""
+    run_dir = Path(run_dir)
+    manifest = run_dir / MANIFEST
+    if not manifest.is_file():
+        raise UserError(f"{run_dir}: not a run directory (no {MANIFEST}); pass the folder `cosmos-rl train` created")
+    if not has_committed_checkpoint(run_dir):
+        raise UserError(f"{run_dir}: no committed checkpoint to resume from; start it again with `cosmos-rl train`")
+    saved = load.load(manifest)
+    config, problems = load.load_all_problems(manifest, overrides)
+    if config is None or any(p.severity == "error" for p in problems):
+        raise ManifestError(problems, f"{manifest} with overrides")
+    # The run directory stays where it is even when the run was moved or job.* changed.
+    config = attrs.evolve(config, job=attrs.evolve(config.job, output_dir=str(run_dir.resolve().parent), name=run_dir.resolve().name))
+    identity, other = identity_diff(saved, config)
+    world_changes = [line for line in identity if line.split(":", 1)[0] in WORLD_FIELDS]
+    blocking = [line for line in identity if line not in world_changes]
+    if exact:
+        blocking += world_changes
+    elif world_changes and isinstance(config.rl, schema.NFTConfig):
+        blocking += world_changes
+    if blocking:
+        raise ManifestError(
+            [Problem(line.split(":", 1)[0], "identity field changed on resume", line.split(":", 1)[1].strip(),
+                     "resume with the run's own value, or start a new run") for line in blocking],
+            f"resume {run_dir}" + (" --exact" if exact else ""),
+        )
+    notices = [f"changed on resume: {line}" for line in other + world_changes]
+    if world_changes:
+        notices.append("world size changed: DCP reshards the checkpoint (allowed without --exact for DPO)")
+    if notices:
+        (run_dir / MANIFEST).write_text(load.to_toml(config), encoding="utf-8")
+    problems = [p for p in problems if p.severity != "error"]
+    return config, notices + [p.render() for p in problems]
