@@ -1,0 +1,49 @@
+import torch
+
+from cosmos_rl.data.pairs import PairSource, SyntheticPairs
+from cosmos_rl.data.vocab import COLOUR_RGB, SHAPES
+
+
+def _total_variation(image):
+    return (image[:, 1:] - image[:, :-1]).abs().mean() + (image[:, :, 1:] - image[:, :, :-1]).abs().mean()
+
+
+def test_deterministic_from_seed_and_random_access():
+    first, again = SyntheticPairs(6, 16, seed=3), SyntheticPairs(6, 16, seed=3)
+    assert isinstance(first, PairSource)
+    for index in (5, 0, 2):  # any order gives the same records
+        a, b = first[index], again[index]
+        assert (a.id, a.prompt) == (b.id, b.prompt)
+        assert torch.equal(a.winner, b.winner) and torch.equal(a.loser, b.loser)
+
+
+def test_other_seed_gives_other_ids_and_images():
+    a, b = SyntheticPairs(4, 16, seed=0), SyntheticPairs(4, 16, seed=1)
+    assert not set(a.membership_ids()) & set(b.membership_ids())
+    assert any(not torch.equal(a[i].loser, b[i].loser) for i in range(4))
+
+
+def test_membership_ids_are_unique_and_match_records():
+    source = SyntheticPairs(20, 8, seed=0)
+    ids = source.membership_ids()
+    assert len(ids) == len(set(ids)) == len(source) == 20
+    assert ids == [source[i].id for i in range(20)]
+
+
+def test_records_follow_the_documented_preference():
+    source = SyntheticPairs(24, 32, seed=7)
+    for index in range(len(source)):
+        pair = source[index]
+        article, colour, shape = pair.prompt.split()
+        assert article == "a" and colour in COLOUR_RGB and shape in SHAPES
+        for image in (pair.winner, pair.loser):
+            assert image.shape == (3, 32, 32) and image.dtype == torch.float32
+            assert image.min() >= 0 and image.max() <= 1
+        # winner: smooth, and its shape is painted in the prompt's colour
+        target = torch.tensor(COLOUR_RGB[colour]).view(3, 1, 1)
+        core = (pair.winner - target).abs().amax(dim=0) < 0.02
+        assert core.sum() >= 4
+        # loser: noisy, and the same pixels hold a different colour
+        assert _total_variation(pair.loser) > 3 * _total_variation(pair.winner)
+        loser_core = pair.loser[:, core].mean(dim=1)
+        assert (loser_core - target.view(3)).abs().max() > 0.2
