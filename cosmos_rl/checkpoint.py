@@ -27,6 +27,7 @@ read with ``torch.load(weights_only=True)``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -36,6 +37,7 @@ import re
 import secrets
 import shutil
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +89,15 @@ def _rank_and_world() -> tuple[int, int]:
 def _single_process() -> bool:
     """No process group: DCP then runs locally (and would warn about it on every call)."""
     return not (dist.is_available() and dist.is_initialized())
+
+
+@contextlib.contextmanager
+def _quiet_single_process():
+    """DCP warns on every single-process call that it assumes a single process; that is
+    exactly what we mean, so the warning only buries real ones."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
 
 
 def _barrier() -> None:
@@ -358,12 +369,13 @@ def load_dcp(state_dict: dict[str, Any], path: Path) -> None:
     """``dcp.load`` in place with the no-pickle planner; failures raise ``CheckpointError``
     naming the directory."""
     try:
-        dcp.load(
-            state_dict,
-            storage_reader=dcp.FileSystemReader(str(path)),
-            planner=_NoPickleLoadPlanner(),
-            no_dist=_single_process(),
-        )
+        with _quiet_single_process():
+            dcp.load(
+                state_dict,
+                storage_reader=dcp.FileSystemReader(str(path)),
+                planner=_NoPickleLoadPlanner(),
+                no_dist=_single_process(),
+            )
     except (CheckpointException, OSError, RuntimeError, ValueError) as exc:
         raise CheckpointError(
             f"checkpoint {path}: reading the DCP files failed: {describe_dcp_failure(exc)}"
@@ -523,11 +535,12 @@ class CheckpointManager:
             tmp.mkdir(parents=True)
         _barrier()
         try:
-            dcp.save(
-                to_save,
-                storage_writer=dcp.FileSystemWriter(str(tmp)),
-                no_dist=_single_process(),
-            )
+            with _quiet_single_process():
+                dcp.save(
+                    to_save,
+                    storage_writer=dcp.FileSystemWriter(str(tmp)),
+                    no_dist=_single_process(),
+                )
         except (CheckpointException, OSError, RuntimeError, ValueError) as exc:
             # DCP gathers failures to every rank, so all ranks raise here together.
             raise CheckpointError(

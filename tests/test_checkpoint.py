@@ -293,7 +293,8 @@ class Payload:
 
 
 def test_dcp_byte_entries_are_never_unpickled(tmp_path):
-    dcp.save({"x": {"obj": Payload(), "w": torch.ones(2)}}, checkpoint_id=str(tmp_path))
+    with ckpt._quiet_single_process():
+        dcp.save({"x": {"obj": Payload(), "w": torch.ones(2)}}, checkpoint_id=str(tmp_path))
     template = {"x": {"obj": None, "w": torch.zeros(2)}}
     with pytest.raises(CheckpointError, match=r"x\.obj: refusing to unpickle.*GLOBAL print"):
         ckpt.load_dcp(template, tmp_path)
