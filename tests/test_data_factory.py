@@ -114,7 +114,8 @@ def test_unknown_module_and_module_that_fails_to_import(tmp_path, monkeypatch):
 
 
 def test_malformed_records_fail_naming_factory_and_index(module):
-    with pytest.raises(UserError, match=r"rl\.data\.factory '.*:make_bad_items' index 0: expected a PreferencePair"):
+    expected = r"rl\.data\.factory '.*:make_bad_items' index 0: expected a PreferencePair"
+    with pytest.raises(UserError, match=expected):
         factory_source(f"{module}:make_bad_items")[0]
     with pytest.raises(UserError, match=r"index 0 \(id 'z'\): winner values span \[2, 2\]"):
         factory_source(f"{module}:make_out_of_range")[0]

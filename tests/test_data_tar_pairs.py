@@ -103,14 +103,16 @@ def test_missing_json_and_missing_prompt(tmp_path):
 def test_duplicate_id_across_shards(tmp_path):
     first = _shard(tmp_path / "a.tar", [_sample("k0", "same")])
     second = _shard(tmp_path / "b.tar", [_sample("k9", "same")])
-    with pytest.raises(UserError, match=r"b\.tar sample 'k9': duplicate id 'same' \(first in .*a\.tar sample 'k0'\)"):
+    expected = r"b\.tar sample 'k9': duplicate id 'same' \(first in .*a\.tar sample 'k0'\)"
+    with pytest.raises(UserError, match=expected):
         TarShardPairs([first, second], 8)
 
 
 def test_split_sample_key_is_rejected(tmp_path):
     path = tmp_path / "s.tar"
     with tarfile.open(path, "w") as archive:
-        for name, data in [("k0.json", b'{"id": "a", "prompt": "p"}'), ("k1.json", b"{}"), ("k0.winner.png", b"x")]:
+        members = [("k0.json", b'{"id": "a", "prompt": "p"}'), ("k1.json", b"{}"), ("k0.winner.png", b"x")]
+        for name, data in members:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             archive.addfile(info, io.BytesIO(data))

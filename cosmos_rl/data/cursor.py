@@ -68,7 +68,9 @@ class ShuffledStream:
     def load_state_dict(self, state: dict[str, Any], what: str) -> None:
         """Resume; refuses a state whose stream would differ (other data, seed or batch)."""
         if state.get("version") != _STATE_VERSION:
-            raise UserError(f"{what}: checkpoint cursor has version {state.get('version')!r}, expected {_STATE_VERSION}")
+            raise UserError(
+                f"{what}: checkpoint cursor has version {state.get('version')!r}, expected {_STATE_VERSION}"
+            )
         for key, current in (("seed", self.seed), ("size", self.size), ("per_step", self.per_step)):
             if state.get(key) != current:
                 raise UserError(
