@@ -1,0 +1,200 @@
+"""From a RunConfig and a device, build what a trainer needs: policy, frozen reference, optimizer.
+
+Shared by the DPO and NFT trainers. API (kept stable; both backends import it):
+
+    policy = build_policy(config, device, adapter_names=("policy",))
+    policy.transformer            the trained network (LoRA-wrapped and/or FSDP2-sharded)
+    policy.parts                  ModelParts(transformer, vae, tokenizer, scheduler)
+    policy.vae, policy.tokenizer  frozen VAE (requires_grad False) and tokenizer
+    policy.lora                   True when model.lora.rank > 0
+    policy.sharded                True when a process group was initialised and FSDP2 applied
+    with policy.reference() as ref:   the frozen reference network, for no-grad forwards
+        v_ref = velocity(ref, ...)
+    policy.trainable_parameters() the parameters the optimizer owns
+    policy.state_module()         the module whose (trainable) state a checkpoint saves
+
+    optimizer, schedule = build_optimizer(policy.trainable_parameters(), config.rl.optimizer)
+
+Base weights follow `rl.init_from`: "" builds model.path (a local diffusers folder) or
+model.preset seeded by job.seed; "preset:NAME" builds preset NAME seeded by job.seed; anything else
+is a checkpoint resolved by `models.base_checkpoint` (s3:// pulled once into
+`<job.output_dir>/.cache/init_from`) and loaded into the architecture of model.path/preset, skipping
+`rl.init_keys_to_skip_loading`.
+
+The reference is what the policy was at setup and never changes, so it is never checkpointed:
+with LoRA it is the same network with adapters disabled (no copy); with full fine-tuning
+(model.lora.rank = 0) it is a frozen copy of the base taken before any training.
+
+Every rank builds bit-identical weights: presets draw from a private RNG seeded by job.seed and the
+LoRA adapters are initialised under their own seed too, so ranks agree before FSDP2 shards.
+"""
+
+from __future__ import annotations
+
+import copy
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Optional
+
+import torch
+import torch.distributed as dist
+
+from cosmos_rl.config import schema
+from cosmos_rl.config.preflight import PRESET_SCHEME
+from cosmos_rl.errors import RunFailed
+from cosmos_rl.models import lora
+from cosmos_rl.models.build import ModelParts, build_model, build_preset
+
+# LoRA's lora_A is drawn from torch's RNG; an offset keeps its stream apart from the preset's.
+_LORA_SEED_OFFSET = 7919
+
+
+@dataclass
+class Policy:
+    """The trained model, its frozen parts and its frozen reference (see the module docstring)."""
+
+    parts: ModelParts
+    lora: bool
+    adapter_names: tuple[str, ...]
+    sharded: bool
+    device: torch.device
+    # Full fine-tune only: the frozen base copy. With LoRA the reference is the adapters-off network.
+    frozen_ref: Optional[torch.nn.Module] = field(default=None, repr=False)
+
+    @property
+    def transformer(self) -> torch.nn.Module:
+        return self.parts.transformer
+
+    @property
+    def vae(self):
+        return self.parts.vae
+
+    @property
+    def tokenizer(self):
+        return self.parts.tokenizer
+
+    @contextmanager
+    def reference(self) -> Iterator[torch.nn.Module]:
+        """Yield the frozen reference network; use it under torch.no_grad()."""
+        if self.lora:
+            with lora.adapters_disabled(self.transformer):
+                yield self.transformer
+        else:
+            yield self.frozen_ref
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.transformer.parameters() if p.requires_grad]
+
+    def state_module(self) -> torch.nn.Module:
+        """What a checkpoint's policy component wraps: with LoRA only its trainable tensors are saved."""
+        return self.transformer
+
+
+def process_group_active() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def _init_cache_dir(config: schema.RunConfig) -> Path:
+    return Path(config.job.output_dir) / ".cache" / "init_from"
+
+
+def load_base(config: schema.RunConfig) -> ModelParts:
+    """The base model `rl.init_from` names (see the module docstring), on CPU, in eval mode."""
+    init_from = config.rl.init_from
+    if init_from.startswith(PRESET_SCHEME):
+        return build_preset(init_from[len(PRESET_SCHEME):], config.job.seed)
+    parts = build_model(config.model.path, config.model.preset, config.job.seed)
+    if init_from == "":
+        return parts
+    try:
+        from cosmos_rl.models.base_checkpoint import load_base_weights, resolve_init_from
+    except ImportError as exc:  # the module is built separately; say so rather than train from random
+        raise RunFailed(f"rl.init_from={init_from!r}: base-checkpoint loading is unavailable ({exc})") from None
+    local = resolve_init_from(init_from, _init_cache_dir(config))
+    load_base_weights(parts.transformer, local, list(config.rl.init_keys_to_skip_loading))
+    return parts
+
+
+def _freeze(module: torch.nn.Module) -> torch.nn.Module:
+    module.requires_grad_(False)
+    module.eval()
+    return module
+
+
+def build_policy(
+    config: schema.RunConfig, device: torch.device, *, adapter_names: tuple[str, ...] = ("policy",)
+) -> Policy:
+    """Build the policy on `device` (identical on every rank), sharded when a process group exists."""
+    parts = load_base(config)
+    _freeze(parts.vae)
+    rank = config.model.lora.rank
+    use_lora = rank > 0
+    transformer = parts.transformer
+
+    frozen_ref = None
+    if use_lora:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.job.seed + _LORA_SEED_OFFSET)
+            lora.add_adapters(
+                transformer,
+                rank,
+                config.model.lora.alpha,
+                list(adapter_names),
+                list(config.model.lora.target_modules) or None,
+            )
+    else:
+        frozen_ref = _freeze(copy.deepcopy(transformer))
+        transformer.requires_grad_(True)
+
+    if config.model.gradient_checkpointing:
+        transformer.enable_gradient_checkpointing()
+    # Dropout-free model, but train mode is what the optimizer step assumes (and checkpointing needs).
+    transformer.train()
+
+    parts.vae.to(device)
+    transformer.to(device)
+    if frozen_ref is not None:
+        frozen_ref.to(device)
+
+    sharded = process_group_active()
+    if sharded:
+        from cosmos_rl.dist.fsdp import shard_transformer
+
+        mixed = config.model.dtype == "bfloat16"
+        shard_transformer(transformer, mixed_precision=mixed)
+        if frozen_ref is not None:
+            shard_transformer(frozen_ref, mixed_precision=mixed)
+    return Policy(
+        parts=parts,
+        lora=use_lora,
+        adapter_names=tuple(adapter_names) if use_lora else (),
+        sharded=sharded,
+        device=device,
+        frozen_ref=frozen_ref,
+    )
+
+
+def warmup_factor(warmup_steps: int):
+    """LR multiplier at optimizer step k: linear ramp (k+1)/warmup over `warmup_steps`, then 1."""
+
+    def factor(step: int) -> float:
+        if warmup_steps <= 0:
+            return 1.0
+        return min(1.0, (step + 1) / warmup_steps)
+
+    return factor
+
+
+def build_optimizer(
+    params: list[torch.nn.Parameter], cfg: schema.OptimizerConfig
+) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW over `params` and its warm-up schedule (call schedule.step() after each optimizer step)."""
+    params = list(params)
+    if not params:
+        raise RunFailed("the policy has no trainable parameters (check model.lora.target_modules)")
+    optimizer = torch.optim.AdamW(
+        params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay
+    )
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_factor(cfg.warmup_steps))
+    return optimizer, schedule
