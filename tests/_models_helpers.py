@@ -1,0 +1,53 @@
+# owner: model-layer helper
+"""The stock diffusers Cosmos3 pipeline, as the reference the model-layer tests compare against."""
+
+from __future__ import annotations
+
+import torch
+from diffusers import Cosmos3OmniPipeline
+
+from cosmos_rl.models.build import ModelParts, flow_scheduler
+
+
+def stock_pipeline(parts: ModelParts, shift: float = 1.0, transformer=None) -> Cosmos3OmniPipeline:
+    pipe = Cosmos3OmniPipeline(
+        transformer=transformer if transformer is not None else parts.transformer,
+        text_tokenizer=parts.tokenizer,
+        vae=parts.vae,
+        scheduler=flow_scheduler(shift),
+        enable_safety_checker=False,
+    )
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def stock_velocity(pipe: Cosmos3OmniPipeline, x_t: torch.Tensor, timestep: float, ids: list[int]) -> torch.Tensor:
+    """One transformer call for one image exactly as the pipeline's denoising loop makes it.
+
+    x_t: [1, C, h, w]; timestep in the pipeline's units (about 1000 * sigma). Returns [1, C, h, w].
+    """
+    latents = x_t[:, :, None]  # the pipeline's [1, C, T=1, h, w]
+    text = pipe._prepare_text_segment(ids, device="cpu")
+    vision = pipe._prepare_vision_segment(
+        input_vision_tokens=latents,
+        has_image_condition=False,
+        mrope_offset=text["vision_start_temporal_offset"],
+        vision_fps=24.0,
+        curr=text["und_len"],
+        device="cpu",
+    )
+    predictions = pipe.transformer(
+        input_ids=text["input_ids"],
+        text_indexes=text["text_indexes"],
+        position_ids=torch.cat([text["text_mrope_ids"], vision["vision_mrope_ids"]], dim=1),
+        und_len=text["und_len"],
+        sequence_length=text["und_len"] + vision["num_vision_tokens"],
+        vision_tokens=[latents],
+        vision_token_shapes=vision["vision_token_shapes"],
+        vision_sequence_indexes=vision["vision_sequence_indexes"],
+        vision_mse_loss_indexes=vision["vision_mse_loss_indexes"],
+        vision_timesteps=torch.full((vision["num_noisy_vision_tokens"],), timestep),
+        vision_noisy_frame_indexes=vision["vision_noisy_frame_indexes"],
+        return_dict=False,
+    )[0]
+    return predictions[0][:, :, 0]

@@ -1,0 +1,149 @@
+# owner: model-layer helper
+"""Packing several samples into one forward must not change any sample's velocity."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _models_helpers import stock_pipeline, stock_velocity
+
+from cosmos_rl.models.build import build_preset
+from cosmos_rl.models.lora import add_adapters
+from cosmos_rl.models.packing import velocity
+from cosmos_rl.models.text import tokenize_prompts
+
+PROMPTS = ["a cat", "a much longer prompt about a dog on a red sofa", "x"]
+
+
+@pytest.fixture(scope="module")
+def parts():
+    return build_preset("tiny", seed=0)
+
+
+@pytest.fixture(scope="module")
+def batch(parts):
+    cond, _ = tokenize_prompts(parts.tokenizer, PROMPTS, resolution=(32, 32))
+    generator = torch.Generator().manual_seed(7)
+    x_t = torch.randn(3, 4, 8, 8, generator=generator)
+    sigma = torch.tensor([0.9, 0.5, 0.1])
+    return x_t, sigma, cond
+
+
+def _one_at_a_time(transformer, x_t, sigma, ids):
+    return torch.cat([velocity(transformer, x_t[i : i + 1], sigma[i : i + 1], [ids[i]]) for i in range(len(ids))])
+
+
+def test_prompts_really_have_different_lengths(batch):
+    _, _, ids = batch
+    assert len({len(i) for i in ids}) == 3
+
+
+def test_packed_batch_equals_one_sample_at_a_time(parts, batch):
+    x_t, sigma, ids = batch
+    with torch.no_grad():
+        packed = velocity(parts.transformer, x_t, sigma, ids)
+        singles = _one_at_a_time(parts.transformer, x_t, sigma, ids)
+    assert packed.shape == x_t.shape
+    torch.testing.assert_close(packed, singles, atol=1e-5, rtol=0)
+
+
+def test_a_sample_does_not_see_its_neighbours(parts, batch):
+    x_t, sigma, ids = batch
+    other_x = x_t.clone()
+    other_x[1:] = torch.randn(2, 4, 8, 8, generator=torch.Generator().manual_seed(99))
+    other_ids = [ids[0], ids[2], ids[1]]
+    with torch.no_grad():
+        first = velocity(parts.transformer, x_t, sigma, ids)[0]
+        changed_neighbours = velocity(parts.transformer, other_x, sigma, other_ids)[0]
+    torch.testing.assert_close(first, changed_neighbours, atol=1e-5, rtol=0)
+
+
+def test_single_sample_equals_the_stock_pipeline_transformer_call(batch):
+    x_t, sigma, ids = batch
+    ours = build_preset("tiny", seed=0)
+    reference = build_preset("tiny", seed=0)  # keeps the stock attention processor
+    pipe = stock_pipeline(reference)
+    with torch.no_grad():
+        for i in range(3):
+            expected = stock_velocity(pipe, x_t[i : i + 1], float(sigma[i]) * 1000.0, ids[i].tolist())
+            got = velocity(ours.transformer, x_t[i : i + 1], sigma[i : i + 1], [ids[i]])
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+
+
+def test_timestep_reaches_the_model_as_sigma(parts, batch):
+    x_t, _, ids = batch
+    with torch.no_grad():
+        low = velocity(parts.transformer, x_t[:1], torch.tensor([0.2]), ids[:1])
+        high = velocity(parts.transformer, x_t[:1], torch.tensor([0.8]), ids[:1])
+    assert (low - high).abs().max() > 1e-3
+
+
+# The image reads text only through attention keys/values, so in the LAST layer the text pathway's
+# query, output projection, MLP and post-attention norm (and the final text norm) shape nothing.
+LAST_LAYER_TEXT_ONLY = ("self_attn.to_q", "self_attn.norm_q", "self_attn.to_out", "mlp.", "post_attention_layernorm.")
+
+
+def _shapes_the_image(name: str, last_layer: int) -> bool:
+    prefix = f"layers.{last_layer}."
+    return not (name.startswith(prefix) and name[len(prefix) :].startswith(LAST_LAYER_TEXT_ONLY))
+
+
+def test_gradients_flow_to_every_weight_that_shapes_the_image(batch):
+    x_t, sigma, ids = batch
+    transformer = build_preset("tiny", seed=0).transformer
+    velocity(transformer, x_t, sigma, ids).square().mean().backward()
+    last = len(transformer.layers) - 1
+    for name, param in transformer.named_parameters():
+        if name.startswith("layers.") and _shapes_the_image(name, last) or name.startswith(("proj_", "time_")):
+            assert param.grad is not None and param.grad.abs().sum() > 0, name
+    assert transformer.embed_tokens.weight.grad.abs().sum() > 0
+
+
+def test_gradient_checkpointing_gives_the_same_gradients(batch):
+    x_t, sigma, ids = batch
+    grads = []
+    for checkpointing in (False, True):
+        transformer = build_preset("tiny", seed=0).transformer
+        if checkpointing:
+            transformer.enable_gradient_checkpointing()
+        transformer.train()
+        velocity(transformer, x_t, sigma, ids).square().mean().backward()
+        grads.append(torch.cat([p.grad.flatten() for p in transformer.layers.parameters()]))
+    torch.testing.assert_close(grads[1], grads[0], atol=1e-6, rtol=1e-5)
+
+
+def test_lora_wrapped_transformer_packs_exactly_and_trains_the_adapter(batch):
+    x_t, sigma, ids = batch
+    transformer = build_preset("tiny", seed=0).transformer
+    add_adapters(transformer, rank=4, alpha=8, names=["policy"])
+    with torch.no_grad():  # make the adapter non-zero so it actually changes the output
+        for name, param in transformer.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0.0, 0.1, generator=torch.Generator().manual_seed(len(name)))
+        packed = velocity(transformer, x_t, sigma, ids)
+        singles = _one_at_a_time(transformer, x_t, sigma, ids)
+    torch.testing.assert_close(packed, singles, atol=1e-5, rtol=0)
+
+    velocity(transformer, x_t, sigma, ids).square().mean().backward()
+    last = len(transformer.layers) - 1
+    lora = {n: p for n, p in transformer.named_parameters() if "lora_" in n}
+    assert len(lora) > 0
+    for name, param in lora.items():
+        if _shapes_the_image(name, last):
+            assert param.grad is not None and param.grad.abs().sum() > 0, name
+    assert all(p.grad is None for n, p in transformer.named_parameters() if "lora_" not in n)
+
+
+def test_forward_leaves_no_state_behind(parts, batch):
+    x_t, sigma, ids = batch
+    with torch.no_grad():
+        velocity(parts.transformer, x_t, sigma, ids)
+    assert parts.transformer._cp_shard_fn is None
+
+
+def test_mismatched_inputs_are_rejected(parts, batch):
+    x_t, sigma, ids = batch
+    with pytest.raises(ValueError, match="prompts"):
+        velocity(parts.transformer, x_t, sigma, ids[:2])
+    with pytest.raises(ValueError, match="sigma"):
+        velocity(parts.transformer, x_t, sigma[:2], ids)
