@@ -16,7 +16,6 @@ from typing import Any, Literal, Union
 import attrs
 import cattrs
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
-from cattrs.gen import make_dict_unstructure_fn
 
 from cosmos_rl.config import schema
 from cosmos_rl.config.problems import ManifestError, Problem, show
@@ -124,6 +123,22 @@ def _rl_hook(converter: cattrs.Converter):
 _MISSING = object()
 
 
+def _make_table_hook_factory(converter: cattrs.Converter):
+    from cattrs.gen import make_dict_structure_fn
+
+    def factory(cls):
+        inner = make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=True, _cattrs_detailed_validation=True)
+
+        def hook(value, type_):
+            if not isinstance(value, dict):
+                raise _BadValue("expected a table", value, "write a TOML table")
+            return inner(value, type_)
+
+        return hook
+
+    return factory
+
+
 def make_converter() -> cattrs.Converter:
     """The project's one converter: strict scalars, forbidden extra keys, tagged `rl` union."""
     conv = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
@@ -133,6 +148,7 @@ def make_converter() -> cattrs.Converter:
     conv.register_structure_hook_func(lambda t: typing.get_origin(t) is list, _make_list_hook(conv))
     conv.register_structure_hook_func(lambda t: typing.get_origin(t) is dict, _make_dict_hook(conv))
     conv.register_structure_hook(Union[str, int, float, bool], _scalar_union_hook)
+    conv.register_structure_hook_factory(attrs.has, _make_table_hook_factory(conv))
     conv.register_structure_hook(schema.RLConfig, _rl_hook(conv))
     return conv
 

@@ -1,0 +1,117 @@
+"""The CLI as a user meets it: exit codes, one-pass error lists, JSON output, no heavy imports."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NFT = str(ROOT / "manifests" / "nft_t2i_smoke.toml")
+DPO = str(ROOT / "manifests" / "dpo_t2i_smoke.toml")
+
+
+def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cosmos_rl.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def test_validate_ok_prints_a_summary():
+    result = cli("validate", NFT)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("OK") and "world_size  4" in result.stdout
+
+
+def test_validate_reports_every_problem_without_traceback():
+    result = cli("validate", DPO, "rl.beta=-1", "rl.max_steps=0", 'grid.backend="x"', "rl.bta=3")
+    assert result.returncode == 2
+    for key in ("rl.beta:", "rl.max_steps:", "grid.backend:", "rl.bta:"):
+        assert key in result.stderr
+    assert "did you mean rl.beta?" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_validate_json_shape():
+    good = json.loads(cli("validate", NFT, "--json").stdout)
+    assert good["ok"] is True and good["summary"]["algorithm"] == "nft"
+    bad_run = cli("validate", NFT, "--json", "rl.r_tau=0.0")
+    bad = json.loads(bad_run.stdout)
+    assert bad_run.returncode == 2 and bad["ok"] is False
+    assert bad["problems"][0] == {"path": "rl.r_tau", "problem": "must be > 0", "fix": "set rl.r_tau to a positive number", "severity": "error", "got": 0.0}
+
+
+def test_validate_does_not_import_torch_ray_or_diffusers():
+    code = (
+        "import sys\nfrom cosmos_rl.cli import app\n"
+        f"try:\n    app(['validate', {NFT!r}])\nexcept SystemExit:\n    pass\n"
+        "heavy = sorted(m for m in ('torch', 'ray', 'diffusers', 'transformers', 'peft') if m in sys.modules)\n"
+        "print('HEAVY', heavy)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert "HEAVY []" in result.stdout, result.stdout + result.stderr
+
+
+def test_plan_json_nft():
+    result = cli("plan", NFT, "--json")
+    plan = json.loads(result.stdout)
+    assert plan["algorithm"] == "nft" and plan["backend"] == "ray" and plan["grouping"] == "single"
+    assert plan["gpu_placement"] == "colocated" and plan["world_size"] == 4
+    assert plan["shapes"] == {"policy": [1, 4], "rollout": [1, 4]}
+    assert plan["launch"][:2] == ["cosmos-rl", "train"]
+    assert plan["sampler"]["guidance_semantics"].startswith("v = v_uncond + g * (v_cond - v_uncond)")
+    assert plan["reward"]["revision"] == "builtin-v1"
+
+
+def test_plan_json_dpo_launches_torchrun_with_the_shard_degree():
+    plan = json.loads(cli("plan", DPO, "--json").stdout)
+    assert plan["world_size"] == 2 and plan["per_step"] == {"pairs": 8, "pairs_per_rank": 4}
+    argv = plan["launch"]
+    assert argv[1:3] == ["-m", "torch.distributed.run"]
+    assert "--nproc-per-node=2" in argv and "--nnodes=1" in argv and "--local-addr=127.0.0.1" in argv
+    assert argv[-1].endswith("runs/dpo_t2i_smoke/manifest.toml")
+    assert "ref" not in " ".join(plan["checkpoint"]["contents"])
+
+
+def test_plan_multinode_torchrun_uses_the_operator_endpoint():
+    plan = json.loads(cli("plan", DPO, "--json", "grid.nodes=2", "model.config.parallelism.data_parallel_shard_degree=4", 'grid.rdzv_endpoint="10.0.0.1:29400"').stdout)
+    assert "--nnodes=2" in plan["launch"] and "--rdzv-endpoint=10.0.0.1:29400" in plan["launch"]
+    assert "--rdzv-backend=c10d" in plan["launch"]
+
+
+def test_plan_identity_changes_with_identity_fields_only():
+    base = json.loads(cli("plan", NFT, "--json").stdout)["identity"]
+    assert json.loads(cli("plan", NFT, "--json", "rl.max_steps=7").stdout)["identity"] == base
+    assert json.loads(cli("plan", NFT, "--json", 'rl.reward.revision="v2"').stdout)["identity"] != base
+    assert json.loads(cli("plan", NFT, "--json", 'rl.rollout_seed_clock="optimizer_step"').stdout)["identity"] != base
+
+
+def test_plan_renders_a_table():
+    result = cli("plan", NFT)
+    assert result.returncode == 0
+    assert "guidance" in result.stdout and "conditional only" in result.stdout and "run identity" in result.stdout
+
+
+def test_train_refuses_an_invalid_manifest_with_exit_2():
+    result = cli("train", NFT, 'rl.reward.revision=""')
+    assert result.returncode == 2 and "rl.reward.revision" in result.stderr
+
+
+def test_train_validate_manifest_flag_is_a_usage_error_not_a_run():
+    result = cli("train", NFT, "--validate-manifest")
+    assert result.returncode == 2 and "No such option" in result.stderr
+
+
+def test_unknown_option_is_a_usage_error():
+    assert cli("validate", NFT, "--jsn").returncode == 2
+
+
+def test_resume_refuses_a_folder_that_is_not_a_run(tmp_path):
+    result = cli("resume", str(tmp_path), "--exact")
+    assert result.returncode == 2 and "not a run directory" in result.stderr
+
+
+def test_relative_paths_are_read_from_the_manifest_folder(tmp_path):
+    (tmp_path / "prompts.txt").write_text("a red square\n")
+    manifest = tmp_path / "m.toml"
+    manifest.write_text(Path(NFT).read_text().replace('[rl.optimizer]', '[rl.prompts]\nfile = "prompts.txt"\n\n[rl.optimizer]'))
+    assert cli("validate", str(manifest), cwd=ROOT).returncode == 0
