@@ -9,6 +9,7 @@ base), and activating an adapter makes it the only trainable one.
 
 from __future__ import annotations
 
+import warnings
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -41,7 +42,10 @@ def add_adapters(
     targets = list(target_modules or DEFAULT_TARGET_MODULES)
     for name in names:
         config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets, init_lora_weights=True)
-        transformer.add_adapter(config, adapter_name=name)
+        with warnings.catch_warnings():
+            # Several adapters on one model is the point here, not an accident.
+            warnings.filterwarnings("ignore", message="Already found a `peft_config` attribute")
+            transformer.add_adapter(config, adapter_name=name)
     set_active(transformer, names[0])
 
 
