@@ -1,0 +1,59 @@
+"""Stop cleanly when a scheduler asks: SIGTERM/SIGUSR1 finish the step, commit, exit 75.
+
+A scheduler sends SIGTERM (or SIGUSR1 with `--signal=USR1@90` on Slurm) some time before it kills a
+job it will requeue. The first signal only sets a flag; the training loop calls
+``StopFlag.should_stop()`` at the end of every step, which agrees across ranks (any rank signalled
+means every rank stops at the same step), and then commits a checkpoint and raises ``Preempted``.
+A second signal means "now": the process aborts at once without a checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+EXIT_REQUEUE = 75
+
+
+class StopFlag:
+    def __init__(self) -> None:
+        self.signalled: str | None = None
+        self._previous: dict[int, object] = {}
+
+    def install(self) -> "StopFlag":
+        for sig in STOP_SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._on_signal)
+        return self
+
+    def uninstall(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def _on_signal(self, signum, _frame) -> None:
+        name = signal.Signals(signum).name
+        if self.signalled is not None:
+            sys.stderr.write(f"cosmos-rl: second {name}: aborting without a checkpoint\n")
+            sys.stderr.flush()
+            os._exit(128 + signum)
+        self.signalled = name
+        sys.stderr.write(f"cosmos-rl: {name} received: finishing this step, then committing a checkpoint (send again to abort)\n")
+        sys.stderr.flush()
+
+    def should_stop(self) -> bool:
+        """True on every rank when any rank was signalled (collective when a process group exists)."""
+        local = self.signalled is not None
+        try:
+            import torch
+            import torch.distributed as dist
+        except ImportError:  # pragma: no cover - torch is a dependency
+            return local
+        if not (dist.is_available() and dist.is_initialized()):
+            return local
+        flag = torch.tensor([1 if local else 0], dtype=torch.int32)
+        if dist.get_backend() == "nccl":
+            flag = flag.cuda()
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())

@@ -1,0 +1,41 @@
+"""The stop flag: first signal asks for a clean stop, a second one aborts at once."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+from cosmos_rl.preempt import StopFlag
+
+
+def test_first_signal_sets_the_flag_without_stopping_the_process():
+    flag = StopFlag().install()
+    try:
+        assert not flag.should_stop()
+        os.kill(os.getpid(), signal.SIGUSR1)
+        time.sleep(0.05)
+        assert flag.signalled == "SIGUSR1" and flag.should_stop()
+    finally:
+        flag.uninstall()
+
+
+def test_second_signal_aborts_immediately():
+    code = textwrap.dedent(
+        """
+        import os, signal, time
+        from cosmos_rl.preempt import StopFlag
+        flag = StopFlag().install()
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.1)
+        print("still running", flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        print("not reached", flush=True)
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert "still running" in result.stdout and "not reached" not in result.stdout
+    assert result.returncode == 128 + signal.SIGTERM
+    assert "second SIGTERM" in result.stderr
