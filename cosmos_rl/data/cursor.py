@@ -22,7 +22,7 @@ _STATE_VERSION = 1
 class ShuffledStream:
     """The endless stream of shuffled indices shared by the pair and prompt cursors."""
 
-    def __init__(self, size: int, per_step: int, seed: int):
+    def __init__(self, size: int, per_step: int, seed: int, shuffle: bool = True):
         if size <= 0:
             raise UserError(f"the data source is empty (0 rows); give it at least {per_step} rows")
         if per_step <= 0:
@@ -30,14 +30,18 @@ class ShuffledStream:
         self.size = size
         self.per_step = per_step
         self.seed = seed
+        self.shuffle = shuffle  # False: every epoch walks the rows in file order
         self.step = 0
         self._epoch = -1
         self._order: list[int] = []
 
     def _epoch_order(self, epoch: int) -> list[int]:
         if epoch != self._epoch:
-            generator = torch.Generator().manual_seed(self.seed + epoch)
-            self._order = torch.randperm(self.size, generator=generator).tolist()
+            if self.shuffle:
+                generator = torch.Generator().manual_seed(self.seed + epoch)
+                self._order = torch.randperm(self.size, generator=generator).tolist()
+            else:
+                self._order = list(range(self.size))
             self._epoch = epoch
         return self._order
 
@@ -101,11 +105,13 @@ class PairCursor:
     ``world_size``, so a checkpoint can be resumed on a different number of ranks.
     """
 
-    def __init__(self, source_len: int, pairs_per_step: int, seed: int, world_size: int, rank: int):
+    def __init__(
+        self, source_len: int, pairs_per_step: int, seed: int, world_size: int, rank: int, *, shuffle: bool = True
+    ):
         check_divisible(pairs_per_step, world_size)
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world of size {world_size}")
-        self._stream = ShuffledStream(source_len, pairs_per_step, seed)
+        self._stream = ShuffledStream(source_len, pairs_per_step, seed, shuffle)
         self.world_size = world_size
         self.rank = rank
 

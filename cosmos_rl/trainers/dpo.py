@@ -1,0 +1,393 @@
+"""The offline Diffusion-DPO loop: preference pairs -> shared-noise velocity MSEs -> DPO loss -> AdamW.
+
+Runs the same in one process (tests) and under torchrun (one process per rank); the only
+distributed calls are the metric all-reduce and what FSDP2/DCP do inside the model and checkpoint.
+`dist/` and `trainers/dpo_worker.py` set the process group up; this module never reads launcher env.
+
+Per step, on each rank: its share of the step's pairs (PairCursor) -> VAE latents of winners and
+losers (no grad) -> one noise eps and flow time t per pair, shared by winner and loser, drawn from a
+generator seeded by (job.seed, step, rank) so a resumed run redraws them exactly -> policy and
+reference velocities, each in ONE packed forward over winners+losers -> per-sample MSE ->
+`algorithms.dpo.dpo_loss` -> backward, gradient clipping, AdamW, LR schedule.
+
+A checkpoint holds: policy (LoRA tensors, or all weights for a full fine-tune), optimizer, LR
+schedule, step, pair cursor (when rl.data.cursor_resume) and every rank's RNG streams. The frozen
+reference is rebuilt from the base at setup, so it is never saved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import signal
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+
+from cosmos_rl import plan
+from cosmos_rl.algorithms.dpo import dpo_loss, per_sample_mse
+from cosmos_rl.checkpoint import (
+    CheckpointError,
+    CheckpointManager,
+    ModelState,
+    OptimizerState,
+    PlainState,
+    RngStreams,
+)
+from cosmos_rl.config import schema
+from cosmos_rl.data.audit import leakage_audit
+from cosmos_rl.data.cursor import PairCursor
+from cosmos_rl.data.pairs import (
+    JsonlPairs,
+    SyntheticPairs,
+    TarShardPairs,
+    check_source_symmetry,
+    factory_source,
+)
+from cosmos_rl.errors import Preempted, UserError
+from cosmos_rl.flow import noisy_latents, velocity_target
+from cosmos_rl.metrics import MetricsWriter, Progress
+from cosmos_rl.models.packing import velocity
+from cosmos_rl.models.setup import Policy, build_optimizer, build_policy
+from cosmos_rl.models.text import tokenize_prompts
+from cosmos_rl.models.vae import encode_images
+
+log = logging.getLogger(__name__)
+
+# Per-pair values dpo_loss reports, in the order they travel through the metric all-reduce.
+LOSS_METRICS = (
+    "loss",
+    "dpo_accuracy",
+    "dpo_reward_margin",
+    "policy_mse_winner",
+    "policy_mse_loser",
+    "ref_mse_winner",
+    "ref_mse_loser",
+)
+VAL_METRICS = ("loss", "dpo_accuracy", "dpo_reward_margin")
+PREEMPT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+
+
+# ------------------------------------------------------------------------------------------ data
+def build_source(data: schema.PreferenceDataConfig, image_size: int, job_seed: int, what: str):
+    """The pair source a data section names; synthetic pairs win over any file source."""
+    if data.synthetic_pairs:
+        return SyntheticPairs(data.synthetic_pairs, image_size, job_seed + data.synthetic_seed)
+    if data.jsonl:
+        return JsonlPairs(data.jsonl, image_size)
+    if data.shards:
+        return TarShardPairs(list(data.shards), image_size)
+    if data.factory:
+        return factory_source(data.factory, **dict(data.factory_kwargs))
+    raise UserError(f"{what}: no pair source; set {what}.synthetic_pairs, .jsonl, .shards or .factory")
+
+
+def noise_seed(*parts: Any) -> int:
+    """A 63-bit seed from labelled parts, stable across processes and Python versions."""
+    digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+class _LRScheduleState(PlainState):
+    """The LambdaLR's counters (its lambda is rebuilt from the config, not stored)."""
+
+    def __init__(self, schedule: torch.optim.lr_scheduler.LambdaLR):
+        super().__init__()
+        self.schedule = schedule
+
+    def capture(self) -> dict[str, Any]:
+        return {k: v for k, v in self.schedule.state_dict().items() if k != "lr_lambdas"}
+
+    def restore(self, data: dict[str, Any]) -> None:
+        state = self.schedule.state_dict()
+        state.update(data)
+        self.schedule.load_state_dict(state)
+
+
+class _Preemption:
+    """Turns SIGTERM/SIGUSR1/SIGINT into a flag the loop checks once per step (all ranks agree)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        for sig in PREEMPT_SIGNALS:
+            try:
+                self._previous[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread (e.g. a test runner thread): nothing to catch
+                return
+
+    def _handle(self, signum, frame) -> None:
+        self.requested = True
+
+    def uninstall(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+
+# ----------------------------------------------------------------------------------------- trainer
+class DPOTrainer:
+    """One rank's share of a DPO run. `run()` trains to rl.max_steps; `train_step()` does one step."""
+
+    def __init__(
+        self,
+        config: schema.RunConfig,
+        run_dir: Path,
+        device: torch.device,
+        *,
+        resume: bool = False,
+        exact: bool = False,
+    ):
+        if not isinstance(config.rl, schema.DPOConfig):
+            raise TypeError("DPOTrainer needs a DPO config")
+        self.config = config
+        self.rl: schema.DPOConfig = config.rl
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.device = device
+        self.resume, self.exact = resume, exact
+        self.distributed = dist.is_available() and dist.is_initialized()
+        self.rank = dist.get_rank() if self.distributed else 0
+        self.world = dist.get_world_size() if self.distributed else 1
+        self.is_main = self.rank == 0
+        self.step = 0  # optimizer steps completed
+
+        size = config.model.image_size
+        self.train_source = build_source(self.rl.data, size, config.job.seed, "rl.data")
+        self.val_source = None
+        if self.rl.validation.every > 0:
+            self.val_source = build_source(self.rl.validation.data, size, config.job.seed, "rl.validation.data")
+
+        self.policy: Policy = build_policy(config, device)
+        self._ids_cache: dict[str, torch.Tensor] = {}
+        self._check_data()
+        self.cursor = PairCursor(
+            len(self.train_source),
+            self.rl.pairs_per_step,
+            config.job.seed,
+            self.world,
+            self.rank,
+            shuffle=self.rl.data.shuffle,
+        )
+        self.params = self.policy.trainable_parameters()
+        self.optimizer, self.schedule = build_optimizer(self.params, self.rl.optimizer)
+        self.identity = plan.run_identity(config)
+        self.checkpoints = CheckpointManager(
+            self.run_dir, config.checkpoint.keep, run_identity=self.identity, algorithm="dpo"
+        )
+        if resume:
+            self._load_latest()
+
+    # -------------------------------------------------------------------------------- set-up
+    def prompt_ids(self, prompt: str) -> torch.Tensor:
+        ids = self._ids_cache.get(prompt)
+        if ids is None:
+            size = self.config.model.image_size
+            cond, _ = tokenize_prompts(self.policy.tokenizer, [prompt], resolution=(size, size))
+            ids = self._ids_cache[prompt] = cond[0].to(self.device)
+        return ids
+
+    def _check_data(self) -> None:
+        """Symmetry and leakage, from metadata only, before any step (all ranks raise together)."""
+        tokenize = lambda text: self.prompt_ids(text).tolist()  # noqa: E731
+        check_source_symmetry(self.train_source, tokenize)
+        if self.val_source is not None:
+            check_source_symmetry(self.val_source, tokenize)
+            leakage_audit(self.train_source.membership_ids(), self.val_source.membership_ids())
+
+    def _components(self, *, with_rng: bool = True) -> dict[str, Any]:
+        transformer = self.policy.state_module()
+        components: dict[str, Any] = {
+            "policy": ModelState(transformer, trainable_only=self.policy.lora),
+            "optimizer": OptimizerState(transformer, self.optimizer),
+            "lr_schedule": _LRScheduleState(self.schedule),
+            "progress": PlainState({"step": self.step}),
+        }
+        if self.rl.data.cursor_resume:
+            components["pair_cursor"] = PlainState(self.cursor.state_dict())
+        if with_rng:
+            components["rng"] = RngStreams()
+        return components
+
+    def _load_latest(self) -> None:
+        """Continue from the newest committed checkpoint, or fail saying why (never restart from base)."""
+        step = self.checkpoints.latest_committed()
+        if step is None:
+            raise CheckpointError(f"{self.checkpoints.root}: no committed checkpoint to resume from")
+        meta = self.checkpoints.read_meta(step)
+        same_world = meta.get("world_size") == self.world
+        if meta.get("algorithm") not in (None, "dpo"):
+            raise CheckpointError(f"{self.checkpoints.step_dir(step)} was written by a {meta['algorithm']} run, not dpo")
+        if same_world and meta.get("run_identity") != self.identity:
+            raise CheckpointError(
+                f"{self.checkpoints.step_dir(step)}: run identity {meta.get('run_identity')!r} differs from this "
+                f"config's {self.identity!r}; resume with the run's own manifest.toml, or start a new run"
+            )
+        manager = self.checkpoints
+        if not same_world:
+            # A non-exact DPO resume may change the world size (run.load_for_resume allowed it);
+            # identity then differs only in the world fields, and per-rank RNG cannot carry over.
+            manager = CheckpointManager(self.run_dir, self.config.checkpoint.keep, run_identity=None, algorithm="dpo")
+        components = self._components(with_rng=same_world)
+        manager.load(step, components)
+        self.step = int(components["progress"].data["step"])
+        if self.step != step:
+            raise CheckpointError(f"{self.checkpoints.step_dir(step)}: progress says step {self.step}")
+        if self.rl.data.cursor_resume:
+            self.cursor.load_state_dict(components["pair_cursor"].data)
+        log.info("resumed from %s", self.checkpoints.step_dir(step))
+
+    def save(self) -> Path:
+        return self.checkpoints.save(self.step, self._components())
+
+    # -------------------------------------------------------------------------------- math
+    def _pair_tensors(self, pairs) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Latents [2P, C, h, w] (winners then losers) and the matching prompt ids."""
+        images = torch.stack([p.winner for p in pairs] + [p.loser for p in pairs]).to(self.device)
+        with torch.no_grad():
+            latents = encode_images(self.policy.vae, images)
+        ids = [self.prompt_ids(p.prompt) for p in pairs]
+        return latents, ids + ids
+
+    def _objective(self, latents, ids, eps, t, *, with_grad: bool):
+        """DPO loss and metrics for P pairs: latents [2P, ...], eps [P, ...], t [P] shared by both sides."""
+        count = eps.shape[0]
+        eps2, t2 = torch.cat([eps, eps]), torch.cat([t, t])
+        x_t = noisy_latents(latents, eps2, t2)
+        target = velocity_target(latents, eps2)
+        with torch.no_grad(), self.policy.reference() as reference:
+            mse_ref = per_sample_mse(velocity(reference, x_t, t2, ids), target)
+        with torch.set_grad_enabled(with_grad):
+            mse = per_sample_mse(velocity(self.policy.transformer, x_t, t2, ids), target)
+            return dpo_loss(mse[:count], mse[count:], mse_ref[:count], mse_ref[count:], self.rl.beta)
+
+    def _draw(self, shape, *parts) -> tuple[torch.Tensor, torch.Tensor]:
+        generator = torch.Generator().manual_seed(noise_seed(*parts))
+        eps = torch.randn(shape, generator=generator)
+        t = torch.rand(shape[0], generator=generator)
+        return eps.to(self.device), t.to(self.device)
+
+    def _all_mean(self, values: torch.Tensor) -> torch.Tensor:
+        if self.distributed:
+            dist.all_reduce(values, op=dist.ReduceOp.SUM)
+            values = values / self.world
+        return values
+
+    def train_step(self) -> dict[str, float]:
+        """One optimizer step; returns the rank-averaged train/ metrics."""
+        started = time.perf_counter()
+        pairs = [self.train_source[i] for i in self.cursor.next_batch()]
+        latents, ids = self._pair_tensors(pairs)
+        shape = (len(pairs), *latents.shape[1:])
+        eps, t = self._draw(shape, "train", self.config.job.seed, self.step, self.rank)
+
+        self.optimizer.zero_grad(set_to_none=True)
+        loss, metrics = self._objective(latents, ids, eps, t, with_grad=True)
+        loss.backward()
+        clip = self.rl.optimizer.grad_clip
+        if clip > 0:
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, clip)
+        else:
+            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in self.params if p.grad is not None])
+        if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP2
+            grad_norm = grad_norm.full_tensor()
+        lr = self.schedule.get_last_lr()[0]
+        self.optimizer.step()
+        self.schedule.step()
+        self.step += 1
+
+        reduced = self._all_mean(torch.stack([metrics[k].float() for k in LOSS_METRICS]).cpu())
+        out = {f"train/{k}": float(v) for k, v in zip(LOSS_METRICS, reduced)}
+        out["train/grad_norm"] = float(grad_norm)
+        out["train/lr"] = lr
+        out["train/pairs_per_s"] = self.rl.pairs_per_step / max(time.perf_counter() - started, 1e-9)
+        return out
+
+    @torch.no_grad()
+    def validate(self) -> dict[str, float]:
+        """The DPO objective on up to max_pairs held-out pairs; each pair's noise is fixed by its index."""
+        total = min(self.rl.validation.max_pairs, len(self.val_source))
+        mine = list(range(self.rank, total, self.world))
+        chunk = max(self.rl.pairs_per_step // self.world, 1)
+        sums = torch.zeros(len(VAL_METRICS) + 1)
+        for start in range(0, len(mine), chunk):
+            indices = mine[start : start + chunk]
+            latents, ids = self._pair_tensors([self.val_source[i] for i in indices])
+            draws = [self._draw((1, *latents.shape[1:]), "val", self.config.job.seed, i) for i in indices]
+            eps = torch.cat([d[0] for d in draws])
+            t = torch.cat([d[1] for d in draws])
+            _, metrics = self._objective(latents, ids, eps, t, with_grad=False)
+            sums[:-1] += torch.stack([metrics[k].float().cpu() for k in VAL_METRICS]) * len(indices)
+            sums[-1] += len(indices)
+        if self.distributed:
+            # Ranks may hold different counts; sum numerators and the count, not means.
+            dist.all_reduce(sums, op=dist.ReduceOp.SUM)
+        return {f"val/{k}": float(v) for k, v in zip(VAL_METRICS, sums[:-1] / sums[-1])}
+
+    def _preempt_agreed(self, preemption: _Preemption) -> bool:
+        flag = torch.tensor([1.0 if preemption.requested else 0.0])
+        if self.distributed:
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+    # -------------------------------------------------------------------------------- loop
+    def run(self) -> list[dict[str, float]]:
+        """Train to rl.max_steps, writing metrics and checkpoints; returns the rows this call wrote."""
+        cfg, rl = self.config, self.rl
+        writer = MetricsWriter(
+            self.run_dir,
+            enabled=self.is_main,
+            tensorboard=cfg.job.tensorboard,
+            resume_step=self.step if self.resume else None,
+        )
+        progress = Progress(
+            enabled=self.is_main and cfg.job.progress,
+            total=rl.max_steps,
+            start=self.step,
+            unit="pairs",
+            fields=("train/loss", "train/dpo_accuracy"),
+        )
+        preemption = _Preemption()
+        preemption.install()
+        rows: list[dict[str, float]] = []
+        try:
+            while self.step < rl.max_steps:
+                metrics = self.train_step()
+                if not all(math.isfinite(metrics[f"train/{k}"]) for k in ("loss", "grad_norm")):
+                    from cosmos_rl.errors import RunFailed
+
+                    raise RunFailed(f"step {self.step}: non-finite loss or gradient norm ({metrics})")
+                every = rl.validation.every
+                if self.val_source is not None and every > 0 and self.step % every == 0:
+                    metrics.update(self.validate())
+                last = self.step == rl.max_steps
+                if self.step % cfg.job.log_every == 0 or last:
+                    writer.write(self.step, metrics)
+                    rows.append({"step": self.step, **metrics})
+                progress.update(self.step, metrics, rl.pairs_per_step)
+                saved = last or (cfg.checkpoint.every > 0 and self.step % cfg.checkpoint.every == 0)
+                if saved:
+                    self.save()
+                if not last and self._preempt_agreed(preemption):
+                    if not saved:
+                        self.save()
+                    raise Preempted(
+                        f"stopped by signal after committing step {self.step}; "
+                        f"continue with `cosmos-rl resume {self.run_dir} --exact`"
+                    )
+        finally:
+            preemption.uninstall()
+            progress.close()
+            writer.close()
+        return rows
+
+
+def train(config: schema.RunConfig, run_dir: Path, device: torch.device, *, resume: bool, exact: bool) -> list[dict]:
+    """Build the trainer for this rank and run it to the end."""
+    return DPOTrainer(config, run_dir, device, resume=resume, exact=exact).run()
