@@ -67,8 +67,8 @@ class PromptCursor:
     ``seed + epoch``, nothing dropped); its state is the NFT "prompt cursor".
     """
 
-    def __init__(self, num_prompts: int, prompts_per_step: int, seed: int):
-        self._stream = ShuffledStream(num_prompts, prompts_per_step, seed)
+    def __init__(self, num_prompts: int, prompts_per_step: int, seed: int, shuffle: bool = True):
+        self._stream = ShuffledStream(num_prompts, prompts_per_step, seed, shuffle)
 
     @property
     def step(self) -> int:

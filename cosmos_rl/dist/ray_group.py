@@ -1,0 +1,241 @@
+"""A Ray actor group whose actors form one torch.distributed world (NFT's colocated topology).
+
+The group starts a local Ray cluster (or joins `grid.ray_address` / RAY_ADDRESS, or a cluster this
+process already started, e.g. the test suite's), reserves one placement-group bundle per rank,
+waits for the placement before creating any actor (an actor that never gets scheduled would leave
+the others waiting in `init_process_group` forever), creates one actor per rank and has them form a
+gloo/NCCL process group on a free loopback port picked by rank 0.
+
+Every wait has a timeout. `call_all` turns a dead, failing or stuck actor into `RunFailed` naming
+the rank (a user mistake raised inside an actor stays a `UserError`), and returns as soon as one
+rank fails rather than waiting for the others, which are then typically stuck in a collective.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+import time
+from typing import Any
+
+from cosmos_rl.config import schema
+from cosmos_rl.errors import Preempted, RunFailed, UserError
+
+# Seconds the placement group may take to become ready before we report needed vs available.
+PLACEMENT_TIMEOUT_S = 60.0
+# Added to the collective timeout for Ray's own overhead (actor start-up, imports, serialisation).
+CALL_SLACK_S = 120.0
+
+# Set before a local cluster starts: keep every Ray service on 127.0.0.1 (platform.md), no token
+# files in the home directory, and no hub traffic from the actors.
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled"}
+ACTOR_ENV = {"GLOO_SOCKET_IFNAME": "lo", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def local_ray_init_kwargs(temp_dir: str, num_cpus: float | None = None) -> dict:
+    """ray.init arguments for a private single-host cluster (also used by the tests' fixture)."""
+    for key, value in LOOPBACK_ENV.items():
+        os.environ.setdefault(key, value)
+    kwargs = dict(
+        include_dashboard=False,
+        _temp_dir=temp_dir,
+        log_to_driver=True,
+        configure_logging=False,
+        runtime_env={"env_vars": dict(ACTOR_ENV)},
+    )
+    if num_cpus is not None:
+        kwargs["num_cpus"] = num_cpus
+    return kwargs
+
+
+class RayCluster:
+    """Connection to a Ray cluster; shuts down only what it started itself."""
+
+    def __init__(self, grid: schema.GridConfig):
+        self.grid = grid
+        self.started = False
+        self._temp_dir: str | None = None
+
+    def connect(self) -> None:
+        import ray
+
+        if ray.is_initialized():
+            return  # e.g. the test session's cluster: join it, leave it running
+        address = self.grid.ray_address or os.environ.get("RAY_ADDRESS", "")
+        if address:
+            try:
+                ray.init(address=address, configure_logging=False, runtime_env={"env_vars": dict(ACTOR_ENV)})
+            except (ConnectionError, RuntimeError) as exc:
+                raise RunFailed(f"cannot join the Ray cluster at {address!r}: {_first_line(exc)}") from None
+            return
+        # A short path: Ray's unix sockets live under it and must stay below ~107 characters.
+        self._temp_dir = tempfile.mkdtemp(prefix="cosmos-rl-ray-")
+        ray.init(**local_ray_init_kwargs(self._temp_dir))
+        self.started = True
+
+    def shutdown(self) -> None:
+        import ray
+
+        if self.started and ray.is_initialized():
+            ray.shutdown()
+        self.started = False
+        if self._temp_dir:
+            shutil.rmtree(self._temp_dir, ignore_errors=True)
+            self._temp_dir = None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:400] if text else type(exc).__name__
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    """The exception an actor method raised, from Ray's wrapper."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, BaseException) else exc
+
+
+class ActorGroup:
+    """`size` actors of `actor_cls`, one per rank, forming one process group.
+
+    `actor_cls` is a plain class whose constructor takes `(rank, world_size, *init_args)` and which
+    has `setup_world(master_port)` and `pick_port()`; its other methods are called with `call_all`.
+    """
+
+    def __init__(self, grid: schema.GridConfig, size: int, actor_cls: type, init_args: tuple = ()):
+        self.grid = grid
+        self.size = size
+        self.actor_cls = actor_cls
+        self.init_args = init_args
+        self.cluster = RayCluster(grid)
+        self.actors: list = []
+        self._placement = None
+
+    # ----------------------------------------------------------------- start-up
+    def bundle(self) -> dict[str, float]:
+        import ray
+
+        if self.grid.device == "cuda":
+            return {"GPU": 1.0, "CPU": self.grid.cpus_per_rank or 1.0}
+        if self.grid.cpus_per_rank:
+            return {"CPU": float(self.grid.cpus_per_rank)}
+        cpus = float(ray.cluster_resources().get("CPU", 0.0))
+        # Round down to a hundredth so that `size` bundles always fit the cluster's total.
+        per_rank = int(cpus / self.size * 100) / 100
+        if per_rank <= 0:
+            raise UserError(
+                f"grid.cpus_per_rank: the Ray cluster has {cpus} CPUs, too few for {self.size} ranks; "
+                "set grid.cpus_per_rank or join a larger cluster with grid.ray_address"
+            )
+        return {"CPU": per_rank}
+
+    def start(self) -> None:
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        self.cluster.connect()
+        bundle = self.bundle()
+        strategy = "SPREAD" if self.grid.nodes > 1 else "PACK"
+        self._placement = placement_group([dict(bundle)] * self.size, strategy=strategy)
+        if not self._placement.wait(timeout_seconds=min(PLACEMENT_TIMEOUT_S, self.grid.timeout_s)):
+            needed = {k: round(v * self.size, 3) for k, v in bundle.items()}
+            available = {k: ray.available_resources().get(k, 0.0) for k in bundle}
+            total = {k: ray.cluster_resources().get(k, 0.0) for k in bundle}
+            raise UserError(
+                f"grid: the Ray placement group for {self.size} ranks ({bundle} each) did not become ready: "
+                f"needs {needed}, cluster has {total} ({available} available); lower grid.cpus_per_rank, "
+                "free the cluster, or add nodes"
+            )
+        remote_cls = ray.remote(self.actor_cls)
+        cpus = bundle.get("CPU", 0.0)
+        self.actors = [
+            remote_cls.options(
+                num_cpus=cpus,
+                num_gpus=bundle.get("GPU", 0.0),
+                max_restarts=0,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    placement_group=self._placement, placement_group_bundle_index=rank
+                ),
+                runtime_env={"env_vars": {**ACTOR_ENV, "OMP_NUM_THREADS": str(max(1, int(cpus)))}},
+            ).remote(rank, self.size, *self.init_args)
+            for rank in range(self.size)
+        ]
+        port = self.call_one(0, "pick_port")
+        self.call_all("setup_world", port)
+
+    # ----------------------------------------------------------------- calls
+    def _timeout(self, timeout_s: float | None) -> float:
+        return timeout_s if timeout_s is not None else self.grid.timeout_s + CALL_SLACK_S
+
+    def call_one(self, rank: int, method: str, *args, timeout_s: float | None = None) -> Any:
+        return self._gather({rank: getattr(self.actors[rank], method).remote(*args)}, method, timeout_s)[rank]
+
+    def call_all(self, method: str, *args, timeout_s: float | None = None) -> list:
+        """`method(*args)` on every actor at once; the answers in rank order."""
+        refs = {rank: getattr(actor, method).remote(*args) for rank, actor in enumerate(self.actors)}
+        answers = self._gather(refs, method, timeout_s)
+        return [answers[rank] for rank in range(len(self.actors))]
+
+    def _gather(self, refs: dict[int, Any], method: str, timeout_s: float | None) -> dict[int, Any]:
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+        limit = self._timeout(timeout_s)
+        deadline = time.monotonic() + limit
+        rank_of = {ref: rank for rank, ref in refs.items()}
+        pending, answers = list(refs.values()), {}
+        while pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                late = sorted(rank_of[ref] for ref in pending)
+                raise RunFailed(
+                    f"rank {', '.join(map(str, late))}: no answer to {method} within {limit:.0f} s "
+                    "(stuck or too slow; raise grid.timeout_s if the work is legitimately this slow)"
+                )
+            done, pending = ray.wait(pending, num_returns=1, timeout=left)
+            for ref in done:
+                rank = rank_of[ref]
+                try:
+                    answers[rank] = ray.get(ref, timeout=max(1.0, left))
+                except RayActorError as exc:
+                    raise RunFailed(f"rank {rank}: the actor died during {method}: {_first_line(exc)}") from None
+                except GetTimeoutError:
+                    raise RunFailed(f"rank {rank}: no answer to {method} within {limit:.0f} s") from None
+                except RayTaskError as exc:
+                    cause = _unwrap(exc)
+                    if isinstance(cause, (UserError, Preempted)):
+                        raise cause from None
+                    raise RunFailed(
+                        f"rank {rank}: {method} failed: {type(cause).__name__}: {_first_line(cause)}"
+                    ) from exc
+        return answers
+
+    # ----------------------------------------------------------------- teardown
+    def shutdown(self) -> None:
+        import ray
+
+        if ray.is_initialized():
+            for actor in self.actors:
+                try:
+                    ray.kill(actor, no_restart=True)
+                except Exception:  # already dead: nothing left to stop
+                    pass
+            if self._placement is not None:
+                try:
+                    from ray.util.placement_group import remove_placement_group
+
+                    remove_placement_group(self._placement)
+                except Exception:
+                    pass
+        self.actors, self._placement = [], None
+        self.cluster.shutdown()
+

@@ -1,0 +1,39 @@
+"""Shared fixtures. One local Ray cluster for the whole session (starting one costs seconds, and
+every Ray test would otherwise pay it); code under test joins it through `ray.is_initialized()`."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+# Keep Ray and gloo on loopback and offline before anything imports them (platform.md).
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+# Logical CPUs of the session cluster: enough for four 0.5-CPU actors even on a 1-core runner.
+RAY_SESSION_CPUS = 2
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A running local Ray cluster (loopback only, no dashboard); shut down at the end of the session."""
+    import ray
+
+    from cosmos_rl.dist.ray_group import local_ray_init_kwargs
+
+    temp_dir = tempfile.mkdtemp(prefix="cosmos-rl-test-ray-")
+    started = False
+    try:
+        if not ray.is_initialized():
+            ray.init(**local_ray_init_kwargs(temp_dir, num_cpus=RAY_SESSION_CPUS))
+            started = True
+        yield ray
+    finally:
+        if started:
+            ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
