@@ -1,0 +1,117 @@
+"""Start a DPO run: `start(config, run_dir, resume, exact, console) -> exit code`.
+
+`grid.backend = "local"`: run `plan.torchrun_argv` (plus `--resume`/`--exact` on resume) as a child
+process, print the command first, forward SIGTERM/SIGINT/SIGUSR1 to it, and turn the workers'
+status files into the CLI's exit semantics (torchrun reports any worker failure as 1, so the
+reason and code each rank wrote to `<run_dir>/logs/rank<N>.status` decide: a UserError -> exit 2,
+preemption -> 75, anything else -> 1).
+
+Single node: torchrun `--standalone` on 127.0.0.1, gloo pinned to loopback (GLOO_SOCKET_IFNAME=lo).
+Multi-node (grid.nodes > 1): the operator runs `cosmos-rl train MANIFEST` (or `resume`) once on
+every node with the same manifest; each node's torchrun starts its grid.gpus_per_node ranks and
+they meet at the c10d rendezvous `grid.rdzv_endpoint` (or $COSMOS_RL_RDZV_ENDPOINT), job id
+`job.name`. The run directory must be on a filesystem every node shares (checkpoints are
+collective DCP writes).
+
+`grid.backend = "ray"` is not built for DPO yet: it raises RunFailed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+from pathlib import Path
+
+from cosmos_rl import plan
+from cosmos_rl.config import preflight, schema
+from cosmos_rl.errors import Preempted, RunFailed, UserError
+from cosmos_rl.trainers.dpo_worker import EXIT_FAILED, EXIT_PREEMPTED, EXIT_USER
+
+# SIGUSR1 (a scheduler's "about to preempt") becomes SIGTERM for torchrun, which forwards only
+# the signals it handles; its default action on SIGUSR1 would kill it and orphan the workers.
+_FORWARD = {signal.SIGTERM: signal.SIGTERM, signal.SIGINT: signal.SIGINT, signal.SIGUSR1: signal.SIGTERM}
+
+
+def worker_argv(config: schema.RunConfig, run_dir: Path, *, resume: bool, exact: bool) -> list[str]:
+    argv = plan.torchrun_argv(config, str(Path(run_dir) / "manifest.toml"))
+    env_endpoint = f"--rdzv-endpoint=${preflight.RDZV_ENV}"
+    if env_endpoint in argv:
+        endpoint = os.environ.get(preflight.RDZV_ENV, "")
+        if not endpoint:
+            raise UserError(f"grid.rdzv_endpoint: empty and ${preflight.RDZV_ENV} is not set; set one of them")
+        argv[argv.index(env_endpoint)] = f"--rdzv-endpoint={endpoint}"
+    if resume:
+        argv.append("--resume")
+        if exact:
+            argv.append("--exact")
+    return argv
+
+
+def worker_env(config: schema.RunConfig) -> dict[str, str]:
+    env = dict(os.environ)
+    env["HF_HUB_OFFLINE"] = "1"
+    if config.grid.nodes == 1:
+        env["GLOO_SOCKET_IFNAME"] = "lo"
+    return env
+
+
+def _statuses(run_dir: Path) -> list[dict]:
+    out = []
+    for path in sorted((Path(run_dir) / "logs").glob("rank*.status")):
+        try:
+            out.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _raise_for(run_dir: Path, returncode: int) -> None:
+    """Map the ranks' recorded outcomes (or torchrun's code) to the CLI's exceptions."""
+    statuses = _statuses(run_dir)
+    by_code = {s.get("code"): s.get("message", "") for s in statuses}
+    if EXIT_USER in by_code:
+        raise UserError(by_code[EXIT_USER])
+    if EXIT_PREEMPTED in by_code:
+        raise Preempted(by_code[EXIT_PREEMPTED])
+    if EXIT_FAILED in by_code:
+        raise RunFailed(by_code[EXIT_FAILED])
+    raise RunFailed(
+        f"torchrun exited with code {returncode} before the workers reported why; see {Path(run_dir) / 'logs'} and the output above"
+    )
+
+
+def _run_forwarding_signals(argv: list[str], env: dict[str, str]) -> int:
+    child = subprocess.Popen(argv, env=env)
+
+    def forward(signum, frame):
+        if child.poll() is None:
+            child.send_signal(_FORWARD[signum])
+
+    previous = {sig: signal.signal(sig, forward) for sig in _FORWARD}
+    try:
+        while True:
+            try:
+                return child.wait()
+            except KeyboardInterrupt:  # only if a caller restored the default SIGINT handler
+                forward(signal.SIGINT, None)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def start(config: schema.RunConfig, run_dir: Path, resume: bool, exact: bool, console) -> int:
+    if config.grid.backend == "ray":
+        raise RunFailed('grid.backend = "ray" is not built for DPO yet; use grid.backend = "local" (torchrun)')
+    run_dir = Path(run_dir)
+    for stale in (run_dir / "logs").glob("rank*.status"):
+        stale.unlink(missing_ok=True)
+    argv = worker_argv(config, run_dir, resume=resume, exact=exact)
+    console.print(f"[bold]launch[/]: {shlex.join(argv)}", highlight=False, soft_wrap=True)
+    returncode = _run_forwarding_signals(argv, worker_env(config))
+    if returncode == 0:
+        return 0
+    _raise_for(run_dir, returncode)
+    return EXIT_FAILED  # not reached: _raise_for always raises

@@ -1,0 +1,98 @@
+"""torchrun entry of a DPO run: `python -m cosmos_rl.trainers.dpo_worker <run_dir>/manifest.toml [--resume] [--exact]`.
+
+One process per rank. It joins the process group, runs `trainers.dpo`, and leaves through
+`dist.world.finish_worker` (never interpreter teardown: see platform.md). Exit codes follow the
+CLI: 0 done, 2 a user mistake (UserError), 75 preempted after a committed checkpoint, 1 anything
+else. The one-line reason goes to stderr and to `<run_dir>/logs/rank<N>.status` (JSON: code,
+message), which the launcher reads because torchrun itself reports every worker failure as 1; the
+traceback goes to `<run_dir>/logs/rank<N>.log`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import traceback
+import warnings
+from pathlib import Path
+
+EXIT_OK, EXIT_FAILED, EXIT_USER, EXIT_PREEMPTED = 0, 1, 2, 75
+
+
+def status_path(run_dir: Path, rank: int) -> Path:
+    return Path(run_dir) / "logs" / f"rank{rank}.status"
+
+
+def _setup_logging(run_dir: Path, rank: int) -> Path:
+    logs = run_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log_file = logs / f"rank{rank}.log"
+    handler = logging.FileHandler(log_file, mode="a", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s rank" + str(rank) + " %(name)s %(levelname)s %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    return log_file
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def run_worker(manifest: Path, resume: bool, exact: bool) -> int:
+    from cosmos_rl.dist.torchrun import torchrun_rank
+
+    run_dir = manifest.resolve().parent
+    try:
+        me = torchrun_rank()
+    except Exception as exc:  # not under torchrun: nothing to log into per rank
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    log_file = _setup_logging(run_dir, me.rank)
+    # packing.velocity only reads the root's output (torch.cat of it), never edits it in place, so
+    # FSDP2's per-forward "returned a view tensor" warning says nothing about this run.
+    warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
+    status = status_path(run_dir, me.rank)
+    status.unlink(missing_ok=True)
+    code, message = EXIT_OK, ""
+    try:
+        from cosmos_rl.config import load
+        from cosmos_rl.dist.world import init_process_group, pick_device
+        from cosmos_rl.trainers.dpo import train
+
+        config = load.load(manifest)
+        device = pick_device(config.grid.device, me.local_rank)
+        init_process_group(device, me.rank, me.world_size, config.grid.timeout_s)
+        train(config, run_dir, device, resume=resume, exact=exact)
+    except BaseException as exc:  # noqa: BLE001 - every failure must become an exit code and a line
+        from cosmos_rl.errors import Preempted, UserError
+
+        logging.getLogger(__name__).error("rank %d failed:\n%s", me.rank, traceback.format_exc())
+        if isinstance(exc, Preempted):
+            code, message = EXIT_PREEMPTED, str(exc)
+        elif isinstance(exc, UserError):
+            code, message = EXIT_USER, str(exc)
+        else:
+            code, message = EXIT_FAILED, f"rank {me.rank}: {_one_line(exc)} (traceback in {log_file})"
+        print(f"error: {message}" if code != EXIT_PREEMPTED else message, file=sys.stderr)
+    status.write_text(json.dumps({"code": code, "message": message}), encoding="utf-8")
+    return code
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="cosmos_rl.trainers.dpo_worker")
+    parser.add_argument("manifest", type=Path, help="<run_dir>/manifest.toml written by `cosmos-rl train`")
+    parser.add_argument("--resume", action="store_true", help="continue from the newest committed checkpoint")
+    parser.add_argument("--exact", action="store_true", help="the resume must continue bit-exactly")
+    args = parser.parse_args(argv)
+    code = run_worker(args.manifest, args.resume, args.exact)
+    from cosmos_rl.dist.world import finish_worker
+
+    finish_worker(code)
+
+
+if __name__ == "__main__":
+    main()
