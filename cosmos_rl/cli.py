@@ -166,6 +166,21 @@ def resume(
     _run(lambda: launch.resume(run_dir, overrides or [], exact=exact, console=err))
 
 
+@app.command()
+def report(
+    run_dir: Path = typer.Argument(..., help="Run directory (holds manifest.toml and metrics.jsonl)."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder for the report; default RUN_DIR/report."),
+) -> None:
+    """Plot a run's metric curves and write report.md (final values, plots, sample grids, manifest)."""
+    from cosmos_rl.report import write_report
+
+    try:
+        path = write_report(run_dir, out_dir)
+    except UserError as exc:
+        _fail(exc)
+    out.print(f"[bold green]wrote[/] {path}", highlight=False)
+
+
 @reward_app.command("serve")
 def reward_serve(
     host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default)."),

@@ -1,0 +1,228 @@
+"""`cosmos-rl report RUN_DIR`: metric plots and a Markdown summary of one run directory.
+
+Reads only the run directory's files (`manifest.toml`, `metrics.jsonl`, `checkpoints/`,
+`samples/`), so it works on a finished run, a running one, or a copy pulled off a cluster, and never
+imports torch. Plots use matplotlib's object API with the Agg canvas (no pyplot, no display).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import attrs
+
+from cosmos_rl.errors import UserError
+
+MANIFEST, METRICS, CHECKPOINTS, SAMPLES = "manifest.toml", "metrics.jsonl", "checkpoints", "samples"
+
+# Every plot has this exact pixel size (inches x dpi), so a test can check the files are real plots.
+FIG_SIZE_IN, FIG_DPI = (6.4, 4.0), 100
+
+# Metrics read together in the specs' "is it training correctly" tables share one figure; every
+# other metric gets its own, with its train/ and val/ curves as two lines.
+JOINT_FAMILIES = {
+    "policy_loss": "loss_terms", "kl_loss": "loss_terms",
+    "optimality_mean": "optimality", "optimality_second_moment": "optimality",
+    "positive_error": "branch_errors", "negative_error": "branch_errors",
+}
+
+# Which way is better, by a word in the metric name; metrics with no direction get no "best".
+HIGHER_IS_BETTER = ("accuracy", "reward", "margin")
+LOWER_IS_BETTER = ("loss", "error", "time/")
+
+_STEP_PNG = re.compile(r"step_(\d+)\.png")
+
+
+@attrs.frozen
+class Series:
+    name: str
+    steps: tuple[int, ...]
+    values: tuple[float, ...]
+
+
+@attrs.frozen
+class Run:
+    path: Path
+    manifest_text: str
+    series: dict[str, Series]
+    samples: tuple[tuple[int, Path], ...]  # (step, png), in step order
+    checkpoints: tuple[int, ...]  # committed checkpoint steps
+
+
+# ------------------------------------------------------------------------------------- reading
+def load_run(run_dir: Path) -> Run:
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UserError(f"{run_dir}: no such run directory; pass the folder `cosmos-rl train` created (<job.output_dir>/<job.name>)")
+    manifest = run_dir / MANIFEST
+    if not manifest.is_file():
+        raise UserError(f"{manifest}: not found, so {run_dir} is not a run directory; pass the folder `cosmos-rl train` created")
+    return Run(
+        path=run_dir,
+        manifest_text=manifest.read_text(encoding="utf-8"),
+        series=read_metrics(run_dir / METRICS),
+        samples=_sample_grids(run_dir / SAMPLES),
+        checkpoints=_committed_steps(run_dir / CHECKPOINTS),
+    )
+
+
+def read_metrics(path: Path) -> dict[str, Series]:
+    """metrics.jsonl -> one Series per metric name; a repeated step keeps its last value (as a resume would)."""
+    if not path.is_file():
+        raise UserError(f"{path}: not found; the run has not written metrics yet (rank 0 writes a row every job.log_every steps)")
+    points: dict[str, dict[int, float]] = defaultdict(dict)
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            step = int(row.pop("step"))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise UserError(f"{path}:{number}: not a metrics row ({type(exc).__name__}: {exc}); each line must be a JSON object with \"step\"") from None
+        for name, value in row.items():
+            number_value = _as_float(value)
+            if number_value is not None:
+                points[name][step] = number_value
+    if not points:
+        raise UserError(f"{path}: holds no metric rows yet; wait for the first logged step (job.log_every) and run the report again")
+    return {name: Series(name, tuple(sorted(by_step)), tuple(by_step[s] for s in sorted(by_step))) for name, by_step in sorted(points.items())}
+
+
+def _as_float(value) -> float | None:
+    # MetricsWriter stores NaN/inf as the strings "nan"/"inf"; they stay visible as non-finite points.
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str) and value.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
+        return float(value)
+    return None
+
+
+def _sample_grids(folder: Path) -> tuple[tuple[int, Path], ...]:
+    if not folder.is_dir():
+        return ()
+    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _STEP_PNG.fullmatch(p.name))]
+    return tuple(sorted(found))
+
+
+def _committed_steps(folder: Path) -> tuple[int, ...]:
+    if not folder.is_dir():
+        return ()
+    steps = [int(d.name[5:]) for d in folder.iterdir() if d.name.startswith("step_") and d.name[5:].isdigit() and (d / "COMMITTED").is_file()]
+    return tuple(sorted(steps))
+
+
+# ------------------------------------------------------------------------------------- summary
+def families(names) -> dict[str, list[str]]:
+    """Group metric names into figures: train/X and val/X together, joint families, time/* together."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for name in sorted(names):
+        prefix, _, suffix = name.rpartition("/")
+        if prefix in ("train", "val"):
+            key = JOINT_FAMILIES.get(suffix, suffix)
+        else:
+            key = prefix or suffix  # time/* -> "time"; an unprefixed metric stands alone
+        groups[key].append(name)
+    return dict(sorted(groups.items()))
+
+
+def direction(name: str) -> str:
+    lowered = name.lower()
+    if any(word in lowered for word in HIGHER_IS_BETTER):
+        return "max"
+    if any(word in lowered for word in LOWER_IS_BETTER):
+        return "min"
+    return ""
+
+
+def final_and_best(series: Series) -> tuple[tuple[int, float], tuple[int, float] | None]:
+    last = (series.steps[-1], series.values[-1])
+    finite = [(v, s) for s, v in zip(series.steps, series.values) if math.isfinite(v)]
+    way = direction(series.name)
+    if not way or not finite:
+        return last, None
+    value, step = (max if way == "max" else min)(finite, key=lambda vs: vs[0])
+    return last, (step, value)
+
+
+# --------------------------------------------------------------------------------------- plots
+def plot_family(title: str, members: list[Series], path: Path) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=FIG_SIZE_IN, dpi=FIG_DPI)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for s in members:
+        # Sparse series (validation every N steps) get markers so single points are visible.
+        sparse = len(s.steps) < 30 or s.name.startswith("val/")
+        ax.plot(s.steps, s.values, label=s.name, marker="o" if sparse else None, markersize=3, linewidth=1.2)
+    ax.set_title(title)
+    ax.set_xlabel("step")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()  # re-lays out axes inside the fixed canvas; the pixel size stays FIG_SIZE_IN x FIG_DPI
+    fig.savefig(path, dpi=FIG_DPI)
+
+
+# -------------------------------------------------------------------------------------- report
+def write_report(run_dir: Path, out_dir: Path | None = None) -> Path:
+    """Write plots and report.md for a run directory; returns the report.md path."""
+    run = load_run(run_dir)
+    out = Path(out_dir) if out_dir is not None else run.path / "report"
+    plots = out / "plots"
+    try:
+        plots.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{out}: cannot create the report folder ({exc.strerror}); pass a writable --out") from None
+    written = []
+    for family, names in families(run.series).items():
+        png = plots / f"{_safe(family)}.png"
+        plot_family(family, [run.series[n] for n in names], png)
+        written.append((family, png))
+    report = out / "report.md"
+    report.write_text(render_markdown(run, written, out), encoding="utf-8")
+    return report
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.6g}" if math.isfinite(value) else str(value)
+
+
+def _link(target: Path, base: Path) -> str:
+    # Relative links keep the report readable wherever the run directory is copied.
+    return Path(os.path.relpath(target.resolve(), base.resolve())).as_posix()
+
+
+def render_markdown(run: Run, plots: list[tuple[str, Path]], out: Path) -> str:
+    lines = [f"# Run report: {run.path.resolve().name}", "", f"Run directory: `{run.path.resolve()}`", ""]
+    lines += ["## Final values", "", "| metric | last (step) | best (step) |", "| --- | --- | --- |"]
+    for name, series in run.series.items():
+        (last_step, last), best = final_and_best(series)
+        best_text = f"{_fmt(best[1])} ({best[0]})" if best else "n/a"
+        lines.append(f"| `{name}` | {_fmt(last)} ({last_step}) | {best_text} |")
+    lines += ["", "Best is the maximum for accuracy, reward and margin metrics, the minimum for losses, errors",
+              "and timings; other metrics have no better direction.", ""]
+    lines += ["## Curves", ""]
+    for family, png in plots:
+        lines += [f"### {family}", "", f"![{family}]({_link(png, out)})", ""]
+    if run.samples:
+        lines += ["## Sample grids", "", "The step's samples, oldest first.", ""]
+        for step, png in run.samples:
+            lines += [f"### step {step}", "", f"![samples at step {step}]({_link(png, out)})", ""]
+    lines += ["## Checkpoints", ""]
+    lines.append(
+        "Committed: " + ", ".join(f"`step_{s}`" for s in run.checkpoints) if run.checkpoints else "No committed checkpoint."
+    )
+    lines += ["", "## Resolved manifest", "", "```toml", run.manifest_text.rstrip("\n"), "```", ""]
+    return "\n".join(lines)

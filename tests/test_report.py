@@ -1,0 +1,137 @@
+"""`cosmos-rl report` on run directories the tests write: real PNGs, the values written, clear errors."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from cosmos_rl import report
+
+ROOT = Path(__file__).resolve().parent.parent
+PLOT_PX = (round(report.FIG_SIZE_IN[0] * report.FIG_DPI), round(report.FIG_SIZE_IN[1] * report.FIG_DPI))
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cosmos_rl.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+def write_rows(path: Path, rows: list[dict]) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def dpo_run(tmp_path: Path) -> Path:
+    run = tmp_path / "dpo_run"
+    run.mkdir()
+    (run / "manifest.toml").write_text((ROOT / "manifests" / "dpo_t2i_smoke.toml").read_text())
+    rows = []
+    for step in range(1, 31):
+        row = {"step": step, "train/loss": 0.7 - 0.01 * step, "train/dpo_accuracy": 0.5 + 0.01 * step,
+               "train/dpo_reward_margin": 0.02 * step, "time/train_s": 1.5}
+        if step % 10 == 0:  # validation every 10 steps, in the same row as the train metrics
+            row.update({"val/loss": 0.72 - 0.004 * step, "val/dpo_accuracy": 0.5 + 0.005 * step})
+        rows.append(row)
+    rows[14]["train/dpo_accuracy"] = 0.99  # the best accuracy is not the last one
+    write_rows(run / "metrics.jsonl", rows)
+    for step in (10, 20, 30):
+        (run / "checkpoints" / f"step_{step}").mkdir(parents=True)
+    for step in (20, 30):  # step_10 was never committed, so the report must not list it
+        (run / "checkpoints" / f"step_{step}" / "COMMITTED").write_text("")
+    return run
+
+
+def nft_run(tmp_path: Path) -> Path:
+    run = tmp_path / "nft_run"
+    (run / "samples").mkdir(parents=True)
+    (run / "manifest.toml").write_text((ROOT / "manifests" / "nft_t2i_smoke.toml").read_text())
+    names = ("reward_mean", "policy_loss", "kl_loss", "advantage_mean", "optimality_mean", "optimality_second_moment",
+             "positive_error", "negative_error")
+    rows = [{"step": s, **{f"train/{n}": 0.1 * s + i for i, n in enumerate(names)},
+             "time/rollout_s": 0.6, "time/reward_s": 0.1, "time/train_s": 0.3, "time/orchestration_s": 0.05}
+            for s in range(1, 21)]
+    rows[-1]["train/kl_loss"] = "nan"  # MetricsWriter keeps a non-finite value as a string
+    write_rows(run / "metrics.jsonl", rows)
+    for step in (20, 10, 0):  # written out of order; the report orders them by step
+        Image.new("RGB", (64, 32), (step * 10, 0, 0)).save(run / "samples" / f"step_{step}.png")
+    return run
+
+
+def test_dpo_report_via_cli(tmp_path):
+    run = dpo_run(tmp_path)
+    result = cli("report", str(run))
+    assert result.returncode == 0, result.stderr
+    out = run / "report"
+    pngs = sorted((out / "plots").glob("*.png"))
+    # train/ and val/ of the same metric share one figure; time/* is one figure.
+    assert [p.name for p in pngs] == ["dpo_accuracy.png", "dpo_reward_margin.png", "loss.png", "time.png"]
+    for png in pngs:
+        with Image.open(png) as image:
+            image.verify()
+        with Image.open(png) as image:
+            assert image.format == "PNG" and image.size == PLOT_PX
+            low, high = image.convert("L").getextrema()
+            assert high - low > 100, f"{png} is blank"  # axes and lines on a white background
+    text = (out / "report.md").read_text()
+    assert "| `train/loss` | 0.4 (30) | 0.4 (30) |" in text
+    assert "| `train/dpo_accuracy` | 0.8 (30) | 0.99 (15) |" in text
+    assert "| `val/dpo_accuracy` | 0.65 (30) | 0.65 (30) |" in text
+    for png in pngs:
+        assert f"(plots/{png.name})" in text
+    assert "`step_20`, `step_30`" in text and "step_10`" not in text
+    assert "```toml\n" in text and 'algorithm = "dpo"' in text
+
+
+def test_nft_report_embeds_sample_grids_in_step_order(tmp_path):
+    run = nft_run(tmp_path)
+    out = tmp_path / "elsewhere"
+    path = report.write_report(run, out)
+    assert path == out / "report.md" and not (run / "report").exists()
+    text = path.read_text()
+    embedded = re.findall(r"!\[samples at step (\d+)\]\(([^)]+)\)", text)
+    assert [int(s) for s, _ in embedded] == [0, 10, 20]
+    for _, link in embedded:  # relative links resolve from the report's folder to the real grids
+        with Image.open(out / link) as image:
+            assert image.size == (64, 32)
+    names = {p.stem for p in (out / "plots").glob("*.png")}
+    assert names == {"reward_mean", "advantage_mean", "loss_terms", "optimality", "branch_errors", "time"}
+    for png in (out / "plots").glob("*.png"):
+        with Image.open(png) as image:
+            assert image.size == PLOT_PX
+    assert "| `train/reward_mean` | 2 (20) | 2 (20) |" in text
+    assert "| `train/kl_loss` | nan (20) | 2.1 (1) |" in text  # a NaN last value stays visible
+    assert "| `train/advantage_mean` | 5 (20) | n/a |" in text
+
+
+def test_repeated_steps_keep_the_last_row(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    write_rows(path, [{"step": 1, "train/loss": 1.0}, {"step": 2, "train/loss": 0.9}, {"step": 2, "train/loss": 0.5}])
+    series = report.read_metrics(path)["train/loss"]
+    assert series.steps == (1, 2) and series.values == (1.0, 0.5)
+
+
+@pytest.mark.parametrize("case", ["no_dir", "no_manifest", "no_metrics", "empty_metrics", "bad_line"])
+def test_unusable_run_dir_exits_2_naming_the_file(tmp_path, case):
+    run = dpo_run(tmp_path)
+    named = run
+    if case == "no_dir":
+        run = named = tmp_path / "missing"
+    elif case == "no_manifest":
+        named = run / "manifest.toml"
+        named.unlink()
+    elif case == "no_metrics":
+        named = run / "metrics.jsonl"
+        named.unlink()
+    elif case == "empty_metrics":
+        named = run / "metrics.jsonl"
+        named.write_text("\n")
+    else:
+        named = run / "metrics.jsonl"
+        named.write_text('{"step": 1, "train/loss": 0.5}\n{"train/loss": 0.4}\n')
+    result = cli("report", str(run))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert str(named) in result.stderr and "Traceback" not in result.stderr
+    if case == "bad_line":
+        assert f"{named}:2" in result.stderr
