@@ -550,11 +550,16 @@ class CheckpointManager:
 
         error = None
         if rank == 0:
+            # Any failure must reach the other ranks, or they would wait in the broadcast.
             try:
                 self._commit(tmp, final, step, world, wrapped, json.loads(meta_text))
-                self.prune()
-            except OSError as exc:
-                error = f"committing {final} failed: {exc}"
+            except Exception as exc:
+                error = f"committing {final} failed ({type(exc).__name__}: {exc}); earlier checkpoints are intact"
+            else:
+                try:
+                    self.prune()
+                except Exception as exc:
+                    error = f"{final} is committed, but pruning old checkpoints failed: {type(exc).__name__}: {exc}"
         error = _from_rank0(error)
         if error:
             raise CheckpointError(error)

@@ -1,4 +1,5 @@
-"""Multi-rank checkpoints: FSDP2 + Adam saved on 2 gloo ranks, reloaded on 2 ranks and on 1.
+"""Multi-rank checkpoints: FSDP2 + Adam saved on 2 gloo ranks, reloaded on 2 ranks and on 1;
+base weights loaded into an FSDP2-sharded model.
 
 Run as a script under torchrun it is the worker; under pytest it launches that worker.
 """
@@ -24,6 +25,7 @@ from cosmos_rl.checkpoint import (
 )
 
 STEP = 1
+BASE_SEED = 7
 
 
 class Block(torch.nn.Module):
@@ -119,6 +121,15 @@ def worker(run_dir: Path) -> None:
     assert train == {"step": STEP}
     assert torch.equal(torch.rand(3), after_save), "this rank's RNG stream was not restored"
 
+    # Base weights (a diffusers-style safetensors folder) load into an already sharded model.
+    from cosmos_rl.models.base_checkpoint import load_base_weights
+
+    model3, opt3 = sharded_model(seed=1)
+    load_base_weights(model3, run_dir / "base", [])
+    got_base, _ = full_states(model3, opt3)
+    if rank == 0:
+        assert_equal_dicts(Stack(seed=BASE_SEED).state_dict(), got_base, "base weights")
+
     dist.barrier()
     dist.destroy_process_group()
     sys.stdout.flush()
@@ -139,6 +150,10 @@ def test_two_rank_fsdp_checkpoint_reloads_on_two_ranks_and_on_one(tmp_path):
         "--nproc_per_node=2", "--master_addr=127.0.0.1", f"--master_port={free_port()}",
         __file__, str(tmp_path),
     ]  # fmt: skip
+    from safetensors.torch import save_file
+
+    (tmp_path / "base" / "transformer").mkdir(parents=True)
+    save_file(Stack(seed=BASE_SEED).state_dict(), tmp_path / "base" / "transformer" / "model.safetensors")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
