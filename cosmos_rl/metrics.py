@@ -31,7 +31,18 @@ class MetricsWriter:
     def _truncate_after(self, step: int) -> None:
         if not self.path.exists():
             return
-        kept = [line for line in self.path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
+        lines = [line for line in self.path.read_text().splitlines() if line.strip()]
+        # A process killed mid-write leaves at most one torn row, the last; it lies past the resumed
+        # step anyway (the checkpoint commit came before it), so drop it. A torn row anywhere else is
+        # real damage and fails loudly.
+        if lines and not _parses(lines[-1]):
+            lines.pop()
+        for number, line in enumerate(lines, start=1):
+            if not _parses(line):
+                from cosmos_rl.errors import UserError
+
+                raise UserError(f"{self.path}:{number}: not a JSON metrics row; repair or delete that line, then resume again")
+        kept = [line for line in lines if json.loads(line)["step"] <= step]
         self.path.write_text("".join(line + "\n" for line in kept))
 
     def write(self, step: int, metrics: dict[str, float]) -> None:
@@ -48,6 +59,13 @@ class MetricsWriter:
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
+
+
+def _parses(line: str) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except json.JSONDecodeError:
+        return False
 
 
 def _plain(value):
