@@ -1,0 +1,115 @@
+# owner: model-layer helper
+"""torchrun worker for tests/test_models_fsdp.py: one training step, FSDP2-sharded vs unsharded.
+
+Every rank builds the same tiny model with LoRA, keeps an unsharded copy as the reference, shards
+the other, and trains both one step on the same global batch (each rank feeds the sharded model
+its half). Rank 0 writes the largest differences it saw to the JSON file named on the command line.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+
+from cosmos_rl.dist.fsdp import shard_transformer
+from cosmos_rl.models.build import build_preset
+from cosmos_rl.models.lora import adapter_tensors, adapters_disabled, add_adapters, blend_adapter
+from cosmos_rl.models.packing import velocity
+from cosmos_rl.models.text import tokenize_prompts
+
+PROMPTS = ["a cat", "a much longer prompt about a dog", "x", "a small red cube on a table"]
+
+
+def _full(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+def _max_diff(a: dict, b: dict) -> float:
+    return max((_full(a[k]).float() - _full(b[k]).float()).abs().max().item() for k in a)
+
+
+def _batch(tokenizer):
+    generator = torch.Generator().manual_seed(11)
+    x0 = torch.randn(4, 4, 8, 8, generator=generator)
+    noise = torch.randn(4, 4, 8, 8, generator=generator)
+    sigma = torch.tensor([0.9, 0.6, 0.3, 0.1])
+    s = sigma.view(-1, 1, 1, 1)
+    ids, _ = tokenize_prompts(tokenizer, PROMPTS)
+    return (1 - s) * x0 + s * noise, sigma, ids, noise - x0
+
+
+def _velocity_diff(a, b, x_t, sigma, ids) -> float:
+    return (velocity(a, x_t, sigma, ids).float() - velocity(b, x_t, sigma, ids)).abs().max().item()
+
+
+def _loss(transformer, x_t, sigma, ids, target):
+    return (velocity(transformer, x_t, sigma, ids) - target).square().mean()
+
+
+def one_step(mixed_precision: bool) -> dict:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    parts = build_preset("tiny", seed=0)
+    sharded = parts.transformer
+    add_adapters(sharded, rank=4, alpha=8, names=["policy", "old"])
+    with torch.no_grad():  # identical non-zero adapters on every rank, so both lora_A and lora_B learn
+        generator = torch.Generator().manual_seed(5)
+        for name, param in sorted(sharded.named_parameters()):
+            if "lora_" in name:
+                param.normal_(0.0, 0.1, generator=generator)
+    reference = copy.deepcopy(sharded)
+    initial_policy = {k: v.clone() for k, v in adapter_tensors(reference, "policy").items()}
+    shard_transformer(sharded, mixed_precision=mixed_precision)
+
+    x_t, sigma, ids, target = _batch(parts.tokenizer)
+    local = slice(rank * 4 // world, (rank + 1) * 4 // world)
+    optimizers = [
+        # Plain SGD: Adam's first step is sign(grad), which would magnify rounding in tiny gradients.
+        torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
+        for model in (sharded, reference)
+    ]
+    _loss(sharded, x_t[local], sigma[local], ids[local], target[local]).backward()
+    _loss(reference, x_t, sigma, ids, target).backward()
+    grads = [
+        {n: p.grad for n, p in model.named_parameters() if p.grad is not None} for model in (sharded, reference)
+    ]
+    for optimizer in optimizers:
+        optimizer.step()
+
+    result = {"grad_keys_match": grads[0].keys() == grads[1].keys(), "grad_diff": _max_diff(*grads)}
+    result["grad_max"] = max(_full(g).abs().max().item() for g in grads[1].values())
+    result["param_diff"] = _max_diff(dict(sharded.named_parameters()), dict(reference.named_parameters()))
+    # The step must have moved the policy adapter, or the comparison above proves nothing.
+    result["policy_moved"] = _max_diff(adapter_tensors(reference, "policy"), initial_policy)
+    with torch.no_grad():
+        result["forward_diff"] = _velocity_diff(sharded, reference, x_t, sigma, ids)
+        with adapters_disabled(sharded), adapters_disabled(reference):
+            result["base_forward_diff"] = _velocity_diff(sharded, reference, x_t, sigma, ids)
+        blend_adapter(sharded, "old", "policy", keep=0.5)
+        blend_adapter(reference, "old", "policy", keep=0.5)
+        result["blend_diff"] = _max_diff(adapter_tensors(sharded, "old"), adapter_tensors(reference, "old"))
+    return result
+
+
+def main(out_path: str) -> None:
+    dist.init_process_group("gloo")
+    try:
+        results = {"fp32": one_step(False), "bf16": one_step(True)}
+        if dist.get_rank() == 0:
+            with open(out_path, "w") as handle:
+                json.dump(results, handle)
+    finally:
+        dist.destroy_process_group()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    # A normal interpreter exit after gloo work sometimes aborts (platform.md); leave directly.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
