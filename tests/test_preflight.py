@@ -39,7 +39,7 @@ NFT_CASES = [
     (["grid.ranks=3"], "grid.ranks", "must equal rl.group_size (4)"),
     (['rl.modality="video"', 'rl.profile=""'], "rl.modality", "not included in this release"),
     (['rl.modality="video"'], "rl.profile", "video NFT takes no profile"),
-    (['rl.modality="video"', 'rl.profile=""', 'rl.init_keys_to_skip_loading=["sound_gen."]'], "rl.init_keys_to_skip_loading", "requires it to be empty"),
+    (['rl.modality="video"', 'rl.profile=""', 'rl.init_keys_to_skip_loading=["audio_*"]'], "rl.init_keys_to_skip_loading", "requires it to be empty"),
     (['rl.profile="t2i_huge"'], "rl.profile", '"t2i_tiny", "t2i_public"'),
     (['rl.profile=""'], "rl.profile", "known T2I profile"),
     (["model.image_size=64"], "model.image_size", "fixes the image size at 32"),

@@ -106,7 +106,7 @@ def _common(c: schema.RunConfig, r: _Rules) -> None:
     _init_from(c.rl.init_from, r)
     for i, key in enumerate(c.rl.init_keys_to_skip_loading):
         if not key.strip():
-            r.error(f"rl.init_keys_to_skip_loading[{i}]", "empty key prefix", key, "remove it")
+            r.error(f"rl.init_keys_to_skip_loading[{i}]", "empty key pattern", key, "remove it")
 
 
 def _optimizer(o: schema.OptimizerConfig, r: _Rules) -> None:

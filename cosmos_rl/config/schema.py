@@ -157,7 +157,7 @@ class DPOConfig:
     pairs_per_step: int = knob(8, "Preference pairs per optimizer step, split evenly over the ranks.")
     init_from: str = knob("", "Base checkpoint: diffusers folder, DCP folder, `s3://` (pulled once) or `preset:NAME`; empty = model.*.")
     init_keys_to_skip_loading: list[str] = knob(
-        attrs.Factory(list), "Base-checkpoint key prefixes the model does not build; any other extra key fails."
+        attrs.Factory(list), "Glob patterns (`*` crosses dots) of base-checkpoint keys the model does not build, e.g. the Nano sound and action heads `audio_*`, `action_*`; any other extra or missing key fails the load."
     )
     optimizer: OptimizerConfig = section(OptimizerConfig, "Optimizer of the policy.")
     data: PreferenceDataConfig = section(PreferenceDataConfig, "Training preference pairs.")
@@ -202,7 +202,7 @@ class NFTConfig:
     profile: str = knob("", "Known T2I profile (image only); sets the production coordinates.")
     init_from: str = knob("", "Base checkpoint (required): diffusers folder, DCP folder, `s3://` URL or `preset:tiny`.")
     init_keys_to_skip_loading: list[str] = knob(
-        attrs.Factory(list), "Base-checkpoint key prefixes the model does not build (must be empty for video)."
+        attrs.Factory(list), "Glob patterns of base-checkpoint keys the model does not build (`audio_*`, `action_*`); must be empty for video."
     )
     max_steps: int = knob(100, "Optimizer steps.")
     group_size: int = knob(4, "Samples per prompt, and the model rank count (one sample per rank).")
