@@ -26,14 +26,17 @@ FIG_SIZE_IN, FIG_DPI = (6.4, 4.0), 100
 # Metrics read together in the specs' "is it training correctly" tables share one figure; every
 # other metric gets its own, with its train/ and val/ curves as two lines.
 JOINT_FAMILIES = {
+    "reward_mean": "reward", "reward_std": "reward",
     "policy_loss": "loss_terms", "kl_loss": "loss_terms",
     "optimality_mean": "optimality", "optimality_second_moment": "optimality",
     "positive_error": "branch_errors", "negative_error": "branch_errors",
+    "policy_mse_winner": "mse", "policy_mse_loser": "mse", "ref_mse_winner": "mse", "ref_mse_loser": "mse",
 }
 
-# Which way is better, by a word in the metric name; metrics with no direction get no "best".
-HIGHER_IS_BETTER = ("accuracy", "reward", "margin")
-LOWER_IS_BETTER = ("loss", "error", "time/")
+# Which way is better, by the end of the metric name; the rest (reward_std, advantage_mean, the
+# branch errors, lr, grad_norm) have no better direction, so the report shows no "best" for them.
+HIGHER_IS_BETTER = ("accuracy", "reward_mean", "reward_margin")
+LOWER_IS_BETTER = ("loss",)
 
 _STEP_PNG = re.compile(r"step_(\d+)\.png")
 
@@ -133,10 +136,9 @@ def families(names) -> dict[str, list[str]]:
 
 
 def direction(name: str) -> str:
-    lowered = name.lower()
-    if any(word in lowered for word in HIGHER_IS_BETTER):
+    if name.endswith(HIGHER_IS_BETTER):
         return "max"
-    if any(word in lowered for word in LOWER_IS_BETTER):
+    if name.endswith(LOWER_IS_BETTER) or name.startswith("time/"):
         return "min"
     return ""
 
@@ -211,8 +213,8 @@ def render_markdown(run: Run, plots: list[tuple[str, Path]], out: Path) -> str:
         (last_step, last), best = final_and_best(series)
         best_text = f"{_fmt(best[1])} ({best[0]})" if best else "n/a"
         lines.append(f"| `{name}` | {_fmt(last)} ({last_step}) | {best_text} |")
-    lines += ["", "Best is the maximum for accuracy, reward and margin metrics, the minimum for losses, errors",
-              "and timings; other metrics have no better direction.", ""]
+    lines += ["", "Best is the maximum for accuracy, reward_mean and reward_margin, the minimum for losses and",
+              "timings; other metrics (spreads, advantages, branch errors, lr, grad_norm) show n/a.", ""]
     lines += ["## Curves", ""]
     for family, png in plots:
         lines += [f"### {family}", "", f"![{family}]({_link(png, out)})", ""]

@@ -50,7 +50,7 @@ def nft_run(tmp_path: Path) -> Path:
     names = ("reward_mean", "policy_loss", "kl_loss", "advantage_mean", "optimality_mean", "optimality_second_moment",
              "positive_error", "negative_error")
     rows = [{"step": s, **{f"train/{n}": 0.1 * s + i for i, n in enumerate(names)},
-             "time/rollout_s": 0.6, "time/reward_s": 0.1, "time/train_s": 0.3, "time/orchestration_s": 0.05}
+             "train/reward_std": 0.5, "time/rollout_s": 0.6, "time/reward_s": 0.1, "time/train_s": 0.3, "time/orchestration_s": 0.05}
             for s in range(1, 21)]
     rows[-1]["train/kl_loss"] = "nan"  # MetricsWriter keeps a non-finite value as a string
     write_rows(run / "metrics.jsonl", rows)
@@ -96,13 +96,14 @@ def test_nft_report_embeds_sample_grids_in_step_order(tmp_path):
         with Image.open(out / link) as image:
             assert image.size == (64, 32)
     names = {p.stem for p in (out / "plots").glob("*.png")}
-    assert names == {"reward_mean", "advantage_mean", "loss_terms", "optimality", "branch_errors", "time"}
+    assert names == {"reward", "advantage_mean", "loss_terms", "optimality", "branch_errors", "time"}
     for png in (out / "plots").glob("*.png"):
         with Image.open(png) as image:
             assert image.size == PLOT_PX
     assert "| `train/reward_mean` | 2 (20) | 2 (20) |" in text
     assert "| `train/kl_loss` | nan (20) | 2.1 (1) |" in text  # a NaN last value stays visible
     assert "| `train/advantage_mean` | 5 (20) | n/a |" in text
+    assert "| `train/reward_std` | 0.5 (20) | n/a |" in text  # a spread has no better direction
 
 
 def test_repeated_steps_keep_the_last_row(tmp_path):
