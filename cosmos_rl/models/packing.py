@@ -174,7 +174,9 @@ def _check_inputs(x_t: torch.Tensor, sigma: torch.Tensor, prompt_ids: list[torch
         raise ValueError(f"got {len(prompt_ids)} prompts for {batch} latents")
     for index, ids in enumerate(prompt_ids):
         if ids.dim() != 1 or ids.numel() == 0 or ids.dtype != torch.long:
-            raise ValueError(f"prompt_ids[{index}] must be a non-empty 1-D LongTensor, got {ids.dtype} {tuple(ids.shape)}")
+            raise ValueError(
+                f"prompt_ids[{index}] must be a non-empty 1-D LongTensor, got {ids.dtype} {tuple(ids.shape)}"
+            )
 
 
 def velocity(
