@@ -1,0 +1,121 @@
+"""The hand-written docs stay true: every preflight rule has a troubleshooting entry, every quoted
+`cosmos-rl` command parses, and every manifest command in them validates."""
+
+import ast
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import typer.main
+
+from cosmos_rl.cli import app
+from cosmos_rl.config import load
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+PREFLIGHT = ROOT / "cosmos_rl" / "config" / "preflight.py"
+PAGES = ("quickstart.md", "dpo.md", "nft.md", "topology.md", "troubleshooting.md")
+RULE_HELPERS = {"error", "warn", "at_least", "positive", "local_path"}
+
+
+def _pattern(node) -> str | None:
+    """A regex for a (possibly f-string) argument: literal text escaped, each {...} as a wildcard."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return re.escape(node.value)
+    if isinstance(node, ast.JoinedStr):
+        return "".join(re.escape(v.value) if isinstance(v, ast.Constant) else ".+?" for v in node.values)
+    return None  # a variable: the rule's text is spelled out elsewhere in the file
+
+
+def preflight_rules() -> list[tuple[int, str | None, str | None]]:
+    """(line, path regex, problem regex) of every r.<helper>(...) call and every nft_shapes problem tuple."""
+    rules = []
+    for node in ast.walk(ast.parse(PREFLIGHT.read_text())):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        owner, name = node.func.value, node.func.attr
+        if isinstance(owner, ast.Name) and owner.id == "r" and name in RULE_HELPERS:
+            problem = _pattern(node.args[1]) if name in ("error", "warn") else None
+            rules.append((node.lineno, _pattern(node.args[0]), problem))
+        elif isinstance(owner, ast.Name) and owner.id == "bad" and name == "append":
+            path, problem = node.args[0].elts[:2]
+            rules.append((node.lineno, _pattern(path), _pattern(problem)))
+    return rules
+
+
+def test_the_rule_extractor_sees_the_rules():
+    rules = preflight_rules()
+    assert len(rules) > 60
+    assert any(p and re.fullmatch(p, "grid.rdzv_endpoint") for _, p, _ in rules)
+    assert any(m and re.fullmatch(m, "must split evenly over the 4 ranks") for _, _, m in rules)
+
+
+def test_every_preflight_rule_has_a_troubleshooting_entry():
+    text = (DOCS / "troubleshooting.md").read_text()
+    missing = []
+    for line, path, problem in preflight_rules():
+        if path and not re.search(f"`{path}`", text):
+            missing.append(f"preflight.py:{line}: no entry for key /{path}/")
+        if problem and not re.search(problem, text):
+            missing.append(f"preflight.py:{line}: message /{problem}/ not quoted")
+    assert not missing, "docs/troubleshooting.md is missing:\n" + "\n".join(missing)
+
+
+# ------------------------------------------------------------------------------------ commands
+def quoted_commands() -> list[tuple[str, str]]:
+    """(page, command) for each `cosmos-rl ...` line in a bash fence and each inline `cosmos-rl ...` span.
+
+    A fenced line may end with `# exits 2`: an example of a refused manifest, which must stay refused.
+    """
+    found = []
+    for page in sorted(DOCS.glob("*.md")):
+        text = page.read_text()
+        for block in re.findall(r"```(?:bash|sh|shell)\n(.*?)```", text, flags=re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                if re.match(r"^(\w+=\S+\s+)*cosmos-rl\s", line.strip()):
+                    found.append((page.name, line.strip()))
+        prose = re.sub(r"```.*?```", "", text, flags=re.S)
+        # A bare `cosmos-rl train` in prose names the command; with arguments it is a command line.
+        found += [(page.name, span) for span in re.findall(r"`(cosmos-rl\s+[\w-]+(?:\s+[\w-]+)?\s[^`]+)`", prose)]
+    return found
+
+
+def test_the_pages_exist_and_quote_commands():
+    for page in PAGES:
+        assert (DOCS / page).is_file(), page
+    pages = {page for page, _ in quoted_commands()}
+    assert {"quickstart.md", "topology.md", "dpo.md", "nft.md"} <= pages
+
+
+@pytest.mark.parametrize("page,command", quoted_commands())
+def test_quoted_command_parses_and_its_manifest_validates(page, command, monkeypatch):
+    command, _, comment = command.partition(" #")
+    refused = comment.strip() == "exits 2"
+    words = shlex.split(command)
+    while re.fullmatch(r"\w+=\S*", words[0]):  # leading VAR=value environment assignments
+        key, value = words.pop(0).split("=", 1)
+        monkeypatch.setenv(key, value)
+    assert words[0] == "cosmos-rl"
+    args = words[1:]
+    group = typer.main.get_command(app)
+    names = []
+    while hasattr(group, "commands"):  # walk groups such as `reward serve`
+        names.append(args[0])
+        group = group.commands.get(args.pop(0))
+        assert group is not None, f"{page}: unknown command in `{command}`"
+    try:
+        ctx = group.make_context(" ".join(names), list(args), resilient_parsing=False)
+    except Exception as exc:  # typer ships its own click, so match its UsageError by name
+        if not any(c.__name__ == "UsageError" for c in type(exc).__mro__):
+            raise
+        pytest.fail(f"{page}: `{command}` does not parse: {exc}")
+    if names[0] in ("validate", "plan", "train"):
+        manifest = ROOT / ctx.params["manifest"]
+        assert manifest.is_file(), f"{page}: `{command}` names a manifest that does not exist"
+        config, problems = load.load_all_problems(manifest, list(ctx.params["overrides"] or []))
+        errors = [p.render() for p in problems if p.severity == "error"]
+        if refused:
+            assert errors, f"{page}: `{command}` is shown as refused but validates"
+        else:
+            assert config is not None and not errors, f"{page}: `{command}` does not validate: {errors}"
