@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-import signal
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -48,13 +47,14 @@ from cosmos_rl.data.pairs import (
     check_source_symmetry,
     factory_source,
 )
-from cosmos_rl.errors import Preempted, UserError
+from cosmos_rl.errors import Preempted, RunFailed, UserError
 from cosmos_rl.flow import noisy_latents, velocity_target
 from cosmos_rl.metrics import MetricsWriter, Progress
 from cosmos_rl.models.packing import velocity
 from cosmos_rl.models.setup import Policy, build_optimizer, build_policy
 from cosmos_rl.models.text import tokenize_prompts
 from cosmos_rl.models.vae import encode_images
+from cosmos_rl.preempt import StopFlag
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,6 @@ LOSS_METRICS = (
     "ref_mse_loser",
 )
 VAL_METRICS = ("loss", "dpo_accuracy", "dpo_reward_margin")
-PREEMPT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
 
 # ------------------------------------------------------------------------------------------ data
@@ -106,29 +105,6 @@ class _LRScheduleState(PlainState):
         state = self.schedule.state_dict()
         state.update(data)
         self.schedule.load_state_dict(state)
-
-
-class _Preemption:
-    """Turns SIGTERM/SIGUSR1/SIGINT into a flag the loop checks once per step (all ranks agree)."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._previous: dict[int, Any] = {}
-
-    def install(self) -> None:
-        for sig in PREEMPT_SIGNALS:
-            try:
-                self._previous[sig] = signal.signal(sig, self._handle)
-            except ValueError:  # not the main thread (e.g. a test runner thread): nothing to catch
-                return
-
-    def _handle(self, signum, frame) -> None:
-        self.requested = True
-
-    def uninstall(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous.clear()
 
 
 # ----------------------------------------------------------------------------------------- trainer
@@ -330,12 +306,6 @@ class DPOTrainer:
             dist.all_reduce(sums, op=dist.ReduceOp.SUM)
         return {f"val/{k}": float(v) for k, v in zip(VAL_METRICS, sums[:-1] / sums[-1])}
 
-    def _preempt_agreed(self, preemption: _Preemption) -> bool:
-        flag = torch.tensor([1.0 if preemption.requested else 0.0])
-        if self.distributed:
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
-
     # -------------------------------------------------------------------------------- loop
     def run(self) -> list[dict[str, float]]:
         """Train to rl.max_steps, writing metrics and checkpoints; returns the rows this call wrote."""
@@ -353,15 +323,12 @@ class DPOTrainer:
             unit="pairs",
             fields=("train/loss", "train/dpo_accuracy"),
         )
-        preemption = _Preemption()
-        preemption.install()
+        stop = StopFlag().install()
         rows: list[dict[str, float]] = []
         try:
             while self.step < rl.max_steps:
                 metrics = self.train_step()
                 if not all(math.isfinite(metrics[f"train/{k}"]) for k in ("loss", "grad_norm")):
-                    from cosmos_rl.errors import RunFailed
-
                     raise RunFailed(f"step {self.step}: non-finite loss or gradient norm ({metrics})")
                 every = rl.validation.every
                 if self.val_source is not None and every > 0 and self.step % every == 0:
@@ -374,7 +341,7 @@ class DPOTrainer:
                 saved = last or (cfg.checkpoint.every > 0 and self.step % cfg.checkpoint.every == 0)
                 if saved:
                     self.save()
-                if not last and self._preempt_agreed(preemption):
+                if not last and stop.should_stop():
                     if not saved:
                         self.save()
                     raise Preempted(
@@ -382,7 +349,7 @@ class DPOTrainer:
                         f"continue with `cosmos-rl resume {self.run_dir} --exact`"
                     )
         finally:
-            preemption.uninstall()
+            stop.uninstall()
             progress.close()
             writer.close()
         return rows
