@@ -72,7 +72,10 @@ def torchrun_argv(config: schema.RunConfig, manifest_in_run_dir: str) -> list[st
     if g.nodes == 1:
         argv += ["--standalone", "--local-addr=127.0.0.1"]
     else:
-        endpoint = g.rdzv_endpoint or f"${preflight.RDZV_ENV}"
+        import os
+
+        # preflight guarantees one of the two; the value is printed so the command runs as shown
+        endpoint = g.rdzv_endpoint or os.environ.get(preflight.RDZV_ENV, "")
         argv += ["--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={config.job.name}"]
     return argv + ["-m", "cosmos_rl.trainers.dpo_worker", manifest_in_run_dir]
 
