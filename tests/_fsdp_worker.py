@@ -1,4 +1,3 @@
-# owner: model-layer helper
 """torchrun worker for tests/test_models_fsdp.py: one training step, FSDP2-sharded vs unsharded.
 
 Every rank builds the same tiny model with LoRA, keeps an unsharded copy as the reference, shards

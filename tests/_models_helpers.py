@@ -1,4 +1,3 @@
-# owner: model-layer helper
 """The stock diffusers Cosmos3 pipeline, as the reference the model-layer tests compare against."""
 
 from __future__ import annotations

@@ -1,4 +1,3 @@
-# owner: model-layer helper
 """Presets, the offline tokenizer, and saving/loading model folders."""
 
 from __future__ import annotations

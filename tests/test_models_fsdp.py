@@ -1,4 +1,3 @@
-# owner: model-layer helper
 """FSDP2 sharding: a training step on 2 ranks equals the unsharded step."""
 
 from __future__ import annotations

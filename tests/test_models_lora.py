@@ -1,4 +1,3 @@
-# owner: model-layer helper
 """Named LoRA adapters: which one runs, which one trains, and in-place copy/blend."""
 
 from __future__ import annotations

@@ -1,4 +1,3 @@
-# owner: model-layer helper
 """Packing several samples into one forward must not change any sample's velocity."""
 
 from __future__ import annotations

@@ -1,4 +1,3 @@
-# owner: model-layer helper
 """Batched UniPC sampling with native CFG agrees with the diffusers pipeline."""
 
 from __future__ import annotations

@@ -1,4 +1,3 @@
-# owner: model-layer helper
 """Our prompt tokenization must give the ids the diffusers pipeline feeds the model."""
 
 from __future__ import annotations

@@ -1,4 +1,3 @@
-# owner: model-layer helper
 """Images <-> normalised latents agree with the diffusers pipeline's own encode and decode."""
 
 from __future__ import annotations

@@ -1,4 +1,3 @@
-# owner: model-layer helper
 """FSDP2 sharding of the Cosmos3 transformer: one unit per decoder layer, then the root."""
 
 from __future__ import annotations

@@ -1,4 +1,3 @@
-# owner: model-layer helper
 """Build, save and load the four parts of a Cosmos3 text-to-image model.
 
 A model is either a named preset built from a seed (random weights, for tests and CPU smoke runs)

@@ -1,4 +1,3 @@
-# owner: model-layer helper
 """Named LoRA adapters on the Cosmos3 transformer (peft), and the few operations RL needs on them.
 
 Several adapters share one network: e.g. "policy" (trained), "old" (a moving copy used for

@@ -1,4 +1,3 @@
-# owner: model-layer helper
 """One Cosmos3 forward for a whole batch of (latents, prompt) samples.
 
 The transformer already accepts several vision items in one packed sequence, but its stock

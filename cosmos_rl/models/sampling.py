@@ -1,4 +1,3 @@
-# owner: model-layer helper
 """UniPC flow sampling with Cosmos3's native classifier-free guidance, for a batch at once."""
 
 from __future__ import annotations

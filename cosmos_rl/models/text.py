@@ -1,4 +1,3 @@
-# owner: model-layer helper
 """Prompt -> token ids, exactly as `Cosmos3OmniPipeline.tokenize_prompt` does it for one image.
 
 The pipeline wraps each prompt in a chat (system turn + user turn + open assistant turn),

@@ -1,4 +1,3 @@
-# owner: model-layer helper
 """A tiny tokenizer that the diffusers Cosmos3 pipeline accepts, built without any download.
 
 Cosmos3 reads raw token ids (no text encoder), so all the pipeline needs from a tokenizer is:

@@ -1,4 +1,3 @@
-# owner: model-layer helper
 """Images <-> normalised latents with the Wan VAE, which works on videos ([B, C, T, H, W])."""
 
 from __future__ import annotations
