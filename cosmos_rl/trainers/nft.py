@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,9 @@ class NFTWorker:
         self.reward_url = reward_url
         threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
         torch.set_num_threads(max(1, threads))
+        # The packed forward returns a slice of the root output; nothing here modifies a velocity in
+        # place, which is the only case FSDP2's warning is about, so it would only bury real warnings.
+        warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
 
     # ----------------------------------------------------------------- world
     def pick_port(self) -> tuple[str, int]:
