@@ -255,10 +255,14 @@ class DPOTrainer:
             values = values / self.world
         return values
 
+    def next_pairs(self) -> list:
+        """This rank's pairs for the next step (the Ray per_role trainer fetches them from its data actor)."""
+        return [self.train_source[i] for i in self.cursor.next_batch()]
+
     def train_step(self) -> dict[str, float]:
         """One optimizer step; returns the rank-averaged train/ metrics."""
         started = time.perf_counter()
-        pairs = [self.train_source[i] for i in self.cursor.next_batch()]
+        pairs = self.next_pairs()
         latents, ids = self._pair_tensors(pairs)
         shape = (len(pairs), *latents.shape[1:])
         eps, t = self._draw(shape, "train", self.config.job.seed, self.step, self.rank)

@@ -13,7 +13,7 @@ they meet at the c10d rendezvous `grid.rdzv_endpoint` (or $COSMOS_RL_RDZV_ENDPOI
 `job.name`. The run directory must be on a filesystem every node shares (checkpoints are
 collective DCP writes).
 
-`grid.backend = "ray"` is not built for DPO yet: it raises RunFailed.
+`grid.backend = "ray"`: `trainers.dpo_ray` runs the same trainer in Ray actors (this process is the driver).
 """
 
 from __future__ import annotations
@@ -104,7 +104,9 @@ def _run_forwarding_signals(argv: list[str], env: dict[str, str]) -> int:
 
 def start(config: schema.RunConfig, run_dir: Path, resume: bool, exact: bool, console) -> int:
     if config.grid.backend == "ray":
-        raise RunFailed('grid.backend = "ray" is not built for DPO yet; use grid.backend = "local" (torchrun)')
+        from cosmos_rl.trainers import dpo_ray
+
+        return dpo_ray.start(config, Path(run_dir), resume, exact, console)
     run_dir = Path(run_dir)
     for stale in (run_dir / "logs").glob("rank*.status"):
         stale.unlink(missing_ok=True)

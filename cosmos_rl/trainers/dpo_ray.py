@@ -1,0 +1,174 @@
+"""DPO with `grid.backend = "ray"`: the torchrun trainer (`trainers.dpo`) inside Ray actors.
+
+One policy actor per rank (world = data_parallel_shard_degree) from `dist.ray_group.ActorGroup`,
+which reserves the placement, forms the gloo/NCCL world and turns actor failures into RunFailed
+naming the rank. Each actor runs `DPOTrainer.run()` unchanged, so rank 0 writes metrics.jsonl and
+every rank joins the DCP checkpoint exactly as under torchrun.
+
+`grid.grouping = "per_role"`: the data role (pair source + cursor) lives in its own actor
+(`DPODataActor`, no placement bundle: it only indexes and decodes pairs). Each step every policy
+actor asks it for `next_batches(step)[rank]`; the first ask of a step advances the cursor, the
+others get the cached answer, so the ranks see the same global order as a local PairCursor. The
+checkpoint's `pair_cursor` is the data actor's cursor, and a resume pushes it back there.
+
+Preemption signals reach the driver only; a SIGTERM to `cosmos-rl train` here stops the run
+without a checkpoint (the torchrun backend commits one) - see the report in the commit history.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from cosmos_rl.config import schema
+from cosmos_rl.dist.ray_group import CALL_SLACK_S, ActorGroup, free_loopback_port
+
+# How long a policy actor waits for its batch: the data actor only indexes an in-memory source.
+DATA_TIMEOUT_S = 120.0
+
+
+class DPODataActor:
+    """The per_role data role: pair source + one global cursor, split per rank like PairCursor."""
+
+    def __init__(self, config: schema.RunConfig, world_size: int):
+        from cosmos_rl.data.cursor import PairCursor
+        from cosmos_rl.trainers.dpo import build_source
+
+        rl = config.rl
+        self.world_size = world_size
+        self.source = build_source(rl.data, config.model.image_size, config.job.seed, "rl.data")
+        # world 1: the whole step's indices, which next_batches splits exactly as PairCursor does.
+        self.cursor = PairCursor(len(self.source), rl.pairs_per_step, config.job.seed, 1, 0, shuffle=rl.data.shuffle)
+        self._cached: tuple[int, list] | None = None
+
+    def next_batches(self, step: int) -> list[list]:
+        """The pairs of trainer step `step` (1-based), one list per rank; repeated asks are cached."""
+        if self._cached is None or self._cached[0] != step:
+            indices = self.cursor.next_batch()
+            share = len(indices) // self.world_size
+            batches = [[self.source[i] for i in indices[r * share : (r + 1) * share]] for r in range(self.world_size)]
+            self._cached = (step, batches)
+        return self._cached[1]
+
+    def cursor_state(self) -> dict:
+        return self.cursor.state_dict()
+
+    def load_cursor(self, state: dict) -> None:
+        self.cursor.load_state_dict(state)
+        self._cached = None
+
+
+def _per_role_trainer(data_actor, timeout_s: float):
+    """A DPOTrainer whose pairs come from the data actor (built lazily: torch imports stay in the actor)."""
+    import ray
+
+    from cosmos_rl.checkpoint import PlainState
+    from cosmos_rl.errors import RunFailed
+    from cosmos_rl.trainers.dpo import DPOTrainer
+
+    def ask(ref, what: str):
+        try:
+            return ray.get(ref, timeout=timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            raise RunFailed(f"data actor: no answer to {what} within {timeout_s:.0f} s") from None
+        except ray.exceptions.RayActorError as exc:
+            raise RunFailed(f"data actor died during {what}: {str(exc).splitlines()[0][:300]}") from None
+
+    class PerRoleDPOTrainer(DPOTrainer):
+        def next_pairs(self) -> list:
+            return ask(data_actor.next_batches.remote(self.step + 1), "next_batches")[self.rank]
+
+        def _components(self, *, with_rng: bool = True):
+            components = super()._components(with_rng=with_rng)
+            if "pair_cursor" in components:  # the data actor's cursor, not this rank's unused one
+                components["pair_cursor"] = PlainState(ask(data_actor.cursor_state.remote(), "cursor_state"))
+            return components
+
+        def _load_latest(self) -> None:
+            super()._load_latest()  # loads the saved cursor into self.cursor
+            if self.rl.data.cursor_resume:
+                ask(data_actor.load_cursor.remote(self.cursor.state_dict()), "load_cursor")
+
+    return PerRoleDPOTrainer
+
+
+class DPORayWorker:
+    """One rank. The driver calls pick_port (rank 0), setup_world, then train."""
+
+    def __init__(self, rank: int, world_size: int, config: schema.RunConfig, run_dir: str, data_actor=None):
+        import os
+        import warnings
+
+        import torch
+
+        self.rank, self.world_size = rank, world_size
+        self.config, self.run_dir, self.data_actor = config, Path(run_dir), data_actor
+        torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
+        # Same reason as dpo_worker: packing.velocity never edits the root's output in place.
+        warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
+
+    def pick_port(self) -> tuple[str, int]:
+        if self.config.grid.nodes > 1:
+            import ray
+
+            return ray.util.get_node_ip_address(), free_loopback_port()
+        return "127.0.0.1", free_loopback_port()
+
+    def setup_world(self, address: tuple[str, int]) -> None:
+        import os
+
+        from cosmos_rl.dist import world
+
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = address[0], str(address[1])
+        self.device = world.pick_device(self.config.grid.device, 0)  # Ray shows each GPU actor its own cuda:0
+        world.init_process_group(self.device, self.rank, self.world_size, self.config.grid.timeout_s)
+
+    def train(self, resume: bool, exact: bool) -> int:
+        """Run the trainer to rl.max_steps; returns the last step."""
+        from cosmos_rl.trainers.dpo import DPOTrainer
+        from cosmos_rl.trainers.dpo_worker import _setup_logging
+
+        _setup_logging(self.run_dir, self.rank)
+        cls = DPOTrainer if self.data_actor is None else _per_role_trainer(self.data_actor, DATA_TIMEOUT_S)
+        trainer = cls(self.config, self.run_dir, self.device, resume=resume, exact=exact)
+        trainer.run()
+        return trainer.step
+
+    def shutdown(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def start(config: schema.RunConfig, run_dir: Path, resume: bool, exact: bool, console) -> int:
+    from cosmos_rl import plan
+
+    world, _ = plan.world_size(config)
+    group = ActorGroup(config.grid, world, DPORayWorker)
+    data_actor = None
+    try:
+        t0 = time.perf_counter()
+        group.cluster.connect()  # the data actor must exist before the group's init args are fixed
+        if config.grid.grouping == "per_role":
+            import ray
+
+            # num_cpus=0: outside the policy placement, so it never competes with a rank for a bundle.
+            data_actor = ray.remote(DPODataActor).options(num_cpus=0, max_restarts=0).remote(config, world)
+        group.init_args = (config, str(run_dir), data_actor)
+        group.start()
+        console.print(
+            f"[bold]dpo[/]: {world} Ray actors ({config.grid.grouping}) ready in {time.perf_counter() - t0:.1f} s",
+            highlight=False,
+        )
+        # One call spans the whole run: allow each remaining step the collective timeout.
+        budget = config.rl.max_steps * config.grid.timeout_s + CALL_SLACK_S
+        group.call_all("train", resume, exact, timeout_s=budget)
+        group.call_all("shutdown", timeout_s=CALL_SLACK_S)
+        return 0
+    finally:
+        if data_actor is not None:  # before group.shutdown, which may stop the cluster it started
+            import ray
+
+            ray.kill(data_actor, no_restart=True)
+        group.shutdown()
