@@ -28,6 +28,7 @@ read with ``torch.load(weights_only=True)``.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -382,6 +383,32 @@ def load_dcp(state_dict: dict[str, Any], path: Path) -> None:
         ) from None
 
 
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB"
+
+
+def _disk_space_hint(root: Path, to_save: dict[str, Any], exc: BaseException) -> str:
+    """A readable cause when a failed write ran out of disk space. DCP's own error for that
+    is often an opaque ``inline_container.cc ... unexpected pos`` RuntimeError."""
+    errors = [err for err, _ in exc.failures.values()] if isinstance(exc, CheckpointException) else [exc]
+    enospc = any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in errors)
+    try:
+        free = shutil.disk_usage(root).free
+    except OSError:
+        return ""
+    need = 0
+    for value in flatten_state_dict(to_save)[0].values():
+        if isinstance(value, torch.Tensor):
+            local = value.to_local() if hasattr(value, "to_local") else value
+            need += local.numel() * local.element_size()
+    if enospc or free < need:
+        return (
+            f" (out of disk space? the filesystem holding {root} has {_mib(free)} free; this "
+            f"rank's share of the checkpoint is about {_mib(need)})"
+        )
+    return ""
+
+
 def _flat_keys(tree: dict[str, Any]) -> set[str]:
     flat, _ = flatten_state_dict(tree)
     return set(flat)
@@ -542,9 +569,15 @@ class CheckpointManager:
                     no_dist=_single_process(),
                 )
         except (CheckpointException, OSError, RuntimeError, ValueError) as exc:
-            # DCP gathers failures to every rank, so all ranks raise here together.
+            # DCP gathers failures to every rank, so all ranks raise here together, after every
+            # rank has stopped writing. Remove the partial files: on a full disk they would keep
+            # the next save (a preemption save, say) from fitting either.
+            if rank == 0:
+                shutil.rmtree(tmp, ignore_errors=True)
             raise CheckpointError(
-                f"writing checkpoint {tmp} failed: {describe_dcp_failure(exc)}"
+                f"writing checkpoint {final} failed: {describe_dcp_failure(exc)}"
+                f"{_disk_space_hint(self.root, to_save, exc)}; the partial {tmp.name} was removed "
+                "and earlier checkpoints are intact"
             ) from None
         _barrier()
 
