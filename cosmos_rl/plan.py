@@ -133,11 +133,7 @@ def build(config: schema.RunConfig, manifest_path: str = "MANIFEST", overrides: 
             "name": rl.reward.name,
             "revision": rl.reward.revision,
         }
-        out["ray"] = {
-            "address": config.grid.ray_address or "RAY_ADDRESS if set, else a local cluster",
-            "actors": rl.group_size,
-            "bundle_per_rank": {"GPU": 1} if config.grid.device == "cuda" else {"CPU": config.grid.cpus_per_rank or "cluster CPUs / ranks"},
-        }
+        out["ray"] = _ray_layout(config, rl.group_size)
     else:
         ranks = size
         out["roles_per_process"] = (
@@ -151,7 +147,24 @@ def build(config: schema.RunConfig, manifest_path: str = "MANIFEST", overrides: 
             else "off"
         )
         out["beta"] = rl.beta
+        if config.grid.backend == "ray":
+            out["ray"] = _ray_layout(config, ranks)
     return out
+
+
+def _ray_layout(config: schema.RunConfig, actors: int) -> dict:
+    """What the Ray backend will ask the cluster for (ray_group.ActorGroup reserves exactly this)."""
+    g = config.grid
+    bundle = {"GPU": 1} if g.device == "cuda" else {"CPU": g.cpus_per_rank or "cluster CPUs / ranks"}
+    return {
+        "address": g.ray_address or "RAY_ADDRESS if set, else a local cluster",
+        "actors": actors,
+        "bundle_per_rank": bundle,
+        # One bundle per rank, SPREAD over grid.nodes when > 1 (else PACK): for DPO, preflight makes
+        # this grid.gpus_per_node on every node; NFT's group_size actors are dealt out as evenly.
+        "bundles_per_node": [actors // g.nodes + (n < actors % g.nodes) for n in range(g.nodes)],
+        "placement_strategy": "SPREAD" if g.nodes > 1 else "PACK",
+    }
 
 
 def _data_summary(data: schema.PreferenceDataConfig) -> str:

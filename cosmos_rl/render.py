@@ -39,6 +39,7 @@ def render_plan(console: Console, plan: dict) -> None:
         rows.append(("guidance", f"{s['guidance']}  ({s['guidance_semantics']})"))
         r = plan["reward"]
         rows.append(("reward", f"{r['name']} at {r['endpoint']}, pinned revision {r['revision']!r}"))
+    if "ray" in plan:  # NFT always; DPO with grid.backend = "ray"
         rows.append(("ray", _value(plan["ray"])))
     rows += [
         ("max steps", str(plan["max_steps"])),

@@ -82,3 +82,17 @@ def test_unsatisfiable_placement_fails_with_needed_and_available(ray_cluster, mo
         assert group.actors == []
     finally:
         group.shutdown()
+
+
+def test_impossible_request_fails_before_waiting_for_the_placement(ray_cluster):
+    # The default placement wait (60 s) stays in force: only the up-front totals check can be this quick.
+    import time
+
+    group = ActorGroup(schema.GridConfig(backend="ray", device="cpu", cpus_per_rank=64.0), 2, _probe_class(), ("t",))
+    began = time.monotonic()
+    try:
+        with pytest.raises(UserError, match=r"needs \{'CPU': 128\.0\}, but the Ray cluster has \{'CPU': 2\.0\} in total"):
+            group.start()
+        assert time.monotonic() - began < 10.0 and group.actors == []
+    finally:
+        group.shutdown()

@@ -137,6 +137,19 @@ class ActorGroup:
             )
         return {"CPU": per_rank}
 
+    def check_resources(self, bundle: dict[str, float]) -> None:
+        """Fail at once when the cluster's totals cannot hold the plan (a placement would only time out)."""
+        import ray
+
+        needed = {k: round(v * self.size, 3) for k, v in bundle.items()}
+        total = {k: float(ray.cluster_resources().get(k, 0.0)) for k in bundle}
+        short = {k: v for k, v in needed.items() if v > total[k] + 1e-9}
+        if short:
+            raise UserError(
+                f"grid: {self.size} ranks ({bundle} each) needs {needed}, but the Ray cluster has {total} in total "
+                f"({len(ray.nodes())} node(s)); lower grid.cpus_per_rank, use fewer ranks, or join a larger cluster"
+            )
+
     def start(self) -> None:
         import ray
         from ray.util.placement_group import placement_group
@@ -144,6 +157,7 @@ class ActorGroup:
 
         self.cluster.connect()
         bundle = self.bundle()
+        self.check_resources(bundle)
         strategy = "SPREAD" if self.grid.nodes > 1 else "PACK"
         self._placement = placement_group([dict(bundle)] * self.size, strategy=strategy)
         if not self._placement.wait(timeout_seconds=min(PLACEMENT_TIMEOUT_S, self.grid.timeout_s)):
