@@ -54,6 +54,7 @@ NFT_CASES = [
     (["rl.reward.timeout_s=0"], "rl.reward.timeout_s", "> 0"),
     (['rl.reward.token_env="not a name"'], "rl.reward.token_env", "environment variable name"),
     (['rl.scheduler="ddim"'], "rl.scheduler", "UniPC"),
+    (["model.lora.rank=0"], "model.lora.rank", "second LoRA adapter"),
     (["rl.old.update_every=0"], "rl.old.update_every", ">= 1 when rl.old.build_old"),
     (["rl.old.decay_cap=1.0"], "rl.old.decay_cap", "[0, 1)"),
     (["rl.ref.update_every=5"], "rl.ref.update_every", "frozen"),

@@ -207,6 +207,9 @@ def _nft(c: schema.RunConfig, rl: schema.NFTConfig, r: _Rules) -> None:
         r.error("rl.reward.token_env", "must be an environment variable name", rl.reward.token_env, "e.g. REWARD_TOKEN")
     if rl.scheduler != "unipc":
         r.error("rl.scheduler", "only the UniPC sampler is supported", rl.scheduler, 'set rl.scheduler = "unipc"')
+    if rl.old.build_old and c.model.lora.rank == 0:
+        r.error("model.lora.rank", "NFT keeps the moving old policy as a second LoRA adapter, so it needs LoRA", 0,
+                "set model.lora.rank > 0 (or rl.old.build_old = false)")
     if rl.old.build_old and rl.old.update_every < 1:
         r.error("rl.old.update_every", "must be >= 1 when rl.old.build_old is on", rl.old.update_every, "set rl.old.update_every = 1 or more")
     if not 0 <= rl.old.decay_rate:
