@@ -55,6 +55,11 @@ def worker_env(config: schema.RunConfig) -> dict[str, str]:
     env["HF_HUB_OFFLINE"] = "1"
     if config.grid.nodes == 1:
         env["GLOO_SOCKET_IFNAME"] = "lo"
+    if config.grid.device == "cpu":
+        # torchrun pins one thread per worker only when a node runs several; with one rank per node a
+        # CPU rank would use every core and sum in another order, so the same run split as 2 nodes x 1
+        # would not reproduce 1 node x 2. An operator's own OMP_NUM_THREADS wins.
+        env.setdefault("OMP_NUM_THREADS", "1")
     return env
 
 
