@@ -161,7 +161,15 @@ def plot_family(title: str, members: list[Series], path: Path) -> None:
     fig = Figure(figsize=FIG_SIZE_IN, dpi=FIG_DPI)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
+    by_name = {s.name: s for s in members}
     for s in members:
+        mean = by_name.get(s.name[: -len("_std")] + "_mean") if s.name.endswith("_std") else None
+        if mean is not None and mean.steps == s.steps:
+            # A spread drawn as its own line would share the mean's axis and flatten it; show it as a band.
+            low = [m - d for m, d in zip(mean.values, s.values)]
+            high = [m + d for m, d in zip(mean.values, s.values)]
+            ax.fill_between(s.steps, low, high, alpha=0.25, label=f"{mean.name} ± {s.name.rsplit('/', 1)[-1]}")
+            continue
         # Sparse series (validation every N steps) get markers so single points are visible.
         sparse = len(s.steps) < 30 or s.name.startswith("val/")
         ax.plot(s.steps, s.values, label=s.name, marker="o" if sparse else None, markersize=3, linewidth=1.2)
