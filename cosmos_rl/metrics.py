@@ -1,4 +1,5 @@
-"""One metrics interface with sinks: `metrics.jsonl` always, TensorBoard when asked for; plus progress.
+"""One metrics interface with sinks: `metrics.jsonl` always; TensorBoard and Weights & Biases when the
+manifest asks for them (`job.tensorboard`, `job.wandb_project`); plus progress.
 
 Only rank 0 writes. A resumed run first drops rows past the step it resumes from, so the file of an
 interrupted-and-resumed run equals the file of a straight run.
@@ -13,12 +14,33 @@ from pathlib import Path
 
 
 class MetricsWriter:
-    def __init__(self, run_dir: Path, *, enabled: bool, tensorboard: bool = False, resume_step: int | None = None):
+    @classmethod
+    def for_job(cls, job, run_dir: Path, *, enabled: bool, resume_step: int | None = None, run_config: dict | None = None) -> "MetricsWriter":
+        """The writer with the sinks `job` (the manifest's [job] table) asks for."""
+        return cls(
+            run_dir, enabled=enabled, tensorboard=job.tensorboard, resume_step=resume_step,
+            wandb_project=job.wandb_project, wandb_entity=job.wandb_entity, run_config=run_config,
+        )
+
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        enabled: bool,
+        tensorboard: bool = False,
+        resume_step: int | None = None,
+        wandb_project: str = "",
+        wandb_entity: str = "",
+        run_config: dict | None = None,
+    ):
         self.enabled = enabled
         self.path = Path(run_dir) / "metrics.jsonl"
         self._tb = None
+        self._wandb = None
         if not enabled:
             return
+        if wandb_project:
+            self._wandb = _start_wandb(Path(run_dir), wandb_project, wandb_entity, run_config, resumed=resume_step is not None)
         if resume_step is not None:
             self._truncate_after(resume_step)
         elif self.path.exists():
@@ -55,10 +77,31 @@ class MetricsWriter:
             for key, value in row.items():
                 if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
                     self._tb.add_scalar(key, value, step)
+        if self._wandb is not None:
+            self._wandb.log({k: v for k, v in row.items() if k != "step"}, step=step)
 
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def _start_wandb(run_dir: Path, project: str, entity: str, run_config: dict | None, resumed: bool):
+    import wandb
+
+    # One W&B run per run directory, so a requeued run keeps appending to the same W&B run.
+    run_id = _wandb_run_id(run_dir)
+    return wandb.init(
+        project=project, entity=entity or None, name=run_dir.name, id=run_id, resume="allow" if resumed else None,
+        dir=str(run_dir), config=run_config or {},
+    )
+
+
+def _wandb_run_id(run_dir: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(str(Path(run_dir).resolve()).encode()).hexdigest()[:16]
 
 
 def _parses(line: str) -> bool:

@@ -109,6 +109,7 @@ DPO_CASES = [
     (["model.lora.rank=-1"], "model.lora.rank", ">= 0"),
     (["rl.optimizer.betas=[0.9]"], "rl.optimizer.betas", "two numbers"),
     (['job.name="../escape"'], "job.name", "plain folder name"),
+    (['job.wandb_entity="team"'], "job.wandb_entity", "without job.wandb_project"),
 ]
 
 
@@ -170,3 +171,12 @@ def test_nft_shapes_from_num_replicas_and_ranks():
 def test_several_rule_violations_are_all_reported():
     found = errors(NFT, ['grid.backend="local"', "rl.r_tau=0.0", 'rl.reward.revision=""', "rl.ref.update_every=1"])
     assert {"grid.backend", "rl.r_tau", "rl.reward.revision", "rl.ref.update_every"} <= set(found)
+
+
+def test_wandb_project_needs_the_package(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    found = errors(DPO, ['job.wandb_project="proj"'])
+    assert "the wandb package is not installed" in found["job.wandb_project"]

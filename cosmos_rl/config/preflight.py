@@ -83,6 +83,10 @@ def _common(c: schema.RunConfig, r: _Rules) -> None:
     r.at_least("job.log_every", c.job.log_every, 1)
     if c.job.tensorboard and importlib.util.find_spec("tensorboard") is None:
         r.error("job.tensorboard", "the tensorboard package is not installed", True, "pip install tensorboard, or set job.tensorboard = false")
+    if c.job.wandb_project and importlib.util.find_spec("wandb") is None:
+        r.error("job.wandb_project", "the wandb package is not installed", c.job.wandb_project, 'pip install wandb, or set job.wandb_project = ""')
+    if c.job.wandb_entity and not c.job.wandb_project:
+        r.error("job.wandb_entity", "set without job.wandb_project, so nothing would be logged", c.job.wandb_entity, "set job.wandb_project too, or remove it")
     r.at_least("rl.max_steps", c.rl.max_steps, 1)
     r.at_least("checkpoint.every", c.checkpoint.every, 0)
     r.at_least("checkpoint.keep", c.checkpoint.keep, 0)

@@ -39,6 +39,8 @@ class JobConfig:
     log_every: int = knob(1, "Write a `metrics.jsonl` row every this many optimizer steps.")
     tensorboard: bool = knob(False, "Also write TensorBoard event files (needs the `tensorboard` package).")
     progress: bool = knob(True, "Show a rich progress bar on rank 0 while training.")
+    wandb_project: str = knob("", "Also log metrics to this Weights & Biases project (needs the `wandb` package); empty = off.")
+    wandb_entity: str = knob("", "Weights & Biases entity (team or user) for `wandb_project`; empty = your default.")
 
 
 # ------------------------------------------------------------------------------------------- model
@@ -262,6 +264,8 @@ NON_IDENTITY_FIELDS = frozenset(
         "job.log_every",
         "job.tensorboard",
         "job.progress",
+        "job.wandb_project",
+        "job.wandb_entity",
         "job.output_dir",
         "checkpoint.every",
         "checkpoint.keep",
