@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from PIL import Image
 
+from cosmos_rl.data.vocab import COLOUR_RGB255
+
 RewardFn = Callable[[np.ndarray, Sequence[str]], list[float]]
 
 JPEG_QUALITY = 95
@@ -66,21 +68,8 @@ def brightness(images: np.ndarray, prompts: Sequence[str]) -> list[float]:
     return [float(image.mean()) / 255.0 for image in images]
 
 
-# Colours a prompt may name for `prompt_colour`; RGB in 0..255.
-COLOURS: dict[str, tuple[int, int, int]] = {
-    "red": (255, 0, 0),
-    "green": (0, 255, 0),
-    "blue": (0, 0, 255),
-    "yellow": (255, 255, 0),
-    "cyan": (0, 255, 255),
-    "magenta": (255, 0, 255),
-    "orange": (255, 128, 0),
-    "purple": (128, 0, 128),
-    "white": (255, 255, 255),
-    "black": (0, 0, 0),
-    "gray": (128, 128, 128),
-    "grey": (128, 128, 128),
-}
+# Colours a prompt may name for `prompt_colour`; RGB in 0..255 (one table for the whole project).
+COLOURS = COLOUR_RGB255
 
 
 def colour_named_in(prompt: str) -> tuple[int, int, int]:
