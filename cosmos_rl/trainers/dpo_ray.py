@@ -66,28 +66,29 @@ def _per_role_trainer(data_actor, timeout_s: float):
     from cosmos_rl.errors import RunFailed
     from cosmos_rl.trainers.dpo import DPOTrainer
 
-    def ask(ref, what: str):
+    def ask(rank: int, ref, what: str):
+        # ActorGroup passes a RunFailed through as is, so the message names the asking rank itself.
         try:
             return ray.get(ref, timeout=timeout_s)
         except ray.exceptions.GetTimeoutError:
-            raise RunFailed(f"data actor: no answer to {what} within {timeout_s:.0f} s") from None
+            raise RunFailed(f"rank {rank}: the data actor gave no answer to {what} within {timeout_s:.0f} s") from None
         except ray.exceptions.RayActorError as exc:
-            raise RunFailed(f"data actor died during {what}: {str(exc).splitlines()[0][:300]}") from None
+            raise RunFailed(f"rank {rank}: the data actor died during {what}: {str(exc).splitlines()[0][:300]}") from None
 
     class PerRoleDPOTrainer(DPOTrainer):
         def next_pairs(self) -> list:
-            return ask(data_actor.next_batches.remote(self.step + 1), "next_batches")[self.rank]
+            return ask(self.rank, data_actor.next_batches.remote(self.step + 1), "next_batches")[self.rank]
 
         def _components(self, *, with_rng: bool = True):
             components = super()._components(with_rng=with_rng)
             if "pair_cursor" in components:  # the data actor's cursor, not this rank's unused one
-                components["pair_cursor"] = PlainState(ask(data_actor.cursor_state.remote(), "cursor_state"))
+                components["pair_cursor"] = PlainState(ask(self.rank, data_actor.cursor_state.remote(), "cursor_state"))
             return components
 
         def _load_latest(self) -> None:
             super()._load_latest()  # loads the saved cursor into self.cursor
             if self.rl.data.cursor_resume:
-                ask(data_actor.load_cursor.remote(self.cursor.state_dict()), "load_cursor")
+                ask(self.rank, data_actor.load_cursor.remote(self.cursor.state_dict()), "load_cursor")
 
     return PerRoleDPOTrainer
 
