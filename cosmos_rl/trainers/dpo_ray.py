@@ -11,12 +11,17 @@ actor asks it for `next_batches(step)[rank]`; the first ask of a step advances t
 others get the cached answer, so the ranks see the same global order as a local PairCursor. The
 checkpoint's `pair_cursor` is the data actor's cursor, and a resume pushes it back there.
 
-Preemption signals reach the driver only; a SIGTERM to `cosmos-rl train` here stops the run
-without a checkpoint (the torchrun backend commits one) - see the report in the commit history.
+Preemption: a scheduler signals the driver only. The driver passes SIGTERM/SIGUSR1/SIGINT on as
+SIGTERM to the actors on its own host (their pids are asked for at start-up), whose trainer then
+finishes the step, commits a checkpoint and raises Preempted (exit 75), as under torchrun. Actors on
+other hosts of a multi-node cluster are not reached: there the signal must come from the scheduler.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
 import time
 from pathlib import Path
 
@@ -135,11 +140,40 @@ class DPORayWorker:
         trainer.run()
         return trainer.step
 
+    def host_pid(self) -> tuple[str, int]:
+        import os
+
+        return socket.gethostname(), os.getpid()
+
     def shutdown(self) -> None:
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
+
+
+class _forward_stop_signals:
+    """While training, turn the driver's stop signals into SIGTERM for the local actors (their StopFlag)."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+
+    def __init__(self, pids: list[int]):
+        self.pids, self.previous = pids, {}
+
+    def _forward(self, signum, frame) -> None:
+        for pid in self.pids:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:  # that actor already ended; the others still need the signal
+                pass
+
+    def __enter__(self):
+        self.previous = {sig: signal.signal(sig, self._forward) for sig in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
 
 
 def start(config: schema.RunConfig, run_dir: Path, resume: bool, exact: bool, console) -> int:
@@ -162,9 +196,12 @@ def start(config: schema.RunConfig, run_dir: Path, resume: bool, exact: bool, co
             f"[bold]dpo[/]: {world} Ray actors ({config.grid.grouping}) ready in {time.perf_counter() - t0:.1f} s",
             highlight=False,
         )
+        here = socket.gethostname()
+        local_pids = [pid for host, pid in group.call_all("host_pid", timeout_s=CALL_SLACK_S) if host == here]
         # One call spans the whole run: allow each remaining step the collective timeout.
         budget = config.rl.max_steps * config.grid.timeout_s + CALL_SLACK_S
-        group.call_all("train", resume, exact, timeout_s=budget)
+        with _forward_stop_signals(local_pids):
+            group.call_all("train", resume, exact, timeout_s=budget)
         group.call_all("shutdown", timeout_s=CALL_SLACK_S)
         return 0
     finally:
