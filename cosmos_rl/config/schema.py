@@ -83,7 +83,7 @@ class ModelConfig:
 @frozen
 class GridConfig:
     backend: Literal["local", "ray"] = knob(
-        "local", "`local`: torchrun carries FSDP directly (DPO). `ray`: a Ray actor group (NFT requires it)."
+        "local", "`local`: torchrun carries FSDP directly (DPO only). `ray`: a Ray actor group, one actor per rank (DPO may use it; NFT requires it)."
     )
     grouping: Literal["single", "per_role"] = knob(
         "single", "`single`: every role shares one process per rank. `per_role` (Ray only): a process per role."
