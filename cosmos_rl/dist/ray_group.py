@@ -226,8 +226,8 @@ class ActorGroup:
                     raise RunFailed(f"rank {rank}: no answer to {method} within {limit:.0f} s") from None
                 except RayTaskError as exc:
                     cause = _unwrap(exc)
-                    if isinstance(cause, (UserError, Preempted)):
-                        raise cause from None
+                    if isinstance(cause, (UserError, Preempted, RunFailed)):
+                        raise cause from None  # RunFailed: its one line already names the rank and cause
                     raise RunFailed(
                         f"rank {rank}: {method} failed: {type(cause).__name__}: {_first_line(cause)}"
                     ) from exc

@@ -244,7 +244,7 @@ class NFTWorker:
         except RewardServiceError as exc:
             from cosmos_rl.errors import RunFailed
 
-            raise RunFailed(f"rank {self.rank}: reward service failed: {exc}") from None
+            raise RunFailed(f"rank {self.rank}: {exc}") from None  # the message names the service
         rewards = self._gather(torch.tensor(own, dtype=torch.float64, device=self.device)).T.cpu()  # [rows, G]
         t2 = time.perf_counter()
 

@@ -8,12 +8,11 @@ thread of this process on a free 127.0.0.1 port (the actors on this host reach i
 from __future__ import annotations
 
 import os
-import signal
 import time
 from pathlib import Path
 
 from cosmos_rl.config import schema
-from cosmos_rl.errors import Preempted, UserError
+from cosmos_rl.errors import Preempted, RunFailed, UserError
 
 METRIC_NAMES = (
     "train/reward_mean", "train/reward_std", "train/policy_loss", "train/kl_loss", "train/advantage_mean",
@@ -37,27 +36,32 @@ def _checkpoint_due(config: schema.RunConfig, step: int) -> bool:
     return step == config.rl.max_steps or (every > 0 and step % every == 0)
 
 
-class _StopSignal:
-    """SIGTERM/SIGUSR1 ask the loop to checkpoint after the current step and exit 75 (requeue)."""
+def _resume_point(run_dir: Path) -> str:
+    """Where a failed run continues from, for the one-line failure message."""
+    from cosmos_rl.checkpoint import CheckpointManager
 
-    def __init__(self):
-        self.raised: str | None = None
-        self._previous = {}
+    try:
+        step = CheckpointManager(run_dir, keep=0).latest_committed()
+    except Exception:  # the message must not fail on an unreadable checkpoints folder
+        step = None
+    if step is None:
+        return "no checkpoint was committed yet; start it again with `cosmos-rl train`"
+    return (
+        f"last committed checkpoint {run_dir / 'checkpoints' / f'step_{step}'}; "
+        f"continue with `cosmos-rl resume {run_dir} --exact`"
+    )
 
-    def __enter__(self):
-        for sig in (signal.SIGTERM, signal.SIGUSR1):
-            try:
-                self._previous[sig] = signal.signal(sig, self._handle)
-            except ValueError:  # not the main thread (e.g. called from a test thread): no requeue support
-                pass
-        return self
 
-    def _handle(self, signum, frame):
-        self.raised = signal.Signals(signum).name
+def _stop_flag():
+    """SIGTERM/SIGUSR1: finish the step, commit, exit 75; a second signal aborts (cosmos_rl.preempt)."""
+    from cosmos_rl.preempt import StopFlag
 
-    def __exit__(self, *exc):
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+    flag = StopFlag()
+    try:
+        flag.install()
+    except ValueError:  # not the main thread (e.g. a test thread): no requeue support
+        pass
+    return flag
 
 
 def start(config: schema.RunConfig, run_dir: Path, resume: bool, exact: bool, console) -> int:
@@ -101,20 +105,32 @@ def start(config: schema.RunConfig, run_dir: Path, resume: bool, exact: bool, co
             enabled=config.job.progress, total=rl.max_steps, start=start_step, unit="samples",
             fields=("train/reward_mean", "train/policy_loss"),
         )
-        with _StopSignal() as stop:
+        stop = _stop_flag()
+        try:
             for step in range(start_step + 1, rl.max_steps + 1):
                 began = time.perf_counter()
-                metrics = group.call_all("train_step", step)[0]
+                try:
+                    metrics = group.call_all("train_step", step)[0]
+                except RunFailed as exc:
+                    raise RunFailed(f"step {step}: {exc}; {_resume_point(run_dir)}") from None
                 wall = time.perf_counter() - began
                 # What the actors did not spend in their three phases: Ray calls, gathers, grids, stragglers.
                 metrics["time/orchestration_s"] = max(0.0, wall - sum(metrics[k] for k in PHASES))
                 if step % config.job.log_every == 0 or step == rl.max_steps:
                     writer.write(step, metrics)
                 progress.update(step, metrics, items=rl.group_size * rl.prompts_per_step)
-                if _checkpoint_due(config, step) or stop.raised:
-                    group.call_all("save", step)
-                if stop.raised and step < rl.max_steps:
-                    raise Preempted(f"stopped by {stop.raised} after committing step {step}; resume with --exact")
+                if _checkpoint_due(config, step) or stop.signalled:
+                    try:
+                        group.call_all("save", step)
+                    except RunFailed as exc:
+                        raise RunFailed(f"checkpoint of step {step}: {exc}; {_resume_point(run_dir)}") from None
+                if stop.signalled and step < rl.max_steps:
+                    raise Preempted(
+                        f"stopped by {stop.signalled} after committing step {step}; "
+                        f"continue with `cosmos-rl resume {run_dir} --exact`"
+                    )
+        finally:
+            stop.uninstall()
         return 0
     finally:
         if progress is not None:
