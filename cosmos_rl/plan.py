@@ -155,7 +155,10 @@ def build(config: schema.RunConfig, manifest_path: str = "MANIFEST", overrides: 
 def _ray_layout(config: schema.RunConfig, actors: int) -> dict:
     """What the Ray backend will ask the cluster for (ray_group.ActorGroup reserves exactly this)."""
     g = config.grid
-    bundle = {"GPU": 1} if g.device == "cuda" else {"CPU": g.cpus_per_rank or "cluster CPUs / ranks"}
+    if g.device == "cuda":
+        bundle = {"GPU": 1, "CPU": g.cpus_per_rank or 1}
+    else:
+        bundle = {"CPU": g.cpus_per_rank or "cluster CPUs / ranks"}
     return {
         "address": g.ray_address or "RAY_ADDRESS if set, else a local cluster",
         "actors": actors,

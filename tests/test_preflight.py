@@ -55,6 +55,8 @@ NFT_CASES = [
     (['rl.reward.token_env="not a name"'], "rl.reward.token_env", "environment variable name"),
     (['rl.scheduler="ddim"'], "rl.scheduler", "UniPC"),
     (["model.lora.rank=0"], "model.lora.rank", "second LoRA adapter"),
+    (['grid.device="cuda"', "grid.nodes=1", "grid.gpus_per_node=8"], "grid.gpus_per_node", "must equal rl.group_size (4)"),
+    (["grid.nodes=2"], "rl.reward.url", "other nodes cannot reach"),
     (["rl.old.update_every=0"], "rl.old.update_every", ">= 1 when rl.old.build_old"),
     (["rl.old.decay_cap=1.0"], "rl.old.decay_cap", "[0, 1)"),
     (["rl.ref.update_every=5"], "rl.ref.update_every", "frozen"),

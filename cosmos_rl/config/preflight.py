@@ -180,6 +180,12 @@ def _nft(c: schema.RunConfig, rl: schema.NFTConfig, r: _Rules) -> None:
     r.at_least("rl.group_size", rl.group_size, 2, "set rl.group_size to 2 or more (advantages compare samples within a group)")
     for path, problem, got, fix in nft_shapes(c)[1]:
         r.error(path, problem, got, fix)
+    if g.device == "cuda" and g.nodes * g.gpus_per_node != rl.group_size:
+        r.error("grid.gpus_per_node", f"NFT puts one rank on each GPU, so grid.nodes * grid.gpus_per_node must equal rl.group_size ({rl.group_size})",
+                g.gpus_per_node, f"use {g.nodes} node(s) x {rl.group_size / g.nodes:g} GPUs, or change rl.group_size")
+    if g.nodes > 1 and not rl.reward.url:
+        r.error("rl.reward.url", "the built-in reward service listens on 127.0.0.1 of the driver's node, which other nodes cannot reach", "",
+                "run `cosmos-rl reward serve --host 0.0.0.0` (or your own service) where every node can reach it and set rl.reward.url")
     dp = c.model.config.parallelism.data_parallel_shard_degree
     if dp not in (1, rl.group_size):
         r.error("model.config.parallelism.data_parallel_shard_degree", f"NFT shards over its group_size ({rl.group_size}) ranks", dp, "remove it (derived) or set it to rl.group_size")

@@ -26,7 +26,7 @@ import subprocess
 from pathlib import Path
 
 from cosmos_rl import plan
-from cosmos_rl.config import preflight, schema
+from cosmos_rl.config import schema
 from cosmos_rl.errors import Preempted, RunFailed, UserError
 from cosmos_rl.trainers.dpo_worker import EXIT_FAILED, EXIT_PREEMPTED, EXIT_USER
 
@@ -36,13 +36,8 @@ _FORWARD = {signal.SIGTERM: signal.SIGTERM, signal.SIGINT: signal.SIGINT, signal
 
 
 def worker_argv(config: schema.RunConfig, run_dir: Path, *, resume: bool, exact: bool) -> list[str]:
+    # preflight has checked that multi-node runs have an endpoint (manifest or environment)
     argv = plan.torchrun_argv(config, str(Path(run_dir) / "manifest.toml"))
-    env_endpoint = f"--rdzv-endpoint=${preflight.RDZV_ENV}"
-    if env_endpoint in argv:
-        endpoint = os.environ.get(preflight.RDZV_ENV, "")
-        if not endpoint:
-            raise UserError(f"grid.rdzv_endpoint: empty and ${preflight.RDZV_ENV} is not set; set one of them")
-        argv[argv.index(env_endpoint)] = f"--rdzv-endpoint={endpoint}"
     if resume:
         argv.append("--resume")
         if exact:
@@ -60,6 +55,9 @@ def worker_env(config: schema.RunConfig) -> dict[str, str]:
         # CPU rank would use every core and sum in another order, so the same run split as 2 nodes x 1
         # would not reproduce 1 node x 2. An operator's own OMP_NUM_THREADS wins.
         env.setdefault("OMP_NUM_THREADS", "1")
+    # torchrun SIGKILLs its workers this long after a stop signal (30 s by default), which would cut
+    # a real model's last step and checkpoint short; give them as long as any collective may take.
+    env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(int(config.grid.timeout_s)))
     return env
 
 
@@ -89,7 +87,10 @@ def _raise_for(run_dir: Path, returncode: int) -> None:
 
 
 def _run_forwarding_signals(argv: list[str], env: dict[str, str]) -> int:
-    child = subprocess.Popen(argv, env=env)
+    # torchrun gets its own session: a signal sent to this process group (Ctrl-C in a terminal, a
+    # scheduler signalling the job's group) then reaches the workers once, through the forwarding
+    # below, instead of twice (which the workers would take as "abort now").
+    child = subprocess.Popen(argv, env=env, start_new_session=True)
 
     def forward(signum, frame):
         if child.poll() is None:
