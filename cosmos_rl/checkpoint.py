@@ -730,6 +730,20 @@ class CheckpointManager:
         if problems:
             raise CheckpointError(f"checkpoint {self.step_dir(step)}: " + "; ".join(problems))
 
+    def set_aside(self, step: int) -> Path:
+        """Rename a committed but unloadable ``step_<N>/`` to ``step_<N>.unloadable-<nonce>/`` (collective).
+
+        Resuming from an older step re-runs the steps after it, and a step is saved once; the
+        damaged directory is kept (never deleted) for inspection, and nothing counts it any more.
+        """
+        rank, _ = _rank_and_world()
+        nonce = _from_rank0(secrets.token_hex(4) if rank == 0 else None)
+        target = self.root / f"step_{step}.unloadable-{nonce}"
+        if rank == 0:
+            self.step_dir(step).rename(target)
+        _barrier()
+        return target
+
     def latest_loadable(self, components: dict[str, Component]) -> int | None:
         """The newest committed step that passes ``check_loadable``; older ones are tried
         only after a logged warning saying why the newer one was refused. ``None`` when

@@ -218,3 +218,36 @@ def test_resume_refuses_a_checkpoint_of_another_run(tmp_path):
     other = attrs.evolve(config, rl=attrs.evolve(config.rl, beta=10.0))
     with pytest.raises(UserError, match="run identity"):
         DPOTrainer(other, tmp_path / "run", CPU, resume=True)
+
+
+def test_resume_skips_a_damaged_newest_checkpoint_for_the_older_one(tmp_path, capsys):
+    """step_4 is truncated: the resume warns, sets it aside, continues from step_2 and re-runs 3-4
+    exactly as the straight run did."""
+    config = make_config(tmp_path, max_steps=4)
+    config = attrs.evolve(config, checkpoint=attrs.evolve(config.checkpoint, every=2))
+    straight = DPOTrainer(config, tmp_path / "run", CPU).run()
+    damaged = next((tmp_path / "run" / "checkpoints" / "step_4").glob("*.distcp"))
+    damaged.write_bytes(damaged.read_bytes()[: damaged.stat().st_size // 2])
+
+    resumed = DPOTrainer(config, tmp_path / "run", CPU, resume=True)
+    err = capsys.readouterr().err
+    assert resumed.step == 2
+    assert "cannot be loaded" in err and "step_4" in err and "moved the unloadable" in err
+    rows = resumed.run()
+
+    def strip(rows):
+        return [{k: v for k, v in r.items() if k != "train/pairs_per_s"} for r in rows]
+
+    assert strip(rows) == strip(straight[2:])
+    names = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
+    assert "step_2" in names and "step_4" in names and any(n.startswith("step_4.unloadable-") for n in names)
+
+
+def test_resume_fails_naming_every_reason_when_no_checkpoint_loads(tmp_path):
+    config = make_config(tmp_path, max_steps=2)
+    config = attrs.evolve(config, checkpoint=attrs.evolve(config.checkpoint, every=1))
+    DPOTrainer(config, tmp_path / "run", CPU).run()
+    for step in (1, 2):
+        (tmp_path / "run" / "checkpoints" / f"step_{step}" / ".metadata").write_bytes(b"garbage")
+    with pytest.raises(UserError, match=r"none of the 2 committed checkpoints .*step_2.*step_1"):
+        DPOTrainer(config, tmp_path / "run", CPU, resume=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -192,10 +193,43 @@ class DPOTrainer:
         return components
 
     def _load_latest(self) -> None:
-        """Continue from the newest committed checkpoint, or fail saying why (never restart from base)."""
-        step = self.checkpoints.latest_committed()
-        if step is None:
+        """Continue from the newest loadable committed checkpoint, or fail saying why (never restart from base).
+
+        A committed checkpoint that cannot be loaded (damaged files, another run's identity) is
+        skipped with a warning on the console naming why, and the next older one is tried; when
+        none loads, the run stops listing every reason.
+        """
+        steps = self.checkpoints.committed_steps()
+        if not steps:
             raise CheckpointError(f"{self.checkpoints.root}: no committed checkpoint to resume from")
+        reasons = []
+        for step in reversed(steps):
+            try:
+                manager, components, same_world = self._loader_for(step)
+                manager.check_loadable(step, components)
+            except CheckpointError as exc:
+                reasons.append(str(exc))
+                if self.is_main:
+                    print(f"cosmos-rl: warning: skipping a committed checkpoint that cannot be loaded: {exc}", file=sys.stderr, flush=True)
+                continue
+            for newer in steps[steps.index(step) + 1 :]:
+                moved = self.checkpoints.set_aside(newer)
+                if self.is_main:
+                    print(f"cosmos-rl: warning: moved the unloadable {self.checkpoints.step_dir(newer)} to {moved}", file=sys.stderr, flush=True)
+            manager.load(step, components)
+            self.step = int(components["progress"].data["step"])
+            if self.step != step:
+                raise CheckpointError(f"{self.checkpoints.step_dir(step)}: progress says step {self.step}")
+            if self.rl.data.cursor_resume:
+                self.cursor.load_state_dict(components["pair_cursor"].data)
+            log.info("resumed from %s", self.checkpoints.step_dir(step))
+            return
+        raise CheckpointError(
+            f"none of the {len(steps)} committed checkpoints under {self.checkpoints.root} can be loaded: " + " | ".join(reasons)
+        )
+
+    def _loader_for(self, step: int) -> tuple[CheckpointManager, dict, bool]:
+        """The manager and components that load `step`, after the identity and algorithm checks."""
         meta = self.checkpoints.read_meta(step)
         same_world = meta.get("world_size") == self.world
         if meta.get("algorithm") not in (None, "dpo"):
@@ -210,14 +244,7 @@ class DPOTrainer:
             # A non-exact DPO resume may change the world size (run.load_for_resume allowed it);
             # identity then differs only in the world fields, and per-rank RNG cannot carry over.
             manager = CheckpointManager(self.run_dir, self.config.checkpoint.keep, run_identity=None, algorithm="dpo")
-        components = self._components(with_rng=same_world)
-        manager.load(step, components)
-        self.step = int(components["progress"].data["step"])
-        if self.step != step:
-            raise CheckpointError(f"{self.checkpoints.step_dir(step)}: progress says step {self.step}")
-        if self.rl.data.cursor_resume:
-            self.cursor.load_state_dict(components["pair_cursor"].data)
-        log.info("resumed from %s", self.checkpoints.step_dir(step))
+        return manager, self._components(with_rng=same_world), same_world
 
     def save(self) -> Path:
         return self.checkpoints.save(self.step, self._components())

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -134,9 +135,22 @@ class NFTWorker:
         changes = contract_changes(saved, self.seed_contract)
         if changes:
             raise UserError(f"{self.run_dir}: the seed contract changed since step {step}: {'; '.join(changes)}")
+        step = self._newest_loadable()
         self.checkpoints.load(step, self._components())
         if self.progress["step"] != step:
             raise UserError(f"checkpoint step_{step} records step {self.progress['step']}; the checkpoint is inconsistent")
+        return step
+
+    def _newest_loadable(self) -> int:
+        """The newest committed step that loads; damaged newer ones are warned about and set aside
+        (renamed, never deleted), since the steps after the chosen one are run and saved again."""
+        steps = self.checkpoints.committed_steps()
+        step = self.checkpoints.latest_loadable(self._components())  # raises naming every reason if none loads
+        for newer in steps[steps.index(step) + 1 :]:
+            moved = self.checkpoints.set_aside(newer)
+            if self.rank == 0:
+                print(f"cosmos-rl: warning: checkpoint step_{newer} cannot be loaded; moved it to {moved} "
+                      f"and resumed from step_{step}", file=sys.stderr, flush=True)
         return step
 
     def _components(self) -> dict[str, Any]:
