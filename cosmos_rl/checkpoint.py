@@ -330,6 +330,22 @@ class OptimizerState(Stateful):
 # --------------------------------------------------------------------------- DCP helpers
 
 
+class LRScheduleState(PlainState):
+    """An LR scheduler's counters as plain values; its lambda is rebuilt from the config, not stored."""
+
+    def __init__(self, schedule: torch.optim.lr_scheduler.LRScheduler):
+        super().__init__()
+        self.schedule = schedule
+
+    def capture(self) -> dict[str, Any]:
+        return {k: v for k, v in self.schedule.state_dict().items() if k != "lr_lambdas"}
+
+    def restore(self, data: dict[str, Any]) -> None:
+        state = self.schedule.state_dict()
+        state.update(data)
+        self.schedule.load_state_dict(state)
+
+
 class _NoPickleLoadPlanner(DefaultLoadPlanner):
     """DCP's default planner unpickles byte entries with ``weights_only=False``; ours only
     accepts tensors and plain containers."""

@@ -42,7 +42,7 @@ def _fail(exc: BaseException) -> None:
         for problem in exc.problems:
             err.print(f"  {problem.render()}", highlight=False, markup=False)
     else:
-        err.print(f"[bold red]error[/]: ", end="", highlight=False)
+        err.print("[bold red]error[/]: ", end="", highlight=False)
         err.print(str(exc), markup=False, highlight=False)
     raise typer.Exit(EXIT_USAGE)
 
@@ -60,7 +60,7 @@ def _checked(manifest: Path, overrides: list[str]):
 
 def _print_warnings(warnings) -> None:
     for w in warnings:
-        err.print(f"[yellow]warning[/]: ", end="", highlight=False)
+        err.print("[yellow]warning[/]: ", end="", highlight=False)
         err.print(w.render(), markup=False, highlight=False)
 
 

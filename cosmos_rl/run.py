@@ -12,7 +12,7 @@ from pathlib import Path
 import attrs
 
 from cosmos_rl import plan
-from cosmos_rl.config import load, preflight, schema
+from cosmos_rl.config import load, schema
 from cosmos_rl.config.problems import ManifestError, Problem
 from cosmos_rl.errors import UserError
 

@@ -5,7 +5,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 NFT = str(ROOT / "manifests" / "nft_t2i_smoke.toml")

@@ -61,7 +61,7 @@ def test_images_are_resized_to_image_size(images):
 @pytest.mark.parametrize("tie", [{"tie": True}, {"label": 0.5}, {"label": 0}])
 def test_tie_markers_are_rejected_naming_file_and_line(images, tie):
     path = _jsonl(images / "pairs.jsonl", [_row("a"), _row("b", **tie)])
-    with pytest.raises(UserError, match=rf"pairs\.jsonl:2: row carries .*tie"):
+    with pytest.raises(UserError, match=r"pairs\.jsonl:2: row carries .*tie"):
         JsonlPairs(path, 8)
 
 

@@ -1,7 +1,6 @@
 """Property-based fuzzing of manifests and overrides: never a traceback, always problems with a path."""
 
 import string
-import tomllib
 from pathlib import Path
 
 import tomli_w

@@ -17,13 +17,12 @@ reference is rebuilt from the base at setup, so it is never saved.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -33,6 +32,7 @@ from cosmos_rl.algorithms.dpo import dpo_loss, per_sample_mse
 from cosmos_rl.checkpoint import (
     CheckpointError,
     CheckpointManager,
+    LRScheduleState,
     ModelState,
     OptimizerState,
     PlainState,
@@ -56,6 +56,7 @@ from cosmos_rl.models.setup import Policy, build_optimizer, build_policy
 from cosmos_rl.models.text import tokenize_prompts
 from cosmos_rl.models.vae import encode_images
 from cosmos_rl.preempt import StopFlag
+from cosmos_rl.seeds import derive_seed
 
 log = logging.getLogger(__name__)
 
@@ -84,28 +85,6 @@ def build_source(data: schema.PreferenceDataConfig, image_size: int, job_seed: i
     if data.factory:
         return factory_source(data.factory, **dict(data.factory_kwargs))
     raise UserError(f"{what}: no pair source; set {what}.synthetic_pairs, .jsonl, .shards or .factory")
-
-
-def noise_seed(*parts: Any) -> int:
-    """A 63-bit seed from labelled parts, stable across processes and Python versions."""
-    digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
-    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
-
-
-class _LRScheduleState(PlainState):
-    """The LambdaLR's counters (its lambda is rebuilt from the config, not stored)."""
-
-    def __init__(self, schedule: torch.optim.lr_scheduler.LambdaLR):
-        super().__init__()
-        self.schedule = schedule
-
-    def capture(self) -> dict[str, Any]:
-        return {k: v for k, v in self.schedule.state_dict().items() if k != "lr_lambdas"}
-
-    def restore(self, data: dict[str, Any]) -> None:
-        state = self.schedule.state_dict()
-        state.update(data)
-        self.schedule.load_state_dict(state)
 
 
 # ----------------------------------------------------------------------------------------- trainer
@@ -183,7 +162,7 @@ class DPOTrainer:
         components: dict[str, Any] = {
             "policy": ModelState(transformer, trainable_only=self.policy.lora),
             "optimizer": OptimizerState(transformer, self.optimizer),
-            "lr_schedule": _LRScheduleState(self.schedule),
+            "lr_schedule": LRScheduleState(self.schedule),
             "progress": PlainState({"step": self.step}),
         }
         if self.rl.data.cursor_resume:
@@ -271,7 +250,7 @@ class DPOTrainer:
             return dpo_loss(mse[:count], mse[count:], mse_ref[:count], mse_ref[count:], self.rl.beta)
 
     def _draw(self, shape, *parts) -> tuple[torch.Tensor, torch.Tensor]:
-        generator = torch.Generator().manual_seed(noise_seed(*parts))
+        generator = torch.Generator().manual_seed(derive_seed(*parts))
         eps = torch.randn(shape, generator=generator)
         t = torch.rand(shape[0], generator=generator)
         return eps.to(self.device), t.to(self.device)

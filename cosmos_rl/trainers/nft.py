@@ -18,7 +18,6 @@ continues exactly.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 import time
@@ -26,26 +25,20 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
 from cosmos_rl import plan
 from cosmos_rl.algorithms import nft as nft_math
-from cosmos_rl.checkpoint import CheckpointManager, OptimizerState, PlainState, RngStreams
+from cosmos_rl.checkpoint import CheckpointManager, LRScheduleState, OptimizerState, PlainState, RngStreams
 from cosmos_rl.config import schema
 from cosmos_rl.dist import world
 from cosmos_rl.dist.ray_group import free_loopback_port
 from cosmos_rl.errors import UserError
-from cosmos_rl.trainers.nft_state import SEED_CONTRACT_KEY, AdapterState, ScheduleState, contract_changes
+from cosmos_rl.seeds import derive_seed
+from cosmos_rl.trainers.nft_state import SEED_CONTRACT_KEY, AdapterState, contract_changes
 
 POLICY, OLD = "policy", "old"
-
-
-def derive_seed(*parts: Any) -> int:
-    """A 63-bit seed from a tuple of labels: stable across processes and Python versions."""
-    digest = hashlib.sha256("/".join(map(str, parts)).encode()).digest()
-    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
 def _generator(seed: int, device: torch.device) -> torch.Generator:
@@ -157,7 +150,7 @@ class NFTWorker:
         components: dict[str, Any] = {
             "policy": AdapterState(self.transformer, POLICY),
             "optimizer": OptimizerState(self.transformer, self.optimizer),
-            "schedule": ScheduleState(self.schedule),
+            "schedule": LRScheduleState(self.schedule),
             "cursor": _CursorState(self.cursor),
             "progress": PlainState(self.progress),
             "rng": RngStreams(),

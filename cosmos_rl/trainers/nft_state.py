@@ -13,7 +13,7 @@ import torch
 from torch.distributed.checkpoint.stateful import Stateful
 
 from cosmos_rl import plan
-from cosmos_rl.checkpoint import CheckpointManager, PlainState
+from cosmos_rl.checkpoint import CheckpointManager
 from cosmos_rl.config import schema
 from cosmos_rl.errors import UserError
 
@@ -48,20 +48,6 @@ class AdapterState(Stateful):
         with torch.no_grad():
             for key, param in live.items():
                 param.copy_(state_dict[key])
-
-
-class ScheduleState(PlainState):
-    """The LR schedule's counters as plain values (LambdaLR's state minus its function)."""
-
-    def __init__(self, schedule: torch.optim.lr_scheduler.LRScheduler):
-        super().__init__()
-        self.schedule = schedule
-
-    def capture(self) -> dict[str, Any]:
-        return {k: v for k, v in self.schedule.state_dict().items() if k != "lr_lambdas"}
-
-    def restore(self, data: dict[str, Any]) -> None:
-        self.schedule.load_state_dict({**data, "lr_lambdas": [None] * len(self.schedule.lr_lambdas)})
 
 
 def contract_changes(saved: dict, current: dict) -> list[str]:
