@@ -13,6 +13,8 @@ rank fails rather than waiting for the others, which are then typically stuck in
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import os
 import shutil
 import socket
@@ -31,13 +33,49 @@ CALL_SLACK_S = 120.0
 # Set before a local cluster starts: keep every Ray service on 127.0.0.1 (platform.md), no token
 # files in the home directory, and no hub traffic from the actors.
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled"}
-ACTOR_ENV = {"GLOO_SOCKET_IFNAME": "lo", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+# No GLOO_SOCKET_IFNAME here: pinning gloo to `lo` breaks a multi-host world. ActorGroup.start pins it
+# only when rank 0's address is a loopback one (see `is_loopback`).
+ACTOR_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def free_loopback_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and `localhost`; False for any other name or address."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def master_address(picked: tuple[str, int], nodes: list[tuple[str, str]]) -> tuple[str, int]:
+    """The process group's rendezvous address: rank 0's own node address once the ranks span nodes.
+
+    `picked` is what rank 0's `pick_port` answered; `nodes` is (node id, node ip) per rank, as each
+    actor reported it from inside (ray.util.get_node_ip_address). A loopback (or any) address that
+    rank 0 picked is only reachable by every rank when they all share its node.
+    """
+    if len({node_id for node_id, _ in nodes}) > 1:
+        return nodes[0][1], picked[1]
+    return picked
+
+
+def _where(actor) -> tuple[str, str, int]:
+    """Run inside an actor (through `__ray_call__`): its node id, node ip and pid."""
+    import ray
+
+    return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address(), os.getpid()
+
+
+def _pin_gloo_to_loopback(actor) -> None:
+    """Run inside an actor before `setup_world` when rank 0's address is loopback."""
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
 
 
 def local_ray_init_kwargs(temp_dir: str, num_cpus: float | None = None) -> dict:
@@ -118,6 +156,9 @@ class ActorGroup:
         self.cluster = RayCluster(grid)
         self.actors: list = []
         self._placement = None
+        # Per rank, once started: {"rank", "node_id", "node_ip", "pid"} (see `placement_record`).
+        self.placement: list[dict] = []
+        self.master_addr: str | None = None
 
     # ----------------------------------------------------------------- start-up
     def bundle(self) -> dict[str, float]:
@@ -183,8 +224,52 @@ class ActorGroup:
             ).remote(rank, self.size, *self.init_args)
             for rank in range(self.size)
         ]
-        port = self.call_one(0, "pick_port")
-        self.call_all("setup_world", port)
+        where = self.call_all("__ray_call__", _where)
+        self.placement = [
+            {"rank": rank, "node_id": node_id, "node_ip": node_ip, "pid": pid}
+            for rank, (node_id, node_ip, pid) in enumerate(where)
+        ]
+        picked = self.call_one(0, "pick_port")
+        address = master_address(tuple(picked), [(n, ip) for n, ip, _ in where])
+        self.master_addr = address[0]
+        if is_loopback(address[0]):
+            self.call_all("__ray_call__", _pin_gloo_to_loopback)
+        self.call_all("setup_world", address)
+
+    # ----------------------------------------------------------------- placement record
+    def placement_record(self) -> dict:
+        """Where the ranks landed: {"ranks": [...], "nodes": {node_id: {"node_ip", "ranks"}}, ...}."""
+        nodes: dict[str, dict] = {}
+        for entry in self.placement:
+            node = nodes.setdefault(entry["node_id"], {"node_ip": entry["node_ip"], "ranks": []})
+            node["ranks"].append(entry["rank"])
+        strategy = "SPREAD" if self.grid.nodes > 1 else "PACK"
+        return {
+            "world_size": self.size, "strategy": strategy, "master_addr": self.master_addr,
+            "ranks": list(self.placement), "nodes": nodes,
+        }  # fmt: skip
+
+    def placement_summary(self) -> str:
+        """One line, e.g. `4 ranks on 2 nodes: 10.0.0.1 (node 1a2b3c4d) ranks 0,2; 10.0.0.2 (...) ranks 1,3`."""
+        nodes = self.placement_record()["nodes"]
+        parts = [
+            f"{node['node_ip']} (node {node_id[:8]}) rank{'s' if len(node['ranks']) > 1 else ''} "
+            + ",".join(map(str, node["ranks"]))
+            for node_id, node in nodes.items()
+        ]
+        noun = "node" if len(nodes) == 1 else "nodes"
+        return f"{len(self.placement)} ranks on {len(nodes)} {noun}: " + "; ".join(parts)
+
+    def write_placement(self, run_dir) -> str:
+        """Write `<run_dir>/placement.json` and return its path."""
+        path = os.path.join(str(run_dir), "placement.json")
+        os.makedirs(str(run_dir), exist_ok=True)
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.placement_record(), f, indent=2)
+            f.write("\n")
+        os.replace(tmp, path)
+        return path
 
     # ----------------------------------------------------------------- calls
     def _timeout(self, timeout_s: float | None) -> float:

@@ -92,6 +92,8 @@ def start(config: schema.RunConfig, run_dir: Path, resume: bool, exact: bool, co
         group = ActorGroup(config.grid, rl.group_size, NFTWorker, (config, str(run_dir), url))
         t0 = time.perf_counter()
         group.start()
+        group.write_placement(run_dir)  # where each rank landed: rank -> node id / node ip
+        console.print(f"[bold]nft[/]: {group.placement_summary()}", highlight=False, soft_wrap=True)  # one line in logs
         start_step = group.call_all("build", resume)[0]
         console.print(
             f"[bold]nft[/]: {rl.group_size} actors ready in {time.perf_counter() - t0:.1f} s; "
