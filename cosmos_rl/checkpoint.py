@@ -48,7 +48,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint._nested_dict import flatten_state_dict
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
-from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 from torch.distributed.checkpoint.planner import ReadItem
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -367,9 +367,51 @@ class _NoPickleLoadPlanner(DefaultLoadPlanner):
             self.state_dict[read_item.dest_index.fqn] = obj
 
 
+class _MetadataUnpickler(pickle.Unpickler):
+    """Reads DCP's ``.metadata`` index, which torch writes with pickle, admitting only the classes
+    such an index is made of (DCP's metadata records, torch sizes/dtypes/layouts, paths): a crafted
+    ``.metadata`` cannot make a load run arbitrary code."""
+
+    _TORCH_SCALARS = (torch.dtype, torch.layout, torch.memory_format)
+    _ALLOWED = {
+        ("torch", "Size"),
+        ("torch.serialization", "_get_layout"),
+        ("pathlib", "PosixPath"),
+        ("pathlib", "PurePosixPath"),
+        ("pathlib", "WindowsPath"),
+        ("pathlib", "PureWindowsPath"),
+        ("collections", "OrderedDict"),
+        ("builtins", "set"),
+        ("builtins", "frozenset"),
+        ("builtins", "slice"),
+    }
+
+    def find_class(self, module: str, name: str):
+        if module.startswith("torch.distributed.checkpoint.") or (module, name) in self._ALLOWED:
+            return super().find_class(module, name)
+        if module == "torch" and isinstance(getattr(torch, name, None), self._TORCH_SCALARS):
+            return getattr(torch, name)
+        raise pickle.UnpicklingError(f"refusing global {module}.{name} in a DCP .metadata file")
+
+
+class SafeFileSystemReader(dcp.FileSystemReader):
+    """``dcp.FileSystemReader`` whose ``.metadata`` is read by ``_MetadataUnpickler``."""
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        path = self._get_metadata_path(kwargs.get("rank"))
+        with self.fs.create_stream(path, "rb") as stream:
+            metadata = _MetadataUnpickler(stream).load()
+        if not isinstance(metadata, Metadata):
+            raise pickle.UnpicklingError(f"{path} holds a {type(metadata).__name__}, not DCP metadata")
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
 def read_dcp_metadata(path: Path) -> Metadata:
-    """The ``.metadata`` of a DCP directory."""
-    return dcp.FileSystemReader(str(path)).read_metadata()
+    """The ``.metadata`` of a DCP directory, read without admitting arbitrary pickled objects."""
+    return SafeFileSystemReader(str(path)).read_metadata()
 
 
 def describe_dcp_failure(exc: BaseException) -> str:
@@ -389,7 +431,7 @@ def load_dcp(state_dict: dict[str, Any], path: Path) -> None:
         with _quiet_single_process():
             dcp.load(
                 state_dict,
-                storage_reader=dcp.FileSystemReader(str(path)),
+                storage_reader=SafeFileSystemReader(str(path)),
                 planner=_NoPickleLoadPlanner(),
                 no_dist=_single_process(),
             )

@@ -299,3 +299,28 @@ def test_dcp_byte_entries_are_never_unpickled(tmp_path):
     with pytest.raises(CheckpointError, match=r"x\.obj: refusing to unpickle.*GLOBAL print"):
         ckpt.load_dcp(template, tmp_path)
     assert template["x"]["obj"] is None
+
+
+class _Exploit:
+    """Unpickling this calls a global that is not a DCP metadata class."""
+
+    def __reduce__(self):
+        return (print, ("pwned",))
+
+
+def test_metadata_index_admits_only_dcp_classes(tmp_path, capsys):
+    """torch writes `.metadata` with pickle; a crafted one must not run code on load."""
+    import pickle
+
+    model, opt = trained(0)
+    manager = CheckpointManager(tmp_path, keep=0)
+    manager.save(1, components(model, opt, {"step": 1}))
+    metadata = manager.step_dir(1) / ".metadata"
+    assert ckpt.read_dcp_metadata(manager.step_dir(1)).state_dict_metadata  # the real index reads fine
+
+    metadata.write_bytes(pickle.dumps(_Exploit()))
+    with pytest.raises(pickle.UnpicklingError, match="refusing global builtins.print"):
+        ckpt.read_dcp_metadata(manager.step_dir(1))
+    with pytest.raises(CheckpointError, match="refusing global builtins.print"):
+        ckpt.load_dcp({"model": {}}, manager.step_dir(1))
+    assert "pwned" not in capsys.readouterr().out
