@@ -38,7 +38,7 @@ from cosmos_rl.checkpoint import (
     PlainState,
     RngStreams,
 )
-from cosmos_rl.config import schema
+from cosmos_rl.config import load, schema
 from cosmos_rl.data.audit import leakage_audit
 from cosmos_rl.data.cursor import PairCursor
 from cosmos_rl.data.pairs import (
@@ -320,11 +320,12 @@ class DPOTrainer:
     def run(self) -> list[dict[str, float]]:
         """Train to rl.max_steps, writing metrics and checkpoints; returns the rows this call wrote."""
         cfg, rl = self.config, self.rl
-        writer = MetricsWriter(
+        writer = MetricsWriter.for_job(
+            cfg.job,
             self.run_dir,
             enabled=self.is_main,
-            tensorboard=cfg.job.tensorboard,
             resume_step=self.step if self.resume else None,
+            run_config=load.flatten(load.to_dict(cfg)),
         )
         progress = Progress(
             enabled=self.is_main and cfg.job.progress,

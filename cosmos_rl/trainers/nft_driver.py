@@ -11,7 +11,7 @@ import os
 import time
 from pathlib import Path
 
-from cosmos_rl.config import schema
+from cosmos_rl.config import load, schema
 from cosmos_rl.errors import Preempted, RunFailed, UserError
 
 METRIC_NAMES = (
@@ -100,8 +100,9 @@ def start(config: schema.RunConfig, run_dir: Path, resume: bool, exact: bool, co
             f"{'resuming after' if resume else 'starting at'} step {start_step}, reward service {url}",
             highlight=False,
         )
-        writer = MetricsWriter(
-            run_dir, enabled=True, tensorboard=config.job.tensorboard, resume_step=start_step if resume else None
+        writer = MetricsWriter.for_job(
+            config.job, run_dir, enabled=True, resume_step=start_step if resume else None,
+            run_config=load.flatten(load.to_dict(config)),
         )
         progress = Progress(
             enabled=config.job.progress, total=rl.max_steps, start=start_step, unit="samples",
