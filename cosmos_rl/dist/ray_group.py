@@ -16,6 +16,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -133,6 +134,16 @@ class RayCluster:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0][:400] if text else type(exc).__name__
+
+
+_RAISED = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)): .+")
+
+
+def _cause_line(exc: BaseException) -> str:
+    """Ray's actor-death text starts with a generic sentence and ends with the actor's own
+    traceback; the last `SomeError: message` line in it is the cause a user needs."""
+    lines = [line for line in str(exc).splitlines() if _RAISED.match(line)]
+    return lines[-1].strip()[:400] if lines else _first_line(exc)
 
 
 def _unwrap(exc: BaseException) -> BaseException:
@@ -306,7 +317,7 @@ class ActorGroup:
                 try:
                     answers[rank] = ray.get(ref, timeout=max(1.0, left))
                 except RayActorError as exc:
-                    raise RunFailed(f"rank {rank}: the actor died during {method}: {_first_line(exc)}") from None
+                    raise RunFailed(f"rank {rank}: the actor died during {method}: {_cause_line(exc)}") from None
                 except GetTimeoutError:
                     raise RunFailed(f"rank {rank}: no answer to {method} within {limit:.0f} s") from None
                 except RayTaskError as exc:
