@@ -103,6 +103,8 @@ def test_ray_backend_matches_torchrun(reference, ray_cluster, grouping):
     # In-process, so the group joins the session's Ray cluster instead of starting a second one.
     assert launch.train(config, MANIFEST, overrides, console) == 0
     assert f"2 Ray actors ({grouping})" in console.file.getvalue()
+    placement = json.loads((root / name / "placement.json").read_text())
+    assert sorted(int(r["rank"]) for r in placement["ranks"]) == [0, 1]
     assert metrics_rows(root / name) == metrics_rows(root / "one_agent")
     step_dir = root / name / "checkpoints" / "step_2"
     assert (step_dir / "COMMITTED").is_file()

@@ -192,6 +192,8 @@ def start(config: schema.RunConfig, run_dir: Path, resume: bool, exact: bool, co
             data_actor = ray.remote(DPODataActor).options(num_cpus=0, max_restarts=0).remote(config, world)
         group.init_args = (config, str(run_dir), data_actor)
         group.start()
+        group.write_placement(run_dir)  # where each rank landed: rank -> node id / node ip
+        console.print(f"[bold]dpo[/]: {group.placement_summary()}", highlight=False, soft_wrap=True)
         console.print(
             f"[bold]dpo[/]: {world} Ray actors ({config.grid.grouping}) ready in {time.perf_counter() - t0:.1f} s",
             highlight=False,
