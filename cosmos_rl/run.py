@@ -81,8 +81,8 @@ def load_for_resume(run_dir: Path, overrides: list[str], *, exact: bool) -> tupl
         blocking += world_changes
     if blocking:
         raise ManifestError(
-            [Problem(line.split(":", 1)[0], "identity field changed on resume", line.split(":", 1)[1].strip(),
-                     "resume with the run's own value, or start a new run") for line in blocking],
+            [Problem(line.split(":", 1)[0], f"identity field changed on resume ({line.split(':', 1)[1].strip()})",
+                     fix="resume with the run's own value, or start a new run") for line in blocking],
             f"resume {run_dir}" + (" --exact" if exact else ""),
         )
     notices = [f"changed on resume: {line}" for line in other + world_changes]
