@@ -8,6 +8,17 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 
+def quiet_view_output_warning() -> None:
+    """Silence FSDP2's per-forward "returned a view tensor" warning in this process.
+
+    packing.velocity only reads a slice of the root's output and never edits it in place, which is
+    the only case the warning is about; printed every step, it would bury real warnings.
+    """
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
+
+
 def _cast_to_weight_dtype(module: torch.nn.Module, args: tuple) -> tuple:
     weight_dtype = next(module.parameters()).dtype
     return tuple(a.to(weight_dtype) if torch.is_tensor(a) and a.is_floating_point() else a for a in args)

@@ -152,6 +152,36 @@ def _unwrap(exc: BaseException) -> BaseException:
     return cause if isinstance(cause, BaseException) else exc
 
 
+class RankActor:
+    """What every rank actor of an ActorGroup shares: one CPU thread budget, the quiet FSDP2
+    warning, and the two calls that form the process group (`pick_port` on rank 0, then
+    `setup_world` on all). Subclasses set `self.rank`, `self.world_size` and `self.config`."""
+
+    def _init_rank(self, rank: int, world_size: int, config) -> None:
+        import torch
+
+        from cosmos_rl.dist.fsdp import quiet_view_output_warning
+
+        self.rank, self.world_size, self.config = rank, world_size, config
+        torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
+        quiet_view_output_warning()
+
+    def pick_port(self) -> tuple[str, int]:
+        if self.config.grid.nodes > 1:
+            import ray
+
+            return ray.util.get_node_ip_address(), free_loopback_port()
+        return "127.0.0.1", free_loopback_port()
+
+    def setup_world(self, address: tuple[str, int]) -> None:
+        from cosmos_rl.dist import world
+
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = address[0], str(address[1])
+        # Ray shows each GPU actor exactly its own device, as cuda:0.
+        self.device = world.pick_device(self.config.grid.device, 0)
+        world.init_process_group(self.device, self.rank, self.world_size, self.config.grid.timeout_s)
+
+
 class ActorGroup:
     """`size` actors of `actor_cls`, one per rank, forming one process group.
 

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from cosmos_rl.config import schema
-from cosmos_rl.dist.ray_group import CALL_SLACK_S, ActorGroup, free_loopback_port
+from cosmos_rl.dist.ray_group import CALL_SLACK_S, ActorGroup, RankActor
 
 # How long a policy actor waits for its batch: the data actor only indexes an in-memory source.
 DATA_TIMEOUT_S = 120.0
@@ -98,36 +98,12 @@ def _per_role_trainer(data_actor, timeout_s: float):
     return PerRoleDPOTrainer
 
 
-class DPORayWorker:
+class DPORayWorker(RankActor):
     """One rank. The driver calls pick_port (rank 0), setup_world, then train."""
 
     def __init__(self, rank: int, world_size: int, config: schema.RunConfig, run_dir: str, data_actor=None):
-        import os
-        import warnings
-
-        import torch
-
-        self.rank, self.world_size = rank, world_size
-        self.config, self.run_dir, self.data_actor = config, Path(run_dir), data_actor
-        torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
-        # Same reason as dpo_worker: packing.velocity never edits the root's output in place.
-        warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
-
-    def pick_port(self) -> tuple[str, int]:
-        if self.config.grid.nodes > 1:
-            import ray
-
-            return ray.util.get_node_ip_address(), free_loopback_port()
-        return "127.0.0.1", free_loopback_port()
-
-    def setup_world(self, address: tuple[str, int]) -> None:
-        import os
-
-        from cosmos_rl.dist import world
-
-        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = address[0], str(address[1])
-        self.device = world.pick_device(self.config.grid.device, 0)  # Ray shows each GPU actor its own cuda:0
-        world.init_process_group(self.device, self.rank, self.world_size, self.config.grid.timeout_s)
+        self._init_rank(rank, world_size, config)
+        self.run_dir, self.data_actor = Path(run_dir), data_actor
 
     def train(self, resume: bool, exact: bool) -> int:
         """Run the trainer to rl.max_steps; returns the last step."""

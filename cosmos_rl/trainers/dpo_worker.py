@@ -15,7 +15,6 @@ import json
 import logging
 import sys
 import traceback
-import warnings
 from pathlib import Path
 
 EXIT_OK, EXIT_FAILED, EXIT_USER, EXIT_PREEMPTED = 0, 1, 2, 75
@@ -43,6 +42,7 @@ def _one_line(exc: BaseException) -> str:
 
 
 def run_worker(manifest: Path, resume: bool, exact: bool) -> int:
+    from cosmos_rl.dist.fsdp import quiet_view_output_warning
     from cosmos_rl.dist.torchrun import torchrun_rank
 
     run_dir = manifest.resolve().parent
@@ -52,9 +52,7 @@ def run_worker(manifest: Path, resume: bool, exact: bool) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED
     log_file = _setup_logging(run_dir, me.rank)
-    # packing.velocity only reads the root's output (torch.cat of it), never edits it in place, so
-    # FSDP2's per-forward "returned a view tensor" warning says nothing about this run.
-    warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
+    quiet_view_output_warning()
     status = status_path(run_dir, me.rank)
     status.unlink(missing_ok=True)
     code, message = EXIT_OK, ""

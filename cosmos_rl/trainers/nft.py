@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +31,7 @@ from cosmos_rl import plan
 from cosmos_rl.algorithms import nft as nft_math
 from cosmos_rl.checkpoint import CheckpointManager, LRScheduleState, OptimizerState, PlainState, RngStreams
 from cosmos_rl.config import schema
-from cosmos_rl.dist import world
-from cosmos_rl.dist.ray_group import free_loopback_port
+from cosmos_rl.dist.ray_group import RankActor
 from cosmos_rl.errors import UserError
 from cosmos_rl.seeds import derive_seed
 from cosmos_rl.trainers.nft_state import SEED_CONTRACT_KEY, AdapterState, contract_changes
@@ -45,33 +43,14 @@ def _generator(seed: int, device: torch.device) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(seed)
 
 
-class NFTWorker:
+class NFTWorker(RankActor):
     """The actor. The driver calls pick_port (rank 0), setup_world, build, train_step, save."""
 
     def __init__(self, rank: int, world_size: int, config: schema.RunConfig, run_dir: str, reward_url: str):
-        self.rank, self.world_size = rank, world_size
-        self.config, self.rl = config, config.rl
+        self._init_rank(rank, world_size, config)
+        self.rl = config.rl
         self.run_dir = Path(run_dir)
         self.reward_url = reward_url
-        threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
-        torch.set_num_threads(max(1, threads))
-        # The packed forward returns a slice of the root output; nothing here modifies a velocity in
-        # place, which is the only case FSDP2's warning is about, so it would only bury real warnings.
-        warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
-
-    # ----------------------------------------------------------------- world
-    def pick_port(self) -> tuple[str, int]:
-        if self.config.grid.nodes > 1:
-            import ray
-
-            return ray.util.get_node_ip_address(), free_loopback_port()
-        return "127.0.0.1", free_loopback_port()
-
-    def setup_world(self, address: tuple[str, int]) -> None:
-        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = address[0], str(address[1])
-        # Ray gives each GPU actor exactly its own device as cuda:0.
-        self.device = world.pick_device(self.config.grid.device, 0)
-        world.init_process_group(self.device, self.rank, self.world_size, self.config.grid.timeout_s)
 
     # ----------------------------------------------------------------- build / resume
     def build(self, resume: bool) -> int:
