@@ -17,3 +17,31 @@ def test_the_actors_own_error_line_is_the_cause():
 
 def test_a_message_without_a_traceback_keeps_its_first_line():
     assert _cause_line(RuntimeError("the node died\nmore")) == "the node died"
+
+
+def test_a_local_cluster_started_by_the_tool_stays_on_loopback(tmp_path):
+    """Without RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER in the environment Ray binds the host's address;
+    the tool sets it before importing Ray, so a local cluster lives on 127.0.0.1."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import ray\n"
+        "from cosmos_rl.config import schema\n"
+        "from cosmos_rl.dist.ray_group import RayCluster\n"
+    )
+    # `import ray` first would be too late for Ray's own constants: the guard must then refuse.
+    late = code + (
+        "cluster = RayCluster(schema.GridConfig(backend='ray'))\n"
+        "try:\n    cluster.connect()\nexcept Exception as exc:\n    print('REFUSED', exc)\n"
+        "else:\n    print('NODE', ray.util.get_node_ip_address()); cluster.shutdown()\n"
+    )
+    early = late.replace("import ray\n", "", 1).replace("cluster.connect()", "cluster.connect(); import ray", 1)
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_ADDRESS")}
+    env["RAY_AUTH_MODE"] = "disabled"
+    out = subprocess.run([sys.executable, "-c", early], capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+    assert "NODE 127.0.0.1" in out.stdout, out.stdout + out.stderr[-2000:]
+    # Imported too early, Ray binds the host's address (on a host that has one): the run refuses.
+    out = subprocess.run([sys.executable, "-c", late], capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+    assert "REFUSED the local Ray cluster bound" in out.stdout or "NODE 127." in out.stdout, out.stdout + out.stderr[-2000:]

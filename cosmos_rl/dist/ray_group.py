@@ -102,13 +102,22 @@ class RayCluster:
         self.grid = grid
         self.started = False
         self._temp_dir: str | None = None
+        if not self.address():
+            # Ray reads these when it is imported: set before any `import ray` of this process, they
+            # keep a local cluster's GCS, raylet and actors on 127.0.0.1 instead of the host's address.
+            for key, value in LOOPBACK_ENV.items():
+                os.environ.setdefault(key, value)
+
+    def address(self) -> str:
+        """The cluster to join: grid.ray_address, else $RAY_ADDRESS; empty = start a local one."""
+        return self.grid.ray_address or os.environ.get("RAY_ADDRESS", "")
 
     def connect(self) -> None:
         import ray
 
         if ray.is_initialized():
             return  # e.g. the test session's cluster: join it, leave it running
-        address = self.grid.ray_address or os.environ.get("RAY_ADDRESS", "")
+        address = self.address()
         if address:
             try:
                 ray.init(address=address, configure_logging=False, runtime_env={"env_vars": dict(ACTOR_ENV)})
@@ -119,6 +128,13 @@ class RayCluster:
         self._temp_dir = tempfile.mkdtemp(prefix="cosmos-rl-ray-")
         ray.init(**local_ray_init_kwargs(self._temp_dir))
         self.started = True
+        node_ip = ray.util.get_node_ip_address()
+        if not is_loopback(node_ip):
+            self.shutdown()
+            raise RunFailed(
+                f"the local Ray cluster bound {node_ip}, not 127.0.0.1: Ray was imported before "
+                "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 was set; set it in the environment, or give grid.ray_address"
+            )
 
     def shutdown(self) -> None:
         import ray
