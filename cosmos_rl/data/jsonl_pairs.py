@@ -21,6 +21,7 @@ from typing import Optional, Union
 
 from cosmos_rl.data.images import ImageSize, as_height_width, load_image
 from cosmos_rl.data.pair_record import PreferencePair, PromptSides, parse_pair_metadata
+from cosmos_rl.data.textfile import read_lines
 from cosmos_rl.errors import UserError
 
 
@@ -33,15 +34,6 @@ class _Row:
     loser: Path
     winner_prompt: Optional[str]
     loser_prompt: Optional[str]
-
-
-def _read_lines(path: Path) -> list[str]:
-    if not path.is_file():
-        raise UserError(f"{path}: preference JSONL not found; check rl.data path")
-    try:
-        return path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{path}: not UTF-8 text ({exc}); save the JSONL as UTF-8") from exc
 
 
 def _image_path(row: dict, key: str, folder: Path, origin: str) -> Path:
@@ -79,7 +71,7 @@ class JsonlPairs:
         self.image_size = as_height_width(image_size)
         rows: list[_Row] = []
         first_line_of: dict[str, int] = {}
-        for line, text in enumerate(_read_lines(self.path), start=1):
+        for line, text in enumerate(read_lines(self.path, "preference JSONL"), start=1):
             if not text.strip():
                 continue
             row = _parse_row(text, line, self.path)

@@ -14,21 +14,13 @@ from typing import Any, Sequence, Union
 
 from cosmos_rl.data.cursor import ShuffledStream
 from cosmos_rl.data.vocab import COLOUR_RGB, SHAPES
+from cosmos_rl.data.textfile import read_lines
 from cosmos_rl.errors import UserError
 
 # Colour words a colour/brightness reward can respond to; for smoke runs without a file.
 BUILTIN_PROMPTS: tuple[str, ...] = tuple(
     f"a {colour} {shape}" for colour in COLOUR_RGB for shape in SHAPES[:2]
 )
-
-
-def _read_lines(path: Path) -> list[str]:
-    if not path.is_file():
-        raise UserError(f"{path}: prompt file not found; check the prompt path")
-    try:
-        return path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{path}: not UTF-8 text ({exc}); save the prompt file as UTF-8") from exc
 
 
 def _jsonl_prompt(text: str, origin: str) -> str:
@@ -51,7 +43,7 @@ def load_prompts(path: Union[str, Path]) -> list[str]:
     if suffix not in (".txt", ".jsonl"):
         raise UserError(f"{path}: prompt files must end in .txt (one per line) or .jsonl, got {suffix!r}")
     prompts = []
-    for line, text in enumerate(_read_lines(path), start=1):
+    for line, text in enumerate(read_lines(path, "prompt file"), start=1):
         if not text.strip():
             continue
         prompts.append(_jsonl_prompt(text, f"{path}:{line}") if suffix == ".jsonl" else text.strip())
