@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Sequence, Union
 
 from cosmos_rl.data.cursor import ShuffledStream
-from cosmos_rl.data.vocab import COLOUR_RGB, SHAPES
 from cosmos_rl.data.textfile import read_lines
+from cosmos_rl.data.vocab import COLOUR_RGB, SHAPES
 from cosmos_rl.errors import UserError
 
 # Colour words a colour/brightness reward can respond to; for smoke runs without a file.
