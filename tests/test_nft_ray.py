@@ -152,3 +152,19 @@ def test_wrong_reward_revision_refuses_to_start_before_any_actor(tmp_path):
     assert result.returncode == 2, result.stdout + result.stderr
     assert "rl.reward.revision" in result.stderr and "other-v9" in result.stderr
     assert not (tmp_path / "nft_t2i_smoke" / "metrics.jsonl").exists()
+
+
+def test_a_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the_one_before(runs, tmp_path):
+    """step_4 truncated: the resume continues from step_2, re-runs 3-4 exactly as the straight run did."""
+    damaged = runs["root"] / "damaged"
+    shutil.copytree(runs["straight"], damaged)
+    data_file = next((damaged / "checkpoints" / f"step_{STEPS}").glob("*.distcp"))
+    data_file.write_bytes(data_file.read_bytes()[:16])
+    assert launch.resume(damaged, [], exact=True, console=Console(stderr=True)) == 0
+    names = sorted(p.name for p in (damaged / "checkpoints").iterdir())
+    assert any(n.startswith(f"step_{STEPS}.unloadable-") for n in names) and f"step_{STEPS}" in names
+    assert [_deterministic(r) for r in _rows(damaged)] == [_deterministic(r) for r in _rows(runs["straight"])]
+    a = _checkpoint_tensors(runs["straight"], STEPS, tmp_path)
+    b = _checkpoint_tensors(damaged, STEPS, tmp_path)
+    for key in (k for k in a if k.startswith(("policy.", "old.", "optimizer."))):
+        assert torch.equal(a[key], b[key]), key
