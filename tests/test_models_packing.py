@@ -46,6 +46,26 @@ def test_packed_batch_equals_one_sample_at_a_time(parts, batch):
     torch.testing.assert_close(packed, singles, atol=1e-5, rtol=0)
 
 
+def test_interleaved_equal_lengths_batch_together_and_come_back_in_order(parts, batch):
+    # Equal prompt lengths are packed side by side and attended as one batched call; the caller's
+    # order (here interleaved, and with a repeated prompt) must come back unchanged, gradients too.
+    x_t, sigma, ids = batch
+    order = [1, 0, 2, 0, 1, 2, 0]
+    ids7 = [ids[i] for i in order]
+    x7 = torch.randn(len(order), *x_t.shape[1:], generator=torch.Generator().manual_seed(3))
+    sigma7 = torch.linspace(0.1, 0.9, len(order))
+    with torch.no_grad():
+        packed = velocity(parts.transformer, x7, sigma7, ids7)
+        singles = _one_at_a_time(parts.transformer, x7, sigma7, ids7)
+    torch.testing.assert_close(packed, singles, atol=1e-5, rtol=0)
+
+    x_packed, x_single = x7.clone().requires_grad_(), x7.clone().requires_grad_()
+    weights = torch.randn_like(x7)
+    (velocity(parts.transformer, x_packed, sigma7, ids7) * weights).sum().backward()
+    (_one_at_a_time(parts.transformer, x_single, sigma7, ids7) * weights).sum().backward()
+    torch.testing.assert_close(x_packed.grad, x_single.grad, atol=1e-5, rtol=0)
+
+
 def test_a_sample_does_not_see_its_neighbours(parts, batch):
     x_t, sigma, ids = batch
     other_x = x_t.clone()

@@ -2,19 +2,23 @@
 
 The transformer already accepts several vision items in one packed sequence, but its stock
 attention lets every token see every other sample's tokens. Here the batch is laid out as
-[text_0 .. text_{B-1} | vision_0 .. vision_{B-1}] and a replacement attention processor applies
-block-diagonal masks: text is causal within its own sample, vision sees its own sample's text and
-vision. So each sample's output equals a forward of that sample alone.
+[text_0 .. text_{B-1} | vision_0 .. vision_{B-1}], with samples of equal prompt length adjacent,
+and a replacement attention processor attends each sample on its own: text is causal within its
+own sample, vision sees its own sample's text and vision. Samples with equal text lengths form one
+segment whose attention is a single batched SDPA call ([n, heads, L, dim], no mask, so fused
+kernels apply), so attention costs sum(L_i^2), not (sum L_i)^2, and each sample's output equals
+a forward of that sample alone.
 
-The masks ride in the `rotary_emb` tuple that the transformer hands to every decoder layer (added
-through the model's context-parallel "shard" seam), so they are arguments of the very forward that
-uses them: activation checkpointing recomputes a layer with the masks of its own forward.
+The segment description rides in the `rotary_emb` tuple that the transformer hands to every
+decoder layer (added through the model's context-parallel "shard" seam), so it is an argument of
+the very forward that uses it: activation checkpointing recomputes a layer with the segments of
+its own forward.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Iterator, NamedTuple
 
 import torch
@@ -37,25 +41,36 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return x * cos.unsqueeze(1) + _rotate_half(x) * sin.unsqueeze(1)
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool):
-    # [L, heads, dim] -> SDPA's [1, heads, L, dim]; grouped-query heads are expanded by SDPA.
+class _Segments(NamedTuple):
+    """How the packed sequence splits into samples: `groups` is ((count, text_len), ...) in packed
+    order, each a run of `count` adjacent samples whose prompts have `text_len` tokens; every
+    sample has `tokens_per_image` vision tokens. Plain ints, so mixed-precision casts and
+    checkpoint recompute carry it unchanged."""
+
+    groups: tuple[tuple[int, int], ...]
+    tokens_per_image: int
+
+
+def _run(x: torch.Tensor, start: int, count: int, tokens: int) -> torch.Tensor:
+    # `count` adjacent samples of `tokens` tokens each from a packed [L, heads, dim]: a
+    # [count, tokens, heads, dim] view.
+    return x[start : start + count * tokens].unflatten(0, (count, tokens))
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+    # [n, L, heads, dim] -> SDPA's [n, heads, L, dim] -> [n * L, heads * dim]; grouped-query
+    # heads are expanded by SDPA.
     out = F.scaled_dot_product_attention(
-        q.transpose(0, 1).unsqueeze(0),
-        k.transpose(0, 1).unsqueeze(0),
-        v.transpose(0, 1).unsqueeze(0),
-        attn_mask=mask,
-        is_causal=causal and mask is None,
-        enable_gqa=True,
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal, enable_gqa=True
     )
-    return out.squeeze(0).transpose(0, 1).flatten(-2, -1)
+    return out.transpose(1, 2).flatten(0, 1).flatten(-2, -1)
 
 
 class PackedAttnProcessor:
-    """Cosmos3's dual-pathway attention with optional per-sample masks.
+    """Cosmos3's dual-pathway attention, optionally per sample.
 
     `rotary_emb` is (cos_und, sin_und, cos_gen, sin_gen) as the model builds it, optionally followed
-    by (und_mask [U, U], gen_mask [G, U + G]) boolean masks (True = may attend). Without masks it
-    computes what the stock processor computes for a single sample.
+    by a `_Segments`. Without one it computes what the stock processor computes for a single sample.
     """
 
     def __call__(
@@ -63,10 +78,13 @@ class PackedAttnProcessor:
         attn: Cosmos3PackedMoTAttention,
         und_seq: torch.Tensor,
         gen_seq: torch.Tensor,
-        rotary_emb: tuple[torch.Tensor, ...],
+        rotary_emb: tuple,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         cos_und, sin_und, cos_gen, sin_gen = rotary_emb[:4]
-        und_mask, gen_mask = rotary_emb[4:] if len(rotary_emb) == 6 else (None, None)
+        if len(rotary_emb) == 5:
+            groups, per_image = rotary_emb[4]
+        else:  # one sample: all text, then all vision
+            groups, per_image = ((1, und_seq.shape[0]),), gen_seq.shape[0]
         heads, kv_heads, dim = attn.num_attention_heads, attn.num_key_value_heads, attn.head_dim
 
         q_und = attn.norm_q(attn.to_q(und_seq).view(-1, heads, dim))
@@ -81,10 +99,23 @@ class PackedAttnProcessor:
         k_und_for_gen = _rope(k_und_for_gen, cos_und, sin_und)
         q_gen, k_gen = _rope(q_gen, cos_gen, sin_gen), _rope(k_gen, cos_gen, sin_gen)
 
-        und_out = _attend(q_und, k_und, v_und, und_mask, causal=True)
-        gen_out = _attend(
-            q_gen, torch.cat([k_und_for_gen, k_gen]), torch.cat([v_und, v_gen]), gen_mask, causal=False
-        )
+        und_outs, gen_outs = [], []
+        text_at = vision_at = 0
+        for count, length in groups:
+            text = partial(_run, start=text_at, count=count, tokens=length)
+            vision = partial(_run, start=vision_at, count=count, tokens=per_image)
+            und_outs.append(_attend(text(q_und), text(k_und), text(v_und), causal=True))
+            keys = torch.cat([text(k_und_for_gen), vision(k_gen)], dim=1)
+            values = torch.cat([text(v_und), vision(v_gen)], dim=1)
+            gen_outs.append(_attend(vision(q_gen), keys, values, causal=False))
+            text_at, vision_at = text_at + count * length, vision_at + count * per_image
+        if (text_at, vision_at) != (und_seq.shape[0], gen_seq.shape[0]):
+            raise RuntimeError(
+                f"segments cover {text_at} text / {vision_at} vision tokens, the forward has "
+                f"{und_seq.shape[0]} / {gen_seq.shape[0]}"
+            )
+        und_out = und_outs[0] if len(und_outs) == 1 else torch.cat(und_outs)
+        gen_out = gen_outs[0] if len(gen_outs) == 1 else torch.cat(gen_outs)
         return attn.to_out(und_out), attn.to_add_out(gen_out)
 
 
@@ -103,8 +134,7 @@ class _Layout(NamedTuple):
     position_ids: torch.Tensor  # [3, U + G], integer positions (mixed-precision casts leave them alone)
     und_len: int
     tokens_per_image: int
-    und_mask: torch.Tensor  # [U, U]
-    gen_mask: torch.Tensor  # [G, U + G]
+    segments: _Segments
 
 
 @lru_cache(maxsize=16)
@@ -132,31 +162,29 @@ def _layout(
         vision_positions.append(vision)
     position_ids = torch.cat(text_positions + vision_positions, dim=1).to(device=device, dtype=torch.long)
 
-    count = len(lengths)
-    und_owner = torch.repeat_interleave(torch.arange(count), torch.tensor(lengths))
-    gen_owner = torch.arange(count).repeat_interleave(tokens_per_image)
-    same_text = und_owner[:, None] == und_owner[None, :]
-    # Samples are contiguous, so global causality within a same-sample block is per-sample causality.
-    und_mask = same_text & torch.ones_like(same_text).tril()
-    gen_mask = gen_owner[:, None] == torch.cat([und_owner, gen_owner])[None, :]
+    groups: list[list[int]] = []  # runs of adjacent samples with equal text length
+    for length in lengths:
+        if groups and groups[-1][1] == length:
+            groups[-1][0] += 1
+        else:
+            groups.append([1, length])
     return _Layout(
         position_ids=position_ids,
         und_len=sum(lengths),
         tokens_per_image=tokens_per_image,
-        und_mask=und_mask.to(device),
-        gen_mask=gen_mask.to(device),
+        segments=_Segments(tuple((count, length) for count, length in groups), tokens_per_image),
     )
 
 
 @contextmanager
-def _masks_in_rotary_tuple(transformer: Cosmos3OmniTransformer, layout: _Layout) -> Iterator[None]:
+def _segments_in_rotary_tuple(transformer: Cosmos3OmniTransformer, layout: _Layout) -> Iterator[None]:
     if transformer._cp_shard_fn is not None:
         raise RuntimeError("packed forwards do not support context parallelism (_cp_shard_fn is already set)")
 
-    def add_masks(und_seq, gen_seq, rotary_emb):
-        return und_seq, gen_seq, (*rotary_emb, layout.und_mask, layout.gen_mask)
+    def add_segments(und_seq, gen_seq, rotary_emb):
+        return und_seq, gen_seq, (*rotary_emb, layout.segments)
 
-    transformer._cp_shard_fn = add_masks
+    transformer._cp_shard_fn = add_segments
     try:
         yield
     finally:
@@ -194,10 +222,18 @@ def velocity(
     _check_inputs(x_t, sigma, prompt_ids, config.latent_channel)
     install_packed_attention(transformer)
 
+    # Pack samples with equal prompt lengths next to each other (a stable sort), so each length is
+    # one batched attention call; the predictions are put back in the caller's order at the end.
+    lengths = [int(ids.numel()) for ids in prompt_ids]
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    reordered = order != list(range(len(lengths)))
+    if reordered:
+        x_t, sigma, prompt_ids = x_t[order], sigma[order], [prompt_ids[index] for index in order]
+
     patch = config.latent_patch_size
     grid = (-(-x_t.shape[2] // patch), -(-x_t.shape[3] // patch))
     layout = _layout(
-        tuple(int(ids.numel()) for ids in prompt_ids),
+        tuple(lengths[index] for index in order),
         grid,
         int(config.unified_3d_mrope_temporal_modality_margin),
         bool(config.unified_3d_mrope_reset_spatial_ids),
@@ -211,7 +247,7 @@ def velocity(
     timesteps = (sigma.float() / config.timestep_scale).repeat_interleave(layout.tokens_per_image)
     one_frame = torch.zeros(1, dtype=torch.long, device=x_t.device)
 
-    with _masks_in_rotary_tuple(transformer, layout):
+    with _segments_in_rotary_tuple(transformer, layout):
         predictions = transformer(
             input_ids=input_ids,
             text_indexes=torch.arange(layout.und_len, device=x_t.device),
@@ -226,4 +262,9 @@ def velocity(
             vision_noisy_frame_indexes=[one_frame] * batch,
             return_dict=False,
         )[0]
+    if reordered:
+        restored = [None] * batch
+        for position, index in enumerate(order):
+            restored[index] = predictions[position]
+        predictions = restored
     return torch.cat(predictions)[:, :, 0].to(x_t.dtype)
