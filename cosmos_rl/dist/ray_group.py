@@ -183,11 +183,13 @@ class RankActor:
         quiet_view_output_warning()
 
     def pick_port(self) -> tuple[str, int]:
+        port = free_loopback_port()
+        _remove_stale(store_file_for(port))  # a crashed run's file would hand this one stale keys
         if self.config.grid.nodes > 1:
             import ray
 
-            return ray.util.get_node_ip_address(), free_loopback_port()
-        return "127.0.0.1", free_loopback_port()
+            return ray.util.get_node_ip_address(), port
+        return "127.0.0.1", port
 
     def setup_world(self, address: tuple[str, int]) -> None:
         from cosmos_rl.dist import world
@@ -195,7 +197,22 @@ class RankActor:
         os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = address[0], str(address[1])
         # Ray shows each GPU actor exactly its own device, as cuda:0.
         self.device = world.pick_device(self.config.grid.device, 0)
-        world.init_process_group(self.device, self.rank, self.world_size, self.config.grid.timeout_s)
+        # On one host (a loopback rendezvous address) the ranks meet through a file, so no store
+        # socket is opened at all; across hosts they meet at rank 0's node address.
+        store_file = store_file_for(address[1]) if is_loopback(address[0]) else None
+        world.init_process_group(self.device, self.rank, self.world_size, self.config.grid.timeout_s, store_file=store_file)
+
+
+def store_file_for(port: int) -> str:
+    """The file a single-host group rendezvouses through; the port rank 0 picked keeps it unique."""
+    return os.path.join(tempfile.gettempdir(), f"cosmos-rl-store-{port}")
+
+
+def _remove_stale(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
 
 
 class ActorGroup:
@@ -216,6 +233,7 @@ class ActorGroup:
         # Per rank, once started: {"rank", "node_id", "node_ip", "pid"} (see `placement_record`).
         self.placement: list[dict] = []
         self.master_addr: str | None = None
+        self._store_file: str | None = None
 
     # ----------------------------------------------------------------- start-up
     def bundle(self) -> dict[str, float]:
@@ -291,6 +309,7 @@ class ActorGroup:
         self.master_addr = address[0]
         if is_loopback(address[0]):
             self.call_all("__ray_call__", _pin_gloo_to_loopback)
+            self._store_file = store_file_for(address[1])
         self.call_all("setup_world", address)
 
     # ----------------------------------------------------------------- placement record
@@ -393,5 +412,10 @@ class ActorGroup:
                 except Exception:
                     pass
         self.actors, self._placement = [], None
+        if self._store_file:
+            # The ranks' rendezvous file; it lives on this host whenever the cluster is local (a
+            # one-node remote cluster keeps its few bytes in that node's temp folder).
+            _remove_stale(self._store_file)
+            self._store_file = None
         self.cluster.shutdown()
 

@@ -32,11 +32,17 @@ def loopback_gloo() -> None:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
 
 
-def init_process_group(device: torch.device, rank: int, world_size: int, timeout_s: float) -> None:
+def init_process_group(
+    device: torch.device, rank: int, world_size: int, timeout_s: float, *, store_file: str | None = None
+) -> None:
+    """Join the world through MASTER_ADDR/MASTER_PORT, or through `store_file` when every rank shares
+    one host: torch's TCPStore listens on every interface whatever address it is given, a file
+    store opens no socket at all."""
     loopback_gloo()
+    store = dist.FileStore(store_file, world_size) if store_file else None
     dist.init_process_group(
         backend_for(device), rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=timeout_s),
-        device_id=device if device.type == "cuda" else None,
+        device_id=device if device.type == "cuda" else None, store=store,
     )
 
 
