@@ -128,8 +128,9 @@ PRESET_SCHEME = "preset:"
 
 def _init_from(value: str, r: _Rules) -> None:
     if value.startswith(PRESET_SCHEME):
-        from cosmos_rl.config.schema import ModelConfig
         import typing
+
+        from cosmos_rl.config.schema import ModelConfig
 
         known = typing.get_args(attrs_field_type(ModelConfig, "preset"))
         if value[len(PRESET_SCHEME):] not in known:
@@ -279,34 +280,26 @@ def _data_source(prefix: str, data: schema.PreferenceDataConfig, r: _Rules, *, n
 
 
 def _factory(path: str, spec: str, r: _Rules, *, needs_membership: bool) -> None:
-    module_name, sep, func_name = spec.partition(":")
-    if not sep or not module_name or not func_name.isidentifier():
-        r.error(path, "must be module:function", spec, "e.g. my_data.pairs:make_source")
-        return
+    from cosmos_rl.data.factory_spec import (
+        FactorySpecError,
+        exposes_membership,
+        resolve_factory,
+    )
+
     try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # any import failure is the user's module's problem
-        r.error(path, f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}", spec, "make it importable (PYTHONPATH)")
+        factory = resolve_factory(spec, path)  # imports the user's module: the one import a manifest can cause
+    except FactorySpecError as exc:
+        if exc.kind == "format":
+            r.error(path, "must be module:function", spec, "e.g. my_data.pairs:make_source")
+        elif exc.kind in ("not_found", "import_failed"):
+            cause = exc.cause if exc.cause is not None else exc
+            r.error(path, f"cannot import module {exc.module!r}: {type(cause).__name__}: {cause}", spec, "make it importable (PYTHONPATH)")
+        else:
+            r.error(path, f"module {exc.module!r} has no function {exc.attr!r}", spec, "name a callable that returns a pair source")
         return
-    func = getattr(module, func_name, None)
-    if not callable(func):
-        r.error(path, f"module {module_name!r} has no function {func_name!r}", spec, "name a callable that returns a pair source")
-        return
-    if needs_membership and not callable(getattr(func, "membership_ids", None)) and not _returns_membership(func):
+    if needs_membership and not exposes_membership(factory):
         r.error(path, "used with validation, so it must expose a metadata-only membership_ids()", spec,
                 "give the returned source (or the factory) a membership_ids() method; see docs/dpo.md")
-
-
-def _returns_membership(func) -> bool:
-    """A factory may declare its source class via a return annotation; check it has membership_ids."""
-    import inspect
-
-    try:
-        hints = inspect.get_annotations(func, eval_str=True)
-    except Exception:
-        return False
-    returned = hints.get("return")
-    return isinstance(returned, type) and callable(getattr(returned, "membership_ids", None))
 
 
 def _dpo(c: schema.RunConfig, rl: schema.DPOConfig, r: _Rules) -> None:

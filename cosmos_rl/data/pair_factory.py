@@ -10,49 +10,18 @@ function whose return annotation is such a class.
 
 from __future__ import annotations
 
-import importlib
-import typing
-from typing import Any, Callable
+from typing import Any
 
+from cosmos_rl.data.factory_spec import exposes_membership, resolve_factory
 from cosmos_rl.data.pair_record import PreferencePair, PromptSides, check_pair
 from cosmos_rl.errors import UserError
 
 _WHAT = "rl.data.factory"
 
 
-def _resolve(spec: str) -> Callable[..., Any]:
-    module_name, sep, attr_path = spec.partition(":")
-    if not sep or not module_name or not attr_path or ":" in attr_path:
-        raise UserError(f"{_WHAT}: {spec!r} is not of the form 'module:function'")
-    try:
-        target: Any = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
-            raise UserError(
-                f"{_WHAT}: module {module_name!r} not found; install it or add its folder to PYTHONPATH"
-            ) from exc
-        raise UserError(f"{_WHAT}: importing {module_name!r} failed: {exc}") from exc
-    except Exception as exc:  # the user's module raised while importing; show why
-        raise UserError(f"{_WHAT}: importing {module_name!r} failed: {type(exc).__name__}: {exc}") from exc
-    for part in attr_path.split("."):
-        if not hasattr(target, part):
-            raise UserError(f"{_WHAT}: {spec!r}: {module_name!r} has no attribute {attr_path!r}")
-        target = getattr(target, part)
-    if not callable(target):
-        raise UserError(f"{_WHAT}: {spec!r} is a {type(target).__name__}, not a function or class")
-    return target
-
-
 def factory_exposes_membership(spec: str) -> bool:
     """Whether the factory's source type defines ``membership_ids``, by importing only."""
-    target = _resolve(spec)
-    if isinstance(target, type):
-        return callable(getattr(target, "membership_ids", None))
-    try:
-        returned = typing.get_type_hints(target).get("return")
-    except Exception:  # unresolvable annotations tell us nothing either way
-        return False
-    return isinstance(returned, type) and callable(getattr(returned, "membership_ids", None))
+    return exposes_membership(resolve_factory(spec, _WHAT))
 
 
 class CheckedFactorySource:
@@ -92,7 +61,7 @@ class CheckedFactorySource:
 
 def factory_source(spec: str, **kwargs: Any) -> CheckedFactorySource:
     """Import ``module:function``, call it with ``kwargs``, and check what it returns."""
-    source = _resolve(spec)(**kwargs)
+    source = resolve_factory(spec, _WHAT)(**kwargs)
     missing = [name for name in ("__len__", "__getitem__") if not hasattr(source, name)]
     if missing:
         raise UserError(
