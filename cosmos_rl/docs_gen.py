@@ -80,7 +80,7 @@ def generate() -> str:
     parts.append(f"## Known T2I profiles (`rl.profile`)\n\n{profiles}\n")
     identity = ", ".join(f"`{k}`" for k in sorted(schema.NON_IDENTITY_FIELDS))
     parts.append(
-        "## Run identity\n\nEvery field except these (and `job.name`) is part of the run identity that "
+        "## Run identity\n\nEvery field except these is part of the run identity that "
         f"`resume --exact` protects: {identity}.\n"
     )
     return "\n".join(parts)

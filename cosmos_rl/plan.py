@@ -48,7 +48,7 @@ def seed_contract(config: schema.RunConfig) -> dict:
 
 def identity_fields(config: schema.RunConfig) -> dict:
     flat = load.flatten(load.to_dict(config))
-    return {k: v for k, v in sorted(flat.items()) if k not in schema.NON_IDENTITY_FIELDS and k != "job.name"}
+    return {k: v for k, v in sorted(flat.items()) if k not in schema.NON_IDENTITY_FIELDS}
 
 
 def run_identity(config: schema.RunConfig) -> str:

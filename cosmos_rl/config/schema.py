@@ -260,6 +260,7 @@ class RunConfig:
 # Fields that may change on an exact resume without changing what the run computes.
 NON_IDENTITY_FIELDS = frozenset(
     {
+        "job.name",
         "rl.max_steps",
         "job.log_every",
         "job.tensorboard",
