@@ -74,6 +74,11 @@ _TENSOR_REF = "__tensor__"
 _LIST_LIMIT = 10
 
 
+def checkpoint_due(step: int, max_steps: int, every: int) -> bool:
+    """The cadence rule of `checkpoint.every`: every `every` steps (0 = never) and always the last."""
+    return step == max_steps or (every > 0 and step % every == 0)
+
+
 class CheckpointError(UserError):
     """A checkpoint could not be saved or loaded; the message names the directory and keys."""
 

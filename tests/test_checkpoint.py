@@ -324,3 +324,9 @@ def test_metadata_index_admits_only_dcp_classes(tmp_path, capsys):
     with pytest.raises(CheckpointError, match="refusing global builtins.print"):
         ckpt.load_dcp({"model": {}}, manager.step_dir(1))
     assert "pwned" not in capsys.readouterr().out
+
+
+def test_checkpoint_cadence():
+    """every=2, max 5: steps 2, 4 and the last (5); every=0: only the last."""
+    assert [s for s in range(1, 6) if ckpt.checkpoint_due(s, 5, 2)] == [2, 4, 5]
+    assert [s for s in range(1, 6) if ckpt.checkpoint_due(s, 5, 0)] == [5]

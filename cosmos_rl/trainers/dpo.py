@@ -37,6 +37,7 @@ from cosmos_rl.checkpoint import (
     OptimizerState,
     PlainState,
     RngStreams,
+    checkpoint_due,
 )
 from cosmos_rl.config import load, schema
 from cosmos_rl.data.audit import leakage_audit
@@ -349,7 +350,7 @@ class DPOTrainer:
                     writer.write(self.step, metrics)
                     rows.append({"step": self.step, **metrics})
                 progress.update(self.step, metrics, rl.pairs_per_step)
-                saved = last or (cfg.checkpoint.every > 0 and self.step % cfg.checkpoint.every == 0)
+                saved = checkpoint_due(self.step, rl.max_steps, cfg.checkpoint.every)
                 if saved:
                     self.save()
                 if not last and stop.should_stop():

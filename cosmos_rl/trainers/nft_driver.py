@@ -31,11 +31,6 @@ def _reward_token(reward: schema.RewardConfig) -> str | None:
     return token
 
 
-def _checkpoint_due(config: schema.RunConfig, step: int) -> bool:
-    every = config.checkpoint.every
-    return step == config.rl.max_steps or (every > 0 and step % every == 0)
-
-
 def _resume_point(run_dir: Path) -> str:
     """Where a failed run continues from, for the one-line failure message."""
     from cosmos_rl.checkpoint import CheckpointManager
@@ -65,6 +60,7 @@ def _stop_flag():
 
 
 def start(config: schema.RunConfig, run_dir: Path, resume: bool, exact: bool, console) -> int:
+    from cosmos_rl.checkpoint import checkpoint_due
     from cosmos_rl.metrics import MetricsWriter, Progress
     from cosmos_rl.rewards.client import RewardClient
     from cosmos_rl.rewards.server import RewardServer
@@ -122,7 +118,7 @@ def start(config: schema.RunConfig, run_dir: Path, resume: bool, exact: bool, co
                 if step % config.job.log_every == 0 or step == rl.max_steps:
                     writer.write(step, metrics)
                 progress.update(step, metrics, items=rl.group_size * rl.prompts_per_step)
-                if _checkpoint_due(config, step) or stop.signalled:
+                if checkpoint_due(step, rl.max_steps, config.checkpoint.every) or stop.signalled:
                     try:
                         group.call_all("save", step)
                     except RunFailed as exc:
