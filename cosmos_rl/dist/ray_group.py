@@ -13,17 +13,16 @@ rank fails rather than waiting for the others, which are then typically stuck in
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import re
 import shutil
-import socket
 import tempfile
 import time
 from typing import Any
 
 from cosmos_rl.config import schema
+from cosmos_rl.dist.addresses import free_loopback_port, is_loopback
 from cosmos_rl.errors import Preempted, RunFailed, UserError
 
 # Seconds the placement group may take to become ready before we report needed vs available.
@@ -34,25 +33,9 @@ CALL_SLACK_S = 120.0
 # Set before a local cluster starts: keep every Ray service on 127.0.0.1 (platform.md), no token
 # files in the home directory, and no hub traffic from the actors.
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled"}
-# No GLOO_SOCKET_IFNAME here: pinning gloo to `lo` breaks a multi-host world. ActorGroup.start pins it
-# only when rank 0's address is a loopback one (see `is_loopback`).
+# No GLOO_SOCKET_IFNAME here: pinning gloo to `lo` breaks a multi-host world. world.loopback_gloo pins it
+# in each rank only when the rendezvous address (rank 0's) is a loopback one.
 ACTOR_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-
-
-def free_loopback_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def is_loopback(host: str) -> bool:
-    """True for 127.0.0.0/8, ::1 and `localhost`; False for any other name or address."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def master_address(picked: tuple[str, int], nodes: list[tuple[str, str]]) -> tuple[str, int]:
@@ -72,11 +55,6 @@ def _where(actor) -> tuple[str, str, int]:
     import ray
 
     return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address(), os.getpid()
-
-
-def _pin_gloo_to_loopback(actor) -> None:
-    """Run inside an actor before `setup_world` when rank 0's address is loopback."""
-    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
 
 
 def local_ray_init_kwargs(temp_dir: str, num_cpus: float | None = None) -> dict:
@@ -307,8 +285,7 @@ class ActorGroup:
         picked = self.call_one(0, "pick_port")
         address = master_address(tuple(picked), [(n, ip) for n, ip, _ in where])
         self.master_addr = address[0]
-        if is_loopback(address[0]):
-            self.call_all("__ray_call__", _pin_gloo_to_loopback)
+        if is_loopback(address[0]):  # setup_world then pins gloo to `lo` (world.loopback_gloo)
             self._store_file = store_file_for(address[1])
         self.call_all("setup_world", address)
 

@@ -9,6 +9,8 @@ import sys
 import torch
 import torch.distributed as dist
 
+from cosmos_rl.dist.addresses import is_loopback
+
 
 def pick_device(setting: str, local_rank: int = 0) -> torch.device:
     """`grid.device` -> the torch device of this rank; `cuda` without a GPU is a user error."""
@@ -28,7 +30,7 @@ def backend_for(device: torch.device) -> str:
 
 def loopback_gloo() -> None:
     """Keep gloo's own sockets on loopback for single-host runs (it otherwise binds the host's address)."""
-    if os.environ.get("MASTER_ADDR", "127.0.0.1") in ("127.0.0.1", "localhost"):
+    if is_loopback(os.environ.get("MASTER_ADDR", "127.0.0.1")):
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
 
 
