@@ -373,28 +373,48 @@ class _NoPickleLoadPlanner(DefaultLoadPlanner):
 
 
 class _MetadataUnpickler(pickle.Unpickler):
-    """Reads DCP's ``.metadata`` index, which torch writes with pickle, admitting only the classes
-    such an index is made of (DCP's metadata records, torch sizes/dtypes/layouts, paths): a crafted
-    ``.metadata`` cannot make a load run arbitrary code."""
+    """Reads DCP's ``.metadata`` index, which torch writes with pickle, admitting exactly the
+    (module, name) pairs such an index is made of: DCP's metadata records, torch sizes, dtypes,
+    layouts and memory formats, paths. A name is matched whole, never as a prefix, and never
+    dotted: pickle protocol 4 resolves ``a.b`` as an attribute chain, so a module prefix rule
+    would let ``torch.distributed.checkpoint.metadata`` + ``os.system`` through."""
 
-    _TORCH_SCALARS = (torch.dtype, torch.layout, torch.memory_format)
-    _ALLOWED = {
-        ("torch", "Size"),
-        ("torch.serialization", "_get_layout"),
-        ("pathlib", "PosixPath"),
-        ("pathlib", "PurePosixPath"),
-        ("pathlib", "WindowsPath"),
-        ("pathlib", "PureWindowsPath"),
-        ("collections", "OrderedDict"),
-        ("builtins", "set"),
-        ("builtins", "frozenset"),
-        ("builtins", "slice"),
-    }
+    _DCP_METADATA = "torch.distributed.checkpoint.metadata"
+    _ALLOWED = frozenset(
+        {
+            (_DCP_METADATA, "Metadata"),
+            (_DCP_METADATA, "StorageMeta"),
+            (_DCP_METADATA, "MetadataIndex"),
+            (_DCP_METADATA, "TensorStorageMetadata"),
+            (_DCP_METADATA, "BytesStorageMetadata"),
+            (_DCP_METADATA, "ChunkStorageMetadata"),
+            (_DCP_METADATA, "TensorProperties"),
+            (_DCP_METADATA, "_MEM_FORMAT_ENCODING"),
+            ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+            ("torch", "Size"),
+            ("torch.serialization", "_get_layout"),
+            ("pathlib", "Path"),
+            ("pathlib", "PosixPath"),
+            ("pathlib", "PurePosixPath"),
+            ("pathlib", "WindowsPath"),
+            ("pathlib", "PureWindowsPath"),
+            ("collections", "OrderedDict"),
+            ("builtins", "set"),
+            ("builtins", "frozenset"),
+            ("builtins", "slice"),
+        }
+    )
+    # torch's own dtype/layout/memory-format singletons, by exact attribute name.
+    _TORCH_SCALARS = frozenset(
+        name
+        for name, value in vars(torch).items()
+        if isinstance(value, (torch.dtype, torch.layout, torch.memory_format))
+    )
 
     def find_class(self, module: str, name: str):
-        if module.startswith("torch.distributed.checkpoint.") or (module, name) in self._ALLOWED:
+        if (module, name) in self._ALLOWED:
             return super().find_class(module, name)
-        if module == "torch" and isinstance(getattr(torch, name, None), self._TORCH_SCALARS):
+        if module == "torch" and name in self._TORCH_SCALARS:
             return getattr(torch, name)
         raise pickle.UnpicklingError(f"refusing global {module}.{name} in a DCP .metadata file")
 

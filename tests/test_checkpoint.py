@@ -326,6 +326,49 @@ def test_metadata_index_admits_only_dcp_classes(tmp_path, capsys):
     assert "pwned" not in capsys.readouterr().out
 
 
+def _dotted_global_call(module: str, dotted_name: str, arg: str) -> bytes:
+    """A protocol-4 pickle that calls ``module.<dotted_name>(arg)``: STACK_GLOBAL resolves a
+    dotted name as an attribute chain, so an allowed module can lead anywhere it imports."""
+    import pickle
+
+    def short(text: str) -> bytes:
+        raw = text.encode()
+        return pickle.SHORT_BINUNICODE + bytes([len(raw)]) + raw
+
+    return (
+        pickle.PROTO + bytes([4]) + short(module) + short(dotted_name) + pickle.STACK_GLOBAL
+        + short(arg) + pickle.TUPLE1 + pickle.REDUCE + pickle.STOP
+    )
+
+
+def test_metadata_index_refuses_dotted_names_under_dcp_modules(tmp_path):
+    """`torch.distributed.checkpoint.filesystem` imports `os`, so `os.mkdir` is one dotted name
+    away; padded to the recorded size, the crafted index passes the size check and must still
+    run nothing, through a direct read, `load_dcp` and the manager's newest-loadable resume."""
+    import pickle
+
+    model, opt = trained(0)
+    manager = CheckpointManager(tmp_path / "ckpt", keep=0)
+    manager.save(1, components(model, opt, {"step": 1}))
+    manager.save(2, components(model, opt, {"step": 2}))
+    marker = tmp_path / "pwned"
+    for module in ("torch.distributed.checkpoint.filesystem", "torch.distributed.checkpoint.metadata"):
+        exploit = _dotted_global_call(module, "os.mkdir", str(marker))
+        index = manager.step_dir(2) / ".metadata"
+        size = index.stat().st_size
+        assert len(exploit) < size
+        index.write_bytes(exploit + b"\x00" * (size - len(exploit)))
+        with pytest.raises(pickle.UnpicklingError, match=r"refusing global .*os\.mkdir"):
+            ckpt.read_dcp_metadata(manager.step_dir(2))
+        with pytest.raises(CheckpointError, match="refusing global"):
+            ckpt.load_dcp({"model": {}}, manager.step_dir(2))
+        assert not marker.exists()
+    loaded_model, loaded_opt = fresh(0)
+    # the crafted step counts as damage: refused with its reason, the one before is the newest loadable
+    assert manager.latest_loadable(components(loaded_model, loaded_opt, {"step": 0})) == 1
+    assert not marker.exists()
+
+
 def test_checkpoint_cadence():
     """every=2, max 5: steps 2, 4 and the last (5); every=0: only the last."""
     assert [s for s in range(1, 6) if ckpt.checkpoint_due(s, 5, 2)] == [2, 4, 5]

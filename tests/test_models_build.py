@@ -156,3 +156,15 @@ def test_missing_component_names_the_component(tmp_path):
     with pytest.raises(UserError, match="model.path") as error:
         build_model(str(tmp_path / "model"), "tiny", seed=0)
     assert "vae/" in str(error.value)
+
+
+def test_pickled_weights_are_refused_not_loaded(tmp_path):
+    """A folder whose VAE is a pickled `.bin` (diffusers' unsafe format) is refused by name."""
+    parts = build_preset("tiny", seed=0)
+    folder = save_parts(parts, tmp_path / "model")
+    for f in (folder / "vae").glob("*.safetensors"):
+        f.unlink()
+    parts.vae.save_pretrained(folder / "vae", safe_serialization=False)
+    assert any((folder / "vae").glob("*.bin"))
+    with pytest.raises(UserError, match=r"vae.*no \*\.safetensors.*pickled \['diffusion_pytorch_model\.bin'\]"):
+        load_parts(folder)

@@ -144,6 +144,20 @@ def _tokenizer_folder(folder: Path) -> Path:
     return folder / "text_tokenizer"
 
 
+def _load_safetensors_model(cls, folder: Path, component: str):
+    """A diffusers model from `<folder>/<component>/`, from safetensors weights only: a pickled
+    `.bin` would run code on load, so a folder that has only those is refused."""
+    sub = _component_folder(folder, component)
+    if not any(sub.glob("*.safetensors")) and not any(sub.glob("*.safetensors.index.json")):
+        pickled = sorted(p.name for p in sub.iterdir() if p.suffix in {".bin", ".pt", ".pth", ".ckpt"})
+        raise UserError(
+            f"model.path: {str(sub)!r} has no *.safetensors weights"
+            + (f" (found pickled {pickled}, which are never loaded: they could run code)" if pickled else "")
+            + ". Convert the weights to safetensors (diffusers: save_pretrained(..., safe_serialization=True))."
+        )
+    return cls.from_pretrained(sub, local_files_only=True, use_safetensors=True)
+
+
 def load_parts(folder: str | Path) -> ModelParts:
     """Read the parts from a local folder, offline; a missing folder or part raises UserError."""
     folder = Path(folder)
@@ -152,10 +166,8 @@ def load_parts(folder: str | Path) -> ModelParts:
             f"model.path: folder {str(folder)!r} does not exist. "
             "Set model.path to a local model folder, or leave it empty to build model.preset."
         )
-    transformer = Cosmos3OmniTransformer.from_pretrained(
-        _component_folder(folder, "transformer"), local_files_only=True
-    )
-    vae = AutoencoderKLWan.from_pretrained(_component_folder(folder, "vae"), local_files_only=True)
+    transformer = _load_safetensors_model(Cosmos3OmniTransformer, folder, "transformer")
+    vae = _load_safetensors_model(AutoencoderKLWan, folder, "vae")
     tokenizer = PreTrainedTokenizerFast.from_pretrained(_tokenizer_folder(folder), local_files_only=True)
     scheduler = UniPCMultistepScheduler.from_pretrained(
         _component_folder(folder, "scheduler"), local_files_only=True
