@@ -15,9 +15,7 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 
-from cosmos_rl.errors import UserError
-
-EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, EXIT_REQUEUE = 0, 1, 2, 75
+from cosmos_rl.errors import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE, UserError
 
 app = typer.Typer(
     add_completion=False,
@@ -134,7 +132,7 @@ def _run(action) -> None:
         raise typer.Exit(130)
     except RunFailed as exc:
         err.print(f"[bold red]failed[/]: {exc}", highlight=False)
-        raise typer.Exit(EXIT_RUNTIME)
+        raise typer.Exit(EXIT_FAILED)
     raise typer.Exit(code or EXIT_OK)
 
 
@@ -151,7 +149,7 @@ def train(
     _print_warnings(warnings)
     from cosmos_rl import launch
 
-    _run(lambda: launch.train(config, manifest, overrides or [], console=err))
+    _run(lambda: launch.train(config, manifest, console=err))
 
 
 @app.command()

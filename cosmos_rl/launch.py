@@ -8,16 +8,18 @@ from cosmos_rl import run as run_mod
 from cosmos_rl.config import schema
 
 
-def train(config: schema.RunConfig, manifest: Path, overrides: list[str], console) -> int:
+def train(config: schema.RunConfig, manifest: Path, console) -> int:
+    """Start a new run of `config` (already loaded with its overrides and preflighted)."""
     config, run_dir = run_mod.prepare_new(config, manifest)
-    return _backend(config).start(config, run_dir, resume=False, exact=False, console=console)
+    return _backend(config).start(config, run_dir, resume=False, console=console)
 
 
 def resume(run_dir: Path, overrides: list[str], exact: bool, console) -> int:
+    """Continue a run; `exact` is enforced here, by the resume rules, before any backend starts."""
     config, notices = run_mod.load_for_resume(run_dir, overrides, exact=exact)
     for notice in notices:
         console.print(f"[yellow]notice[/]: {notice}", highlight=False)
-    return _backend(config).start(config, Path(run_dir).resolve(), resume=True, exact=exact, console=console)
+    return _backend(config).start(config, Path(run_dir).resolve(), resume=True, console=console)
 
 
 def _backend(config: schema.RunConfig):

@@ -14,7 +14,6 @@ import signal
 import sys
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
-EXIT_REQUEUE = 75
 
 
 class StopFlag:
@@ -42,18 +41,27 @@ class StopFlag:
         sys.stderr.write(f"cosmos-rl: {name} received: finishing this step, then committing a checkpoint (send again to abort)\n")
         sys.stderr.flush()
 
-    def should_stop(self) -> bool:
-        """True on every rank when any rank was signalled (collective when a process group exists)."""
-        local = self.signalled is not None
+    def install_if_main_thread(self) -> "StopFlag":
+        """Install where signals can be handled; elsewhere (a test's worker thread) stay uninstalled."""
         try:
-            import torch
-            import torch.distributed as dist
-        except ImportError:  # pragma: no cover - torch is a dependency
-            return local
-        if not (dist.is_available() and dist.is_initialized()):
-            return local
-        flag = torch.tensor([1 if local else 0], dtype=torch.int32)
+            return self.install()
+        except ValueError:  # signal handlers can only be set from the main thread
+            return self
+
+    def should_stop(self) -> str | None:
+        """The stop signal's name on every rank when any rank was signalled, else None (collective
+        when a process group exists, so every rank stops after the same step)."""
+        from cosmos_rl.dist.world import process_group_active
+
+        if not process_group_active():
+            return self.signalled
+        import torch
+        import torch.distributed as dist
+
+        flag = torch.tensor([1 if self.signalled else 0], dtype=torch.int32)
         if dist.get_backend() == "nccl":
             flag = flag.cuda()
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
+        if not flag.item():
+            return None
+        return self.signalled or "a stop signal to another rank"

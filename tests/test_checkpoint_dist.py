@@ -134,7 +134,7 @@ def worker(run_dir: Path) -> None:
     dist.destroy_process_group()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)  # platform.md: interpreter shutdown after DCP sometimes aborts
+    os._exit(0)  # docs/topology.md "Platform traps": interpreter shutdown after DCP sometimes aborts
 
 
 def free_port() -> int:

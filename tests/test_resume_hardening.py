@@ -21,17 +21,11 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from cosmos_rl import checkpoint as ckpt
 from cosmos_rl.checkpoint import CheckpointError, CheckpointManager, ModelState, OptimizerState, load_dcp, read_dcp_metadata
+from _overrides import DPO_SMALL
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFEST = REPO / "manifests" / "dpo_t2i_smoke.toml"
-SMALL = [
-    "rl.pairs_per_step=4",
-    "rl.data.synthetic_pairs=16",
-    "rl.validation.every=0",
-    "checkpoint.every=2",
-    "checkpoint.keep=0",
-    "job.progress=false",
-]
+SMALL = [*DPO_SMALL, "rl.validation.every=0"]
 ONE_RANK = ["model.config.parallelism.data_parallel_shard_degree=1", "grid.gpus_per_node=1"]
 
 

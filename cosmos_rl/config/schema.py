@@ -222,6 +222,11 @@ class NFTConfig:
     r_tau: float = knob(0.5, "Temperature of the sigmoid map.")
     uniform_timestep: bool = knob(False, "Train at t ~ U(0, 1) instead of the sampler's timesteps.")
     timesteps_per_sample: int = knob(0, "Training timesteps per sample; 0 = every sampler timestep but the last.")
+    x0_weighting: bool = knob(
+        False,
+        "Measure the implicit policies' errors in x0 space (x0 = x_t - t * v), each divided by a stop-gradient of "
+        "its mean absolute x0 error, as the official release does; false = the velocity-space error of the spec.",
+    )
     sample_steps: int = knob(20, "Sampler steps per generation.")
     sampler_shift: float = knob(5.0, "Rectified-flow sampler shift.")
     guidance: float = knob(3.0, "Native CFG: v_uncond + g * (v_cond - v_uncond); 1 = conditional only, 0 = unconditional.")
@@ -256,6 +261,13 @@ class RunConfig:
     grid: GridConfig = section(GridConfig, "Topology and launch.")
     checkpoint: CheckpointConfig = section(CheckpointConfig, "Checkpoint cadence and retention.")
 
+
+# Knobs added after checkpoint format 1 whose default reproduces what every run did before they
+# existed. Left at that default they are not part of the run identity (plan.identity_fields), so run
+# directories written before them still resume; set to anything else they are.
+LATER_KNOB_DEFAULTS: dict[str, object] = {
+    "rl.x0_weighting": False,
+}
 
 # Fields that may change on an exact resume without changing what the run computes.
 NON_IDENTITY_FIELDS = frozenset(

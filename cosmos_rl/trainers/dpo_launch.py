@@ -1,12 +1,13 @@
-"""Start a DPO run: `start(config, run_dir, resume, exact, console) -> exit code`.
+"""Start a DPO run: `start(config, run_dir, resume, console) -> exit code`.
 
-`grid.backend = "local"`: run `plan.torchrun_argv` (plus `--resume`/`--exact` on resume) as a child
+`grid.backend = "local"`: run `plan.torchrun_argv` (plus `--resume` on resume) as a child
 process, print the command first, forward SIGTERM/SIGINT/SIGUSR1 to it, and turn the workers'
 status files into the CLI's exit semantics (torchrun reports any worker failure as 1, so the
 reason and code each rank wrote to `<run_dir>/logs/rank<N>.status` decide: a UserError -> exit 2,
 preemption -> 75, anything else -> 1).
 
-Single node: torchrun `--standalone` on 127.0.0.1, gloo pinned to loopback (GLOO_SOCKET_IFNAME=lo).
+Single node: torchrun `--standalone` on 127.0.0.1; each worker pins gloo to loopback because its
+rendezvous address is loopback (the one rule, `dist.world.loopback_gloo`).
 Multi-node (grid.nodes > 1): the operator runs `cosmos-rl train MANIFEST` (or `resume`) once on
 every node with the same manifest; each node's torchrun starts its grid.gpus_per_node ranks and
 they meet at the c10d rendezvous `grid.rdzv_endpoint` (or $COSMOS_RL_RDZV_ENDPOINT), job id
@@ -27,29 +28,24 @@ from pathlib import Path
 
 from cosmos_rl import plan
 from cosmos_rl.config import schema
-from cosmos_rl.errors import Preempted, RunFailed, UserError
-from cosmos_rl.trainers.dpo_worker import EXIT_FAILED, EXIT_PREEMPTED, EXIT_USER
+from cosmos_rl.errors import EXIT_FAILED, EXIT_REQUEUE, EXIT_USAGE, Preempted, RunFailed, UserError
 
 # SIGUSR1 (a scheduler's "about to preempt") becomes SIGTERM for torchrun, which forwards only
 # the signals it handles; its default action on SIGUSR1 would kill it and orphan the workers.
 _FORWARD = {signal.SIGTERM: signal.SIGTERM, signal.SIGINT: signal.SIGINT, signal.SIGUSR1: signal.SIGTERM}
 
 
-def worker_argv(config: schema.RunConfig, run_dir: Path, *, resume: bool, exact: bool) -> list[str]:
+def worker_argv(config: schema.RunConfig, run_dir: Path, *, resume: bool) -> list[str]:
     # preflight has checked that multi-node runs have an endpoint (manifest or environment)
     argv = plan.torchrun_argv(config, str(Path(run_dir) / "manifest.toml"))
     if resume:
         argv.append("--resume")
-        if exact:
-            argv.append("--exact")
     return argv
 
 
 def worker_env(config: schema.RunConfig) -> dict[str, str]:
     env = dict(os.environ)
     env["HF_HUB_OFFLINE"] = "1"
-    if config.grid.nodes == 1:
-        env["GLOO_SOCKET_IFNAME"] = "lo"
     if config.grid.device == "cpu":
         # torchrun pins one thread per worker only when a node runs several; with one rank per node a
         # CPU rank would use every core and sum in another order, so the same run split as 2 nodes x 1
@@ -75,10 +71,10 @@ def _raise_for(run_dir: Path, returncode: int) -> None:
     """Map the ranks' recorded outcomes (or torchrun's code) to the CLI's exceptions."""
     statuses = _statuses(run_dir)
     by_code = {s.get("code"): s.get("message", "") for s in statuses}
-    if EXIT_USER in by_code:
-        raise UserError(by_code[EXIT_USER])
-    if EXIT_PREEMPTED in by_code:
-        raise Preempted(by_code[EXIT_PREEMPTED])
+    if EXIT_USAGE in by_code:
+        raise UserError(by_code[EXIT_USAGE])
+    if EXIT_REQUEUE in by_code:
+        raise Preempted(by_code[EXIT_REQUEUE])
     if EXIT_FAILED in by_code:
         raise RunFailed(by_code[EXIT_FAILED])
     raise RunFailed(
@@ -108,15 +104,15 @@ def _run_forwarding_signals(argv: list[str], env: dict[str, str]) -> int:
             signal.signal(sig, handler)
 
 
-def start(config: schema.RunConfig, run_dir: Path, resume: bool, exact: bool, console) -> int:
+def start(config: schema.RunConfig, run_dir: Path, resume: bool, console) -> int:
     if config.grid.backend == "ray":
         from cosmos_rl.trainers import dpo_ray
 
-        return dpo_ray.start(config, Path(run_dir), resume, exact, console)
+        return dpo_ray.start(config, Path(run_dir), resume, console)
     run_dir = Path(run_dir)
     for stale in (run_dir / "logs").glob("rank*.status"):
         stale.unlink(missing_ok=True)
-    argv = worker_argv(config, run_dir, resume=resume, exact=exact)
+    argv = worker_argv(config, run_dir, resume=resume)
     console.print(f"[bold]launch[/]: {shlex.join(argv)}", highlight=False, soft_wrap=True)
     returncode = _run_forwarding_signals(argv, worker_env(config))
     if returncode == 0:

@@ -105,14 +105,14 @@ class DPORayWorker(RankActor):
         self._init_rank(rank, world_size, config)
         self.run_dir, self.data_actor = Path(run_dir), data_actor
 
-    def train(self, resume: bool, exact: bool) -> int:
+    def train(self, resume: bool) -> int:
         """Run the trainer to rl.max_steps; returns the last step."""
         from cosmos_rl.trainers.dpo import DPOTrainer
         from cosmos_rl.trainers.dpo_worker import _setup_logging
 
         _setup_logging(self.run_dir, self.rank)
         cls = DPOTrainer if self.data_actor is None else _per_role_trainer(self.data_actor, DATA_TIMEOUT_S)
-        trainer = cls(self.config, self.run_dir, self.device, resume=resume, exact=exact)
+        trainer = cls(self.config, self.run_dir, self.device, resume=resume)
         trainer.run()
         return trainer.step
 
@@ -152,7 +152,7 @@ class _forward_stop_signals:
             signal.signal(sig, handler)
 
 
-def start(config: schema.RunConfig, run_dir: Path, resume: bool, exact: bool, console) -> int:
+def start(config: schema.RunConfig, run_dir: Path, resume: bool, console) -> int:
     from cosmos_rl import plan
 
     world, _ = plan.world_size(config)
@@ -179,7 +179,7 @@ def start(config: schema.RunConfig, run_dir: Path, resume: bool, exact: bool, co
         # One call spans the whole run: allow each remaining step the collective timeout.
         budget = config.rl.max_steps * config.grid.timeout_s + CALL_SLACK_S
         with _forward_stop_signals(local_pids):
-            group.call_all("train", resume, exact, timeout_s=budget)
+            group.call_all("train", resume, timeout_s=budget)
         group.call_all("shutdown", timeout_s=CALL_SLACK_S)
         return 0
     finally:

@@ -11,8 +11,8 @@ import os
 import time
 from pathlib import Path
 
-from cosmos_rl.config import load, schema
-from cosmos_rl.errors import Preempted, RunFailed, UserError
+from cosmos_rl.config import schema
+from cosmos_rl.errors import RunFailed, UserError
 
 METRIC_NAMES = (
     "train/reward_mean", "train/reward_std", "train/policy_loss", "train/kl_loss", "train/advantage_mean",
@@ -47,27 +47,15 @@ def _resume_point(run_dir: Path) -> str:
     )
 
 
-def _stop_flag():
-    """SIGTERM/SIGUSR1: finish the step, commit, exit 75; a second signal aborts (cosmos_rl.preempt)."""
+def start(config: schema.RunConfig, run_dir: Path, resume: bool, console) -> int:
     from cosmos_rl.preempt import StopFlag
-
-    flag = StopFlag()
-    try:
-        flag.install()
-    except ValueError:  # not the main thread (e.g. a test thread): no requeue support
-        pass
-    return flag
-
-
-def start(config: schema.RunConfig, run_dir: Path, resume: bool, exact: bool, console) -> int:
-    from cosmos_rl.checkpoint import checkpoint_due
-    from cosmos_rl.metrics import MetricsWriter, Progress
     from cosmos_rl.rewards.client import RewardClient
     from cosmos_rl.rewards.server import RewardServer
+    from cosmos_rl.trainers.loop import LoopSpec, run_steps
 
     rl = config.rl
     run_dir = Path(run_dir)
-    server = group = writer = progress = None
+    server = group = None
     try:
         if resume:
             from cosmos_rl.trainers.nft_state import check_seed_contract
@@ -77,15 +65,16 @@ def start(config: schema.RunConfig, run_dir: Path, resume: bool, exact: bool, co
         if not url:
             server = RewardServer("127.0.0.1", 0, revision=rl.reward.revision or None)
             url = server.start()
+        token = _reward_token(rl.reward)  # read once here; the actors get it, not the variable's name
         RewardClient(
             url, rl.reward.name, rl.reward.revision, rl.reward.timeout_s, rl.reward.max_retries,
-            rl.reward.backoff_s, _reward_token(rl.reward),
+            rl.reward.backoff_s, token,
         ).check_revision()
 
         from cosmos_rl.dist.ray_group import ActorGroup
         from cosmos_rl.trainers.nft import NFTWorker
 
-        group = ActorGroup(config.grid, rl.group_size, NFTWorker, (config, str(run_dir), url))
+        group = ActorGroup(config.grid, rl.group_size, NFTWorker, (config, str(run_dir), url, token))
         t0 = time.perf_counter()
         group.start()
         group.write_placement(run_dir)  # where each rank landed: rank -> node id / node ip
@@ -96,46 +85,36 @@ def start(config: schema.RunConfig, run_dir: Path, resume: bool, exact: bool, co
             f"{'resuming after' if resume else 'starting at'} step {start_step}, reward service {url}",
             highlight=False,
         )
-        writer = MetricsWriter.for_job(
-            config.job, run_dir, enabled=True, resume_step=start_step if resume else None,
-            run_config=load.flatten(load.to_dict(config)),
+
+        def step_fn(step: int) -> dict[str, float]:
+            began = time.perf_counter()
+            try:
+                metrics = group.call_all("train_step", step)[0]
+            except RunFailed as exc:
+                raise RunFailed(f"step {step}: {exc}; {_resume_point(run_dir)}") from None
+            # What the actors did not spend in their three phases: Ray calls, gathers, grids, stragglers.
+            metrics["time/orchestration_s"] = max(0.0, time.perf_counter() - began - sum(metrics[k] for k in PHASES))
+            return metrics
+
+        def save_fn(step: int) -> None:
+            try:
+                group.call_all("save", step)
+            except RunFailed as exc:
+                raise RunFailed(f"checkpoint of step {step}: {exc}; {_resume_point(run_dir)}") from None
+
+        spec = LoopSpec(
+            run_dir=run_dir, start_step=start_step, resumed=resume, main=True, unit="samples",
+            items_per_step=rl.group_size * rl.prompts_per_step,
+            progress_fields=("train/reward_mean", "train/policy_loss"),
         )
-        progress = Progress(
-            enabled=config.job.progress, total=rl.max_steps, start=start_step, unit="samples",
-            fields=("train/reward_mean", "train/policy_loss"),
-        )
-        stop = _stop_flag()
+        # Actors never see a scheduler's signal: the driver's flag decides, and save_fn reaches every rank.
+        stop = StopFlag().install_if_main_thread()
         try:
-            for step in range(start_step + 1, rl.max_steps + 1):
-                began = time.perf_counter()
-                try:
-                    metrics = group.call_all("train_step", step)[0]
-                except RunFailed as exc:
-                    raise RunFailed(f"step {step}: {exc}; {_resume_point(run_dir)}") from None
-                wall = time.perf_counter() - began
-                # What the actors did not spend in their three phases: Ray calls, gathers, grids, stragglers.
-                metrics["time/orchestration_s"] = max(0.0, wall - sum(metrics[k] for k in PHASES))
-                if step % config.job.log_every == 0 or step == rl.max_steps:
-                    writer.write(step, metrics)
-                progress.update(step, metrics, items=rl.group_size * rl.prompts_per_step)
-                if checkpoint_due(step, rl.max_steps, config.checkpoint.every) or stop.signalled:
-                    try:
-                        group.call_all("save", step)
-                    except RunFailed as exc:
-                        raise RunFailed(f"checkpoint of step {step}: {exc}; {_resume_point(run_dir)}") from None
-                if stop.signalled and step < rl.max_steps:
-                    raise Preempted(
-                        f"stopped by {stop.signalled} after committing step {step}; "
-                        f"continue with `cosmos-rl resume {run_dir} --exact`"
-                    )
+            run_steps(config, spec, step_fn, save_fn, lambda: stop.signalled)
         finally:
             stop.uninstall()
         return 0
     finally:
-        if progress is not None:
-            progress.close()
-        if writer is not None:
-            writer.close()
         if group is not None:
             group.shutdown()
         if server is not None:
