@@ -197,7 +197,8 @@ class ActorGroup:
     """`size` actors of `actor_cls`, one per rank, forming one process group.
 
     `actor_cls` is a plain class whose constructor takes `(rank, world_size, *init_args)` and which
-    has `setup_world(master_port)` and `pick_port()`; its other methods are called with `call_all`.
+    has `pick_port()` and `setup_world(address)` (address = rank 0's `pick_port()` answer, a
+    (host, port) pair); its other methods are called with `call_all`.
     """
 
     def __init__(self, grid: schema.GridConfig, size: int, actor_cls: type, init_args: tuple = ()):
