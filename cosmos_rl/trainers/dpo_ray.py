@@ -7,8 +7,9 @@ every rank joins the DCP checkpoint exactly as under torchrun.
 
 `grid.grouping = "per_role"`: the data role (pair source + cursor) lives in its own actor
 (`DPODataActor`, no placement bundle: it only indexes and decodes pairs). Each step every policy
-actor asks it for `next_batches(step)[rank]`; the first ask of a step advances the cursor, the
-others get the cached answer, so the ranks see the same global order as a local PairCursor. The
+actor asks it for `next_batch(step, rank)` and receives only its own pairs; the first ask of a
+step advances the cursor, the others are answered from the cached split, so the ranks see the same
+global order as a local PairCursor. The
 checkpoint's `pair_cursor` is the data actor's cursor, and a resume pushes it back there.
 
 Preemption: a scheduler signals the driver only. The driver passes SIGTERM/SIGUSR1/SIGINT on as
@@ -42,18 +43,17 @@ class DPODataActor:
         rl = config.rl
         self.world_size = world_size
         self.source = build_source(rl.data, config.model.image_size, config.job.seed, "rl.data")
-        # world 1: the whole step's indices, which next_batches splits exactly as PairCursor does.
+        # world 1: the whole step's indices, which next_batch splits exactly as PairCursor does.
         self.cursor = PairCursor(len(self.source), rl.pairs_per_step, config.job.seed, 1, 0, shuffle=rl.data.shuffle)
         self._cached: tuple[int, list] | None = None
 
-    def next_batches(self, step: int) -> list[list]:
-        """The pairs of trainer step `step` (1-based), one list per rank; repeated asks are cached."""
+    def next_batch(self, step: int, rank: int) -> list:
+        """Rank `rank`'s pairs of trainer step `step` (1-based); the step's split is cached for the other ranks."""
         if self._cached is None or self._cached[0] != step:
             indices = self.cursor.next_batch()
             share = len(indices) // self.world_size
-            batches = [[self.source[i] for i in indices[r * share : (r + 1) * share]] for r in range(self.world_size)]
-            self._cached = (step, batches)
-        return self._cached[1]
+            self._cached = (step, [indices[r * share : (r + 1) * share] for r in range(self.world_size)])
+        return [self.source[i] for i in self._cached[1][rank]]
 
     def cursor_state(self) -> dict:
         return self.cursor.state_dict()
@@ -82,7 +82,7 @@ def _per_role_trainer(data_actor, timeout_s: float):
 
     class PerRoleDPOTrainer(DPOTrainer):
         def next_pairs(self) -> list:
-            return ask(self.rank, data_actor.next_batches.remote(self.step + 1), "next_batches")[self.rank]
+            return ask(self.rank, data_actor.next_batch.remote(self.step + 1, self.rank), "next_batch")
 
         def _components(self, *, with_rng: bool = True):
             components = super()._components(with_rng=with_rng)
