@@ -31,10 +31,15 @@ def has_committed_checkpoint(run_dir: Path) -> bool:
     return root.is_dir() and any((d / "COMMITTED").is_file() for d in root.iterdir() if d.is_dir())
 
 
-def prepare_new(config: schema.RunConfig, manifest_path: Path) -> tuple[schema.RunConfig, Path]:
-    """Pin paths, create the run directory and write the resolved manifest; refuse to reuse a run."""
+def pin_paths(config: schema.RunConfig, manifest_path: Path) -> tuple[schema.RunConfig, Path]:
+    """The config with paths made absolute (relative to the manifest) and its run directory; no side effects."""
     config = load.with_absolute_paths(config, Path(manifest_path).resolve().parent)
-    run_dir = plan.run_dir(config).resolve()
+    return config, plan.run_dir(config).resolve()
+
+
+def prepare_new(config: schema.RunConfig, run_dir: Path) -> None:
+    """Create the run directory and write the resolved manifest; refuse to reuse a run. `config`
+    and `run_dir` come from `pin_paths`; the caller holds the run directory's lock."""
     if has_committed_checkpoint(run_dir):
         raise UserError(
             f"job.name: run directory {run_dir} already holds committed checkpoints; "
@@ -43,7 +48,6 @@ def prepare_new(config: schema.RunConfig, manifest_path: Path) -> tuple[schema.R
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / METRICS).unlink(missing_ok=True)
     (run_dir / MANIFEST).write_text(load.to_toml(config), encoding="utf-8")
-    return config, run_dir
 
 
 def identity_diff(old: schema.RunConfig, new: schema.RunConfig) -> tuple[list[str], list[str]]:
@@ -58,12 +62,17 @@ def identity_diff(old: schema.RunConfig, new: schema.RunConfig) -> tuple[list[st
     return identity, other
 
 
+def check_run_dir(run_dir: Path) -> None:
+    """Refuse a folder `cosmos-rl train` did not create."""
+    if not (Path(run_dir) / MANIFEST).is_file():
+        raise UserError(f"{run_dir}: not a run directory (no {MANIFEST}); pass the folder `cosmos-rl train` created")
+
+
 def load_for_resume(run_dir: Path, overrides: list[str], *, exact: bool) -> tuple[schema.RunConfig, list[str]]:
     """Reload a run for `resume`: returns the config to continue with and notices to print."""
     run_dir = Path(run_dir)
     manifest = run_dir / MANIFEST
-    if not manifest.is_file():
-        raise UserError(f"{run_dir}: not a run directory (no {MANIFEST}); pass the folder `cosmos-rl train` created")
+    check_run_dir(run_dir)
     if not has_committed_checkpoint(run_dir):
         raise UserError(f"{run_dir}: no committed checkpoint to resume from; start it again with `cosmos-rl train`")
     saved = load.load(manifest)

@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def make_run(tmp_path: Path, manifest: str, *overrides: str) -> Path:
     config = load.load(ROOT / "manifests" / manifest, [f'job.output_dir="{tmp_path}"', *overrides])
-    _, run_dir = run.prepare_new(config, ROOT / "manifests" / manifest)
+    config, run_dir = run.pin_paths(config, ROOT / "manifests" / manifest)
+    run.prepare_new(config, run_dir)
     committed = run_dir / "checkpoints" / "step_2"
     committed.mkdir(parents=True)
     (committed / "COMMITTED").write_text("")
@@ -60,7 +61,8 @@ def test_nft_never_changes_world_size_on_resume(tmp_path):
 
 def test_resume_needs_a_committed_checkpoint(tmp_path):
     config = load.load(ROOT / "manifests" / "dpo_t2i_smoke.toml", [f'job.output_dir="{tmp_path}"'])
-    _, run_dir = run.prepare_new(config, ROOT / "manifests" / "dpo_t2i_smoke.toml")
+    config, run_dir = run.pin_paths(config, ROOT / "manifests" / "dpo_t2i_smoke.toml")
+    run.prepare_new(config, run_dir)
     with pytest.raises(Exception, match="no committed checkpoint to resume from"):
         run.load_for_resume(run_dir, [], exact=True)
 
@@ -69,4 +71,4 @@ def test_train_refuses_to_reuse_a_run_directory_with_checkpoints(tmp_path):
     make_run(tmp_path, "dpo_t2i_smoke.toml")
     config = load.load(ROOT / "manifests" / "dpo_t2i_smoke.toml", [f'job.output_dir="{tmp_path}"'])
     with pytest.raises(Exception, match="already holds committed checkpoints"):
-        run.prepare_new(config, ROOT / "manifests" / "dpo_t2i_smoke.toml")
+        run.prepare_new(*run.pin_paths(config, ROOT / "manifests" / "dpo_t2i_smoke.toml"))

@@ -86,7 +86,13 @@ def _run_forwarding_signals(argv: list[str], env: dict[str, str]) -> int:
     # torchrun gets its own session: a signal sent to this process group (Ctrl-C in a terminal, a
     # scheduler signalling the job's group) then reaches the workers once, through the forwarding
     # below, instead of twice (which the workers would take as "abort now").
-    child = subprocess.Popen(argv, env=env, start_new_session=True)
+    # It inherits the run directory's lock (the lock then lasts until torchrun is gone too) and gets
+    # SIGTERM if this launcher dies, so a killed launcher never leaves its workers training alone.
+    from cosmos_rl import run_lock
+
+    child = subprocess.Popen(
+        argv, env=env, start_new_session=True, pass_fds=run_lock.inherited_fds(), preexec_fn=run_lock.die_with_parent
+    )
 
     def forward(signum, frame):
         if child.poll() is None:

@@ -49,7 +49,7 @@ def _resume_point(run_dir: Path) -> str:
 
 def start(config: schema.RunConfig, run_dir: Path, resume: bool, console) -> int:
     from cosmos_rl.preempt import StopFlag
-    from cosmos_rl.rewards.client import RewardClient
+    from cosmos_rl.rewards.client import RewardClient, RewardServiceError
     from cosmos_rl.rewards.server import RewardServer
     from cosmos_rl.trainers.loop import LoopSpec, run_steps
 
@@ -66,10 +66,18 @@ def start(config: schema.RunConfig, run_dir: Path, resume: bool, console) -> int
             server = RewardServer("127.0.0.1", 0, revision=rl.reward.revision or None)
             url = server.start()
         token = _reward_token(rl.reward)  # read once here; the actors get it, not the variable's name
-        RewardClient(
+        client = RewardClient(
             url, rl.reward.name, rl.reward.revision, rl.reward.timeout_s, rl.reward.max_retries,
             rl.reward.backoff_s, token,
-        ).check_revision()
+        )
+        try:
+            client.check_revision()
+        except RewardServiceError as exc:
+            # Nothing has started yet: an unreachable service at start is the manifest's URL to fix.
+            raise UserError(
+                f"rl.reward.url: the reward service at {url} cannot be reached before training ({exc}); "
+                "start it, or fix rl.reward.url (empty starts the built-in service)"
+            ) from None
 
         from cosmos_rl.dist.ray_group import ActorGroup
         from cosmos_rl.trainers.nft import NFTWorker
