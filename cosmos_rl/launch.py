@@ -30,7 +30,8 @@ def _resume_locked(run_dir: Path, overrides: list[str], exact: bool, console) ->
     config, notices = run_mod.load_for_resume(run_dir, overrides, exact=exact)
     for notice in notices:
         console.print(f"[yellow]notice[/]: {notice}", highlight=False)
-    return _backend(config).start(config, Path(run_dir).resolve(), resume=True, console=console)
+    resumed = run_mod.has_committed_checkpoint(run_dir)
+    return _backend(config).start(config, Path(run_dir).resolve(), resume=resumed, console=console)
 
 
 @contextlib.contextmanager

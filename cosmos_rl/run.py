@@ -73,8 +73,6 @@ def load_for_resume(run_dir: Path, overrides: list[str], *, exact: bool) -> tupl
     run_dir = Path(run_dir)
     manifest = run_dir / MANIFEST
     check_run_dir(run_dir)
-    if not has_committed_checkpoint(run_dir):
-        raise UserError(f"{run_dir}: no committed checkpoint to resume from; start it again with `cosmos-rl train`")
     saved = load.load(manifest)
     config, problems = load.load_all_problems(manifest, overrides)
     if config is None or any(p.severity == "error" for p in problems):
@@ -95,6 +93,10 @@ def load_for_resume(run_dir: Path, overrides: list[str], *, exact: bool) -> tupl
             f"resume {run_dir}" + (" --exact" if exact else ""),
         )
     notices = [f"changed on resume: {line}" for line in other + world_changes]
+    if not has_committed_checkpoint(run_dir):
+        # Stopped before its first checkpoint (e.g. preempted while starting): nothing was lost.
+        notices.append("no committed checkpoint yet: starting from step 0 with the run's saved manifest")
+        (run_dir / METRICS).unlink(missing_ok=True)
     if world_changes:
         notices.append("world size changed: DCP reshards the checkpoint (allowed without --exact for DPO)")
     if notices:

@@ -59,12 +59,17 @@ def test_nft_never_changes_world_size_on_resume(tmp_path):
     assert "rl.group_size" in {p.path for p in info.value.problems}
 
 
-def test_resume_needs_a_committed_checkpoint(tmp_path):
-    config = load.load(ROOT / "manifests" / "dpo_t2i_smoke.toml", [f'job.output_dir="{tmp_path}"'])
+def test_resume_without_a_committed_checkpoint_starts_from_step_0_with_the_saved_manifest(tmp_path):
+    """A run stopped before its first checkpoint (preempted while starting) lost nothing: resume
+    starts it again, from the manifest it saved, with a notice, and without stale metrics rows."""
+    config = load.load(ROOT / "manifests" / "dpo_t2i_smoke.toml", [f'job.output_dir="{tmp_path}"', "rl.beta=123.0"])
     config, run_dir = run.pin_paths(config, ROOT / "manifests" / "dpo_t2i_smoke.toml")
     run.prepare_new(config, run_dir)
-    with pytest.raises(Exception, match="no committed checkpoint to resume from"):
-        run.load_for_resume(run_dir, [], exact=True)
+    (run_dir / "metrics.jsonl").write_text('{"step": 1}\n')
+    resumed, notices = run.load_for_resume(run_dir, [], exact=True)
+    assert resumed.rl.beta == 123.0
+    assert any("no committed checkpoint yet: starting from step 0" in n for n in notices)
+    assert not (run_dir / "metrics.jsonl").exists()
 
 
 def test_train_refuses_to_reuse_a_run_directory_with_checkpoints(tmp_path):

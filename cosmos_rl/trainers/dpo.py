@@ -335,7 +335,8 @@ class DPOTrainer:
         stop = StopFlag().install()
         try:
             return run_steps(
-                self.config, spec, self._step, lambda step: self.save(), stop.should_stop, self._holdout
+                self.config, spec, self._step, lambda step: self.save(), stop.should_stop, self._holdout,
+                stop_committed=stop.mark_committed,
             )
         finally:
             stop.uninstall()

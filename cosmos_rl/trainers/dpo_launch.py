@@ -67,9 +67,19 @@ def _statuses(run_dir: Path) -> list[dict]:
     return out
 
 
-def _raise_for(run_dir: Path, returncode: int) -> None:
-    """Map the ranks' recorded outcomes (or torchrun's code) to the CLI's exceptions."""
+def _raise_for(run_dir: Path, returncode: int, stopped_by: str | None = None) -> None:
+    """Map the ranks' recorded outcomes (or torchrun's code) to the CLI's exceptions.
+
+    `stopped_by`: the stop signal this launcher forwarded, if any. When no rank reported anything,
+    the workers ended before their step loop (which reports every outcome), so nothing was trained
+    since the last committed checkpoint: that is a requeue (75), not a failure.
+    """
     statuses = _statuses(run_dir)
+    if not statuses and stopped_by:
+        raise Preempted(
+            f"stopped by {stopped_by} before the workers reached their first step; nothing was lost: "
+            f"continue with `cosmos-rl resume {run_dir}`"
+        )
     by_code = {s.get("code"): s.get("message", "") for s in statuses}
     if EXIT_USAGE in by_code:
         raise UserError(by_code[EXIT_USAGE])
@@ -82,7 +92,8 @@ def _raise_for(run_dir: Path, returncode: int) -> None:
     )
 
 
-def _run_forwarding_signals(argv: list[str], env: dict[str, str]) -> int:
+def _run_forwarding_signals(argv: list[str], env: dict[str, str], forwarded: list[str]) -> int:
+    """Run torchrun to its end; the name of each stop signal passed on is appended to `forwarded`."""
     # torchrun gets its own session: a signal sent to this process group (Ctrl-C in a terminal, a
     # scheduler signalling the job's group) then reaches the workers once, through the forwarding
     # below, instead of twice (which the workers would take as "abort now").
@@ -96,6 +107,7 @@ def _run_forwarding_signals(argv: list[str], env: dict[str, str]) -> int:
 
     def forward(signum, frame):
         if child.poll() is None:
+            forwarded.append(signal.Signals(signum).name)
             child.send_signal(_FORWARD[signum])
 
     previous = {sig: signal.signal(sig, forward) for sig in _FORWARD}
@@ -120,8 +132,9 @@ def start(config: schema.RunConfig, run_dir: Path, resume: bool, console) -> int
         stale.unlink(missing_ok=True)
     argv = worker_argv(config, run_dir, resume=resume)
     console.print(f"[bold]launch[/]: {shlex.join(argv)}", highlight=False, soft_wrap=True)
-    returncode = _run_forwarding_signals(argv, worker_env(config))
+    forwarded: list[str] = []
+    returncode = _run_forwarding_signals(argv, worker_env(config), forwarded)
     if returncode == 0:
         return 0
-    _raise_for(run_dir, returncode)
+    _raise_for(run_dir, returncode, forwarded[0] if forwarded else None)
     return EXIT_FAILED  # not reached: _raise_for always raises

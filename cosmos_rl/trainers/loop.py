@@ -52,11 +52,14 @@ def run_steps(
     save_fn: Callable[[int], object],
     stop_requested: Callable[[], str | None],
     holdout_fn: Callable[[int], Metrics] | None = None,
+    stop_committed: Callable[[], None] = lambda: None,
 ) -> list[dict]:
     """Run steps `start_step + 1 .. rl.max_steps`; returns the rows this call wrote.
 
     `stop_requested()` returns the stop signal's name (or a truthy label) once a stop was asked
     for; it is called after every step but the last, on every process the loop runs in.
+    `stop_committed()` is called once the stop's checkpoint is committed (a second signal is then
+    harmless; see `preempt.StopFlag`).
     """
     from cosmos_rl.metrics import MetricsWriter, Progress
 
@@ -90,6 +93,7 @@ def run_steps(
             if stop:
                 if not saved:
                     save_fn(step)
+                stop_committed()
                 raise Preempted(
                     f"stopped by {stop} after committing step {step}; "
                     f"continue with `cosmos-rl resume {spec.run_dir} --exact`"

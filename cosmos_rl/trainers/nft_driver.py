@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from cosmos_rl.config import schema
-from cosmos_rl.errors import RunFailed, UserError
+from cosmos_rl.errors import Preempted, RunFailed, UserError
 
 METRIC_NAMES = (
     "train/reward_mean", "train/reward_std", "train/policy_loss", "train/kl_loss", "train/advantage_mean",
@@ -56,6 +56,9 @@ def start(config: schema.RunConfig, run_dir: Path, resume: bool, console) -> int
     rl = config.rl
     run_dir = Path(run_dir)
     server = group = None
+    # Actors never see a scheduler's signal: the driver's flag decides (from the very start, so a
+    # stop while Ray and the actors start is honoured too), and save_fn reaches every rank.
+    stop = StopFlag().install_if_main_thread()
     try:
         if resume:
             from cosmos_rl.trainers.nft_state import check_seed_contract
@@ -115,14 +118,16 @@ def start(config: schema.RunConfig, run_dir: Path, resume: bool, console) -> int
             items_per_step=rl.group_size * rl.prompts_per_step,
             progress_fields=("train/reward_mean", "train/policy_loss"),
         )
-        # Actors never see a scheduler's signal: the driver's flag decides, and save_fn reaches every rank.
-        stop = StopFlag().install_if_main_thread()
-        try:
-            run_steps(config, spec, step_fn, save_fn, lambda: stop.signalled)
-        finally:
-            stop.uninstall()
+        if stop.signalled:
+            # Stopped while starting: nothing was trained, so nothing is lost; `resume` starts over.
+            raise Preempted(
+                f"stopped by {stop.signalled} before step {start_step + 1}; nothing was lost: "
+                f"continue with `cosmos-rl resume {run_dir}`"
+            )
+        run_steps(config, spec, step_fn, save_fn, lambda: stop.signalled, stop_committed=stop.mark_committed)
         return 0
     finally:
+        stop.uninstall()
         if group is not None:
             group.shutdown()
         if server is not None:
