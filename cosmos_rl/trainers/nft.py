@@ -19,7 +19,6 @@ continues exactly.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ import torch.distributed as dist
 
 from cosmos_rl import plan
 from cosmos_rl.algorithms import nft as nft_math
-from cosmos_rl.checkpoint import CheckpointManager, LRScheduleState, OptimizerState, PlainState, RngStreams
+from cosmos_rl.checkpoint import CheckpointManager, LRScheduleState, OptimizerState, PlainState, RngStreams, layout
 from cosmos_rl.config import schema
 from cosmos_rl.dist.ray_group import RankActor
 from cosmos_rl.errors import UserError
@@ -107,35 +106,23 @@ class NFTWorker(RankActor):
         changes = contract_changes(saved, self.seed_contract)
         if changes:
             raise UserError(f"{self.run_dir}: the seed contract changed since step {step}: {'; '.join(changes)}")
-        step = self._newest_loadable()
-        self.checkpoints.load(step, self._components())
+        # The newest that loads; damaged newer ones are warned about and set aside (never deleted).
+        step, _ = self.checkpoints.resume_latest(self._components())
         if self.progress["step"] != step:
             raise UserError(f"checkpoint step_{step} records step {self.progress['step']}; the checkpoint is inconsistent")
         return step
 
-    def _newest_loadable(self) -> int:
-        """The newest committed step that loads; damaged newer ones are warned about and set aside
-        (renamed, never deleted), since the steps after the chosen one are run and saved again."""
-        steps = self.checkpoints.committed_steps()
-        step = self.checkpoints.latest_loadable(self._components())  # raises naming every reason if none loads
-        for newer in steps[steps.index(step) + 1 :]:
-            moved = self.checkpoints.set_aside(newer)
-            if self.rank == 0:
-                print(f"cosmos-rl: warning: checkpoint step_{newer} cannot be loaded; moved it to {moved} "
-                      f"and resumed from step_{step}", file=sys.stderr, flush=True)
-        return step
-
     def _components(self) -> dict[str, Any]:
         components: dict[str, Any] = {
-            "policy": AdapterState(self.transformer, POLICY),
-            "optimizer": OptimizerState(self.transformer, self.optimizer),
-            "schedule": LRScheduleState(self.schedule),
-            "cursor": _CursorState(self.cursor),
-            "progress": PlainState(self.progress),
-            "rng": RngStreams(),
+            layout.POLICY: AdapterState(self.transformer, POLICY),
+            layout.OPTIMIZER: OptimizerState(self.transformer, self.optimizer),
+            layout.LR_SCHEDULE: LRScheduleState(self.schedule),
+            layout.DATA_CURSOR: _CursorState(self.cursor),
+            layout.PROGRESS: PlainState(self.progress),
+            layout.RNG: RngStreams(),
         }
         if self.rl.old.build_old:
-            components["old"] = AdapterState(self.transformer, OLD)
+            components[layout.OLD] = AdapterState(self.transformer, OLD)
         return components
 
     def save(self, step: int) -> str:
