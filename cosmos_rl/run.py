@@ -12,13 +12,14 @@ from pathlib import Path
 import attrs
 
 from cosmos_rl import plan
+from cosmos_rl.checkpoint import layout
 from cosmos_rl.config import load, schema
 from cosmos_rl.config.problems import ManifestError, Problem
 from cosmos_rl.errors import UserError
 
 MANIFEST = "manifest.toml"
 METRICS = "metrics.jsonl"
-CHECKPOINTS = "checkpoints"
+CHECKPOINTS = layout.CHECKPOINTS
 
 # Fields that decide the world size; a DPO run may change them on a non-exact resume (DCP reshards).
 WORLD_FIELDS = frozenset(
@@ -27,8 +28,7 @@ WORLD_FIELDS = frozenset(
 
 
 def has_committed_checkpoint(run_dir: Path) -> bool:
-    root = run_dir / CHECKPOINTS
-    return root.is_dir() and any((d / "COMMITTED").is_file() for d in root.iterdir() if d.is_dir())
+    return bool(layout.committed_steps(layout.checkpoints_root(run_dir)))
 
 
 def pin_paths(config: schema.RunConfig, manifest_path: Path) -> tuple[schema.RunConfig, Path]:

@@ -37,10 +37,10 @@ def metrics_rows(run_dir: Path) -> list[dict]:
 
 
 def cursor_state(step_dir: Path) -> dict:
-    metadata = read_dcp_metadata(step_dir).state_dict_metadata["pair_cursor.json"]
-    state = {"pair_cursor.json": torch.empty(metadata.size, dtype=metadata.properties.dtype)}
+    metadata = read_dcp_metadata(step_dir).state_dict_metadata["data_cursor.json"]
+    state = {"data_cursor.json": torch.empty(metadata.size, dtype=metadata.properties.dtype)}
     load_dcp(state, step_dir)
-    return json.loads(bytes(state["pair_cursor.json"].tolist()))
+    return json.loads(bytes(state["data_cursor.json"].tolist()))
 
 
 def train_cli(root: Path, name: str, *extra: str) -> subprocess.Popen:

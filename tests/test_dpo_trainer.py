@@ -100,7 +100,7 @@ def test_metrics_rows_validation_and_checkpoint_contents(tmp_path):
     assert all(math.isfinite(rows[1][k]) for k in ("val/loss", "val/dpo_accuracy"))
 
     meta = json.loads((tmp_path / "run" / "checkpoints" / "step_2" / "meta.json").read_text())
-    assert set(meta["components"]) == {"policy", "optimizer", "lr_schedule", "progress", "pair_cursor", "rng"}
+    assert set(meta["components"]) == {"policy", "optimizer", "lr_schedule", "progress", "data_cursor", "rng"}
     metadata = torch.distributed.checkpoint.FileSystemReader(
         str(tmp_path / "run" / "checkpoints" / "step_2")
     ).read_metadata()

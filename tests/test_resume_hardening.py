@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-from cosmos_rl import checkpoint as ckpt
 from cosmos_rl.checkpoint import CheckpointError, CheckpointManager, ModelState, OptimizerState, load_dcp, read_dcp_metadata
 from _overrides import DPO_SMALL
 
@@ -190,13 +190,13 @@ def test_full_disk_during_save_keeps_the_previous_checkpoint(tiny_fs, tmp_path, 
     reference = {k: v.clone() for k, v in model.state_dict().items()}
 
     if tiny_fs is None:
-        real = ckpt.dcp.FileSystemWriter
+        real = dcp.FileSystemWriter
 
         class FullWriter(real):
             def write_data(self, plan, planner):
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-        monkeypatch.setattr(ckpt.dcp, "FileSystemWriter", FullWriter)
+        monkeypatch.setattr(dcp, "FileSystemWriter", FullWriter)
 
     big, big_opt = trained(128, 1)  # ~200 KiB of weights + moments: cannot fit in 64 KiB
     with pytest.raises(CheckpointError) as info:

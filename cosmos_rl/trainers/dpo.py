@@ -18,7 +18,6 @@ reference is rebuilt from the base at setup, so it is never saved.
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,8 @@ from cosmos_rl.checkpoint import (
     OptimizerState,
     PlainState,
     RngStreams,
+    Selection,
+    layout,
 )
 from cosmos_rl.config import schema
 from cosmos_rl.data.audit import leakage_audit
@@ -158,70 +159,47 @@ class DPOTrainer:
     def _components(self, *, with_rng: bool = True) -> dict[str, Any]:
         transformer = self.model.state_module()
         components: dict[str, Any] = {
-            "policy": ModelState(transformer, trainable_only=self.model.lora),
-            "optimizer": OptimizerState(transformer, self.optimizer),
-            "lr_schedule": LRScheduleState(self.schedule),
-            "progress": PlainState({"step": self.step}),
+            layout.POLICY: ModelState(transformer, trainable_only=self.model.lora),
+            layout.OPTIMIZER: OptimizerState(transformer, self.optimizer),
+            layout.LR_SCHEDULE: LRScheduleState(self.schedule),
+            layout.PROGRESS: PlainState({"step": self.step}),
         }
         if self.rl.data.cursor_resume:
-            components["pair_cursor"] = PlainState(self.cursor.state_dict())
+            components[layout.DATA_CURSOR] = PlainState(self.cursor.state_dict())
         if with_rng:
-            components["rng"] = RngStreams()
+            components[layout.RNG] = RngStreams()
         return components
 
     def _load_latest(self) -> None:
         """Continue from the newest loadable committed checkpoint, or fail saying why (never restart from base).
 
-        A committed checkpoint that cannot be loaded (damaged files, another run's identity) is
-        skipped with a warning on the console naming why, and the next older one is tried; when
-        none loads, the run stops listing every reason.
+        `CheckpointManager.resume_latest` skips (with a warning naming why) a committed checkpoint
+        that cannot be loaded and tries the next older one; when none loads, the run stops listing
+        every reason.
         """
-        steps = self.checkpoints.committed_steps()
-        if not steps:
-            raise CheckpointError(f"{self.checkpoints.root}: no committed checkpoint to resume from")
-        reasons = []
-        for step in reversed(steps):
-            try:
-                manager, components, same_world = self._loader_for(step)
-                manager.check_loadable(step, components)
-            except CheckpointError as exc:
-                reasons.append(str(exc))
-                if self.is_main:
-                    print(f"cosmos-rl: warning: skipping a committed checkpoint that cannot be loaded: {exc}", file=sys.stderr, flush=True)
-                continue
-            for newer in steps[steps.index(step) + 1 :]:
-                moved = self.checkpoints.set_aside(newer)
-                if self.is_main:
-                    print(f"cosmos-rl: warning: moved the unloadable {self.checkpoints.step_dir(newer)} to {moved}", file=sys.stderr, flush=True)
-            manager.load(step, components)
-            self.step = int(components["progress"].data["step"])
-            if self.step != step:
-                raise CheckpointError(f"{self.checkpoints.step_dir(step)}: progress says step {self.step}")
-            if self.rl.data.cursor_resume:
-                self.cursor.load_state_dict(components["pair_cursor"].data)
-            log.info("resumed from %s", self.checkpoints.step_dir(step))
-            return
-        raise CheckpointError(
-            f"none of the {len(steps)} committed checkpoints under {self.checkpoints.root} can be loaded: " + " | ".join(reasons)
-        )
+        components: dict[str, Any] = {}
 
-    def _loader_for(self, step: int) -> tuple[CheckpointManager, dict, bool]:
-        """The manager and components that load `step`, after the identity and algorithm checks."""
-        meta = self.checkpoints.read_meta(step)
-        same_world = meta.get("world_size") == self.world
-        if meta.get("algorithm") not in (None, "dpo"):
-            raise CheckpointError(f"{self.checkpoints.step_dir(step)} was written by a {meta['algorithm']} run, not dpo")
-        if same_world and meta.get("run_identity") != self.identity:
-            raise CheckpointError(
-                f"{self.checkpoints.step_dir(step)}: run identity {meta.get('run_identity')!r} differs from this "
-                f"config's {self.identity!r}; resume with the run's own manifest.toml, or start a new run"
-            )
-        manager = self.checkpoints
-        if not same_world:
+        def choose(step: int, meta: dict) -> Selection:
+            nonlocal components
+            same_world = meta.get("world_size") == self.world
+            if meta.get("algorithm") not in (None, "dpo"):
+                raise CheckpointError(f"{self.checkpoints.step_dir(step)} was written by a {meta['algorithm']} run, not dpo")
+            if same_world and meta.get("run_identity") != self.identity:
+                raise CheckpointError(
+                    f"{self.checkpoints.step_dir(step)}: run identity {meta.get('run_identity')!r} differs from this "
+                    f"config's {self.identity!r}; resume with the run's own manifest.toml, or start a new run"
+                )
             # A non-exact DPO resume may change the world size (run.load_for_resume allowed it);
             # identity then differs only in the world fields, and per-rank RNG cannot carry over.
-            manager = CheckpointManager(self.run_dir, self.config.checkpoint.keep, run_identity=None, algorithm="dpo")
-        return manager, self._components(with_rng=same_world), same_world
+            components = self._components(with_rng=same_world)
+            return Selection(components, same_run=same_world)
+
+        step, _ = self.checkpoints.resume_latest(choose)
+        self.step = int(components[layout.PROGRESS].data["step"])
+        if self.step != step:
+            raise CheckpointError(f"{self.checkpoints.step_dir(step)}: progress says step {self.step}")
+        if self.rl.data.cursor_resume:
+            self.cursor.load_state_dict(components[layout.DATA_CURSOR].data)
 
     def save(self) -> Path:
         return self.checkpoints.save(self.step, self._components())

@@ -10,7 +10,7 @@ every rank joins the DCP checkpoint exactly as under torchrun.
 actor asks it for `next_batch(step, rank)` and receives only its own pairs; the first ask of a
 step advances the cursor, the others are answered from the cached split, so the ranks see the same
 global order as a local PairCursor. The
-checkpoint's `pair_cursor` is the data actor's cursor, and a resume pushes it back there.
+checkpoint's `data_cursor` is the data actor's cursor, and a resume pushes it back there.
 
 Preemption: a scheduler signals the driver only. The driver passes SIGTERM/SIGUSR1/SIGINT on as
 SIGTERM to the actors on its own host (their pids are asked for at start-up), whose trainer then
@@ -67,7 +67,7 @@ def _per_role_trainer(data_actor, timeout_s: float):
     """A DPOTrainer whose pairs come from the data actor (built lazily: torch imports stay in the actor)."""
     import ray
 
-    from cosmos_rl.checkpoint import PlainState
+    from cosmos_rl.checkpoint import PlainState, layout
     from cosmos_rl.errors import RunFailed
     from cosmos_rl.trainers.dpo import DPOTrainer
 
@@ -86,8 +86,8 @@ def _per_role_trainer(data_actor, timeout_s: float):
 
         def _components(self, *, with_rng: bool = True):
             components = super()._components(with_rng=with_rng)
-            if "pair_cursor" in components:  # the data actor's cursor, not this rank's unused one
-                components["pair_cursor"] = PlainState(ask(self.rank, data_actor.cursor_state.remote(), "cursor_state"))
+            if layout.DATA_CURSOR in components:  # the data actor's cursor, not this rank's unused one
+                components[layout.DATA_CURSOR] = PlainState(ask(self.rank, data_actor.cursor_state.remote(), "cursor_state"))
             return components
 
         def _load_latest(self) -> None:
@@ -122,9 +122,11 @@ class DPORayWorker(RankActor):
         return socket.gethostname(), os.getpid()
 
     def shutdown(self) -> None:
-        import torch.distributed as dist
+        from cosmos_rl.dist.world import process_group_active
 
-        if dist.is_available() and dist.is_initialized():
+        if process_group_active():
+            import torch.distributed as dist
+
             dist.destroy_process_group()
 
 

@@ -33,7 +33,7 @@ import torch
 
 from cosmos_rl import plan
 from cosmos_rl.algorithms import nft as nft_math
-from cosmos_rl.checkpoint import CheckpointManager, LRScheduleState, OptimizerState, PlainState, RngStreams
+from cosmos_rl.checkpoint import CheckpointManager, LRScheduleState, OptimizerState, PlainState, RngStreams, layout
 from cosmos_rl.config import schema
 from cosmos_rl.dist.ray_group import RankActor
 from cosmos_rl.errors import RunFailed
@@ -110,37 +110,23 @@ class NFTTrainer:
         if not resume:
             return 0
         # The caller has refused a changed seed contract (nft_state.check_seed_contract) before
-        # anything was built; here the newest loadable checkpoint is loaded.
-        step = self._newest_loadable()
-        self.checkpoints.load(step, self._components())
+        # anything was built; here the newest loadable checkpoint is loaded (damaged newer ones are
+        # warned about and set aside, never deleted).
+        step, _ = self.checkpoints.resume_latest(self._components())
         assert self.progress["step"] == step, f"checkpoint step_{step} records step {self.progress['step']}"
-        return step
-
-    def _newest_loadable(self) -> int:
-        """The newest committed step that loads; damaged newer ones are warned about and set aside
-        (renamed, never deleted), since the steps after the chosen one are run and saved again."""
-        import sys
-
-        steps = self.checkpoints.committed_steps()
-        step = self.checkpoints.latest_loadable(self._components())  # raises naming every reason if none loads
-        for newer in steps[steps.index(step) + 1 :]:
-            moved = self.checkpoints.set_aside(newer)
-            if 0 in self.comm.ranks:
-                print(f"cosmos-rl: warning: checkpoint step_{newer} cannot be loaded; moved it to {moved} "
-                      f"and resumed from step_{step}", file=sys.stderr, flush=True)
         return step
 
     def _components(self) -> dict[str, Any]:
         components: dict[str, Any] = {
-            "policy": AdapterState(self.transformer, POLICY),
-            "optimizer": OptimizerState(self.transformer, self.optimizer),
-            "schedule": LRScheduleState(self.schedule),
-            "cursor": _CursorState(self.cursor),
-            "progress": PlainState(self.progress),
-            "rng": RngStreams(),
+            layout.POLICY: AdapterState(self.transformer, POLICY),
+            layout.OPTIMIZER: OptimizerState(self.transformer, self.optimizer),
+            layout.LR_SCHEDULE: LRScheduleState(self.schedule),
+            layout.DATA_CURSOR: _CursorState(self.cursor),
+            layout.PROGRESS: PlainState(self.progress),
+            layout.RNG: RngStreams(),
         }
         if self.rl.old.build_old:
-            components["old"] = AdapterState(self.transformer, OLD)
+            components[layout.OLD] = AdapterState(self.transformer, OLD)
         return components
 
     def save(self, step: int) -> str:

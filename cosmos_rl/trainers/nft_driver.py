@@ -33,10 +33,10 @@ def _reward_token(reward: schema.RewardConfig) -> str | None:
 
 def _resume_point(run_dir: Path) -> str:
     """Where a failed run continues from, for the one-line failure message."""
-    from cosmos_rl.checkpoint import CheckpointManager
+    from cosmos_rl.checkpoint import layout
 
     try:
-        step = CheckpointManager(run_dir, keep=0).latest_committed()
+        step = layout.latest_committed(layout.checkpoints_root(run_dir))
     except Exception:  # the message must not fail on an unreadable checkpoints folder
         step = None
     if step is None:
