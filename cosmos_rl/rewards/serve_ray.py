@@ -124,3 +124,38 @@ class RayServeService:
         if self._cluster is not None:
             self._cluster.shutdown()
             self._cluster = None
+
+
+def serve_forever_ray(
+    host: str, port: int, revision: str, token: str | None, models: dict[str, str], insecure: bool,
+    replicas: int, cpus_per_replica: float, gpus_per_replica: float, ray_address: str,
+) -> None:  # fmt: skip
+    """`cosmos-rl reward serve --replicas N`: run until Ctrl-C or SIGTERM, then take the replicas down."""
+    import signal
+    import threading
+
+    from cosmos_rl.rewards.server import bind, check_exposure
+
+    if not revision:
+        raise UserError("--revision is empty; the service must declare a revision that runs pin, e.g. --revision builtin-v1")
+    check_exposure(host, token, insecure)
+    probe = bind(host, port)  # a bad --host/--port is a clean error before Ray starts
+    port = probe.getsockname()[1]  # Ray Serve needs a fixed port: 0 becomes a free one now
+    probe.close()
+    service = RayServeService(host, port, revision, token, models, None, replicas, cpus_per_replica, gpus_per_replica, ray_address)
+    stopped = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    try:
+        url = service.start()
+        print(
+            f"reward service listening on {url} (revision {revision}, {replicas} Ray Serve replica(s), "
+            f"models {sorted(models) or 'none'}, token {'required' if token else 'not required'})",
+            flush=True,
+        )
+        while not stopped.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        service.stop()
