@@ -146,19 +146,22 @@ def head_layers(state: dict) -> list[tuple]:
 
     The LAION heads have no activation between their Linear layers, so none is applied here.
     """
-    if set(state) == {"weight", "bias"}:
-        return [(state["weight"], state["bias"])]
     indexed: dict[int, dict[str, object]] = {}
-    for key, tensor in state.items():
-        match = _LAYER_KEY.fullmatch(key)
-        if not match:
-            raise ValueError(f"unexpected tensor {key!r}; an aesthetic head holds Linear layers only")
-        indexed.setdefault(int(match.group(2)), {})[match.group(3)] = tensor
+    if set(state) == {"weight", "bias"}:
+        indexed[0] = dict(state)
+    else:
+        for key, tensor in state.items():
+            match = _LAYER_KEY.fullmatch(key)
+            if not match:
+                raise ValueError(f"unexpected tensor {key!r}; an aesthetic head holds Linear layers only")
+            indexed.setdefault(int(match.group(2)), {})[match.group(3)] = tensor
     layers = []
     for index in sorted(indexed):
         parts = indexed[index]
         if set(parts) != {"weight", "bias"}:
             raise ValueError(f"layer {index} has {sorted(parts)}, expected weight and bias")
+        if parts["weight"].dim() != 2 or parts["bias"].shape != (parts["weight"].shape[0],):
+            raise ValueError(f"layer {index} is not a Linear layer: weight {tuple(parts['weight'].shape)}, bias {tuple(parts['bias'].shape)}")
         layers.append((parts["weight"], parts["bias"]))
     if not layers:
         raise ValueError("no layers in the head")
