@@ -14,6 +14,7 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from cosmos_rl.errors import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE, UserError
 
@@ -181,22 +182,54 @@ def report(
 
 @reward_app.command("serve")
 def reward_serve(
-    host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default)."),
-    port: int = typer.Option(8000, help="Port to bind; 0 picks a free one."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default); any other needs --token-env or --insecure."),
+    port: int = typer.Option(8000, help="Port to bind; 0 picks a free one (uvicorn only)."),
     revision: str = typer.Option(..., help="Revision the service declares; runs pin it in rl.reward.revision."),
     token_env: str = typer.Option("", help="Environment variable holding a bearer token clients must send."),
+    model: Optional[List[str]] = typer.Option(None, "--model", help="NAME=FOLDER: serve a model reward (pickscore, clipscore, aesthetic) from a local folder; repeatable."),
+    insecure: bool = typer.Option(False, "--insecure", help="Allow a non-loopback --host without a token."),
+    replicas: int = typer.Option(0, help="Serve on this many Ray Serve replicas (joins RAY_ADDRESS / --ray-address, else starts a local cluster); 0 = one uvicorn process."),
+    cpus_per_replica: float = typer.Option(1.0, help="CPUs each Ray Serve replica reserves."),
+    gpus_per_replica: float = typer.Option(0.0, help="GPUs each Ray Serve replica reserves (model rewards then run on CUDA)."),
+    ray_address: str = typer.Option("", help="Ray cluster to join with --replicas; empty = RAY_ADDRESS, else a local cluster."),
 ) -> None:
-    """Serve the built-in weight-free rewards over HTTP until interrupted."""
+    """Serve the built-in rewards (and model rewards from local folders) over HTTP until interrupted."""
     import os
 
-    from cosmos_rl.rewards.server import serve_forever_cli
+    from cosmos_rl.rewards.registry import parse_model_specs
 
-    token = None
-    if token_env:
-        token = os.environ.get(token_env)
-        if not token:
-            _fail(UserError(f"--token-env: environment variable {token_env} is empty or unset; export it or drop --token-env"))
-    serve_forever_cli(host, port, revision, token)
+    try:
+        token = None
+        if token_env:
+            token = os.environ.get(token_env)
+            if not token:
+                raise UserError(f"--token-env: environment variable {token_env} is empty or unset; export it or drop --token-env")
+        models = parse_model_specs(model or [])
+        if replicas:
+            from cosmos_rl.rewards.serve_ray import serve_forever_ray
+
+            serve_forever_ray(host, port, revision, token, models, insecure, replicas, cpus_per_replica, gpus_per_replica, ray_address)
+        else:
+            from cosmos_rl.rewards.server import serve_forever_cli
+
+            serve_forever_cli(host, port, revision, token, models, insecure)
+    except UserError as exc:
+        _fail(exc)
+
+
+@reward_app.command("convert-head")
+def reward_convert_head(
+    source: Path = typer.Argument(..., help="The published head, a pickled .pth/.pt state dict."),
+    target: Path = typer.Argument(..., help="Where to write it as safetensors, e.g. FOLDER/aesthetic_head.safetensors."),
+) -> None:
+    """One-time: convert a pickled aesthetic head to safetensors (read with weights_only=True, so no code runs)."""
+    from cosmos_rl.rewards.models import convert_head
+
+    try:
+        names = convert_head(source, target)
+    except UserError as exc:
+        _fail(exc)
+    out.print(f"[bold green]wrote[/] {escape(str(target))} ({len(names)} tensors: {escape(', '.join(names))})", highlight=False)
 
 
 def main() -> None:

@@ -52,7 +52,8 @@ def _rows(cls, prefix: str) -> list[tuple[str, str, str, str]]:
         if nested:
             # `rl` is a tagged union: its two variants get sections of their own.
             if not (cls is schema.RunConfig and field.name == "rl"):
-                tables.append((path, nested[0], field.metadata["doc"]))
+                array = typing.get_origin(field.type) is list  # an array of tables: rl.rewards[].name
+                tables.append((path + "[]" if array else path, nested[0], field.metadata["doc"]))
             continue
         rows.append((path, _type_name(field.type), _default(field), field.metadata["doc"]))
     out = rows

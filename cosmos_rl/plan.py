@@ -51,7 +51,7 @@ def identity_fields(config: schema.RunConfig) -> dict:
     later = schema.LATER_KNOB_DEFAULTS
     return {
         k: v for k, v in sorted(flat.items())
-        if k not in schema.NON_IDENTITY_FIELDS and not (k in later and v == later[k])
+        if not schema.non_identity(k) and not (k in later and v == later[k])
     }
 
 
@@ -59,6 +59,19 @@ def run_identity(config: schema.RunConfig) -> str:
     """Hash of everything that changes what the run computes (reward revision and seed contract included)."""
     payload = json.dumps({"fields": identity_fields(config), "seed_contract": seed_contract(config)}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _reward_summary(rl: schema.NFTConfig) -> dict:
+    builtin = "built-in service, started on a free 127.0.0.1 port"
+    if not rl.rewards:
+        return {"endpoint": rl.reward.url or builtin, "name": rl.reward.name, "revision": rl.reward.revision}
+    return {
+        "endpoint": ", ".join(r.url or builtin for r in rl.rewards),
+        "name": " + ".join(f"{r.weight:g} x {r.name}" for r in rl.rewards) + f" ({rl.reward_combine})",
+        "revision": ", ".join(r.revision for r in rl.rewards),
+        "terms": [{"name": r.name, "weight": r.weight, "endpoint": r.url or builtin, "revision": r.revision,
+                   "reward_revision": r.reward_revision, "model": r.model} for r in rl.rewards],
+    }  # fmt: skip
 
 
 def checkpoint_contents(config: schema.RunConfig) -> list[str]:
@@ -132,11 +145,7 @@ def build(config: schema.RunConfig, manifest_path: str = "MANIFEST", overrides: 
             "guidance_semantics": GUIDANCE_SEMANTICS,
             "seed_clock": rl.rollout_seed_clock,
         }
-        out["reward"] = {
-            "endpoint": rl.reward.url or "built-in service, started on a free 127.0.0.1 port",
-            "name": rl.reward.name,
-            "revision": rl.reward.revision,
-        }
+        out["reward"] = _reward_summary(rl)
         out["ray"] = _ray_layout(config, rl.group_size)
     else:
         ranks = size

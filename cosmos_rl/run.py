@@ -58,7 +58,7 @@ def identity_diff(old: schema.RunConfig, new: schema.RunConfig) -> tuple[list[st
     for key in sorted(set(before) | set(after)):
         if before.get(key) != after.get(key):
             line = f"{key}: {before.get(key)!r} -> {after.get(key)!r}"
-            (other if key in schema.NON_IDENTITY_FIELDS else identity).append(line)
+            (other if schema.non_identity(key) else identity).append(line)
     return identity, other
 
 

@@ -26,6 +26,8 @@ def test_shipped_manifests_pass_preflight(manifest):
     assert errors(manifest, []) == {}
 
 
+ONE_OFF = ["rl.reward={}"]  # the smoke manifest's [rl.reward] set back to defaults: "not given"
+
 NFT_CASES = [
     # (overrides, key that must be named, text in the message)
     (['grid.backend="local"'], "grid.backend", "Ray actor group"),
@@ -73,7 +75,40 @@ NFT_CASES = [
     (["rl.beta=0.0"], "rl.beta", "> 0"),
     (["rl.max_steps=0"], "rl.max_steps", ">= 1"),
     (["rl.optimizer.lr=0.0"], "rl.optimizer.lr", "> 0"),
+    *[([*ONE_OFF, f"rl.rewards=[{t}]"], key, text) for t, key, text in [
+        ('{name="", revision="r"}', "rl.rewards[0].name", "required"),
+        ('{name="brightness", revision="r"}, {name="brightness", revision="r"}', "rl.rewards[1].name", "listed before"),
+        ('{name="brightness", revision="r", weight=0.0}', "rl.rewards[0].weight", "finite number > 0"),
+        ('{name="brightness", revision="r", weight=inf}', "rl.rewards[0].weight", "finite number > 0"),
+        ('{name="brightness"}', "rl.rewards[0].revision", "required"),
+        ('{name="brightness", revision="r", url="ftp://x"}', "rl.rewards[0].url", "http://"),
+        ('{name="pickscore", revision="r", url="http://127.0.0.1:1", model="m"}', "rl.rewards[0].model", "only for the built-in service"),
+        ('{name="pickscore", revision="r"}', "rl.rewards[0].model", "required"),
+        ('{name="brightness", revision="r", model="."}', "rl.rewards[0].name", "not a model reward"),
+        ('{name="pickscore", revision="r", model="no/such/folder"}', "rl.rewards[0].model", "folder not found"),
+        ('{name="hpsv2", revision="r"}', "rl.rewards[0].name", "not a built-in reward"),
+        ('{name="brightness", revision="r", timeout_s=0.0}', "rl.rewards[0].timeout_s", "> 0"),
+        ('{name="brightness", revision="r", max_retries=-1}', "rl.rewards[0].max_retries", ">= 0"),
+        ('{name="brightness", revision="r", backoff_s=-1.0}', "rl.rewards[0].backoff_s", ">= 0"),
+        ('{name="brightness", revision="r", token_env="not a name"}', "rl.rewards[0].token_env", "environment variable name"),
+    ]],
+    (['rl.rewards=[{name="brightness", revision="r"}]'], "rl.rewards", "not both"),
+    ([*ONE_OFF, 'rl.rewards=[{name="brightness", revision="r"}]', "grid.nodes=2"], "rl.rewards[0].url", "other nodes cannot reach"),
 ]
+
+
+def test_several_rewards_pass_and_one_reward_form_still_does():
+    two = [*ONE_OFF, 'rl.rewards=[{name="brightness", revision="a", weight=2.0}, {name="prompt_colour", revision="b"}]']
+    assert errors(NFT, two) == {}
+    assert errors(NFT, [*two, 'rl.reward_combine="normalised_sum"']) == {}
+    assert errors(NFT, []) == {}
+
+
+def test_reward_rule_warnings(tmp_path):
+    (tmp_path / "clip").mkdir()
+    model = f'rl.rewards=[{{name="pickscore", revision="r", model="{tmp_path / "clip"}"}}]'
+    assert "not pinned" in warnings(NFT, [*ONE_OFF, model])["rl.rewards[0].reward_revision"]
+    assert "has no effect with one reward" in warnings(NFT, ['rl.reward_combine="normalised_sum"'])["rl.reward_combine"]
 
 
 @pytest.mark.parametrize("overrides, key, text", NFT_CASES, ids=[c[1] + ":" + c[0][-1] for c in NFT_CASES])

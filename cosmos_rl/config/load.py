@@ -325,6 +325,9 @@ def flatten(data: dict, prefix: str = "") -> dict[str, Any]:
         path = f"{prefix}{key}"
         if isinstance(value, dict) and _is_section(path):
             out.update(flatten(value, path + "."))
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value) and _is_section(path):
+            for i, item in enumerate(value):  # an array of tables, e.g. [[rl.rewards]]: rl.rewards[0].name
+                out.update(flatten(item, f"{path}[{i}]."))
         else:
             out[path] = value
     return out
@@ -348,7 +351,10 @@ def with_absolute_paths(config: schema.RunConfig, base_dir: Path | str) -> schem
     if isinstance(rl, schema.DPOConfig):
         rl = attrs.evolve(rl, data=data(rl.data), validation=attrs.evolve(rl.validation, data=data(rl.validation.data)))
     else:
-        rl = attrs.evolve(rl, prompts=attrs.evolve(rl.prompts, file=resolve_path(rl.prompts.file, base)))
+        rl = attrs.evolve(
+            rl, prompts=attrs.evolve(rl.prompts, file=resolve_path(rl.prompts.file, base)),
+            rewards=[attrs.evolve(r, model=resolve_path(r.model, base)) for r in rl.rewards],
+        )  # fmt: skip
     model = attrs.evolve(config.model, path=resolve_path(config.model.path, base))
     return attrs.evolve(config, rl=rl, model=model)
 

@@ -198,6 +198,22 @@ class RewardConfig:
 
 
 @frozen
+class WeightedRewardConfig:
+    name: str = knob("", "Reward the service computes (required), e.g. `pickscore` or `brightness`; unique within rl.rewards.")
+    weight: float = knob(1.0, "Weight of this reward in the combined advantage (> 0); see rl.reward_combine.")
+    url: str = knob("", "Reward service URL; empty = a built-in service for this reward on a free loopback port.")
+    revision: str = knob("", "Revision the service must declare (required; part of the run identity).")
+    reward_revision: str = knob(
+        "", "The reward's own revision as the service's /info lists it under `revisions` (model rewards: a hash of the weights); empty = not pinned."
+    )
+    model: str = knob("", "Built-in service only (url empty): local folder of a model reward (`pickscore`, `clipscore`, `aesthetic`) to load.")
+    timeout_s: float = knob(30.0, "Seconds to wait for one scoring request.")
+    max_retries: int = knob(3, "Retries after a failed request before the run stops.")
+    backoff_s: float = knob(0.5, "First retry delay; doubles on each retry.")
+    token_env: str = knob("", "Environment variable holding a bearer token for the service; empty = none.")
+
+
+@frozen
 class NFTConfig:
     algorithm: Literal["nft"] = required("`nft` selects online DiffusionNFT.")
     modality: Literal["image", "video"] = knob("video", "Decoded media type; video is not in this release.")
@@ -237,7 +253,13 @@ class NFTConfig:
     sample_grid_every: int = knob(10, "Save a PNG grid of the step's samples every this many steps; 0 = never.")
     old: OldPolicyConfig = section(OldPolicyConfig, "Moving old policy.")
     ref: RefPolicyConfig = section(RefPolicyConfig, "Frozen reference policy.")
-    reward: RewardConfig = section(RewardConfig, "The HTTP reward service.")
+    reward: RewardConfig = section(RewardConfig, "The HTTP reward service (one reward; for several use `[[rl.rewards]]` instead).")
+    rewards: list[WeightedRewardConfig] = knob(
+        attrs.Factory(list), "Several rewards at once, one `[[rl.rewards]]` table each; empty = the one `[rl.reward]`. Not both."
+    )
+    reward_combine: Literal["weighted_sum", "normalised_sum"] = knob(
+        "weighted_sum", "With rl.rewards: advantages of the weighted sum of rewards, or the weighted sum of each reward's own advantages (normalised per group first, so no reward's scale drowns another)."
+    )
     optimizer: OptimizerConfig = section(OptimizerConfig, "Optimizer of the policy.")
 
 
@@ -267,6 +289,8 @@ class RunConfig:
 # directories written before them still resume; set to anything else they are.
 LATER_KNOB_DEFAULTS: dict[str, object] = {
     "rl.x0_weighting": False,
+    "rl.rewards": [],
+    "rl.reward_combine": "weighted_sum",
 }
 
 # Fields that may change on an exact resume without changing what the run computes.
@@ -293,8 +317,20 @@ NON_IDENTITY_FIELDS = frozenset(
         "rl.reward.max_retries",
         "rl.reward.backoff_s",
         "rl.reward.token_env",
+        "rl.rewards[].url",
+        "rl.rewards[].timeout_s",
+        "rl.rewards[].max_retries",
+        "rl.rewards[].backoff_s",
+        "rl.rewards[].token_env",
     }
 )
+
+
+def non_identity(key: str) -> bool:
+    """Whether a flattened key (`rl.rewards[1].url` included) may change on an exact resume."""
+    import re
+
+    return re.sub(r"\[\d+\]", "[]", key) in NON_IDENTITY_FIELDS
 
 # Image NFT profiles this release supports: name -> the production coordinates it fixes.
 T2I_PROFILES: dict[str, dict] = {

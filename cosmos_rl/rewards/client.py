@@ -1,24 +1,22 @@
-"""HTTP client for a reward service speaking the protocol in `cosmos_rl.rewards.server`.
+"""HTTP client for a reward service speaking the protocol in `cosmos_rl.rewards.app` (on `requests`).
 
 Transient failures (timeouts, 5xx, dropped connections, unparsable answers, a wrong number of
 scores) are retried with exponential backoff; when the retries run out the client raises
-`RewardServiceError`. Configuration mistakes (wrong token, unknown reward, revision mismatch)
-raise `UserError` at once: retrying cannot fix them.
+`RewardServiceError`. Every 4xx is final: a wrong token, an unknown reward or a revision mismatch
+raise `UserError` at once, any other 4xx `RewardServiceError`; retrying cannot fix them.
+Several rewards at once: `cosmos_rl.rewards.multi`.
 """
 
 from __future__ import annotations
 
 import base64
-import http.client
 import io
-import json
 import math
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
 
 import numpy as np
+import requests
 from PIL import Image
 
 from cosmos_rl.errors import UserError
@@ -47,7 +45,12 @@ def encode_png(image: np.ndarray) -> str:
 
 
 class RewardClient:
-    """Scores images with one reward of one pinned-revision service."""
+    """Scores images with one reward of one pinned-revision service.
+
+    `key` is the manifest table the settings came from (`rl.reward`, or `rl.rewards[1]`), so every
+    message names the key to fix. `expected_reward_revision`, when set, also pins the reward's own
+    revision from /info `revisions` (for a model reward it holds a hash of its weights).
+    """
 
     def __init__(
         self,
@@ -58,22 +61,27 @@ class RewardClient:
         max_retries: int,
         backoff_s: float,
         token: str | None = None,
+        key: str = "rl.reward",
+        expected_reward_revision: str = "",
     ):
         if not url.startswith(("http://", "https://")):
-            raise UserError(f"rl.reward.url must start with http:// or https://, got {url!r}")
-        if not timeout_s > 0:
-            raise UserError(f"rl.reward.timeout_s must be > 0, got {timeout_s}")
+            raise UserError(f"{key}.url must start with http:// or https://, got {url!r}")
+        if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
+            raise UserError(f"{key}.timeout_s must be > 0, got {timeout_s}")
         if max_retries < 0:
-            raise UserError(f"rl.reward.max_retries must be >= 0, got {max_retries}")
+            raise UserError(f"{key}.max_retries must be >= 0, got {max_retries}")
         if backoff_s < 0:
-            raise UserError(f"rl.reward.backoff_s must be >= 0, got {backoff_s}")
+            raise UserError(f"{key}.backoff_s must be >= 0, got {backoff_s}")
         self.url = url.rstrip("/")
         self.reward = reward
         self.expected_revision = expected_revision
+        self.expected_reward_revision = expected_reward_revision
         self.timeout_s = timeout_s
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.token = token or None
+        self.key = key
+        self._session: requests.Session | None = None
 
     # -- public API ----------------------------------------------------------------------
     def info(self) -> dict:
@@ -83,32 +91,42 @@ class RewardClient:
     def check_revision(self) -> dict:
         """Refuse a service whose declared revision is missing or differs from the pin.
 
-        Also refuses a service that does not offer `reward`. Returns the /info answer.
+        Also refuses a service that does not offer `reward`, and, when a reward revision is
+        pinned, one whose reward has another revision. Returns the /info answer.
         """
         info = self.info()
         found = info.get("revision")
+        key = self.key
         if not self.expected_revision:
             raise UserError(
-                f"rl.reward.revision is empty; pin the revision the service declares "
+                f"{key}.revision is empty; pin the revision the service declares "
                 f"(the service at {self.url} declares {found!r})"
             )
         if not found:
             raise UserError(
                 f"the reward service at {self.url} declares no revision, so it cannot be pinned "
-                f"(rl.reward.revision expects {self.expected_revision!r}); start the service "
+                f"({key}.revision expects {self.expected_revision!r}); start the service "
                 "with a revision"
             )
         if found != self.expected_revision:
             raise UserError(
-                f"rl.reward.revision is {self.expected_revision!r} but the reward service at "
-                f"{self.url} declares {found!r}; point rl.reward.url at the pinned service or "
+                f"{key}.revision is {self.expected_revision!r} but the reward service at "
+                f"{self.url} declares {found!r}; point {key}.url at the pinned service or "
                 "update the pin"
             )
         if self.reward not in info["rewards"]:
             raise UserError(
-                f"rl.reward.name is {self.reward!r} but the service at {self.url} offers "
+                f"{key}.name is {self.reward!r} but the service at {self.url} offers "
                 f"{info['rewards']}; pick one of those"
             )
+        if self.expected_reward_revision:
+            own = (info.get("revisions") or {}).get(self.reward)
+            if own != self.expected_reward_revision:
+                raise UserError(
+                    f"{key}.reward_revision is {self.expected_reward_revision!r} but the service at {self.url} "
+                    f"declares {own!r} for {self.reward!r} (its weights changed, or it lists no revisions); "
+                    "point the run at the pinned model or update the pin"
+                )
         return info
 
     def score(self, images_uint8: np.ndarray, prompts: Sequence[str]) -> list[float]:
@@ -127,7 +145,18 @@ class RewardClient:
                 f"{answer.get('revision')!r}, not the pinned {self.expected_revision!r}; "
                 "it changed under the running job"
             )
+        own = answer.get("reward_revision")
+        if self.expected_reward_revision and own is not None and own != self.expected_reward_revision:
+            raise RewardServiceError(
+                f"reward service at {self.url} scored {self.reward!r} with reward revision {own!r}, not the "
+                f"pinned {self.expected_reward_revision!r}; it changed under the running job"
+            )
         return answer["scores"]
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
 
     # -- transport -----------------------------------------------------------------------
     def _call(
@@ -142,6 +171,7 @@ class RewardClient:
                 return answer
             except _Transient as exc:
                 last_error = str(exc)
+                self.close()  # a fresh connection for the next try (the old one may be half-dead)
             if attempt + 1 < attempts:
                 time.sleep(self.backoff_s * 2**attempt)
         raise RewardServiceError(
@@ -150,43 +180,43 @@ class RewardClient:
         )
 
     def _once(self, method: str, path: str, payload: dict | None) -> object:
-        data = None if payload is None else json.dumps(payload).encode()
-        request = urllib.request.Request(self.url + path, data=data, method=method)
-        request.add_header("Accept", "application/json")
-        if data is not None:
-            request.add_header("Content-Type", "application/json")
+        if self._session is None:
+            self._session = requests.Session()
+            self._session.trust_env = False  # no proxy from the environment between us and the service
+        headers = {"Accept": "application/json"}
         if self.token is not None:
-            request.add_header("Authorization", f"Bearer {self.token}")
+            headers["Authorization"] = f"Bearer {self.token}"
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                body = response.read()
-        except urllib.error.HTTPError as exc:
-            self._raise_for_status(exc, method, path)
-        except (urllib.error.URLError, TimeoutError, http.client.HTTPException, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            kind = "timed out" if isinstance(reason, TimeoutError) else "connection failed"
-            raise _Transient(f"{kind}: {_one_line(repr(reason))}") from None
+            response = self._session.request(method, self.url + path, json=payload, headers=headers, timeout=self.timeout_s)
+            body = response.content
+        except requests.Timeout as exc:
+            raise _Transient(f"timed out: {_one_line(repr(exc))}") from None
+        except requests.RequestException as exc:  # refused, reset, cut mid-answer
+            raise _Transient(f"connection failed: {_one_line(repr(exc))}") from None
+        if response.status_code >= 400:
+            self._raise_for_status(response, method, path)
         try:
-            return json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            return response.json()
+        except ValueError:
             raise _Transient(f"answer is not JSON: {_one_line(repr(body[:80]))}") from None
 
-    def _raise_for_status(self, exc: urllib.error.HTTPError, method: str, path: str):
+    def _raise_for_status(self, response: requests.Response, method: str, path: str):
         try:
-            detail = json.loads(exc.read()).get("error", "")
+            detail = response.json().get("error", "")
         except Exception:  # the body is only decoration for the message
             detail = ""
-        detail = _one_line(detail) or exc.reason
-        if exc.code >= 500:
-            raise _Transient(f"HTTP {exc.code}: {detail}") from None
-        if exc.code in (401, 403):
+        detail = _one_line(detail) or response.reason
+        code = response.status_code
+        if code >= 500:
+            raise _Transient(f"HTTP {code}: {detail}") from None
+        if code in (401, 403):
             raise UserError(
-                f"the reward service at {self.url} refused the bearer token (HTTP {exc.code}); "
-                "set rl.reward.token_env to a variable holding the service's token"
+                f"the reward service at {self.url} refused the bearer token (HTTP {code}); "
+                f"set {self.key}.token_env to a variable holding the service's token"
             ) from None
         raise RewardServiceError(
             f"reward service {method} {self.url}{path} rejected the request "
-            f"(HTTP {exc.code}): {detail}"
+            f"(HTTP {code}): {detail}"
         ) from None
 
 

@@ -1,0 +1,219 @@
+"""Model rewards read from a local folder: PickScore, CLIPScore and a CLIP aesthetic predictor.
+
+A folder holds a CLIP checkpoint in the standard transformers layout (`config.json`,
+`model.safetensors`, the processor's tokenizer and image-processor files), as `save_pretrained`
+writes it; the aesthetic predictor adds its head as `aesthetic_head.safetensors`. Nothing is
+fetched from a hub (`local_files_only`) and weights load from safetensors only; a head published
+as a pickled `.pth` is converted once with `convert_head` (`cosmos-rl reward convert-head`).
+
+Scores, for image i with prompt i (unit-normalised CLIP embeddings img_i, txt_i):
+    pickscore  logit_scale.exp() * img_i . txt_i   (= CLIPModel's logits_per_image[i, i])
+    clipscore  2.5 * max(img_i . txt_i, 0)         (the CLIPScore paper's w = 2.5)
+    aesthetic  head(img_i)                          (prompt unused)
+Each reward's revision is `KIND:sha256-<16 hex>` over the folder's weight and config files, so a
+changed model cannot pass as the same revision.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from cosmos_rl.errors import UserError
+
+MODEL_KINDS = ("pickscore", "clipscore", "aesthetic")
+HEAD_FILE = "aesthetic_head.safetensors"
+CLIPSCORE_W = 2.5
+# Files whose bytes decide the scores: weights, model config, tokenizer and image processor.
+_HASHED = re.compile(r".*\.(safetensors|json|txt|model)$")
+
+
+def weights_digest(folder: Path) -> str:
+    """sha256 over (relative name, bytes) of every file that decides the scores, in name order."""
+    digest = hashlib.sha256()
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and _HASHED.fullmatch(p.name))
+    for path in files:
+        digest.update(str(path.relative_to(folder)).encode() + b"\0")
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def revision_of(kind: str, folder: Path) -> str:
+    return f"{kind}:sha256-{weights_digest(folder)[:16]}"
+
+
+def _check_folder(kind: str, folder: Path) -> None:
+    if not folder.is_dir():
+        raise UserError(f"--model {kind}={folder}: folder not found; pass a local folder with a transformers CLIP checkpoint")
+    if not any(folder.glob("*.safetensors")):
+        raise UserError(
+            f"--model {kind}={folder}: no .safetensors weights in the folder (pickled .bin/.pth weights are "
+            "never loaded); re-save the model with save_pretrained(safe_serialization=True)"
+        )
+    if kind == "aesthetic" and not (folder / HEAD_FILE).is_file():
+        raise UserError(
+            f"--model aesthetic={folder}: no {HEAD_FILE}; convert a published .pth head once with "
+            f"`cosmos-rl reward convert-head HEAD.pth {folder / HEAD_FILE}`"
+        )
+
+
+def _device(device: str):
+    import torch
+
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+class ClipRewardModel:
+    """One CLIP model and processor from a folder, scoring batches with one of the three rewards."""
+
+    def __init__(self, kind: str, folder: str | Path, device: str = "auto"):
+        import torch
+        from transformers import CLIPModel, CLIPProcessor
+        from transformers.utils import logging as hf_logging
+
+        if kind not in MODEL_KINDS:
+            raise UserError(f"--model {kind}=...: unknown model reward {kind!r}; use one of {list(MODEL_KINDS)}")
+        folder = Path(folder).expanduser().resolve()
+        _check_folder(kind, folder)
+        self.kind, self.folder = kind, folder
+        self.device = _device(device)
+        hf_logging.set_verbosity_error()  # no progress bars or backend notes in the service log
+        try:
+            self.model = CLIPModel.from_pretrained(folder, use_safetensors=True, local_files_only=True)
+            self.processor = CLIPProcessor.from_pretrained(folder, local_files_only=True)
+        except (OSError, ValueError, KeyError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise UserError(f"--model {kind}={folder}: not a loadable CLIP checkpoint with its processor ({first})") from None
+        self.model.to(self.device).eval()
+        self.max_text = int(self.model.config.text_config.max_position_embeddings)
+        self.head = load_head(folder / HEAD_FILE, self.device) if kind == "aesthetic" else None
+        if self.head is not None and self.head[0][0].shape[1] != self.model.config.projection_dim:
+            raise UserError(
+                f"--model aesthetic={folder}: {HEAD_FILE} takes {self.head[0][0].shape[1]}-wide embeddings but the "
+                f"CLIP model makes {self.model.config.projection_dim}-wide ones; pair the head with its CLIP model"
+            )
+        self.revision = revision_of(kind, folder)
+        self._torch = torch
+
+    def image_embeddings(self, images: np.ndarray):
+        pixels = self.processor(images=list(images), return_tensors="pt")["pixel_values"].to(self.device)
+        pooled = self.model.vision_model(pixel_values=pixels).pooler_output
+        embeds = self.model.visual_projection(pooled)
+        return embeds / embeds.norm(dim=-1, keepdim=True)
+
+    def text_embeddings(self, prompts: Sequence[str]):
+        tokens = self.processor(
+            text=list(prompts), return_tensors="pt", padding=True, truncation=True, max_length=self.max_text
+        )  # fmt: skip
+        pooled = self.model.text_model(
+            input_ids=tokens["input_ids"].to(self.device), attention_mask=tokens["attention_mask"].to(self.device)
+        ).pooler_output
+        embeds = self.model.text_projection(pooled)
+        return embeds / embeds.norm(dim=-1, keepdim=True)
+
+    def __call__(self, images: np.ndarray, prompts: Sequence[str]) -> list[float]:
+        from cosmos_rl.rewards.functions import check_images
+
+        check_images(images, prompts)
+        with self._torch.no_grad():
+            img = self.image_embeddings(images)
+            if self.kind == "aesthetic":
+                scores = apply_head(self.head, img)
+            else:
+                cos = (img * self.text_embeddings(prompts)).sum(dim=-1)
+                if self.kind == "pickscore":
+                    scores = self.model.logit_scale.exp() * cos
+                else:
+                    scores = CLIPSCORE_W * cos.clamp(min=0)
+        return [float(s) for s in scores.double().cpu()]
+
+
+# ------------------------------------------------------------------------------ aesthetic head
+_LAYER_KEY = re.compile(r"(?:(.*)\.)?(\d+)\.(weight|bias)")
+
+
+def head_layers(state: dict) -> list[tuple]:
+    """The head's Linear layers in order: a single `weight`/`bias` pair, or `<prefix>.<index>.weight`/
+    `.bias` pairs (the LAION predictors' `layers.0 ... layers.7`, whose dropouts hold no weights).
+
+    The LAION heads have no activation between their Linear layers, so none is applied here.
+    """
+    indexed: dict[int, dict[str, object]] = {}
+    if set(state) == {"weight", "bias"}:
+        indexed[0] = dict(state)
+    else:
+        for key, tensor in state.items():
+            match = _LAYER_KEY.fullmatch(key)
+            if not match:
+                raise ValueError(f"unexpected tensor {key!r}; an aesthetic head holds Linear layers only")
+            indexed.setdefault(int(match.group(2)), {})[match.group(3)] = tensor
+    layers = []
+    for index in sorted(indexed):
+        parts = indexed[index]
+        if set(parts) != {"weight", "bias"}:
+            raise ValueError(f"layer {index} has {sorted(parts)}, expected weight and bias")
+        if parts["weight"].dim() != 2 or parts["bias"].shape != (parts["weight"].shape[0],):
+            raise ValueError(f"layer {index} is not a Linear layer: weight {tuple(parts['weight'].shape)}, bias {tuple(parts['bias'].shape)}")
+        layers.append((parts["weight"], parts["bias"]))
+    if not layers:
+        raise ValueError("no layers in the head")
+    for (w1, _), (w2, _) in zip(layers, layers[1:]):
+        if w1.shape[0] != w2.shape[1]:
+            raise ValueError(f"layer widths do not chain: {tuple(w1.shape)} then {tuple(w2.shape)}")
+    if layers[-1][0].shape[0] != 1:
+        raise ValueError(f"the last layer must output one score, got {layers[-1][0].shape[0]}")
+    return layers
+
+
+def load_head(path: Path, device) -> list[tuple]:
+    from safetensors.torch import load_file
+
+    try:
+        state = load_file(str(path), device=str(device))
+        return [(w.float(), b.float()) for w, b in head_layers(state)]
+    except (ValueError, OSError, RuntimeError) as exc:
+        raise UserError(f"{path}: not an aesthetic head ({exc}); convert the published head with `cosmos-rl reward convert-head`") from None
+
+
+def apply_head(layers: list[tuple], embeds):
+    x = embeds.float()
+    for weight, bias in layers:
+        x = x @ weight.T + bias
+    return x[:, 0]
+
+
+def convert_head(source: str | Path, target: str | Path) -> list[str]:
+    """One-time: a pickled .pth/.pt head -> safetensors, reading with `weights_only=True` (no code runs).
+
+    Accepts a plain state dict, or one nested under `state_dict`. Returns the tensor names written.
+    """
+    import torch
+    from safetensors.torch import save_file
+
+    source, target = Path(source), Path(target)
+    if not source.is_file():
+        raise UserError(f"{source}: file not found; pass the head's .pth/.pt file")
+    try:
+        state = torch.load(source, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises UnpicklingError and friends for anything but plain tensors
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"{source}: not a weights-only checkpoint ({first}); it would need code to load, which is refused") from None
+    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
+        state = state["state_dict"]
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise UserError(f"{source}: expected a dict of tensors (a state dict), got {type(state).__name__}")
+    try:
+        head_layers(state)
+    except ValueError as exc:
+        raise UserError(f"{source}: not an aesthetic head: {exc}") from None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in state.items()}, str(target))
+    return sorted(state)

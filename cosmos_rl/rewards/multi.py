@@ -1,0 +1,141 @@
+"""Several rewards in one run: their built-in services, their revision checks, and one client for all.
+
+A run names its rewards either with `[rl.reward]` (one) or `[[rl.rewards]]` (several); `reward_terms`
+turns either into the same list. The driver, before Ray starts:
+
+    services = start_reward_services(config.rl)   # built-in services for entries with no url
+    try:
+        services.check_revisions()                 # every pin, UserError naming the key
+        ... workers get services.urls ...
+    finally:
+        services.stop()
+
+and each worker scores with `MultiRewardClient.from_config(config.rl, urls)`, getting one score
+list per reward name (requests to the services go out in parallel).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import attrs
+import numpy as np
+
+from cosmos_rl.errors import UserError
+from cosmos_rl.rewards.client import RewardClient
+
+
+@attrs.frozen
+class RewardTerm:
+    """One reward of a run, whichever table it came from; `key` names that table in messages."""
+
+    key: str
+    name: str
+    weight: float
+    url: str
+    revision: str
+    reward_revision: str
+    model: str
+    timeout_s: float
+    max_retries: int
+    backoff_s: float
+    token_env: str
+
+
+def reward_terms(rl) -> list[RewardTerm]:
+    """The run's rewards: each `[[rl.rewards]]` table, else the one `[rl.reward]` (weight 1)."""
+    if rl.rewards:
+        return [
+            RewardTerm(f"rl.rewards[{i}]", t.name, t.weight, t.url, t.revision, t.reward_revision, t.model,
+                       t.timeout_s, t.max_retries, t.backoff_s, t.token_env)
+            for i, t in enumerate(rl.rewards)
+        ]  # fmt: skip
+    r = rl.reward
+    return [RewardTerm("rl.reward", r.name, 1.0, r.url, r.revision, "", "", r.timeout_s, r.max_retries, r.backoff_s, r.token_env)]
+
+
+def token_for(term: RewardTerm, environ: Mapping[str, str] = os.environ) -> str | None:
+    if not term.token_env:
+        return None
+    token = environ.get(term.token_env)
+    if not token:
+        raise UserError(f"{term.key}.token_env names {term.token_env!r}, which is not set; export it or clear {term.key}.token_env")
+    return token
+
+
+def client_for(term: RewardTerm, url: str, environ: Mapping[str, str] = os.environ) -> RewardClient:
+    return RewardClient(
+        url, term.name, term.revision, term.timeout_s, term.max_retries, term.backoff_s, token_for(term, environ),
+        key=term.key, expected_reward_revision=term.reward_revision,
+    )  # fmt: skip
+
+
+class RewardServices:
+    """The run's reward URLs by reward name, and the built-in services started for them."""
+
+    def __init__(self, terms: list[RewardTerm], urls: dict[str, str], servers: list):
+        self.terms, self.urls, self._servers = terms, urls, servers
+
+    def check_revisions(self, environ: Mapping[str, str] = os.environ) -> dict[str, dict]:
+        """Every service's /info against its pins (UserError naming the key); /info answers by reward."""
+        return {t.name: client_for(t, self.urls[t.name], environ).check_revision() for t in self.terms}
+
+    def stop(self) -> None:
+        for server in self._servers:
+            server.stop()
+        self._servers = []
+
+
+def start_reward_services(rl) -> RewardServices:
+    """Start a built-in loopback service for every reward with no url (loading its model folder).
+
+    One service per such reward, declaring that reward's pinned revision; the rest keep their url.
+    """
+    from cosmos_rl.rewards.server import RewardServer
+
+    terms, urls, servers = reward_terms(rl), {}, []
+    try:
+        for term in terms:
+            if term.url:
+                urls[term.name] = term.url
+                continue
+            server = RewardServer("127.0.0.1", 0, revision=term.revision or None, models={term.name: term.model} if term.model else None)
+            urls[term.name] = server.start()
+            servers.append(server)
+    except BaseException:
+        for server in servers:
+            server.stop()
+        raise
+    return RewardServices(terms, urls, servers)
+
+
+class MultiRewardClient:
+    """Scores the same images with every reward of a run, one client (and service) per reward."""
+
+    def __init__(self, terms: list[RewardTerm], clients: list[RewardClient]):
+        self.terms, self.clients = terms, clients
+        self._pool = ThreadPoolExecutor(max_workers=max(1, len(clients)), thread_name_prefix="reward-client")
+
+    @classmethod
+    def from_config(cls, rl, urls: Mapping[str, str], environ: Mapping[str, str] = os.environ) -> MultiRewardClient:
+        terms = reward_terms(rl)
+        return cls(terms, [client_for(t, urls[t.name], environ) for t in terms])
+
+    @property
+    def weights(self) -> dict[str, float]:
+        return {t.name: t.weight for t in self.terms}
+
+    def check_revisions(self) -> dict[str, dict]:
+        return {c.reward: c.check_revision() for c in self.clients}
+
+    def score(self, images_uint8: np.ndarray, prompts: Sequence[str]) -> dict[str, list[float]]:
+        """{reward name: scores, one per image}; the first failure (RewardServiceError/UserError) is raised."""
+        futures = {c.reward: self._pool.submit(c.score, images_uint8, prompts) for c in self.clients}
+        return {name: future.result() for name, future in futures.items()}
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.close()
+        self._pool.shutdown(wait=False)
