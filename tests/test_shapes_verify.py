@@ -22,9 +22,9 @@ from cosmos_rl.shapes import (
 )
 from cosmos_rl.shapes.analyse import Found, classify, detect, segment
 from cosmos_rl.shapes.components import components, label
-from cosmos_rl.shapes.render import Placed, draw, layout
+from cosmos_rl.shapes.scene import Placed, draw, layout
 from cosmos_rl.shapes.spec import relation_holds
-from cosmos_rl.shapes.verify import judge
+from cosmos_rl.shapes.verifier import judge
 
 
 def _sample(task: str, n: int) -> list:

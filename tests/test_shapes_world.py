@@ -1,7 +1,9 @@
 """The shapes world: captions, the train/held-out split, renders, shards and prompt files."""
 
 import json
+import shlex
 import tarfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,8 +25,8 @@ from cosmos_rl.shapes import (
     write_prompt_file,
     write_shards,
 )
-from cosmos_rl.shapes.__main__ import main
-from cosmos_rl.shapes.render import layout
+from cosmos_rl.shapes.__main__ import _parser, main
+from cosmos_rl.shapes.scene import layout
 
 # Counted by hand from the grammar: 3 shapes, 6 colours, counts 2-3, 4 relations.
 TASK_SIZES = {
@@ -184,3 +186,11 @@ def test_command_line_writes_prompts_and_shards(tmp_path, capsys):
     assert len(list((tmp_path / "s").glob("shapes-*.tar"))) == 3
     assert main(["shards", str(tmp_path / "s"), "--samples", "5"]) == 2
     assert "already exist" in capsys.readouterr().err
+
+
+def test_commands_quoted_in_the_eval_page_parse():
+    page = (Path(__file__).resolve().parent.parent / "docs" / "eval.md").read_text()
+    lines = [line for line in page.splitlines() if line.startswith("python -m cosmos_rl.shapes ")]
+    assert len(lines) == 2
+    for line in lines:
+        _parser().parse_args(shlex.split(line)[3:])  # exits (SystemExit) on a stale option

@@ -15,7 +15,7 @@ import numpy as np
 from PIL import Image
 
 from cosmos_rl.data.vocab import COLOUR_RGB255
-from cosmos_rl.shapes.verify import shapes_partial, shapes_strict
+from cosmos_rl.shapes.verifier import shapes_partial, shapes_strict
 
 RewardFn = Callable[[np.ndarray, Sequence[str]], list[float]]
 

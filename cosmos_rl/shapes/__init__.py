@@ -13,10 +13,10 @@ Public API (see docs/eval.md):
 
 from cosmos_rl.shapes.caption import CaptionError, parse_caption, task_of
 from cosmos_rl.shapes.prompt_files import write_prompt_file
-from cosmos_rl.shapes.render import render
+from cosmos_rl.shapes.scene import render
 from cosmos_rl.shapes.shards import write_shards
 from cosmos_rl.shapes.spec import TASKS, Group, Spec
-from cosmos_rl.shapes.verify import Verdict, overall_score, scores_by_task, shapes_partial, shapes_strict, verify
+from cosmos_rl.shapes.verifier import Verdict, overall_score, scores_by_task, shapes_partial, shapes_strict, verify
 from cosmos_rl.shapes.world import PromptSplit, all_specs, balanced, split_prompts
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""Image -> the objects in it: colour segmentation, components, shape from fill and corners.
+"""Image -> the objects in it: colour segmentation, components, shape from fill and reach.
 
 1. **Colour.** A pixel takes the background or palette colour whose every channel it is within
    ``tolerance`` of (0..255), else it is unassigned. The background and palette colours have
@@ -7,7 +7,7 @@
    default 100 keeps a pixel under noise of std 10 per channel and drops a pixel on a blurred
    edge that is more than about 40 % background.
 2. **Objects.** 4-connected components of one palette colour; components smaller than
-   ``min_area`` of the image (specks) are ignored, every other one is an object, whatever it
+   MIN_AREA of the image (specks) are ignored, every other one is an object, whatever it
    looks like.
 3. **Shape**, from three numbers of the component: its fill ratio (area / box area), how far
    it reaches along the diagonals relative to along the axes (a square reaches sqrt 2 = 1.41
@@ -28,8 +28,6 @@
    0.60-0.89; squares 1.25-1.41, 0.96-1.05, fill >= 0.93; triangles up/down 1.39-1.98, fill
    0.50-0.75. Reaches depend on every pixel of the rim rather than on the one or two that
    make a box corner, so a blurred edge that loses its outermost pixels barely moves them.
-   Below 32 px a side a rendered circle is a 7x7 block missing its corner pixels, too close to
-   a blurred square, so the world starts at 32.
 """
 
 from __future__ import annotations
@@ -42,7 +40,7 @@ from cosmos_rl.shapes.components import components
 from cosmos_rl.shapes.spec import BACKGROUND, COLOURS, MIN_SIDE, RGB
 
 COLOUR_TOLERANCE = 100
-MIN_AREA = 0.008  # of the image: 8 px at 32x32; the smallest rendered object has ~50
+MIN_AREA = 0.008  # of the image: objects have >= 9 px at 32x32; the smallest rendered one has ~50
 
 _REFERENCE = np.array([RGB[BACKGROUND]] + [RGB[c] for c in COLOURS], dtype=np.int16)
 

@@ -25,7 +25,7 @@ import numpy as np
 from PIL import Image
 
 from cosmos_rl.errors import UserError
-from cosmos_rl.shapes.render import ImageSize, height_width, render
+from cosmos_rl.shapes.scene import ImageSize, height_width, render
 from cosmos_rl.shapes.spec import Spec
 
 

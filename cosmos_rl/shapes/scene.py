@@ -3,23 +3,26 @@
 Layout rules, which the verifier's tolerances are built around:
 
 - every object's half-size is 16-20 % of the shorter image side (5.1-6.4 px at 32x32);
-- bounding boxes stay one pixel inside the image and at least ``gap`` pixels apart, so no two
-  objects touch and each is one connected component;
+- bounding boxes stay one pixel inside the image and at least ``gap`` pixels apart (2 px, or
+  6 % of the shorter side when larger), so no two objects touch and each is one component;
 - squares are axis-aligned, triangles point up (apex at the top, base at the bottom);
 - an object whose spec group names no colour gets a palette colour drawn from the seed;
 - for a relation "A left of B", the centroids satisfy the verifier's rule with room to spare
   (:func:`cosmos_rl.shapes.spec.relation_holds`): dx exceeds both 1.5x the verifier's
   margin and 1.25x |dy|, so noise or a slight blur that moves a centroid by a pixel keeps it.
 
+Each object goes to a spot drawn uniformly from the free box centres on a quarter-pixel grid.
 The layout depends on the seed and the caption (not on other prompts), so one prompt's image
-for one seed is the same in any batch, shard or process.
+for one seed is the same in any batch, shard or process. The world starts at 32 px a side:
+at 24, three objects of this size and spacing often have no room, and a circle's half-size
+falls under 4 px, where a rasterised circle is a square block missing its corner pixels.
 """
 
 from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
-from typing import Union
+from typing import Optional, Union
 
 import numpy as np
 
@@ -28,7 +31,8 @@ from cosmos_rl.shapes.spec import BACKGROUND, COLOURS, MIN_SIDE, RELATION_MARGIN
 ImageSize = Union[int, tuple[int, int]]
 
 HALF_SIZE_RANGE = (0.16, 0.2)  # of the shorter side
-MAX_TRIES = 2000
+MAX_TRIES = 100
+GRID = 0.25  # px between candidate box centres
 
 
 def height_width(size: ImageSize) -> tuple[int, int]:
@@ -59,34 +63,48 @@ def _rng(spec: Spec, seed: int) -> np.random.Generator:
     return np.random.default_rng([int(seed), zlib.crc32(spec.caption().encode())])
 
 
-def _apart(a: Placed, b: Placed, gap: float) -> bool:
-    return abs(a.cx - b.cx) >= a.h + b.h + gap or abs(a.cy - b.cy) >= a.h + b.h + gap
-
-
-def _relation_clear(a: Placed, b: Placed, relation: str, side: int) -> bool:
-    along, across = relation_offsets(a.centroid, b.centroid, relation)
-    return along > 1.5 * RELATION_MARGIN * side and along > 1.25 * abs(across)
+def _free_centres(shape: str, h: float, placed: list[Placed], relation: Optional[str],
+                  height: int, width: int, phase: np.ndarray) -> np.ndarray:
+    """[k, 2] box centres on a GRID-pixel grid (shifted by ``phase``) where an object of
+    half-size h fits: inside the image by a pixel, ``gap`` clear of every placed box, and, for
+    the second object of a relation, clearly on the right side of the first (module docstring)."""
+    side = min(height, width)
+    gap = max(2.0, 0.06 * side)
+    xs = np.arange(h + 1 + phase[0], width - h - 1, GRID)
+    ys = np.arange(h + 1 + phase[1], height - h - 1, GRID)
+    cx, cy = (grid.reshape(-1) for grid in np.meshgrid(xs, ys))
+    ok = np.ones(cx.shape, dtype=bool)
+    for other in placed:
+        reach = other.h + h + gap
+        ok &= (np.abs(cx - other.cx) >= reach) | (np.abs(cy - other.cy) >= reach)
+    if relation is not None and placed:
+        centroid_y = cy + h / 3 if shape == "triangle" else cy
+        along, across = relation_offsets(placed[0].centroid, (cx, centroid_y), relation)
+        ok &= (along > 1.5 * RELATION_MARGIN * side) & (along > 1.25 * np.abs(across))
+    return np.stack([cx[ok], cy[ok]], axis=1)
 
 
 def layout(spec: Spec, seed: int, size: ImageSize = 32) -> list[Placed]:
-    """The objects of ``spec`` placed for ``seed``, in group order (a group's objects together)."""
+    """The objects of ``spec`` placed for ``seed``, in group order (a group's objects together).
+
+    Objects are placed one by one, each at a uniformly drawn free spot; when sizes drawn earlier
+    leave no room (rare), all sizes are drawn again.
+    """
     height, width = height_width(size)
     side = min(height, width)
-    gap = max(2.0, 0.06 * side)
     rng = _rng(spec, seed)
     wanted = [(g.shape, g.colour) for g in spec.groups for _ in range(g.count)]
     for _ in range(MAX_TRIES):
         placed: list[Placed] = []
         for shape, colour in wanted:
             h = side * rng.uniform(*HALF_SIZE_RANGE)
-            cx = rng.uniform(h + 1, width - h - 1)
-            cy = rng.uniform(h + 1, height - h - 1)
-            placed.append(Placed(shape, colour or COLOURS[rng.integers(len(COLOURS))], cx, cy, h))
-        if not all(_apart(a, b, gap) for i, a in enumerate(placed) for b in placed[i + 1:]):
-            continue
-        if spec.relation is not None and not _relation_clear(placed[0], placed[1], spec.relation, side):
-            continue
-        return placed
+            free = _free_centres(shape, h, placed, spec.relation, height, width, rng.uniform(0, GRID, 2))
+            if not len(free):
+                break
+            cx, cy = free[rng.integers(len(free))]
+            placed.append(Placed(shape, colour or COLOURS[rng.integers(len(COLOURS))], float(cx), float(cy), h))
+        else:
+            return placed
     raise RuntimeError(f"no layout for {spec.caption()!r} at {height}x{width} in {MAX_TRIES} tries")
 
 
