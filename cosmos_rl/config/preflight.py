@@ -17,7 +17,8 @@ from cosmos_rl.config import schema
 from cosmos_rl.config.problems import Problem, show
 
 RDZV_ENV = "COSMOS_RL_RDZV_ENDPOINT"
-BUILTIN_REWARDS = ("jpeg_compressibility", "jpeg_incompressibility", "brightness", "prompt_colour")
+BUILTIN_REWARDS = ("jpeg_compressibility", "jpeg_incompressibility", "brightness", "prompt_colour",
+                   "shapes_strict", "shapes_partial")
 MODEL_REWARDS = ("pickscore", "clipscore", "aesthetic")  # cosmos_rl.rewards.models.MODEL_KINDS, torch-free
 
 
