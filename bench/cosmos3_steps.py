@@ -12,7 +12,7 @@ Sizes (the transformer; the tokenizer is the built-in byte-level one unless a fo
   2x2 patches, 151936-token vocabulary) and the VAE is the one that layout's 48 channels imply.
   Give `--model FOLDER` to take both from a real diffusers folder instead.
 
-The policy is built the way `cosmos_rl.models.setup.build_policy` builds it (LoRA adapters under
+The policy is built the way `cosmos_rl.models.setup.build_trainable` builds it (LoRA adapters under
 their own seed, train mode, FSDP2 with bf16 mixed precision over the default process group), from
 parts built here instead of from a RunConfig: the Nano-like model has no preset, and writing 60 GB
 of random weights to a folder only to read them back would eat the GPU slot.
@@ -37,7 +37,8 @@ from cosmos_rl.models import lora
 from cosmos_rl.models.build import ModelParts, build_preset, flow_scheduler, load_parts
 from cosmos_rl.models.packing import velocity
 from cosmos_rl.models.sampling import sample_latents
-from cosmos_rl.models.setup import Policy, build_optimizer, process_group_active
+from cosmos_rl.dist.world import process_group_active
+from cosmos_rl.models.setup import TrainableModel, build_optimizer
 from cosmos_rl.models.text import tokenize_prompts
 from cosmos_rl.models.vae import decode_latents
 
@@ -150,7 +151,7 @@ def build_parts(size: str, device: torch.device, *, folder: Optional[Path] = Non
 
 
 def make_policy(parts: ModelParts, device: torch.device, spec: Size, adapters: tuple[str, ...], *,
-                mixed_precision: bool, seed: int = 0) -> tuple[Policy, torch.optim.Optimizer]:  # fmt: skip
+                mixed_precision: bool, seed: int = 0) -> tuple[TrainableModel, torch.optim.Optimizer]:  # fmt: skip
     """LoRA adapters `adapters` ("policy" first) on the transformer, FSDP2 when a group is up, AdamW."""
     transformer = parts.transformer
     with torch.random.fork_rng(devices=[]):
@@ -165,7 +166,7 @@ def make_policy(parts: ModelParts, device: torch.device, spec: Size, adapters: t
     if OLD in adapters:
         lora.copy_adapter(transformer, POLICY, OLD)
         activate(transformer, POLICY)
-    policy = Policy(parts=parts, lora=True, adapter_names=adapters, sharded=sharded, device=device)
+    policy = TrainableModel(parts=parts, lora=True, adapter_names=adapters, sharded=sharded, device=device)
     optimizer, _ = build_optimizer(policy.trainable_parameters(), schema.OptimizerConfig())
     return policy, optimizer
 
@@ -240,7 +241,7 @@ def dpo_batch(parts: ModelParts, pairs: int, image: int, device: torch.device, s
 
 
 # -------------------------------------------------------------------------------------------- steps
-def nft_step(policy: Policy, optimizer, batch: Batch, *, with_old: bool, kl_beta: float) -> dict:
+def nft_step(policy: TrainableModel, optimizer, batch: Batch, *, with_old: bool, kl_beta: float) -> dict:
     """The NFT trainer's train phase on one batch: no-grad old (and reference) forwards, the
     policy forward and backward, AdamW, the old-adapter blend. Returns the forward counts."""
     transformer = policy.transformer
@@ -267,7 +268,7 @@ def nft_step(policy: Policy, optimizer, batch: Batch, *, with_old: bool, kl_beta
     return {"no_grad_forwards": int(with_old) + int(bool(kl_beta)), "grad_forwards": 1}
 
 
-def dpo_step(policy: Policy, optimizer, batch: Batch) -> dict:
+def dpo_step(policy: TrainableModel, optimizer, batch: Batch) -> dict:
     """The DPO trainer's model work on one batch of pairs (winners then losers, sharing noise and t):
     a no-grad reference forward and a policy forward+backward of all 2P samples, AdamW."""
     pairs = batch.x_t.shape[0] // 2
