@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.markup import escape
+
 from cosmos_rl import run as run_mod
 from cosmos_rl.config import schema
 
@@ -16,7 +18,7 @@ def train(config: schema.RunConfig, manifest: Path, overrides: list[str], consol
 def resume(run_dir: Path, overrides: list[str], exact: bool, console) -> int:
     config, notices = run_mod.load_for_resume(run_dir, overrides, exact=exact)
     for notice in notices:
-        console.print(f"[yellow]notice[/]: {notice}", highlight=False)
+        console.print(f"[yellow]notice[/]: {escape(notice)}", highlight=False)  # notices quote paths
     return _backend(config).start(config, Path(run_dir).resolve(), resume=True, exact=exact, console=console)
 
 

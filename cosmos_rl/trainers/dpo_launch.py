@@ -25,6 +25,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+from rich.markup import escape
+
 from cosmos_rl import plan
 from cosmos_rl.config import schema
 from cosmos_rl.errors import Preempted, RunFailed, UserError
@@ -62,8 +64,10 @@ def worker_env(config: schema.RunConfig) -> dict[str, str]:
 
 
 def _statuses(run_dir: Path) -> list[dict]:
+    """The ranks' recorded outcomes, first written first: a rank that failed first is the root cause
+    (the others then fail on the broken collective)."""
     out = []
-    for path in sorted((Path(run_dir) / "logs").glob("rank*.status")):
+    for path in sorted((Path(run_dir) / "logs").glob("rank*.status"), key=lambda p: (p.stat().st_mtime_ns, p.name)):
         try:
             out.append(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError):
@@ -74,7 +78,9 @@ def _statuses(run_dir: Path) -> list[dict]:
 def _raise_for(run_dir: Path, returncode: int) -> None:
     """Map the ranks' recorded outcomes (or torchrun's code) to the CLI's exceptions."""
     statuses = _statuses(run_dir)
-    by_code = {s.get("code"): s.get("message", "") for s in statuses}
+    by_code: dict = {}
+    for s in statuses:
+        by_code.setdefault(s.get("code"), s.get("message", ""))  # keep the first failure of each kind
     if EXIT_USER in by_code:
         raise UserError(by_code[EXIT_USER])
     if EXIT_PREEMPTED in by_code:
@@ -117,7 +123,7 @@ def start(config: schema.RunConfig, run_dir: Path, resume: bool, exact: bool, co
     for stale in (run_dir / "logs").glob("rank*.status"):
         stale.unlink(missing_ok=True)
     argv = worker_argv(config, run_dir, resume=resume, exact=exact)
-    console.print(f"[bold]launch[/]: {shlex.join(argv)}", highlight=False, soft_wrap=True)
+    console.print(f"[bold]launch[/]: {escape(shlex.join(argv))}", highlight=False, soft_wrap=True)
     returncode = _run_forwarding_signals(argv, worker_env(config))
     if returncode == 0:
         return 0
