@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+from rich.markup import escape
+
 from cosmos_rl import run as run_mod
 from cosmos_rl import run_lock
 from cosmos_rl.config import schema
@@ -29,7 +31,7 @@ def resume(run_dir: Path, overrides: list[str], exact: bool, console) -> int:
 def _resume_locked(run_dir: Path, overrides: list[str], exact: bool, console) -> int:
     config, notices = run_mod.load_for_resume(run_dir, overrides, exact=exact)
     for notice in notices:
-        console.print(f"[yellow]notice[/]: {notice}", highlight=False)
+        console.print(f"[yellow]notice[/]: {escape(notice)}", highlight=False)  # notices quote paths
     resumed = run_mod.has_committed_checkpoint(run_dir)
     return _backend(config).start(config, Path(run_dir).resolve(), resume=resumed, console=console)
 

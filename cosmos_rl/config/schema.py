@@ -35,7 +35,7 @@ frozen = attrs.frozen(kw_only=True)
 class JobConfig:
     name: str = knob("cosmos_rl_run", "Run name; the run directory is `<output_dir>/<name>/`.")
     output_dir: str = knob("runs", "Folder that holds run directories (relative to the working directory).")
-    seed: int = knob(0, "Root seed: model init, data order and every rollout seed derive from it.")
+    seed: int = knob(0, "Root seed (0 to 2**63 - 1): model init, data order and every rollout seed derive from it.")
     log_every: int = knob(1, "Write a `metrics.jsonl` row every this many optimizer steps.")
     tensorboard: bool = knob(False, "Also write TensorBoard event files (needs the `tensorboard` package).")
     progress: bool = knob(True, "Show a rich progress bar on rank 0 while training.")
@@ -110,7 +110,7 @@ class GridConfig:
         "", "Multi-node torchrun: the operator's c10d rendezvous `host:port` (or env COSMOS_RL_RDZV_ENDPOINT)."
     )
     timeout_s: float = knob(
-        600.0, "Seconds a collective or an actor call may take before the run fails naming the rank."
+        600.0, "Seconds a collective or an actor call may take before the run fails naming the rank (at most 7 days)."
     )
 
 
@@ -131,9 +131,9 @@ class PreferenceDataConfig:
     synthetic_pairs: int = knob(
         0, "Generate this many pairs in memory (a learnable colour preference); non-zero ignores file sources."
     )
-    synthetic_seed: int = knob(0, "Seed of the synthetic generator, offset from job.seed; ids carry it.")
+    synthetic_seed: int = knob(0, "Seed of the synthetic generator (0 to 2**63 - 1), offset from job.seed; ids carry it.")
     jsonl: str = knob("", "Preference JSONL: rows `{id, prompt, winner, loser}` with image paths.")
-    shards: list[str] = knob(attrs.Factory(list), "webdataset tar shards of pairs (`json`, `winner.png`, `loser.png`).")
+    shards: list[str] = knob(attrs.Factory(list), "webdataset tar shards of pairs (`json`, `winner.png`, `loser.png`); entries may be brace patterns.")
     factory: str = knob("", "Custom source `module:function` returning a pair source; the only code a manifest imports.")
     factory_kwargs: dict[str, Union[str, int, float, bool]] = knob(
         attrs.Factory(dict), "Keyword arguments passed to `factory`."

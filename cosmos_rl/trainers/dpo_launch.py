@@ -26,6 +26,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+from rich.markup import escape
+
 from cosmos_rl import plan
 from cosmos_rl.config import schema
 from cosmos_rl.errors import EXIT_FAILED, EXIT_REQUEUE, EXIT_USAGE, Preempted, RunFailed, UserError
@@ -58,8 +60,10 @@ def worker_env(config: schema.RunConfig) -> dict[str, str]:
 
 
 def _statuses(run_dir: Path) -> list[dict]:
+    """The ranks' recorded outcomes, first written first: a rank that failed first is the root cause
+    (the others then fail on the broken collective)."""
     out = []
-    for path in sorted((Path(run_dir) / "logs").glob("rank*.status")):
+    for path in sorted((Path(run_dir) / "logs").glob("rank*.status"), key=lambda p: (p.stat().st_mtime_ns, p.name)):
         try:
             out.append(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError):
@@ -80,7 +84,9 @@ def _raise_for(run_dir: Path, returncode: int, stopped_by: str | None = None) ->
             f"stopped by {stopped_by} before the workers reached their first step; nothing was lost: "
             f"continue with `cosmos-rl resume {run_dir}`"
         )
-    by_code = {s.get("code"): s.get("message", "") for s in statuses}
+    by_code: dict = {}
+    for s in statuses:
+        by_code.setdefault(s.get("code"), s.get("message", ""))  # keep the first failure of each kind
     if EXIT_USAGE in by_code:
         raise UserError(by_code[EXIT_USAGE])
     if EXIT_REQUEUE in by_code:
@@ -131,7 +137,7 @@ def start(config: schema.RunConfig, run_dir: Path, resume: bool, console) -> int
     for stale in (run_dir / "logs").glob("rank*.status"):
         stale.unlink(missing_ok=True)
     argv = worker_argv(config, run_dir, resume=resume)
-    console.print(f"[bold]launch[/]: {shlex.join(argv)}", highlight=False, soft_wrap=True)
+    console.print(f"[bold]launch[/]: {escape(shlex.join(argv))}", highlight=False, soft_wrap=True)
     forwarded: list[str] = []
     returncode = _run_forwarding_signals(argv, worker_env(config), forwarded)
     if returncode == 0:

@@ -26,6 +26,8 @@ import socket
 import time
 from pathlib import Path
 
+from rich.markup import escape
+
 from cosmos_rl.config import schema
 from cosmos_rl.dist.ray_group import CALL_SLACK_S, ActorGroup, RankActor
 
@@ -171,7 +173,7 @@ def start(config: schema.RunConfig, run_dir: Path, resume: bool, console) -> int
         group.init_args = (config, str(run_dir), data_actor)
         group.start()
         group.write_placement(run_dir)  # where each rank landed: rank -> node id / node ip
-        console.print(f"[bold]dpo[/]: {group.placement_summary()}", highlight=False, soft_wrap=True)
+        console.print(f"[bold]dpo[/]: {escape(group.placement_summary())}", highlight=False, soft_wrap=True)
         console.print(
             f"[bold]dpo[/]: {world} Ray actors ({config.grid.grouping}) ready in {time.perf_counter() - t0:.1f} s",
             highlight=False,

@@ -11,6 +11,8 @@ import os
 import time
 from pathlib import Path
 
+from rich.markup import escape
+
 from cosmos_rl.config import schema
 from cosmos_rl.errors import Preempted, RunFailed, UserError
 
@@ -89,11 +91,11 @@ def start(config: schema.RunConfig, run_dir: Path, resume: bool, console) -> int
         t0 = time.perf_counter()
         group.start()
         group.write_placement(run_dir)  # where each rank landed: rank -> node id / node ip
-        console.print(f"[bold]nft[/]: {group.placement_summary()}", highlight=False, soft_wrap=True)  # one line in logs
+        console.print(f"[bold]nft[/]: {escape(group.placement_summary())}", highlight=False, soft_wrap=True)  # one line in logs
         start_step = group.call_all("build", resume)[0]
         console.print(
             f"[bold]nft[/]: {rl.group_size} actors ready in {time.perf_counter() - t0:.1f} s; "
-            f"{'resuming after' if resume else 'starting at'} step {start_step}, reward service {url}",
+            f"{'resuming after' if resume else 'starting at'} step {start_step}, reward service {escape(url)}",
             highlight=False,
         )
 
