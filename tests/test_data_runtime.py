@@ -15,7 +15,7 @@ from cosmos_rl.config import load
 from cosmos_rl.errors import UserError
 from cosmos_rl.trainers import dpo_launch
 from cosmos_rl.trainers.dpo import DPOTrainer
-from cosmos_rl.trainers.dpo_worker import EXIT_USER
+from cosmos_rl.errors import EXIT_USAGE as EXIT_USER
 
 
 def trainer(tmp_path: Path, data: dict) -> DPOTrainer:
