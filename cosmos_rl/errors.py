@@ -18,6 +18,11 @@ class RunFailed(Exception):
     """
 
 
+class RewardUnavailable(RunFailed):
+    """The reward service failed for good during a step, before that step trained anything: every
+    rank has put its prompt cursor back, so the previous step's state can still be committed."""
+
+
 def exit_code_for(exc: BaseException) -> int:
     """The CLI's exit code for an exception that ended a run (or a rank of it)."""
     if isinstance(exc, Preempted):

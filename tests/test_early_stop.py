@@ -41,3 +41,17 @@ def test_sigterm_while_starting_exits_75_and_resume_starts_from_step_0(tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "starting from step 0" in resumed.stderr
     assert (run_dir / "checkpoints" / "step_2" / "COMMITTED").is_file()
+
+
+def test_a_user_error_in_a_worker_is_one_line_once_with_exit_2(tmp_path):
+    """No CUDA on this machine: every rank raises the same UserError. torchrun's ChildFailedError
+    banner and the ranks' own copies stay out of the terminal; the launcher says it once."""
+    result = subprocess.run(
+        [sys.executable, "-m", "cosmos_rl.cli", "train", str(MANIFEST), 'grid.device="cuda"', f'job.output_dir="{tmp_path}"'],
+        env=ENV, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    out = result.stdout + result.stderr
+    assert out.count('grid.device: "cuda" asked for, but no CUDA device is visible') == 1, out
+    for noise in ("Traceback", "ChildFailedError", "SignalException", "*****"):
+        assert noise not in out, out

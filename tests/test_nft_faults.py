@@ -131,7 +131,9 @@ def faulty(ray_cluster, tmp_path_factory) -> dict:
         server.inject_faults(*TRANSIENT_1, *["delay:0"] * (2 * RANKS), *["http_500", "garbage", "wrong_count"] * 20)
         proc = _cosmos(
             _env(ray_cluster), "train", str(SMOKE),
-            *_overrides(root, "faulty", "checkpoint.every=2", f'rl.reward.url="{server.url}"', *RETRY),
+            # No periodic checkpoint before the outage: step 2 is committed only because the run
+            # commits the last completed step when the service fails for good.
+            *_overrides(root, "faulty", "checkpoint.every=0", f'rl.reward.url="{server.url}"', *RETRY),
         )  # fmt: skip
         try:
             _, facts["stderr"] = proc.communicate(timeout=240)
@@ -169,8 +171,9 @@ def test_persistent_reward_faults_stop_with_one_line_naming_the_service_and_resu
     line = failed[0]
     assert "step 3" in line and "reward service" in line and faulty["url"] in line, line
     assert str(run_dir / "checkpoints" / "step_2") in line and f"cosmos-rl resume {run_dir} --exact" in line, line
-    # Only the checkpoint of step 2 was committed, and it was intact: the resume from it finished
-    # equal to the straight run, weights included.
+    # Step 2, the last completed step, was committed when step 3's rewards failed for good (no
+    # periodic checkpoint was due), and it was exact: the resume from it finished equal to the
+    # straight run, weights included.
     assert faulty["committed"] == [2]
     assert faulty["resume"].exit_code == 0, faulty["resume"].output[-3000:]
     _assert_same_weights(straight, run_dir, STEPS, tmp_path)

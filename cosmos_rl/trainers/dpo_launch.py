@@ -31,6 +31,7 @@ from rich.markup import escape
 from cosmos_rl import plan
 from cosmos_rl.config import schema
 from cosmos_rl.errors import EXIT_FAILED, EXIT_REQUEUE, EXIT_USAGE, Preempted, RunFailed, UserError
+from cosmos_rl.trainers.dpo_worker import QUIET_WORKERS_ENV
 
 # SIGUSR1 (a scheduler's "about to preempt") becomes SIGTERM for torchrun, which forwards only
 # the signals it handles; its default action on SIGUSR1 would kill it and orphan the workers.
@@ -40,6 +41,9 @@ _FORWARD = {signal.SIGTERM: signal.SIGTERM, signal.SIGINT: signal.SIGINT, signal
 def worker_argv(config: schema.RunConfig, run_dir: Path, *, resume: bool) -> list[str]:
     # preflight has checked that multi-node runs have an endpoint (manifest or environment)
     argv = plan.torchrun_argv(config, str(Path(run_dir) / "manifest.toml"))
+    # The same torchrun, without its failure banner: the workers' status lines say it once.
+    assert argv[1:3] == ["-m", "torch.distributed.run"], argv
+    argv[2] = "cosmos_rl.dist.torchrun_quiet"
     if resume:
         argv.append("--resume")
     return argv
@@ -48,11 +52,12 @@ def worker_argv(config: schema.RunConfig, run_dir: Path, *, resume: bool) -> lis
 def worker_env(config: schema.RunConfig) -> dict[str, str]:
     env = dict(os.environ)
     env["HF_HUB_OFFLINE"] = "1"
-    if config.grid.device == "cpu":
-        # torchrun pins one thread per worker only when a node runs several; with one rank per node a
-        # CPU rank would use every core and sum in another order, so the same run split as 2 nodes x 1
-        # would not reproduce 1 node x 2. An operator's own OMP_NUM_THREADS wins.
-        env.setdefault("OMP_NUM_THREADS", "1")
+    env[QUIET_WORKERS_ENV] = "1"  # the launcher prints each outcome once; the workers stay quiet
+    # torchrun pins one thread per worker only when a node runs several (and prints a banner saying
+    # so); with one rank per node a CPU rank would use every core and sum in another order, so the
+    # same run split as 2 nodes x 1 would not reproduce 1 node x 2. One thread per rank is torchrun's
+    # own default on GPUs too; an operator's OMP_NUM_THREADS wins.
+    env.setdefault("OMP_NUM_THREADS", "1")
     # torchrun SIGKILLs its workers this long after a stop signal (30 s by default), which would cut
     # a real model's last step and checkpoint short; give them as long as any collective may take.
     env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(int(config.grid.timeout_s)))

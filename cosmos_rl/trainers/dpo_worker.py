@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import logging
 import sys
 import traceback
 from pathlib import Path
 
 from cosmos_rl.errors import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE
+
+# Set by the launcher (trainers/dpo_launch.py), which prints every outcome itself.
+QUIET_WORKERS_ENV = "COSMOS_RL_QUIET_WORKERS"
 
 
 def status_path(run_dir: Path, rank: int) -> Path:
@@ -75,7 +79,8 @@ def run_worker(manifest: Path, resume: bool) -> int:
             code, message = EXIT_USAGE, str(exc)
         else:
             code, message = EXIT_FAILED, f"rank {me.rank}: {_one_line(exc)} (traceback in {log_file})"
-        print(f"error: {message}" if code != EXIT_REQUEUE else message, file=sys.stderr)
+        if not os.environ.get(QUIET_WORKERS_ENV):  # run by hand: say it here; the launcher says it once
+            print(f"error: {message}" if code != EXIT_REQUEUE else message, file=sys.stderr)
     status.write_text(json.dumps({"code": code, "message": message}), encoding="utf-8")
     return code
 

@@ -36,12 +36,14 @@ from cosmos_rl.algorithms import nft as nft_math
 from cosmos_rl.checkpoint import CheckpointManager, LRScheduleState, OptimizerState, PlainState, RngStreams, layout
 from cosmos_rl.config import schema
 from cosmos_rl.dist.ray_group import RankActor
-from cosmos_rl.errors import RunFailed
+from cosmos_rl.errors import RewardUnavailable
 from cosmos_rl.seeds import derive_seed
 from cosmos_rl.trainers.nft_collectives import LocalCollectives, RankCollectives
 from cosmos_rl.trainers.nft_state import SEED_CONTRACT_KEY, AdapterState
 
 POLICY, OLD = "policy", "old"  # the two LoRA adapter names
+# What a rank's train_step returns when another rank's reward call failed for good (see train_step).
+REWARD_FAILED = "reward_failed"
 
 # (rank, uint8 images [rows, H, W, 3], prompts) -> one score per image
 ScoreFn = Callable[[int, np.ndarray, Sequence[str]], list[float]]
@@ -162,7 +164,13 @@ class NFTTrainer:
 
     # ----------------------------------------------------------------- the step
     def train_step(self, step: int) -> dict[str, float]:
-        """Rollout, reward, advantages, one optimizer step and the old-policy refresh for `step` (1-based)."""
+        """Rollout, reward, advantages, one optimizer step and the old-policy refresh for `step` (1-based).
+
+        If the reward service fails for good on any rank, every rank puts its prompt cursor back
+        and stops before training: the rank(s) that failed raise `RewardUnavailable`, the others
+        return `{REWARD_FAILED: 1}`. Nothing else of the step has changed state (rollout draws come
+        from their own generators), so the caller can still commit step - 1 exactly.
+        """
         from cosmos_rl.data.images import save_image_grid
         from cosmos_rl.models import lora
         from cosmos_rl.models.packing import velocity
@@ -171,6 +179,7 @@ class NFTTrainer:
         from cosmos_rl.rewards.functions import to_uint8
 
         rl, ranks = self.rl, self.comm.ranks
+        cursor_before = self.cursor.state_dict()
         batch = self.cursor.next_batch(self.prompts)
         rows = [row for row, _ in batch]
         texts = [text for _, text in batch]
@@ -192,11 +201,22 @@ class NFTTrainer:
         t1 = time.perf_counter()
 
         # -- reward: own images, then everyone's
-        own = []
+        own, failures = [], {}
         for rank, (_, _, images) in zip(ranks, rollouts):
             pixels = to_uint8(images.permute(0, 2, 3, 1).cpu().numpy())
-            own.append(torch.tensor(self.score(rank, pixels, texts), dtype=torch.float64, device=self.device))
+            try:
+                scores = self.score(rank, pixels, texts)
+            except RewardUnavailable as exc:
+                # Not raised here: the other ranks are about to wait in the gather. NaN (never a
+                # score: the client admits finite numbers only) tells every rank at once.
+                failures[rank], scores = str(exc), [float("nan")] * len(texts)
+            own.append(torch.tensor(scores, dtype=torch.float64, device=self.device))
         rewards = self.comm.gather(own).T.cpu()  # [rows, G]
+        if torch.isnan(rewards).any():
+            self.cursor.load_state_dict(cursor_before)  # nothing of this step happened
+            if failures:
+                raise RewardUnavailable(next(iter(failures.values())))
+            return {REWARD_FAILED: 1.0}  # another rank raises the reason; this one only stops
         t2 = time.perf_counter()
 
         advantages = nft_math.clamp_advantages(
@@ -344,7 +364,7 @@ def _scored_by(client) -> ScoreFn:
         try:
             return client.score(pixels, prompts)
         except RewardServiceError as exc:
-            raise RunFailed(f"rank {rank}: {exc}") from None  # the message names the service
+            raise RewardUnavailable(f"rank {rank}: {exc}") from None  # the message names the service
 
     return score
 

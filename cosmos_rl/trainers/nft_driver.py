@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from cosmos_rl.config import schema
-from cosmos_rl.errors import Preempted, RunFailed, UserError
+from cosmos_rl.errors import Preempted, RewardUnavailable, RunFailed, UserError
 
 METRIC_NAMES = (
     "train/reward_mean", "train/reward_std", "train/policy_loss", "train/kl_loss", "train/advantage_mean",
@@ -103,6 +103,11 @@ def start(config: schema.RunConfig, run_dir: Path, resume: bool, console) -> int
             began = time.perf_counter()
             try:
                 metrics = group.call_all("train_step", step)[0]
+            except RewardUnavailable as exc:
+                # The step trained nothing; commit the one before, so the outage loses no finished work.
+                if step - 1 > 0 and not (run_dir / "checkpoints" / f"step_{step - 1}").is_dir():
+                    save_fn(step - 1)
+                raise RunFailed(f"step {step}: {exc}; {_resume_point(run_dir)}") from None
             except RunFailed as exc:
                 raise RunFailed(f"step {step}: {exc}; {_resume_point(run_dir)}") from None
             # What the actors did not spend in their three phases: Ray calls, gathers, grids, stragglers.
