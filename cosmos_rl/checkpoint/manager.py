@@ -275,15 +275,6 @@ class CheckpointManager:
             return [f"cannot read DCP metadata: {type(exc).__name__}: {exc}"], {}, {}
         return build_templates(saved, meta, wrapped, rank, world)
 
-    def check_loadable(self, step: int, components: dict[str, Component]) -> None:
-        """Raise ``CheckpointError`` if ``step`` cannot be loaded into ``components``
-        (collective; components are not modified)."""
-        wrapped = {name: as_component(c) for name, c in components.items()}
-        problems, _, _ = self._local_problems(step, wrapped, same_run=True)
-        problems = agree(problems)
-        if problems:
-            raise CheckpointError(f"checkpoint {self.step_dir(step)}: " + "; ".join(problems))
-
     def load(self, step: int, components: dict[str, Component], *, same_run: bool = True) -> dict[str, Any]:
         """Load ``step`` into ``components`` in place (collective). Returns its meta.json.
 
@@ -372,11 +363,9 @@ class CheckpointManager:
             except CheckpointError as exc:
                 reasons.append(str(exc))
                 if rank == 0:
-                    print(
-                        f"cosmos-rl: warning: checkpoint step_{step} cannot be loaded, trying an older one: {exc}",
-                        file=sys.stderr,
-                        flush=True,
-                    )
+                    then = "trying an older one" if step != steps[0] else "no older one is left"
+                    why = " ".join(str(exc).split())
+                    print(f"cosmos-rl: warning: checkpoint step_{step} cannot be loaded, {then}: {why}", file=sys.stderr, flush=True)
                 continue
             for newer in steps[steps.index(step) + 1 :]:
                 moved = self.set_aside(newer)
