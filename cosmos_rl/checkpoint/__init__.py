@@ -9,6 +9,7 @@ Modules, one concern each:
   ``RngStreams``, ``LRScheduleState``) and the pickle-free plain encoding.
 * ``dcp_io``: reading DCP folders without running code (the ``.metadata`` index, byte entries).
 * ``collective``: the few collectives a save or load needs.
+* ``loading``: the templates DCP reads a step into, checked against its index.
 * ``manager``: ``CheckpointManager``: save, commit, prune, load and ``resume_latest``.
 
 Importing this package, or ``cosmos_rl.checkpoint.layout``, does not import torch: the names

@@ -26,7 +26,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.stateful import Stateful
 
@@ -40,9 +39,10 @@ from cosmos_rl.checkpoint.collective import (
     rank_and_world,
     single_process,
 )
-from cosmos_rl.checkpoint.dcp_io import describe_dcp_failure, disk_space_hint, flatten_keys, load_dcp, read_dcp_metadata
+from cosmos_rl.checkpoint.dcp_io import describe_dcp_failure, disk_space_hint, load_dcp, read_dcp_metadata
 from cosmos_rl.checkpoint.layout import COMMIT_MARKER, META_FILE, CheckpointError
-from cosmos_rl.checkpoint.state import Component, PlainState, as_component, decode_plain, encode_plain, short_list
+from cosmos_rl.checkpoint.loading import build_templates
+from cosmos_rl.checkpoint.state import Component, PlainState, as_component, decode_plain, encode_plain
 from cosmos_rl.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -60,10 +60,6 @@ class Selection(NamedTuple):
 
 
 Choose = Callable[[int, dict[str, Any]], "Selection | dict[str, Component]"]
-
-
-def _plain_prefix(name: str, state: PlainState, rank: int) -> str:
-    return f"{name}.rank{rank}." if state.per_rank else f"{name}."
 
 
 class CheckpointManager:
@@ -277,57 +273,7 @@ class CheckpointManager:
             saved = read_dcp_metadata(path).state_dict_metadata
         except Exception as exc:  # DCP raises assorted types for a damaged .metadata
             return [f"cannot read DCP metadata: {type(exc).__name__}: {exc}"], {}, {}
-
-        recorded = meta.get("components", {})
-        stored = {name: layout.stored_name(meta, name) for name in wrapped}
-        templates: dict[str, Any] = {}
-        for name, comp in wrapped.items():
-            key = stored[name]
-            if key not in recorded:
-                problems.append(f"component {name!r} was not saved (has: {sorted(recorded)})")
-                continue
-            if isinstance(comp, PlainState):
-                if comp.per_rank and meta["world_size"] != world:
-                    problems.append(
-                        f"component {name!r} is per-rank and was saved by {meta['world_size']} "
-                        f"ranks; this run has {world}"
-                    )
-                    continue
-                prefix = _plain_prefix(key, comp, rank)
-                flat = {}
-                for dcp_key, md in saved.items():
-                    if dcp_key.startswith(prefix):
-                        if not isinstance(md, dcp.TensorStorageMetadata):
-                            problems.append(f"component {name!r}: {dcp_key} is not a tensor")
-                            continue
-                        flat[dcp_key[len(prefix):]] = torch.empty(md.size, dtype=md.properties.dtype)
-                if "json" not in flat:
-                    problems.append(f"component {name!r}: no entries under {prefix}")
-                    continue
-                templates[key] = {f"rank{rank}": flat} if comp.per_rank else flat
-                continue
-            template = comp.state_dict()
-            want = {f"{key}.{k}" for k in flatten_keys(template)}
-            have = {k for k in saved if k.startswith(f"{key}.")}
-            if want - have:
-                problems.append(
-                    f"component {name!r}: keys missing from the checkpoint: " + short_list(sorted(want - have))
-                )
-            if have - want:
-                problems.append(
-                    f"component {name!r}: checkpoint keys this run does not expect: " + short_list(sorted(have - want))
-                )
-            templates[key] = template
-        return problems, templates, stored
-
-    def check_loadable(self, step: int, components: dict[str, Component]) -> None:
-        """Raise ``CheckpointError`` if ``step`` cannot be loaded into ``components``
-        (collective; components are not modified)."""
-        wrapped = {name: as_component(c) for name, c in components.items()}
-        problems, _, _ = self._local_problems(step, wrapped, same_run=True)
-        problems = agree(problems)
-        if problems:
-            raise CheckpointError(f"checkpoint {self.step_dir(step)}: " + "; ".join(problems))
+        return build_templates(saved, meta, wrapped, rank, world)
 
     def load(self, step: int, components: dict[str, Component], *, same_run: bool = True) -> dict[str, Any]:
         """Load ``step`` into ``components`` in place (collective). Returns its meta.json.
@@ -417,11 +363,9 @@ class CheckpointManager:
             except CheckpointError as exc:
                 reasons.append(str(exc))
                 if rank == 0:
-                    print(
-                        f"cosmos-rl: warning: checkpoint step_{step} cannot be loaded, trying an older one: {exc}",
-                        file=sys.stderr,
-                        flush=True,
-                    )
+                    then = "trying an older one" if step != steps[0] else "no older one is left"
+                    why = " ".join(str(exc).split())
+                    print(f"cosmos-rl: warning: checkpoint step_{step} cannot be loaded, {then}: {why}", file=sys.stderr, flush=True)
                 continue
             for newer in steps[steps.index(step) + 1 :]:
                 moved = self.set_aside(newer)
