@@ -122,6 +122,15 @@ def test_model_reward_on_the_builtin_service_and_its_pins(tmp_path):
         services.stop()
 
 
+def test_a_service_that_is_down_at_start_names_the_entry():
+    with RewardServer(revision="gone") as gone:
+        url = gone.url
+    config = _config(f'{{name="brightness", revision="gone", url="{url}", max_retries=0}}')
+    services = start_reward_services(config.rl)
+    with pytest.raises(UserError, match=r"rl.rewards\[0\].url: the reward service cannot be used .*connection failed"):
+        services.check_revisions()
+
+
 def test_a_missing_token_names_the_entry():
     config = _config('{name="brightness", revision="b-1", url="http://127.0.0.1:9", token_env="COSMOS_RL_TEST_NO_SUCH_VAR"}')
     with pytest.raises(UserError, match=r"rl.rewards\[0\].token_env names 'COSMOS_RL_TEST_NO_SUCH_VAR'"):

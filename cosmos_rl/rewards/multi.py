@@ -24,7 +24,7 @@ import attrs
 import numpy as np
 
 from cosmos_rl.errors import UserError
-from cosmos_rl.rewards.client import RewardClient
+from cosmos_rl.rewards.client import RewardClient, RewardServiceError
 
 
 @attrs.frozen
@@ -79,8 +79,22 @@ class RewardServices:
         self.terms, self.urls, self._servers = terms, urls, servers
 
     def check_revisions(self, environ: Mapping[str, str] = os.environ) -> dict[str, dict]:
-        """Every service's /info against its pins (UserError naming the key); /info answers by reward."""
-        return {t.name: client_for(t, self.urls[t.name], environ).check_revision() for t in self.terms}
+        """Every service's /info against its pins; /info answers by reward name.
+
+        A mismatch, or a service that cannot be reached at all, is a UserError naming the table's
+        key: nothing has started yet, so it is a setup problem to fix, not a failed run.
+        """
+        answers = {}
+        for t in self.terms:
+            client = client_for(t, self.urls[t.name], environ)
+            try:
+                answers[t.name] = client.check_revision()
+            except RewardServiceError as exc:
+                raise UserError(f"{t.key}.url: the reward service cannot be used before the run starts ({exc}); "
+                                f"start it, or point {t.key}.url at a running one") from None  # fmt: skip
+            finally:
+                client.close()
+        return answers
 
     def stop(self) -> None:
         for server in self._servers:
