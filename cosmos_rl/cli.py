@@ -7,6 +7,7 @@ diffusers) are imported only by the commands that run models.
 
 from __future__ import annotations
 
+import enum
 import json
 import sys
 from pathlib import Path
@@ -16,9 +17,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from cosmos_rl.errors import UserError
-
-EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, EXIT_REQUEUE = 0, 1, 2, 75
+from cosmos_rl.errors import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE, UserError
 
 app = typer.Typer(
     add_completion=False,
@@ -35,11 +34,22 @@ err = Console(stderr=True, soft_wrap=True)
 OVERRIDES = typer.Argument(None, help="KEY=VALUE overrides with TOML values, e.g. rl.max_steps=5 job.name=\"x\".", show_default=False)
 
 
+class DataCheck(str, enum.Enum):
+    """How much of the data `validate` reads (cosmos_rl.data.scan)."""
+
+    sample = "sample"
+    all = "all"
+    none = "none"
+
+
+# Every message below may hold outside text (paths, another rank's error, a library's message, with
+# brackets such as gloo's "[/__w/pytorch/...]"): it is escaped or printed with markup=False, never
+# parsed as rich markup.
 def _fail(exc: BaseException) -> None:
     from cosmos_rl.config.problems import ManifestError
 
     if isinstance(exc, ManifestError):
-        err.print(f"[bold red]error[/]: {exc.source or 'manifest'}: {len(exc.problems)} problem(s)", highlight=False)
+        err.print(f"[bold red]error[/]: {escape(exc.source or 'manifest')}: {len(exc.problems)} problem(s)", highlight=False)
         for problem in exc.problems:
             err.print(f"  {problem.render()}", highlight=False, markup=False)
     else:
@@ -48,15 +58,22 @@ def _fail(exc: BaseException) -> None:
     raise typer.Exit(EXIT_USAGE)
 
 
-def _checked(manifest: Path, overrides: list[str]):
-    """Load + preflight; returns (config, warnings) or exits 2 listing every problem."""
+def _checked(manifest: Path, overrides: list[str], data: DataCheck = DataCheck.none):
+    """Load + preflight (+ the data pass unless `data` is none); returns (config, warnings, data notes)
+    or raises ManifestError listing every problem."""
     from cosmos_rl.config import load
     from cosmos_rl.config.problems import ManifestError
 
     config, problems = load.load_all_problems(manifest, overrides)
+    notes: list[str] = []
+    if config is not None and data is not DataCheck.none:
+        from cosmos_rl.data.scan import check_data
+
+        found, notes = check_data(config, Path(manifest).resolve().parent, full=data is DataCheck.all)
+        problems = problems + found
     if config is None or any(p.severity == "error" for p in problems):
         raise ManifestError(problems, str(manifest))
-    return config, [p for p in problems if p.severity != "error"]
+    return config, [p for p in problems if p.severity != "error"], notes
 
 
 def _print_warnings(warnings) -> None:
@@ -70,12 +87,16 @@ def validate(
     manifest: Path = typer.Argument(..., help="Run manifest (TOML)."),
     overrides: Optional[List[str]] = OVERRIDES,
     as_json: bool = typer.Option(False, "--json", help="Print a JSON object instead of text."),
+    data: DataCheck = typer.Option(
+        DataCheck.sample, "--data",
+        help="Read the data files too: every row, and the images of a fixed sample of rows (sample), of every row (all), or nothing (none).",
+    ),
 ) -> None:
-    """Check a manifest and every preflight rule; print OK and a summary, or every problem (exit 2)."""
+    """Check a manifest, every preflight rule and the data it names; print OK and a summary, or every problem (exit 2)."""
     from cosmos_rl.config.problems import ManifestError
 
     try:
-        config, warnings = _checked(manifest, overrides or [])
+        config, warnings, notes = _checked(manifest, overrides or [], data)
     except ManifestError as exc:
         if as_json:
             print(json.dumps({"ok": False, "problems": [p.as_json() for p in exc.problems]}, indent=2))
@@ -88,12 +109,14 @@ def validate(
     resolved = plan_mod.build(config, str(manifest), overrides or [])
     summary = {k: resolved[k] for k in ("algorithm", "backend", "world_size", "max_steps", "run_dir", "identity")}
     if as_json:
-        print(json.dumps({"ok": True, "warnings": [w.as_json() for w in warnings], "summary": summary}, indent=2))
+        print(json.dumps({"ok": True, "warnings": [w.as_json() for w in warnings], "summary": summary, "data": notes}, indent=2))
         return
     _print_warnings(warnings)
-    out.print(f"[bold green]OK[/] {manifest}")
+    out.print(f"[bold green]OK[/] {escape(str(manifest))}", highlight=False)
     for key, value in summary.items():
-        out.print(f"  {key:<11} {value}", highlight=False)
+        out.print(f"  {key:<11} {value}", highlight=False, markup=False)
+    for note in notes:
+        out.print(f"  {'data':<11} {note}", highlight=False, markup=False)
 
 
 @app.command()
@@ -106,7 +129,7 @@ def plan(
     from cosmos_rl import plan as plan_mod
 
     try:
-        config, warnings = _checked(manifest, overrides or [])
+        config, warnings, _ = _checked(manifest, overrides or [])
     except UserError as exc:
         _fail(exc)
     resolved = plan_mod.build(config, str(manifest), overrides or [])
@@ -128,14 +151,14 @@ def _run(action) -> None:
     except UserError as exc:
         _fail(exc)
     except Preempted as exc:
-        err.print(f"[yellow]stopped[/]: {exc}", highlight=False)
+        err.print(f"[yellow]stopped[/]: {escape(str(exc))}", highlight=False)
         raise typer.Exit(EXIT_REQUEUE)
     except KeyboardInterrupt:
         err.print("[red]interrupted[/]")
         raise typer.Exit(130)
     except RunFailed as exc:
-        err.print(f"[bold red]failed[/]: {exc}", highlight=False)
-        raise typer.Exit(EXIT_RUNTIME)
+        err.print(f"[bold red]failed[/]: {escape(str(exc))}", highlight=False)
+        raise typer.Exit(EXIT_FAILED)
     raise typer.Exit(code or EXIT_OK)
 
 
@@ -146,13 +169,13 @@ def train(
 ) -> None:
     """Validate the manifest, then run it (DPO under torchrun, NFT on a Ray actor group)."""
     try:
-        config, warnings = _checked(manifest, overrides or [])
+        config, warnings, _ = _checked(manifest, overrides or [])
     except UserError as exc:
         _fail(exc)
     _print_warnings(warnings)
     from cosmos_rl import launch
 
-    _run(lambda: launch.train(config, manifest, overrides or [], console=err))
+    _run(lambda: launch.train(config, manifest, console=err))
 
 
 @app.command()
@@ -179,7 +202,7 @@ def report(
         path = write_report(run_dir, out_dir)
     except UserError as exc:
         _fail(exc)
-    out.print(f"[bold green]wrote[/] {path}", highlight=False)
+    out.print(f"[bold green]wrote[/] {escape(str(path))}", highlight=False)
 
 
 @reward_app.command("serve")

@@ -2,22 +2,47 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
+from rich.markup import escape
+
 from cosmos_rl import run as run_mod
+from cosmos_rl import run_lock
 from cosmos_rl.config import schema
 
 
-def train(config: schema.RunConfig, manifest: Path, overrides: list[str], console) -> int:
-    config, run_dir = run_mod.prepare_new(config, manifest)
-    return _backend(config).start(config, run_dir, resume=False, exact=False, console=console)
+def train(config: schema.RunConfig, manifest: Path, console) -> int:
+    """Start a new run of `config` (already loaded with its overrides and preflighted)."""
+    config, run_dir = run_mod.pin_paths(config, manifest)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with _locked(run_dir, f"cosmos-rl train {manifest}"):
+        run_mod.prepare_new(config, run_dir)  # only under the lock: it truncates metrics.jsonl
+        return _backend(config).start(config, run_dir, resume=False, console=console)
 
 
 def resume(run_dir: Path, overrides: list[str], exact: bool, console) -> int:
+    """Continue a run; `exact` is enforced here, by the resume rules, before any backend starts."""
+    run_mod.check_run_dir(Path(run_dir))  # before the lock file is created inside it
+    with _locked(Path(run_dir), f"cosmos-rl resume {run_dir}" + (" --exact" if exact else "")):
+        return _resume_locked(Path(run_dir), overrides, exact, console)
+
+
+def _resume_locked(run_dir: Path, overrides: list[str], exact: bool, console) -> int:
     config, notices = run_mod.load_for_resume(run_dir, overrides, exact=exact)
     for notice in notices:
-        console.print(f"[yellow]notice[/]: {notice}", highlight=False)
-    return _backend(config).start(config, Path(run_dir).resolve(), resume=True, exact=exact, console=console)
+        console.print(f"[yellow]notice[/]: {escape(notice)}", highlight=False)  # notices quote paths
+    resumed = run_mod.has_committed_checkpoint(run_dir)
+    return _backend(config).start(config, Path(run_dir).resolve(), resume=resumed, console=console)
+
+
+@contextlib.contextmanager
+def _locked(run_dir: Path, command: str):
+    run_lock.acquire(run_dir, command)
+    try:
+        yield
+    finally:
+        run_lock.release(run_dir)
 
 
 def _backend(config: schema.RunConfig):

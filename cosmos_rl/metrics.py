@@ -132,7 +132,7 @@ class Progress:
         from rich.console import Console
 
         self._bar = RichProgress(
-            TextColumn("[bold]step"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[stats]}"),
+            TextColumn("[bold]step"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[stats]}", markup=False),
             TimeRemainingColumn(), console=Console(stderr=True), transient=False, refresh_per_second=4,
         )
         self._task = self._bar.add_task("train", total=total, completed=start, stats="")

@@ -48,7 +48,11 @@ def seed_contract(config: schema.RunConfig) -> dict:
 
 def identity_fields(config: schema.RunConfig) -> dict:
     flat = load.flatten(load.to_dict(config))
-    return {k: v for k, v in sorted(flat.items()) if not schema.non_identity(k)}
+    later = schema.LATER_KNOB_DEFAULTS
+    return {
+        k: v for k, v in sorted(flat.items())
+        if not schema.non_identity(k) and not (k in later and v == later[k])
+    }
 
 
 def run_identity(config: schema.RunConfig) -> str:

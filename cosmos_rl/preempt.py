@@ -4,7 +4,9 @@ A scheduler sends SIGTERM (or SIGUSR1 with `--signal=USR1@90` on Slurm) some tim
 job it will requeue. The first signal only sets a flag; the training loop calls
 ``StopFlag.should_stop()`` at the end of every step, which agrees across ranks (any rank signalled
 means every rank stops at the same step), and then commits a checkpoint and raises ``Preempted``.
-A second signal means "now": the process aborts at once without a checkpoint.
+A second signal before the stop's checkpoint is committed means "now": the process aborts at once
+(exit 1), the checkpoint being written is never committed and the previous one stays. A second
+signal after the commit changes nothing: the run still exits 75.
 """
 
 from __future__ import annotations
@@ -13,13 +15,15 @@ import os
 import signal
 import sys
 
+from cosmos_rl.errors import EXIT_FAILED
+
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
-EXIT_REQUEUE = 75
 
 
 class StopFlag:
     def __init__(self) -> None:
         self.signalled: str | None = None
+        self.committed = False  # the stop's checkpoint is committed: a second signal changes nothing
         self._previous: dict[int, object] = {}
 
     def install(self) -> "StopFlag":
@@ -35,25 +39,42 @@ class StopFlag:
     def _on_signal(self, signum, _frame) -> None:
         name = signal.Signals(signum).name
         if self.signalled is not None:
-            sys.stderr.write(f"cosmos-rl: second {name}: aborting without a checkpoint\n")
+            if self.committed:
+                sys.stderr.write(f"cosmos-rl: second {name}: the checkpoint is already committed; stopping as planned\n")
+                sys.stderr.flush()
+                return
+            sys.stderr.write(f"cosmos-rl: second {name}: aborting; the checkpoint being written (if any) is dropped, "
+                             "the previous committed one is kept\n")
             sys.stderr.flush()
-            os._exit(128 + signum)
+            os._exit(EXIT_FAILED)
         self.signalled = name
         sys.stderr.write(f"cosmos-rl: {name} received: finishing this step, then committing a checkpoint (send again to abort)\n")
         sys.stderr.flush()
 
-    def should_stop(self) -> bool:
-        """True on every rank when any rank was signalled (collective when a process group exists)."""
-        local = self.signalled is not None
+    def mark_committed(self) -> None:
+        self.committed = True
+
+    def install_if_main_thread(self) -> "StopFlag":
+        """Install where signals can be handled; elsewhere (a test's worker thread) stay uninstalled."""
         try:
-            import torch
-            import torch.distributed as dist
-        except ImportError:  # pragma: no cover - torch is a dependency
-            return local
-        if not (dist.is_available() and dist.is_initialized()):
-            return local
-        flag = torch.tensor([1 if local else 0], dtype=torch.int32)
+            return self.install()
+        except ValueError:  # signal handlers can only be set from the main thread
+            return self
+
+    def should_stop(self) -> str | None:
+        """The stop signal's name on every rank when any rank was signalled, else None (collective
+        when a process group exists, so every rank stops after the same step)."""
+        from cosmos_rl.dist.world import process_group_active
+
+        if not process_group_active():
+            return self.signalled
+        import torch
+        import torch.distributed as dist
+
+        flag = torch.tensor([1 if self.signalled else 0], dtype=torch.int32)
         if dist.get_backend() == "nccl":
             flag = flag.cuda()
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
+        if not flag.item():
+            return None
+        return self.signalled or "a stop signal to another rank"

@@ -1,4 +1,8 @@
-"""Rich rendering of a resolved plan (the dict ``plan.build`` returns)."""
+"""Rich rendering of a resolved plan (the dict ``plan.build`` returns).
+
+Values hold outside text (paths, URLs, the launch line), so they are ``Text`` objects, which rich
+never parses as markup: brackets in ``job.output_dir`` print as written.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import shlex
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 
 def _value(value) -> str:
@@ -17,7 +22,8 @@ def _value(value) -> str:
 
 
 def render_plan(console: Console, plan: dict) -> None:
-    table = Table(title=f"cosmos-rl plan: {plan['algorithm'].upper()} run {plan['run_dir']}", show_header=False, title_justify="left")
+    title = Text(f"cosmos-rl plan: {plan['algorithm'].upper()} run {plan['run_dir']}", style="table.title")
+    table = Table(title=title, show_header=False, title_justify="left")
     table.add_column("what", style="bold cyan", no_wrap=True)
     table.add_column("value", overflow="fold")
     rows = [
@@ -49,5 +55,5 @@ def render_plan(console: Console, plan: dict) -> None:
         ("launch", shlex.join(plan["launch"])),
     ]
     for what, value in rows:
-        table.add_row(what, value)
+        table.add_row(what, Text(value))
     console.print(table)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import attrs
 
+from cosmos_rl.checkpoint import layout
 from cosmos_rl.errors import UserError
 
 MANIFEST, METRICS, CHECKPOINTS, SAMPLES = "manifest.toml", "metrics.jsonl", "checkpoints", "samples"
@@ -115,10 +116,7 @@ def _sample_grids(folder: Path) -> tuple[tuple[int, Path], ...]:
 
 
 def _committed_steps(folder: Path) -> tuple[int, ...]:
-    if not folder.is_dir():
-        return ()
-    steps = [int(d.name[5:]) for d in folder.iterdir() if d.name.startswith("step_") and d.name[5:].isdigit() and (d / "COMMITTED").is_file()]
-    return tuple(sorted(steps))
+    return tuple(layout.committed_steps(folder))
 
 
 # ------------------------------------------------------------------------------------- summary

@@ -12,13 +12,14 @@ from pathlib import Path
 import attrs
 
 from cosmos_rl import plan
+from cosmos_rl.checkpoint import layout
 from cosmos_rl.config import load, schema
 from cosmos_rl.config.problems import ManifestError, Problem
 from cosmos_rl.errors import UserError
 
 MANIFEST = "manifest.toml"
 METRICS = "metrics.jsonl"
-CHECKPOINTS = "checkpoints"
+CHECKPOINTS = layout.CHECKPOINTS
 
 # Fields that decide the world size; a DPO run may change them on a non-exact resume (DCP reshards).
 WORLD_FIELDS = frozenset(
@@ -27,14 +28,18 @@ WORLD_FIELDS = frozenset(
 
 
 def has_committed_checkpoint(run_dir: Path) -> bool:
-    root = run_dir / CHECKPOINTS
-    return root.is_dir() and any((d / "COMMITTED").is_file() for d in root.iterdir() if d.is_dir())
+    return bool(layout.committed_steps(layout.checkpoints_root(run_dir)))
 
 
-def prepare_new(config: schema.RunConfig, manifest_path: Path) -> tuple[schema.RunConfig, Path]:
-    """Pin paths, create the run directory and write the resolved manifest; refuse to reuse a run."""
+def pin_paths(config: schema.RunConfig, manifest_path: Path) -> tuple[schema.RunConfig, Path]:
+    """The config with paths made absolute (relative to the manifest) and its run directory; no side effects."""
     config = load.with_absolute_paths(config, Path(manifest_path).resolve().parent)
-    run_dir = plan.run_dir(config).resolve()
+    return config, plan.run_dir(config).resolve()
+
+
+def prepare_new(config: schema.RunConfig, run_dir: Path) -> None:
+    """Create the run directory and write the resolved manifest; refuse to reuse a run. `config`
+    and `run_dir` come from `pin_paths`; the caller holds the run directory's lock."""
     if has_committed_checkpoint(run_dir):
         raise UserError(
             f"job.name: run directory {run_dir} already holds committed checkpoints; "
@@ -43,7 +48,6 @@ def prepare_new(config: schema.RunConfig, manifest_path: Path) -> tuple[schema.R
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / METRICS).unlink(missing_ok=True)
     (run_dir / MANIFEST).write_text(load.to_toml(config), encoding="utf-8")
-    return config, run_dir
 
 
 def identity_diff(old: schema.RunConfig, new: schema.RunConfig) -> tuple[list[str], list[str]]:
@@ -58,14 +62,17 @@ def identity_diff(old: schema.RunConfig, new: schema.RunConfig) -> tuple[list[st
     return identity, other
 
 
+def check_run_dir(run_dir: Path) -> None:
+    """Refuse a folder `cosmos-rl train` did not create."""
+    if not (Path(run_dir) / MANIFEST).is_file():
+        raise UserError(f"{run_dir}: not a run directory (no {MANIFEST}); pass the folder `cosmos-rl train` created")
+
+
 def load_for_resume(run_dir: Path, overrides: list[str], *, exact: bool) -> tuple[schema.RunConfig, list[str]]:
     """Reload a run for `resume`: returns the config to continue with and notices to print."""
     run_dir = Path(run_dir)
     manifest = run_dir / MANIFEST
-    if not manifest.is_file():
-        raise UserError(f"{run_dir}: not a run directory (no {MANIFEST}); pass the folder `cosmos-rl train` created")
-    if not has_committed_checkpoint(run_dir):
-        raise UserError(f"{run_dir}: no committed checkpoint to resume from; start it again with `cosmos-rl train`")
+    check_run_dir(run_dir)
     saved = load.load(manifest)
     config, problems = load.load_all_problems(manifest, overrides)
     if config is None or any(p.severity == "error" for p in problems):
@@ -86,6 +93,10 @@ def load_for_resume(run_dir: Path, overrides: list[str], *, exact: bool) -> tupl
             f"resume {run_dir}" + (" --exact" if exact else ""),
         )
     notices = [f"changed on resume: {line}" for line in other + world_changes]
+    if not has_committed_checkpoint(run_dir):
+        # Stopped before its first checkpoint (e.g. preempted while starting): nothing was lost.
+        notices.append("no committed checkpoint yet: starting from step 0 with the run's saved manifest")
+        (run_dir / METRICS).unlink(missing_ok=True)
     if world_changes:
         notices.append("world size changed: DCP reshards the checkpoint (allowed without --exact for DPO)")
     if notices:

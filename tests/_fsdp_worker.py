@@ -106,7 +106,7 @@ def main(out_path: str) -> None:
         dist.destroy_process_group()
         sys.stdout.flush()
         sys.stderr.flush()
-    # A normal interpreter exit after gloo work sometimes aborts (platform.md); leave directly.
+    # A normal interpreter exit after gloo work sometimes aborts (docs/topology.md, "Platform traps"); leave directly.
     os._exit(0)
 
 

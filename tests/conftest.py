@@ -9,7 +9,7 @@ import tempfile
 
 import pytest
 
-# Keep Ray and gloo on loopback and offline before anything imports them (platform.md).
+# Keep Ray and gloo on loopback and offline before anything imports them (docs/topology.md, "Platform traps").
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")

@@ -9,7 +9,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from safetensors.torch import save_file
 
-from cosmos_rl.checkpoint import _quiet_single_process
+from cosmos_rl.checkpoint.collective import quiet_single_process
 from cosmos_rl.errors import UserError
 from cosmos_rl.models.base_checkpoint import load_base_weights, resolve_init_from
 
@@ -81,7 +81,7 @@ def test_extra_heads_without_skip_list_fail_naming_keys_and_settings(tmp_path):
 
 def test_dcp_folder_loads_and_reports_missing_and_mismatched_keys(tmp_path):
     base = Trunk(seed=0, with_heads=True)
-    with _quiet_single_process():
+    with quiet_single_process():
         dcp.save(base.state_dict(), checkpoint_id=str(tmp_path / "dcp"))
     model = Trunk(seed=1)
     load_base_weights(model, resolve_init_from(str(tmp_path / "dcp"), tmp_path / "cache"), HEADS)

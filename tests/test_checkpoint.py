@@ -13,6 +13,8 @@ import torch
 import torch.distributed.checkpoint as dcp
 
 from cosmos_rl import checkpoint as ckpt
+from cosmos_rl.checkpoint import integrity, layout
+from cosmos_rl.checkpoint.collective import quiet_single_process
 from cosmos_rl.checkpoint import (
     CheckpointError,
     CheckpointManager,
@@ -134,14 +136,14 @@ def test_crash_before_commit_keeps_previous_checkpoint(tmp_path, monkeypatch):
     manager.save(1, components(model, opt, {"step": 1}))
     reference = {k: v.clone() for k, v in model.state_dict().items()}
 
-    real_write = ckpt._write_durably
+    real_write = integrity.write_durably
 
     def crash_on_marker(path, text):
-        if path.name == ckpt.COMMIT_MARKER:
+        if path.name == layout.COMMIT_MARKER:
             raise OSError("disk vanished")
         real_write(path, text)
 
-    monkeypatch.setattr(ckpt, "_write_durably", crash_on_marker)
+    monkeypatch.setattr(integrity, "write_durably", crash_on_marker)
     model(torch.randn(2, 6)).sum().backward()
     opt.step()
     with pytest.raises(CheckpointError, match="disk vanished"):
@@ -154,7 +156,7 @@ def test_crash_before_commit_keeps_previous_checkpoint(tmp_path, monkeypatch):
     manager.load(1, components(model2, opt2, {}))
     assert_same_tensors(reference, model2.state_dict())
 
-    monkeypatch.setattr(ckpt, "_write_durably", real_write)
+    monkeypatch.setattr(integrity, "write_durably", real_write)
     manager.save(3, components(model, opt, {"step": 3}))
     # keep=1 pruned step 1 and the crashed scratch directory.
     assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step_3"]
@@ -206,7 +208,7 @@ def test_trainable_only_saves_and_checks_adapter_keys(tmp_path):
         ModelState(model2, trainable_only=True).load_state_dict({"lora_a": model.lora_a.detach()})
 
 
-def test_missing_data_file_and_corrupt_metadata_name_the_step(tmp_path, caplog):
+def test_missing_data_file_and_corrupt_metadata_name_the_step(tmp_path, capsys):
     model, opt = trained(seed=0)
     manager = CheckpointManager(tmp_path, keep=0)
     manager.save(1, components(model, opt, {}))
@@ -217,14 +219,38 @@ def test_missing_data_file_and_corrupt_metadata_name_the_step(tmp_path, caplog):
     with pytest.raises(CheckpointError, match=rf"step_2.*{data_file.name} is missing"):
         manager.load(2, components(model2, opt2, {}))
 
-    with caplog.at_level(logging.WARNING, logger="cosmos_rl.checkpoint"):
-        assert manager.latest_loadable(components(model2, opt2, {})) == 1
-    assert "skipping checkpoint step 2" in caplog.text
-
-    path1 = manager.step_dir(1)
-    (path1 / ".metadata").write_bytes(b"garbage")  # truncated: the recorded size no longer matches
+    index1 = manager.step_dir(1) / ".metadata"
+    intact = index1.read_bytes()
+    index1.write_bytes(b"garbage")  # truncated: the recorded size no longer matches
     with pytest.raises(CheckpointError, match=r"none of the 2 committed checkpoints.*step_2.*step_1"):
-        manager.latest_loadable(components(model2, opt2, {}))
+        manager.resume_latest(components(model2, opt2, {}))
+    assert manager.committed_steps() == [1, 2]  # nothing loaded, so nothing was set aside
+
+    index1.write_bytes(intact)
+    capsys.readouterr()
+    step, meta = manager.resume_latest(components(model2, opt2, {}))
+    assert (step, meta["step"]) == (1, 1)
+    assert_same_tensors(model.state_dict(), model2.state_dict())
+    err = capsys.readouterr().err
+    assert "checkpoint step_2 cannot be loaded" in err and f"{data_file.name} is missing" in err
+    assert "moved the unloadable" in err and len(err.strip().splitlines()) == 2
+    assert manager.committed_steps() == [1]
+    assert any(p.name.startswith("step_2.unloadable-") for p in manager.root.iterdir())
+
+
+def test_resume_without_any_committed_checkpoint_says_so(tmp_path):
+    manager = CheckpointManager(tmp_path, keep=0)
+    (tmp_path / "checkpoints" / "step_3").mkdir(parents=True)  # no marker: does not count
+    with pytest.raises(CheckpointError, match="no committed checkpoint to resume from"):
+        manager.resume_latest({"progress": {}})
+
+
+def as_format_1(step_dir):
+    """Rewrite a step's meta.json the way format version 1 wrote it: file sizes, no checksums."""
+    meta = json.loads((step_dir / "meta.json").read_text())
+    meta["format_version"] = 1
+    del meta["checksum_algorithm"], meta["checksums"]
+    (step_dir / "meta.json").write_text(json.dumps(meta))
 
 
 def test_corrupt_metadata_of_same_size_is_reported(tmp_path):
@@ -233,6 +259,10 @@ def test_corrupt_metadata_of_same_size_is_reported(tmp_path):
     path = manager.save(1, components(model, opt, {}))
     size = (path / ".metadata").stat().st_size
     (path / ".metadata").write_bytes(b"\0" * size)
+    with pytest.raises(CheckpointError, match=r"step_1: file \.metadata is damaged: its sha256"):
+        manager.load(1, components(*fresh(seed=1), {}))
+    # Format 1 recorded sizes only: the damage is found when the index is parsed.
+    as_format_1(path)
     with pytest.raises(CheckpointError, match="step_1.*cannot read DCP metadata"):
         manager.load(1, components(*fresh(seed=1), {}))
 
@@ -293,7 +323,7 @@ class Payload:
 
 
 def test_dcp_byte_entries_are_never_unpickled(tmp_path):
-    with ckpt._quiet_single_process():
+    with quiet_single_process():
         dcp.save({"x": {"obj": Payload(), "w": torch.ones(2)}}, checkpoint_id=str(tmp_path))
     template = {"x": {"obj": None, "w": torch.zeros(2)}}
     with pytest.raises(CheckpointError, match=r"x\.obj: refusing to unpickle.*GLOBAL print"):
@@ -365,7 +395,7 @@ def test_metadata_index_refuses_dotted_names_under_dcp_modules(tmp_path):
         assert not marker.exists()
     loaded_model, loaded_opt = fresh(0)
     # the crafted step counts as damage: refused with its reason, the one before is the newest loadable
-    assert manager.latest_loadable(components(loaded_model, loaded_opt, {"step": 0})) == 1
+    assert manager.resume_latest(components(loaded_model, loaded_opt, {"step": 0}))[0] == 1
     assert not marker.exists()
 
 

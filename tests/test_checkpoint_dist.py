@@ -134,7 +134,7 @@ def worker(run_dir: Path) -> None:
     dist.destroy_process_group()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)  # platform.md: interpreter shutdown after DCP sometimes aborts
+    os._exit(0)  # docs/topology.md "Platform traps": interpreter shutdown after DCP sometimes aborts
 
 
 def free_port() -> int:
@@ -163,7 +163,10 @@ def test_two_rank_fsdp_checkpoint_reloads_on_two_ranks_and_on_one(tmp_path):
     model = Stack(seed=2)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     manager = CheckpointManager(tmp_path, keep=0)
-    assert manager.read_meta(STEP)["world_size"] == 2
+    meta = manager.read_meta(STEP)
+    assert meta["world_size"] == 2
+    # The two ranks hashed half the files each; meta.json holds every file's checksum.
+    assert set(meta["checksums"]) == set(meta["files"]) and len(meta["files"]) >= 3
     manager.load(STEP, {"model": ModelState(model), "optimizer": OptimizerState(model, opt)})
     got_model, got_optim = full_states(model, opt)
     assert_equal_dicts(reference["model"], got_model, "model")

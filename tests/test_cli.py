@@ -114,3 +114,13 @@ def test_relative_paths_are_read_from_the_manifest_folder(tmp_path):
     manifest = tmp_path / "m.toml"
     manifest.write_text(Path(NFT).read_text().replace('[rl.optimizer]', '[rl.prompts]\nfile = "prompts.txt"\n\n[rl.optimizer]'))
     assert cli("validate", str(manifest), cwd=ROOT).returncode == 0
+
+
+def test_an_unreachable_reward_service_at_start_is_exit_2_naming_the_url(tmp_path):
+    """Checked before Ray starts: nothing listens on port 1 of loopback."""
+    result = cli("train", NFT, 'rl.reward.url="http://127.0.0.1:1"', "rl.reward.max_retries=0",
+                 "rl.reward.timeout_s=2.0", f'job.output_dir="{tmp_path}"')
+    assert result.returncode == 2, result.stderr
+    assert "rl.reward.url: the reward service at http://127.0.0.1:1 cannot be reached" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert not (tmp_path / "nft_t2i_smoke" / "placement.json").exists()  # no actor group was started

@@ -78,6 +78,23 @@ def test_dpo_keys_are_unknown_under_nft():
     assert "rl.pairs_per_step" in found
 
 
+def test_a_key_of_the_other_algorithm_says_which_algorithm_owns_it():
+    found = problems_of({"rl": {"algorithm": "dpo", "reward": {"url": "http://x"}}})
+    assert found["rl.reward"] == (
+        'rl.reward: unknown key; rl.reward belongs to NFT, and this manifest runs DPO; '
+        'remove it, or set rl.algorithm = "nft"'
+    )
+    found = problems_of({"rl": {"algorithm": "nft", "data": {"synthetic_pairs": 8}}})
+    assert 'rl.data belongs to DPO, and this manifest runs NFT; remove it, or set rl.algorithm = "dpo"' in found["rl.data"]
+
+
+@pytest.mark.parametrize("value", [[1], {"name": "dpo"}, 3])
+def test_a_non_string_algorithm_is_a_type_error_listing_the_options(value):
+    found = problems_of({"rl": {"algorithm": value}})
+    assert found["rl.algorithm"].startswith("rl.algorithm: expected a string naming the algorithm")
+    assert found["rl.algorithm"].endswith('use one of "dpo", "nft"')
+
+
 def test_every_problem_is_reported_in_one_pass():
     found = problems_of({"rl": {"algorithm": "nft", "betaa": 1, "group_size": "4"}, "job": {"nme": "x", "seed": 1.5}, "x": 1})
     assert {"rl.betaa", "rl.group_size", "job.nme", "job.seed", "x"} <= set(found)

@@ -4,7 +4,8 @@ import textwrap
 import pytest
 import torch
 
-from cosmos_rl.data.pairs import PreferencePair, factory_exposes_membership, factory_source
+from cosmos_rl.data.factory_spec import exposes_membership, resolve_factory
+from cosmos_rl.data.pairs import PreferencePair, factory_source
 from cosmos_rl.errors import UserError
 
 _counter = itertools.count()
@@ -60,6 +61,11 @@ def module(tmp_path, monkeypatch):
     return name
 
 
+def _exposes(spec: str) -> bool:
+    """What preflight asks of a factory, by importing only."""
+    return exposes_membership(resolve_factory(spec, "rl.data.factory"))
+
+
 def test_factory_builds_a_checked_source_with_kwargs(module):
     source = factory_source(f"{module}:make", n=3, fill=0.25)
     assert len(source) == 3
@@ -74,11 +80,11 @@ def test_class_target_works_too(module):
 
 
 def test_membership_is_detected_by_import_only(module):
-    assert factory_exposes_membership(f"{module}:make") is True
-    assert factory_exposes_membership(f"{module}:Pairs") is True
-    assert factory_exposes_membership(f"{module}:NoMembership") is False
-    assert factory_exposes_membership(f"{module}:make_unannotated") is False
-    assert factory_exposes_membership(f"{module}:make_plain") is False
+    assert _exposes(f"{module}:make") is True
+    assert _exposes(f"{module}:Pairs") is True
+    assert _exposes(f"{module}:NoMembership") is False
+    assert _exposes(f"{module}:make_unannotated") is False
+    assert _exposes(f"{module}:make_plain") is False
 
 
 def test_source_without_membership_fails_only_when_membership_is_asked(module):
@@ -110,7 +116,7 @@ def test_unknown_module_and_module_that_fails_to_import(tmp_path, monkeypatch):
     (tmp_path / "broken_pairs_mod.py").write_text("raise RuntimeError('boom')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(UserError, match=r"importing 'broken_pairs_mod' failed: RuntimeError: boom"):
-        factory_exposes_membership("broken_pairs_mod:make")
+        _exposes("broken_pairs_mod:make")
 
 
 def test_malformed_records_fail_naming_factory_and_index(module):

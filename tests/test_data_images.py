@@ -3,6 +3,8 @@ import pytest
 import torch
 from PIL import Image
 
+from _image_helpers import bomb_png
+
 from cosmos_rl.data.images import decode_image, load_image, save_image_grid
 from cosmos_rl.errors import UserError
 
@@ -43,6 +45,19 @@ def test_non_square_target_and_grayscale_input(tmp_path):
 def test_undecodable_bytes_name_their_origin():
     with pytest.raises(UserError, match=r"pairs\.jsonl:7 winner: cannot decode image"):
         decode_image(b"not an image", 8, "pairs.jsonl:7 winner")
+
+
+def test_unidentifiable_bytes_are_worded_without_pillows_stream_repr():
+    with pytest.raises(UserError) as info:
+        decode_image(b"", 8, "pairs.jsonl:7 winner")
+    assert "not a format Pillow identifies" in str(info.value) and "BytesIO" not in str(info.value)
+
+
+def test_a_decompression_bomb_is_a_user_error_naming_its_origin(tmp_path):
+    path = tmp_path / "huge.png"
+    path.write_bytes(bomb_png())
+    with pytest.raises(UserError, match=r"rows\.jsonl:4 winner: .*huge\.png: cannot decode image: too large to decode safely \(Image size \(400000000 pixels\)"):
+        load_image(path, 8, "rows.jsonl:4 winner")
 
 
 def test_missing_file_names_origin_and_path(tmp_path):

@@ -5,6 +5,8 @@ import pytest
 import torch
 from PIL import Image
 
+from _image_helpers import bomb_png
+
 from cosmos_rl.data.pairs import JsonlPairs, PairSource
 from cosmos_rl.errors import UserError
 
@@ -116,6 +118,13 @@ def test_corrupt_image_fails_only_when_read_and_names_file_line(images):
     assert source.membership_ids() == ["a", "b"]
     source[0]
     with pytest.raises(UserError, match=r"pairs\.jsonl:2 \(id 'b'\) loser: .*l2\.png: cannot decode image"):
+        source[1]
+
+
+def test_a_decompression_bomb_in_a_row_names_file_line_and_image(images):
+    (images / "img" / "huge.png").write_bytes(bomb_png())
+    source = JsonlPairs(_jsonl(images / "pairs.jsonl", [_row("a"), _row("b", winner="img/huge.png")]), 8)
+    with pytest.raises(UserError, match=r"pairs\.jsonl:2 \(id 'b'\) winner: .*huge\.png: cannot decode image: too large"):
         source[1]
 
 

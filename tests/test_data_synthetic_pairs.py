@@ -47,3 +47,9 @@ def test_records_follow_the_documented_preference():
         assert _total_variation(pair.loser) > 3 * _total_variation(pair.winner)
         loser_core = pair.loser[:, core].mean(dim=1)
         assert (loser_core - target.view(3)).abs().max() > 0.2
+
+
+def test_the_largest_seeds_preflight_allows_draw_pairs():
+    # job.seed and synthetic_seed may each be 2**63 - 1; seed * 1_000_003 is then far past torch's 64 bits.
+    source = SyntheticPairs(2, 16, seed=2 * (2**63 - 1))
+    assert source[1].winner.shape == (3, 16, 16)

@@ -131,3 +131,30 @@ def test_remote_compressed_and_missing_shards_are_rejected(tmp_path):
         archive.addfile(info, io.BytesIO(b""))
     with pytest.raises(UserError, match=r"s\.tar\.gz: not an uncompressed tar file"):
         TarShardPairs([gz], 8)
+
+
+def _cut(path, size, out):
+    out.write_bytes(path.read_bytes()[:size])
+    return out
+
+
+def test_a_truncated_shard_is_refused_naming_it(tmp_path):
+    full = _shard(tmp_path / "full.tar", [_sample(f"k{i}", f"id{i}") for i in range(3)])
+    with tarfile.open(full) as archive:
+        members = archive.getmembers()
+    # Cut inside a member's data: tarfile raises ReadError while indexing.
+    inside = _cut(full, members[4].offset_data + 10, tmp_path / "inside.tar")
+    with pytest.raises(UserError, match=r"inside\.tar: truncated"):
+        TarShardPairs([inside], 8)
+    # Cut exactly where a member header starts: tarfile itself stops there without a word.
+    on_header = _cut(full, members[5].offset, tmp_path / "header.tar")
+    with pytest.raises(UserError, match=r"header\.tar: truncated: no end-of-archive block after 'k1\.loser\.png'"):
+        TarShardPairs([on_header], 8)
+
+
+def test_brace_patterns_expand_inside_a_list_of_shards(tmp_path):
+    _shard(tmp_path / "p-0.tar", [_sample("k0", "a")])
+    _shard(tmp_path / "p-1.tar", [_sample("k1", "b")])
+    _shard(tmp_path / "q.tar", [_sample("k2", "c")])
+    source = TarShardPairs([str(tmp_path / "p-{0..1}.tar"), tmp_path / "q.tar"], 8)
+    assert source.membership_ids() == ["a", "b", "c"]

@@ -20,22 +20,13 @@ import torch
 from rich.console import Console
 
 from cosmos_rl.checkpoint import load_dcp, read_dcp_metadata
+from _overrides import DPO_SMALL_WITH_VALIDATION
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFEST = REPO / "manifests" / "dpo_t2i_smoke.toml"
-TINY = [
-    "rl.max_steps=2",
-    "rl.pairs_per_step=4",
-    "rl.data.synthetic_pairs=16",
-    "rl.validation.every=2",
-    "rl.validation.max_pairs=4",
-    "rl.validation.data.synthetic_pairs=8",
-    "checkpoint.every=2",
-    "checkpoint.keep=0",
-    "job.progress=false",
-]
+TINY = ["rl.max_steps=2", *DPO_SMALL_WITH_VALIDATION]
 # Loopback only: gloo's sockets and the address each torchrun agent advertises (PET_ = torchrun's env form).
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "GLOO_SOCKET_IFNAME": "lo", "PET_LOCAL_ADDR": "127.0.0.1"}
 
@@ -46,10 +37,10 @@ def metrics_rows(run_dir: Path) -> list[dict]:
 
 
 def cursor_state(step_dir: Path) -> dict:
-    metadata = read_dcp_metadata(step_dir).state_dict_metadata["pair_cursor.json"]
-    state = {"pair_cursor.json": torch.empty(metadata.size, dtype=metadata.properties.dtype)}
+    metadata = read_dcp_metadata(step_dir).state_dict_metadata["data_cursor.json"]
+    state = {"data_cursor.json": torch.empty(metadata.size, dtype=metadata.properties.dtype)}
     load_dcp(state, step_dir)
-    return json.loads(bytes(state["pair_cursor.json"].tolist()))
+    return json.loads(bytes(state["data_cursor.json"].tolist()))
 
 
 def train_cli(root: Path, name: str, *extra: str) -> subprocess.Popen:
@@ -101,7 +92,7 @@ def test_ray_backend_matches_torchrun(reference, ray_cluster, grouping):
     config = load.load(MANIFEST, overrides)
     console = Console(file=io.StringIO())
     # In-process, so the group joins the session's Ray cluster instead of starting a second one.
-    assert launch.train(config, MANIFEST, overrides, console) == 0
+    assert launch.train(config, MANIFEST, console) == 0
     assert f"2 Ray actors ({grouping})" in console.file.getvalue()
     placement = json.loads((root / name / "placement.json").read_text())
     assert sorted(int(r["rank"]) for r in placement["ranks"]) == [0, 1]
@@ -137,7 +128,7 @@ def test_ray_backend_sigterm_commits_a_checkpoint_and_raises_preempted(tmp_path,
 
     threading.Thread(target=signal_after_two_steps, daemon=True).start()
     with pytest.raises(Preempted, match="resume"):
-        launch.train(config, MANIFEST, overrides, Console(file=io.StringIO()))
+        launch.train(config, MANIFEST, Console(file=io.StringIO()))
     steps = [int(p.name.split("_")[1]) for p in (tmp_path / "pre" / "checkpoints").glob("step_*")
              if (p / "COMMITTED").is_file()]  # fmt: skip
     assert len(steps) == 1 and steps[0] >= 2

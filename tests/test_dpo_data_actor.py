@@ -26,8 +26,7 @@ def test_batches_match_each_ranks_cursor_and_repeat_within_a_step():
     actor = DPODataActor(config, 2)
     cursors = [PairCursor(len(actor.source), 4, config.job.seed, 2, rank) for rank in range(2)]
     for step in (1, 2, 3):  # 6 pairs, 4 per step: step 2 crosses an epoch boundary
-        batches = actor.next_batches(step)
-        assert actor.next_batches(step) is batches  # the second rank's ask must not advance the cursor
+        batches = [actor.next_batch(step, rank) for rank in range(2)]  # the second ask must not advance the cursor
         for rank, cursor in enumerate(cursors):
             expected = [actor.source[i] for i in cursor.next_batch()]
             assert len(batches[rank]) == 2 and all(_same(a, b) for a, b in zip(batches[rank], expected))
@@ -35,4 +34,4 @@ def test_batches_match_each_ranks_cursor_and_repeat_within_a_step():
 
     resumed = DPODataActor(config, 2)
     resumed.load_cursor(DPODataActor(config, 2).cursor_state() | {"step": 2})
-    assert all(_same(a, b) for a, b in zip(resumed.next_batches(3)[1], batches[1]))
+    assert all(_same(a, b) for a, b in zip(resumed.next_batch(3, 1), batches[1]))

@@ -16,21 +16,13 @@ import torch
 
 from cosmos_rl.checkpoint import load_dcp, read_dcp_metadata
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+from _overrides import DPO_SMALL_WITH_VALIDATION
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFEST = REPO / "manifests" / "dpo_t2i_smoke.toml"
-SMALL = [
-    "rl.pairs_per_step=4",
-    "rl.data.synthetic_pairs=16",
-    "rl.validation.every=2",
-    "rl.validation.max_pairs=4",
-    "rl.validation.data.synthetic_pairs=8",
-    "checkpoint.every=2",
-    "checkpoint.keep=0",
-    "job.progress=false",
-]
+SMALL = DPO_SMALL_WITH_VALIDATION
 
 
 def cosmos(*args: str, cwd: Path) -> subprocess.CompletedProcess:

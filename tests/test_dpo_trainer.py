@@ -100,7 +100,7 @@ def test_metrics_rows_validation_and_checkpoint_contents(tmp_path):
     assert all(math.isfinite(rows[1][k]) for k in ("val/loss", "val/dpo_accuracy"))
 
     meta = json.loads((tmp_path / "run" / "checkpoints" / "step_2" / "meta.json").read_text())
-    assert set(meta["components"]) == {"policy", "optimizer", "lr_schedule", "progress", "pair_cursor", "rng"}
+    assert set(meta["components"]) == {"policy", "optimizer", "lr_schedule", "progress", "data_cursor", "rng"}
     metadata = torch.distributed.checkpoint.FileSystemReader(
         str(tmp_path / "run" / "checkpoints" / "step_2")
     ).read_metadata()
@@ -155,16 +155,16 @@ def test_synthetic_pairs_win_over_a_file_source(tmp_path):
 
 def test_full_finetune_trains_every_weight_and_keeps_the_reference_frozen(tmp_path):
     t = trainer(tmp_path, lora_rank=0, max_steps=2)
-    reference = t.policy.frozen_ref
-    assert reference is not t.policy.transformer
+    reference = t.model.frozen_ref
+    assert reference is not t.model.transformer
     assert not any(p.requires_grad for p in reference.parameters())
-    assert not any(p.requires_grad for p in t.policy.vae.parameters())
+    assert not any(p.requires_grad for p in t.model.vae.parameters())
     ref_before = {k: v.clone() for k, v in reference.state_dict().items()}
-    policy_before = {k: v.clone() for k, v in t.policy.transformer.state_dict().items()}
+    policy_before = {k: v.clone() for k, v in t.model.transformer.state_dict().items()}
     t.run()
     for key, value in reference.state_dict().items():
         assert torch.equal(value, ref_before[key]), key
-    changed = [k for k, v in t.policy.transformer.state_dict().items() if not torch.equal(v, policy_before[k])]
+    changed = [k for k, v in t.model.transformer.state_dict().items() if not torch.equal(v, policy_before[k])]
     assert any(k.startswith("layers.0.") for k in changed) and any(k.startswith("proj_in") for k in changed)
 
     # The reference is what the policy was at setup: same outputs as a fresh base.
@@ -174,7 +174,7 @@ def test_full_finetune_trains_every_weight_and_keeps_the_reference_frozen(tmp_pa
     with torch.no_grad():
         assert torch.equal(
             velocity(reference, latents, torch.tensor([0.5]), ids),
-            velocity(fresh.policy.transformer, latents, torch.tensor([0.5]), ids),
+            velocity(fresh.model.transformer, latents, torch.tensor([0.5]), ids),
         )
     meta = torch.distributed.checkpoint.FileSystemReader(
         str(tmp_path / "run" / "checkpoints" / "step_2")
@@ -184,7 +184,7 @@ def test_full_finetune_trains_every_weight_and_keeps_the_reference_frozen(tmp_pa
 
 
 def _policy_tensors(t: DPOTrainer) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in t.policy.transformer.state_dict().items()}
+    return {k: v.detach().clone() for k, v in t.model.transformer.state_dict().items()}
 
 
 def test_in_process_resume_continues_exactly(tmp_path):

@@ -87,7 +87,7 @@ def straight(ray_cluster, tmp_path_factory) -> Path:
     """The uninterrupted, fault-free reference: only the final checkpoint."""
     root = tmp_path_factory.mktemp("nft_faults")
     overrides = _overrides(root, "straight", "checkpoint.every=100")
-    assert launch.train(load.load(SMOKE, overrides), SMOKE, overrides, Console(stderr=True)) == 0
+    assert launch.train(load.load(SMOKE, overrides), SMOKE, Console(stderr=True)) == 0
     return root / "straight"
 
 

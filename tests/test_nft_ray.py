@@ -37,7 +37,7 @@ NO_RAY = {"RAY_ADDRESS": "127.0.0.1:1"}
 def _train(output_dir: Path, name: str, *extra: str) -> Path:
     overrides = [*FAST, f'job.output_dir="{output_dir}"', f'job.name="{name}"', *extra]
     config = load.load(SMOKE, overrides)
-    assert launch.train(config, SMOKE, overrides, Console(stderr=True)) == 0
+    assert launch.train(config, SMOKE, Console(stderr=True)) == 0
     return output_dir / name
 
 
@@ -105,6 +105,25 @@ def test_short_run_writes_every_metric_and_a_sample_grid(runs):
     # 2 prompt rows x 4 ranks of 32x32 images with 2-pixel gaps.
     assert grid.size == (4 * 32 + 3 * 2, 2 * 32 + 2)
     assert (runs["straight"] / "checkpoints" / f"step_{STEPS}" / "COMMITTED").is_file()
+
+
+def test_one_process_playing_every_rank_gives_the_numbers_of_four_actors(runs, tmp_path):
+    """The test-only local group (trainers.nft_local) runs the same NFT step with all 4 ranks in
+    this process: same rollouts and rewards exactly, losses and gradients to float-order noise
+    (FSDP2's sharded reductions sum in another order)."""
+    from cosmos_rl.trainers.nft_local import run_local
+
+    overrides = [*FAST, f"rl.max_steps={STEPS}", "rl.sample_grid_every=2", "checkpoint.every=2"]
+    config = load.load(SMOKE, [*overrides, f'job.output_dir="{tmp_path}"'])
+    local = run_local(config, tmp_path / "local")
+    ray_rows = _rows(runs["straight"])
+    assert [r["step"] for r in local] == [r["step"] for r in ray_rows]
+    for mine, theirs in zip(local, ray_rows):
+        assert mine["train/reward_mean"] == theirs["train/reward_mean"]
+        for key in ("train/loss", "train/policy_loss", "train/grad_norm", "train/positive_error"):
+            assert mine[key] == pytest.approx(theirs[key], rel=1e-5), key
+    assert (tmp_path / "local" / "samples" / "step_2.png").is_file()
+    assert (tmp_path / "local" / "checkpoints" / f"step_{STEPS}" / "COMMITTED").is_file()
 
 
 def test_same_seed_rerun_reproduces_the_rollout_rewards(runs):

@@ -21,7 +21,7 @@ def test_first_signal_sets_the_flag_without_stopping_the_process():
         flag.uninstall()
 
 
-def test_second_signal_aborts_immediately():
+def test_second_signal_before_the_commit_aborts_with_exit_1():
     code = textwrap.dedent(
         """
         import os, signal, time
@@ -37,5 +37,24 @@ def test_second_signal_aborts_immediately():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert "still running" in result.stdout and "not reached" not in result.stdout
-    assert result.returncode == 128 + signal.SIGTERM
-    assert "second SIGTERM" in result.stderr
+    assert result.returncode == 1
+    assert "second SIGTERM: aborting" in result.stderr
+
+
+def test_second_signal_after_the_commit_changes_nothing():
+    code = textwrap.dedent(
+        """
+        import os, signal, time
+        from cosmos_rl.preempt import StopFlag
+        flag = StopFlag().install()
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.1)
+        flag.mark_committed()
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.1)
+        print("still running", flag.should_stop(), flush=True)
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0 and "still running SIGTERM" in result.stdout
+    assert "already committed" in result.stderr

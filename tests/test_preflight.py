@@ -147,6 +147,12 @@ DPO_CASES = [
     (["rl.optimizer.betas=[0.9]"], "rl.optimizer.betas", "two numbers"),
     (['job.name="../escape"'], "job.name", "plain folder name"),
     (['job.wandb_entity="team"'], "job.wandb_entity", "without job.wandb_project"),
+    (["grid.timeout_s=inf"], "grid.timeout_s", "must be finite and at most 604800 s"),
+    (["grid.timeout_s=1e308"], "grid.timeout_s", "must be finite and at most 604800 s"),
+    (["grid.timeout_s=604801"], "grid.timeout_s", "(got 604801.0)"),
+    (["job.seed=18446744073709551616"], "job.seed", "a non-negative 64-bit integer"),
+    (["job.seed=-1"], "job.seed", "must be in [0, 2**63 - 1]"),
+    (["rl.data.synthetic_seed=9223372036854775808"], "rl.data.synthetic_seed", "must be in [0, 2**63 - 1]"),
 ]
 
 
@@ -156,6 +162,10 @@ def test_dpo_rule(overrides, key, text, monkeypatch):
     found = errors(DPO, overrides)
     assert key in found, found
     assert text in found[key]
+
+
+def test_the_largest_timeout_and_seed_pass():
+    assert errors(DPO, [f"grid.timeout_s={preflight.GRID_TIMEOUT_MAX_S}", f"job.seed={2**63 - 1}"]) == {}
 
 
 def test_model_path_must_be_a_diffusers_folder(tmp_path):

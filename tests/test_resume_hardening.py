@@ -17,21 +17,15 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-from cosmos_rl import checkpoint as ckpt
 from cosmos_rl.checkpoint import CheckpointError, CheckpointManager, ModelState, OptimizerState, load_dcp, read_dcp_metadata
+from _overrides import DPO_SMALL
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFEST = REPO / "manifests" / "dpo_t2i_smoke.toml"
-SMALL = [
-    "rl.pairs_per_step=4",
-    "rl.data.synthetic_pairs=16",
-    "rl.validation.every=0",
-    "checkpoint.every=2",
-    "checkpoint.keep=0",
-    "job.progress=false",
-]
+SMALL = [*DPO_SMALL, "rl.validation.every=0"]
 ONE_RANK = ["model.config.parallelism.data_parallel_shard_degree=1", "grid.gpus_per_node=1"]
 
 
@@ -196,13 +190,13 @@ def test_full_disk_during_save_keeps_the_previous_checkpoint(tiny_fs, tmp_path, 
     reference = {k: v.clone() for k, v in model.state_dict().items()}
 
     if tiny_fs is None:
-        real = ckpt.dcp.FileSystemWriter
+        real = dcp.FileSystemWriter
 
         class FullWriter(real):
             def write_data(self, plan, planner):
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-        monkeypatch.setattr(ckpt.dcp, "FileSystemWriter", FullWriter)
+        monkeypatch.setattr(dcp, "FileSystemWriter", FullWriter)
 
     big, big_opt = trained(128, 1)  # ~200 KiB of weights + moments: cannot fit in 64 KiB
     with pytest.raises(CheckpointError) as info:

@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def make_run(tmp_path: Path, manifest: str, *overrides: str) -> Path:
     config = load.load(ROOT / "manifests" / manifest, [f'job.output_dir="{tmp_path}"', *overrides])
-    _, run_dir = run.prepare_new(config, ROOT / "manifests" / manifest)
+    config, run_dir = run.pin_paths(config, ROOT / "manifests" / manifest)
+    run.prepare_new(config, run_dir)
     committed = run_dir / "checkpoints" / "step_2"
     committed.mkdir(parents=True)
     (committed / "COMMITTED").write_text("")
@@ -58,15 +59,21 @@ def test_nft_never_changes_world_size_on_resume(tmp_path):
     assert "rl.group_size" in {p.path for p in info.value.problems}
 
 
-def test_resume_needs_a_committed_checkpoint(tmp_path):
-    config = load.load(ROOT / "manifests" / "dpo_t2i_smoke.toml", [f'job.output_dir="{tmp_path}"'])
-    _, run_dir = run.prepare_new(config, ROOT / "manifests" / "dpo_t2i_smoke.toml")
-    with pytest.raises(Exception, match="no committed checkpoint to resume from"):
-        run.load_for_resume(run_dir, [], exact=True)
+def test_resume_without_a_committed_checkpoint_starts_from_step_0_with_the_saved_manifest(tmp_path):
+    """A run stopped before its first checkpoint (preempted while starting) lost nothing: resume
+    starts it again, from the manifest it saved, with a notice, and without stale metrics rows."""
+    config = load.load(ROOT / "manifests" / "dpo_t2i_smoke.toml", [f'job.output_dir="{tmp_path}"', "rl.beta=123.0"])
+    config, run_dir = run.pin_paths(config, ROOT / "manifests" / "dpo_t2i_smoke.toml")
+    run.prepare_new(config, run_dir)
+    (run_dir / "metrics.jsonl").write_text('{"step": 1}\n')
+    resumed, notices = run.load_for_resume(run_dir, [], exact=True)
+    assert resumed.rl.beta == 123.0
+    assert any("no committed checkpoint yet: starting from step 0" in n for n in notices)
+    assert not (run_dir / "metrics.jsonl").exists()
 
 
 def test_train_refuses_to_reuse_a_run_directory_with_checkpoints(tmp_path):
     make_run(tmp_path, "dpo_t2i_smoke.toml")
     config = load.load(ROOT / "manifests" / "dpo_t2i_smoke.toml", [f'job.output_dir="{tmp_path}"'])
     with pytest.raises(Exception, match="already holds committed checkpoints"):
-        run.prepare_new(config, ROOT / "manifests" / "dpo_t2i_smoke.toml")
+        run.prepare_new(*run.pin_paths(config, ROOT / "manifests" / "dpo_t2i_smoke.toml"))

@@ -88,9 +88,10 @@ def test_inputs_are_checked():
 
 
 def test_registry_names_and_signature():
-    images = np.zeros((2, 8, 8, 3), np.uint8)
+    # 32 px and colour-naming shapes captions: inputs every built-in reward accepts
+    images = np.zeros((2, 32, 32, 3), np.uint8)
     assert {"jpeg_compressibility", "jpeg_incompressibility", "brightness",
-            "prompt_colour"} <= set(REWARDS)
+            "prompt_colour", "shapes_strict", "shapes_partial"} <= set(REWARDS)
     for name, fn in REWARDS.items():
-        scores = fn(images, ["black", "white"])
+        scores = fn(images, ["a red circle", "two blue squares"])
         assert len(scores) == 2 and all(isinstance(s, float) for s in scores), name

@@ -6,11 +6,7 @@ the whole step before calling `group_advantages`, so "batch" below means everyth
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import torch
-
-from cosmos_rl.errors import UserError
 
 STD_SCOPES = ("group", "batch")
 R_MAPS = ("linear", "sigmoid")
@@ -39,9 +35,7 @@ def group_advantages(
             f"rewards must be shaped [num_prompts, group_size], got {tuple(rewards.shape)}"
         )
     if std_scope not in STD_SCOPES:
-        raise UserError(
-            f"std_scope must be one of {list(STD_SCOPES)}, got {std_scope!r}; pick one of those"
-        )
+        raise ValueError(f"std_scope must be one of {list(STD_SCOPES)}, got {std_scope!r}")
     rewards = rewards.to(torch.float64 if rewards.dtype == torch.float64 else torch.float32)
     centred = rewards - rewards.mean(dim=1, keepdim=True)
     if std_scope == "group":
@@ -54,10 +48,7 @@ def group_advantages(
 def clamp_advantages(a: torch.Tensor, low: float, high: float) -> torch.Tensor:
     """Clip advantages to [low, high] so a few outliers cannot dominate the loss."""
     if not low < high:
-        raise UserError(
-            f"rl.advantage_low must be below rl.advantage_high, got low={low}, high={high}; "
-            "set e.g. advantage_low = -5.0, advantage_high = 5.0"
-        )
+        raise ValueError(f"low must be below high, got low={low}, high={high}")
     return a.clamp(min=low, max=high)
 
 
@@ -76,9 +67,9 @@ def optimality(
         return (clamped - low) / (high - low)
     if r_map == "sigmoid":
         if not tau > 0:
-            raise UserError(f"rl.r_tau must be > 0 for r_map = 'sigmoid', got {tau}")
+            raise ValueError(f"tau must be > 0 for r_map = 'sigmoid', got {tau}")
         return torch.sigmoid(a / tau)
-    raise UserError(f"rl.r_map must be one of {list(R_MAPS)}, got {r_map!r}")
+    raise ValueError(f"r_map must be one of {list(R_MAPS)}, got {r_map!r}")
 
 
 def _per_sample_mean(x: torch.Tensor) -> torch.Tensor:
@@ -130,7 +121,7 @@ def nft_loss(
     negative_error, optimality_mean, optimality_second_moment.
     """
     if not beta > 0:
-        raise UserError(f"rl.beta must be > 0 (the policy loss divides by it), got {beta}")
+        raise ValueError(f"beta must be > 0 (the policy loss divides by it), got {beta}")
     shapes = {tuple(v.shape) for v in (v_theta, v_old, v_ref, v_target)}
     if len(shapes) != 1 or v_theta.dim() < 2:
         raise ValueError(
@@ -180,34 +171,3 @@ def old_decay(step: int, cap: float = 0.5, rate: float = 0.001) -> float:
     if step < 0:
         raise ValueError(f"step must be >= 0, got {step}")
     return min(rate * step, cap)
-
-
-def blend_old(
-    old: Mapping[str, torch.Tensor], theta: Mapping[str, torch.Tensor], keep: float
-) -> dict[str, torch.Tensor]:
-    """New old-policy tensors `keep * old + (1 - keep) * theta`, key by key; inputs untouched.
-
-    The blend is computed in float32 (or float64 if that is the old dtype) and cast back, so
-    bf16 weights do not lose the small (1 - keep) increments to rounding before the cast.
-    """
-    if not 0.0 <= keep <= 1.0:
-        raise ValueError(f"keep must be in [0, 1], got {keep}")
-    if set(old) != set(theta):
-        missing = sorted(set(old) - set(theta))
-        extra = sorted(set(theta) - set(old))
-        raise ValueError(
-            f"old and theta must hold the same tensors; only in old: {missing}, "
-            f"only in theta: {extra}"
-        )
-    out: dict[str, torch.Tensor] = {}
-    with torch.no_grad():
-        for name, old_t in old.items():
-            theta_t = theta[name]
-            if old_t.shape != theta_t.shape:
-                raise ValueError(
-                    f"{name}: old shape {tuple(old_t.shape)} != theta shape {tuple(theta_t.shape)}"
-                )
-            work = torch.float64 if old_t.dtype == torch.float64 else torch.float32
-            mixed = keep * old_t.to(work) + (1 - keep) * theta_t.to(work)
-            out[name] = mixed.to(old_t.dtype)
-    return out

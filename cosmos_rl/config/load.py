@@ -113,6 +113,8 @@ def _rl_hook(converter: cattrs.Converter):
         options = ", ".join(show(a) for a in schema.ALGORITHMS)
         if algorithm is None:
             raise _Nested([(".algorithm", _BadValue("required key missing", _MISSING, f"set it to one of {options}"))])
+        if not isinstance(algorithm, str):  # a list or table cannot even be looked up
+            raise _Nested([(".algorithm", _BadValue("expected a string naming the algorithm", algorithm, f"use one of {options}"))])
         if algorithm not in schema.ALGORITHMS:
             raise _Nested([(".algorithm", _BadValue("unknown algorithm", algorithm, f"use one of {options}"))])
         return converter.structure(value, schema.ALGORITHMS[algorithm])
@@ -169,9 +171,23 @@ def _all_paths(cls: type, prefix: str = "") -> list[str]:
 
 
 _EVERY_PATH = sorted(set(_all_paths(schema.RunConfig) + _all_paths(schema.DPOConfig, "rl.") + _all_paths(schema.NFTConfig, "rl.")))
+_PATHS_OF_ALGORITHM = {name: set(_all_paths(cls, "rl.")) for name, cls in schema.ALGORITHMS.items()}
+
+
+def _other_algorithm(path: str, cls: type) -> str | None:
+    """The algorithm whose `rl` table declares `path` when the manifest's own (`cls`) does not."""
+    mine = next((name for name, c in schema.ALGORITHMS.items() if c is cls), None)
+    if mine is None or path in _PATHS_OF_ALGORITHM[mine]:
+        return None
+    return next((name for name, paths in _PATHS_OF_ALGORITHM.items() if path in paths), None)
 
 
 def _did_you_mean(parent_path: str, key: str, cls: type) -> str:
+    other = _other_algorithm(parent_path + key, cls)
+    if other is not None:
+        mine = next(name for name, c in schema.ALGORITHMS.items() if c is cls)
+        return (f"{parent_path}{key} belongs to {other.upper()}, and this manifest runs {mine.upper()}; "
+                f"remove it, or set rl.algorithm = {show(other)}")
     siblings = [f.name for f in attrs.fields(cls)]
     close = difflib.get_close_matches(key, siblings, n=1, cutoff=0.6)
     if close:

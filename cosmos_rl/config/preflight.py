@@ -17,7 +17,15 @@ from cosmos_rl.config import schema
 from cosmos_rl.config.problems import Problem, show
 
 RDZV_ENV = "COSMOS_RL_RDZV_ENDPOINT"
-BUILTIN_REWARDS = ("jpeg_compressibility", "jpeg_incompressibility", "brightness", "prompt_colour")
+# gloo turns a timeout into an int64-nanosecond deadline, which wraps past ~292 years (9.2e9 s) and
+# then times out at once; Ray turns one into int64 milliseconds and cannot take inf. A week is far
+# beyond any honest collective, so anything longer is a typo or an attempt at "never".
+GRID_TIMEOUT_MAX_S = 7 * 24 * 3600
+# Seeds are TOML integers, 64-bit signed (tomllib reads larger ones anyway); the synthetic generator
+# needs them non-negative.
+SEED_MAX = 2**63 - 1
+BUILTIN_REWARDS = ("jpeg_compressibility", "jpeg_incompressibility", "brightness", "prompt_colour",
+                   "shapes_strict", "shapes_partial")
 MODEL_REWARDS = ("pickscore", "clipscore", "aesthetic")  # cosmos_rl.rewards.models.MODEL_KINDS, torch-free
 
 
@@ -107,12 +115,21 @@ def _common(c: schema.RunConfig, r: _Rules) -> None:
     r.at_least("grid.nodes", c.grid.nodes, 1)
     r.at_least("grid.gpus_per_node", c.grid.gpus_per_node, 1)
     r.positive("grid.timeout_s", c.grid.timeout_s)
+    if c.grid.timeout_s > 0 and not c.grid.timeout_s <= GRID_TIMEOUT_MAX_S:
+        r.error("grid.timeout_s", f"must be finite and at most {GRID_TIMEOUT_MAX_S} s (7 days)", c.grid.timeout_s,
+                "a collective that takes longer is stuck; use e.g. 600, or 3600 for very slow checkpoint loads")
+    _seed("job.seed", c.job.seed, r)
     r.at_least("grid.cpus_per_rank", c.grid.cpus_per_rank, 0)
     _optimizer(c.rl.optimizer, r)
     _init_from(c.rl.init_from, r)
     for i, key in enumerate(c.rl.init_keys_to_skip_loading):
         if not key.strip():
             r.error(f"rl.init_keys_to_skip_loading[{i}]", "empty key pattern", key, "remove it")
+
+
+def _seed(path: str, value: int, r: _Rules) -> None:
+    if not 0 <= value <= SEED_MAX:
+        r.error(path, "must be in [0, 2**63 - 1], a non-negative 64-bit integer", value, "use e.g. 0")
 
 
 def _optimizer(o: schema.OptimizerConfig, r: _Rules) -> None:
@@ -319,6 +336,7 @@ def _sources(data: schema.PreferenceDataConfig) -> list[str]:
 
 def _data_source(prefix: str, data: schema.PreferenceDataConfig, r: _Rules, *, needs_membership: bool) -> None:
     r.at_least(f"{prefix}.synthetic_pairs", data.synthetic_pairs, 0)
+    _seed(f"{prefix}.synthetic_seed", data.synthetic_seed, r)
     used = _sources(data)
     files = [s for s in used if s != "synthetic_pairs"]
     if data.synthetic_pairs and files:

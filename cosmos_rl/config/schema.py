@@ -35,7 +35,7 @@ frozen = attrs.frozen(kw_only=True)
 class JobConfig:
     name: str = knob("cosmos_rl_run", "Run name; the run directory is `<output_dir>/<name>/`.")
     output_dir: str = knob("runs", "Folder that holds run directories (relative to the working directory).")
-    seed: int = knob(0, "Root seed: model init, data order and every rollout seed derive from it.")
+    seed: int = knob(0, "Root seed (0 to 2**63 - 1): model init, data order and every rollout seed derive from it.")
     log_every: int = knob(1, "Write a `metrics.jsonl` row every this many optimizer steps.")
     tensorboard: bool = knob(False, "Also write TensorBoard event files (needs the `tensorboard` package).")
     progress: bool = knob(True, "Show a rich progress bar on rank 0 while training.")
@@ -110,7 +110,7 @@ class GridConfig:
         "", "Multi-node torchrun: the operator's c10d rendezvous `host:port` (or env COSMOS_RL_RDZV_ENDPOINT)."
     )
     timeout_s: float = knob(
-        600.0, "Seconds a collective or an actor call may take before the run fails naming the rank."
+        600.0, "Seconds a collective or an actor call may take before the run fails naming the rank (at most 7 days)."
     )
 
 
@@ -131,9 +131,9 @@ class PreferenceDataConfig:
     synthetic_pairs: int = knob(
         0, "Generate this many pairs in memory (a learnable colour preference); non-zero ignores file sources."
     )
-    synthetic_seed: int = knob(0, "Seed of the synthetic generator, offset from job.seed; ids carry it.")
+    synthetic_seed: int = knob(0, "Seed of the synthetic generator (0 to 2**63 - 1), offset from job.seed; ids carry it.")
     jsonl: str = knob("", "Preference JSONL: rows `{id, prompt, winner, loser}` with image paths.")
-    shards: list[str] = knob(attrs.Factory(list), "webdataset tar shards of pairs (`json`, `winner.png`, `loser.png`).")
+    shards: list[str] = knob(attrs.Factory(list), "webdataset tar shards of pairs (`json`, `winner.png`, `loser.png`); entries may be brace patterns.")
     factory: str = knob("", "Custom source `module:function` returning a pair source; the only code a manifest imports.")
     factory_kwargs: dict[str, Union[str, int, float, bool]] = knob(
         attrs.Factory(dict), "Keyword arguments passed to `factory`."
@@ -238,6 +238,11 @@ class NFTConfig:
     r_tau: float = knob(0.5, "Temperature of the sigmoid map.")
     uniform_timestep: bool = knob(False, "Train at t ~ U(0, 1) instead of the sampler's timesteps.")
     timesteps_per_sample: int = knob(0, "Training timesteps per sample; 0 = every sampler timestep but the last.")
+    x0_weighting: bool = knob(
+        False,
+        "Measure the implicit policies' errors in x0 space (x0 = x_t - t * v), each divided by a stop-gradient of "
+        "its mean absolute x0 error, as the official release does; false = the velocity-space error of the spec.",
+    )
     sample_steps: int = knob(20, "Sampler steps per generation.")
     sampler_shift: float = knob(5.0, "Rectified-flow sampler shift.")
     guidance: float = knob(3.0, "Native CFG: v_uncond + g * (v_cond - v_uncond); 1 = conditional only, 0 = unconditional.")
@@ -278,6 +283,15 @@ class RunConfig:
     grid: GridConfig = section(GridConfig, "Topology and launch.")
     checkpoint: CheckpointConfig = section(CheckpointConfig, "Checkpoint cadence and retention.")
 
+
+# Knobs added after checkpoint format 1 whose default reproduces what every run did before they
+# existed. Left at that default they are not part of the run identity (plan.identity_fields), so run
+# directories written before them still resume; set to anything else they are.
+LATER_KNOB_DEFAULTS: dict[str, object] = {
+    "rl.x0_weighting": False,
+    "rl.rewards": [],
+    "rl.reward_combine": "weighted_sum",
+}
 
 # Fields that may change on an exact resume without changing what the run computes.
 NON_IDENTITY_FIELDS = frozenset(

@@ -10,15 +10,15 @@ cropped margins are lost. Any Pillow mode (L, P, RGBA, ...) is converted to RGB 
 
 from __future__ import annotations
 
-import io
 import math
 from pathlib import Path
 from typing import Sequence, Union
 
 import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
+from cosmos_rl.data.image_files import FIX, open_image
 from cosmos_rl.errors import UserError
 
 ImageSize = Union[int, tuple[int, int]]
@@ -60,13 +60,11 @@ def decode_image(data: bytes, image_size: ImageSize, origin: str) -> torch.Tenso
     the error raised for undecodable data.
     """
     height, width = as_height_width(image_size)
-    try:
-        with Image.open(io.BytesIO(data)) as image:
+    with open_image(data, origin) as image:
+        try:
             image = image.convert("RGB")
-    except (UnidentifiedImageError, OSError, ValueError) as exc:
-        raise UserError(
-            f"{origin}: cannot decode image ({exc}); replace it with a valid PNG/JPEG/WebP file"
-        ) from exc
+        except (OSError, ValueError, SyntaxError) as exc:  # damage past the header (truncated pixels)
+            raise UserError(f"{origin}: cannot decode image ({exc}); {FIX}") from exc
     return _to_tensor(_fit_and_crop(image, height, width))
 
 

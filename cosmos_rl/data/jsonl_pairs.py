@@ -8,59 +8,18 @@ Optional keys: ``winner_prompt`` / ``loser_prompt`` (checked by ``check_symmetry
 Other keys are ignored, except tie markers (``"tie": true``, ``"label"`` other than 1),
 which are rejected. Image paths are relative to the JSONL file's folder, or absolute.
 Blank lines are allowed (they hold no row). The whole file is validated when the
-source is built - JSON, fields, unique ids, image files present, winner != loser - and
-images are decoded only when a pair is read.
+source is built - JSON, fields, unique ids, image files present, winner != loser (rows are
+read by :mod:`cosmos_rl.data.jsonl_rows`) - and images are decoded only when a pair is read.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import Union
 
 from cosmos_rl.data.images import ImageSize, as_height_width, load_image
-from cosmos_rl.data.pair_record import PreferencePair, PromptSides, parse_pair_metadata
-from cosmos_rl.data.textfile import read_lines
-from cosmos_rl.errors import UserError
-
-
-@dataclass(frozen=True)
-class _Row:
-    line: int
-    id: str
-    prompt: str
-    winner: Path
-    loser: Path
-    winner_prompt: Optional[str]
-    loser_prompt: Optional[str]
-
-
-def _image_path(row: dict, key: str, folder: Path, origin: str) -> Path:
-    if key not in row:
-        raise UserError(f"{origin}: missing field {key!r}; every row needs 'winner' and 'loser' image paths")
-    value = row[key]
-    if not isinstance(value, str) or not value:
-        raise UserError(f"{origin}: field {key!r} must be an image path string, found {value!r}")
-    image = Path(value)
-    image = image if image.is_absolute() else folder / image
-    if not image.is_file():
-        raise UserError(f"{origin}: {key} image {image} does not exist; fix the path or add the file")
-    return image
-
-
-def _parse_row(text: str, line: int, path: Path) -> _Row:
-    origin = f"{path}:{line}"
-    try:
-        row = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{origin}: malformed JSON ({exc.msg} at column {exc.colno}); fix the row") from exc
-    pair_id, prompt, winner_prompt, loser_prompt = parse_pair_metadata(row, origin)
-    winner = _image_path(row, "winner", path.parent, origin)
-    loser = _image_path(row, "loser", path.parent, origin)
-    if winner.resolve() == loser.resolve():
-        raise UserError(f"{origin}: winner and loser are the same file {winner}; a pair needs two images")
-    return _Row(line, pair_id, prompt, winner, loser, winner_prompt, loser_prompt)
+from cosmos_rl.data.jsonl_rows import read_pair_rows
+from cosmos_rl.data.pair_record import PreferencePair, PromptSides
 
 
 class JsonlPairs:
@@ -69,21 +28,9 @@ class JsonlPairs:
     def __init__(self, path: Union[str, Path], image_size: ImageSize):
         self.path = Path(path)
         self.image_size = as_height_width(image_size)
-        rows: list[_Row] = []
-        first_line_of: dict[str, int] = {}
-        for line, text in enumerate(read_lines(self.path, "preference JSONL"), start=1):
-            if not text.strip():
-                continue
-            row = _parse_row(text, line, self.path)
-            if row.id in first_line_of:
-                raise UserError(
-                    f"{self.path}:{line}: duplicate id {row.id!r} (first at line "
-                    f"{first_line_of[row.id]}); ids must be unique"
-                )
-            first_line_of[row.id] = line
-            rows.append(row)
-        if not rows:
-            raise UserError(f"{self.path}: no preference rows found; the file is empty")
+        rows, problems = read_pair_rows(self.path)
+        if problems:
+            raise problems[0]
         self._rows = rows
 
     def __len__(self) -> int:

@@ -2,26 +2,20 @@
 
 The function (or class) is called with keyword arguments and must return an object
 with ``__len__`` and ``__getitem__(i) -> PreferencePair``. Train-time validation also
-needs a metadata-only ``membership_ids()``; preflight asks
-:func:`factory_exposes_membership` without building the source, which it can answer
-only from what importing reveals: a class target that defines ``membership_ids``, or a
-function whose return annotation is such a class.
+needs a metadata-only ``membership_ids()``; preflight asks ``factory_spec.exposes_membership``
+without building the source, which it can answer only from what importing reveals: a class
+target that defines ``membership_ids``, or a function whose return annotation is such a class.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from cosmos_rl.data.factory_spec import exposes_membership, resolve_factory
+from cosmos_rl.data.factory_spec import resolve_factory
 from cosmos_rl.data.pair_record import PreferencePair, PromptSides, check_pair
 from cosmos_rl.errors import UserError
 
 _WHAT = "rl.data.factory"
-
-
-def factory_exposes_membership(spec: str) -> bool:
-    """Whether the factory's source type defines ``membership_ids``, by importing only."""
-    return exposes_membership(resolve_factory(spec, _WHAT))
 
 
 class CheckedFactorySource:

@@ -90,46 +90,6 @@ def check_source_symmetry(source: Any, tokenize_fn: Callable[[str], Sequence[int
     return check_symmetry(sides(), tokenize_fn)
 
 
-# Keys some preference datasets use to mark a tie; a tie carries no preference to learn.
-def _tie_problem(row: dict) -> Optional[str]:
-    if "tie" in row and row["tie"] not in (False, None):
-        return f'"tie": {row["tie"]!r}'
-    if "label" in row and row["label"] != 1:
-        return f'"label": {row["label"]!r}'
-    return None
-
-
-def parse_pair_metadata(row: Any, origin: str) -> tuple[str, str, Optional[str], Optional[str]]:
-    """Validate the metadata part of a row: ``(id, prompt, winner_prompt, loser_prompt)``.
-
-    Rejects ties (``"tie": true`` or a ``"label"`` other than 1): this format says which
-    side won by field name, so a label can only mean a tie or a swapped pair.
-    """
-    if not isinstance(row, dict):
-        raise UserError(f"{origin}: expected a JSON object, found {type(row).__name__}")
-    tie = _tie_problem(row)
-    if tie is not None:
-        raise UserError(
-            f"{origin}: row carries {tie}, a tie or re-weighted label; DPO needs a strict "
-            "preference given by the winner/loser fields - drop ties and the label key"
-        )
-    for key in ("id", "prompt"):
-        if key not in row:
-            raise UserError(f"{origin}: missing field {key!r}; every row needs 'id' and 'prompt'")
-        if not isinstance(row[key], str) or not row[key].strip():
-            raise UserError(
-                f"{origin}: field {key!r} must be a non-empty string, found {row[key]!r}"
-                + (" (quote numeric ids)" if key == "id" else "")
-            )
-    sides = []
-    for key in ("winner_prompt", "loser_prompt"):
-        value = row.get(key)
-        if value is not None and not isinstance(value, str):
-            raise UserError(f"{origin}: field {key!r} must be a string, found {value!r}")
-        sides.append(value)
-    return row["id"], row["prompt"], sides[0], sides[1]
-
-
 def check_pair(pair: Any, origin: str) -> PreferencePair:
     """Check that a record from an untrusted source has the documented shape and range."""
     if not isinstance(pair, PreferencePair):

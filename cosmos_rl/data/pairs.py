@@ -14,7 +14,7 @@ prompt with :func:`check_source_symmetry`, given the model's tokenizer.
 """
 
 from cosmos_rl.data.jsonl_pairs import JsonlPairs
-from cosmos_rl.data.pair_factory import CheckedFactorySource, factory_exposes_membership, factory_source
+from cosmos_rl.data.pair_factory import CheckedFactorySource, factory_source
 from cosmos_rl.data.pair_record import (
     PairSource,
     PreferencePair,
@@ -38,6 +38,5 @@ __all__ = [
     "check_pair",
     "check_source_symmetry",
     "check_symmetry",
-    "factory_exposes_membership",
     "factory_source",
 ]

@@ -1,55 +1,23 @@
-"""Prompts for online NFT: loading a prompt file and the resumable prompt cursor.
+"""Prompts for online NFT: the built-in list, loading a prompt file, and the resumable prompt cursor.
 
-``load_prompts`` reads either a ``.txt`` file (one prompt per line; blank lines hold no
-prompt; surrounding whitespace is stripped) or a ``.jsonl`` file (one ``{"prompt": ...}``
-object per line; other keys ignored; blank lines allowed). Any other suffix is
-rejected so that a file is never parsed the wrong way.
+``load_prompts`` (from :mod:`cosmos_rl.data.prompt_file`, which documents the ``.txt`` and
+``.jsonl`` formats) returns every prompt of a file or raises its first bad row.
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Any, Sequence, Union
+from typing import Any, Sequence
 
 from cosmos_rl.data.cursor import ShuffledStream
-from cosmos_rl.data.textfile import read_lines
+from cosmos_rl.data.prompt_file import load_prompts
 from cosmos_rl.data.vocab import COLOUR_RGB, SHAPES
-from cosmos_rl.errors import UserError
+
+__all__ = ["BUILTIN_PROMPTS", "PromptCursor", "load_prompts"]
 
 # Colour words a colour/brightness reward can respond to; for smoke runs without a file.
 BUILTIN_PROMPTS: tuple[str, ...] = tuple(
     f"a {colour} {shape}" for colour in COLOUR_RGB for shape in SHAPES[:2]
 )
-
-
-def _jsonl_prompt(text: str, origin: str) -> str:
-    try:
-        row = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{origin}: malformed JSON ({exc.msg} at column {exc.colno}); fix the row") from exc
-    if not isinstance(row, dict) or "prompt" not in row:
-        raise UserError(f'{origin}: expected an object with a "prompt" field, found {text.strip()[:80]!r}')
-    prompt = row["prompt"]
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise UserError(f'{origin}: "prompt" must be a non-empty string, found {prompt!r}')
-    return prompt
-
-
-def load_prompts(path: Union[str, Path]) -> list[str]:
-    """All prompts in file order; see the module docstring for the formats."""
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in (".txt", ".jsonl"):
-        raise UserError(f"{path}: prompt files must end in .txt (one per line) or .jsonl, got {suffix!r}")
-    prompts = []
-    for line, text in enumerate(read_lines(path, "prompt file"), start=1):
-        if not text.strip():
-            continue
-        prompts.append(_jsonl_prompt(text, f"{path}:{line}") if suffix == ".jsonl" else text.strip())
-    if not prompts:
-        raise UserError(f"{path}: no prompts found; the file is empty")
-    return prompts
 
 
 class PromptCursor:

@@ -77,8 +77,9 @@ class SyntheticPairs:
     def __getitem__(self, index: int) -> PreferencePair:
         if not 0 <= index < self.n:
             raise IndexError(f"pair index {index} out of range [0, {self.n})")
-        # A large odd multiplier keeps (seed, index) streams distinct for any realistic n.
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+        # A large odd multiplier keeps (seed, index) streams distinct for any realistic n. torch takes
+        # 64 bits; folding leaves every value that already fit (so every existing stream) unchanged.
+        generator = torch.Generator().manual_seed((self.seed * 1_000_003 + index) % 2**64)
         colour = _COLOURS[_pick(generator, len(_COLOURS))]
         shape = SHAPES[_pick(generator, len(SHAPES))]
         other = [c for c in _COLOURS if c != colour][_pick(generator, len(_COLOURS) - 1)]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -35,7 +34,9 @@ def shard_transformer(
     Add LoRA adapters before sharding. With `mixed_precision`, parameters are gathered and used
     in bf16 while gradients are reduced in fp32 (the sharded master weights keep their dtype).
     """
-    if not (dist.is_available() and dist.is_initialized()):
+    from cosmos_rl.dist.world import process_group_active
+
+    if not process_group_active():
         raise RuntimeError(
             "shard_transformer needs an initialised torch.distributed process group; "
             "call torch.distributed.init_process_group first (e.g. under torchrun)"

@@ -30,7 +30,7 @@ PLACEMENT_TIMEOUT_S = 60.0
 # Added to the collective timeout for Ray's own overhead (actor start-up, imports, serialisation).
 CALL_SLACK_S = 120.0
 
-# Set before a local cluster starts: keep every Ray service on 127.0.0.1 (platform.md), no token
+# Set before a local cluster starts: keep every Ray service on 127.0.0.1 (docs/topology.md, "Platform traps"), no token
 # files in the home directory, and no hub traffic from the actors.
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled"}
 # No GLOO_SOCKET_IFNAME here: pinning gloo to `lo` breaks a multi-host world. world.loopback_gloo pins it
@@ -197,7 +197,8 @@ class ActorGroup:
     """`size` actors of `actor_cls`, one per rank, forming one process group.
 
     `actor_cls` is a plain class whose constructor takes `(rank, world_size, *init_args)` and which
-    has `setup_world(master_port)` and `pick_port()`; its other methods are called with `call_all`.
+    has `pick_port()` and `setup_world(address)` (address = rank 0's `pick_port()` answer, a
+    (host, port) pair); its other methods are called with `call_all`.
     """
 
     def __init__(self, grid: schema.GridConfig, size: int, actor_cls: type, init_args: tuple = ()):

@@ -12,6 +12,18 @@ import torch.distributed as dist
 from cosmos_rl.dist.addresses import is_loopback
 
 
+def process_group_active() -> bool:
+    """The one answer to "is this process part of a torch.distributed world?"."""
+    return dist.is_available() and dist.is_initialized()
+
+
+def rank_and_world() -> tuple[int, int]:
+    """(rank, world size) of this process; (0, 1) outside a process group."""
+    if process_group_active():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
 def pick_device(setting: str, local_rank: int = 0) -> torch.device:
     """`grid.device` -> the torch device of this rank; `cuda` without a GPU is a user error."""
     from cosmos_rl.errors import UserError
@@ -52,9 +64,9 @@ def finish_worker(code: int) -> None:
     """End a torchrun worker: tear down the group, flush, and skip interpreter teardown.
 
     DCP under torchrun sometimes aborts at interpreter shutdown after all work is done
-    (platform.md); leaving through os._exit avoids it.
+    (docs/topology.md); leaving through os._exit avoids it.
     """
-    if dist.is_available() and dist.is_initialized():
+    if process_group_active():
         try:
             dist.destroy_process_group()
         except Exception:

@@ -1,19 +1,23 @@
-"""From a RunConfig and a device, build what a trainer needs: policy, frozen reference, optimizer.
+"""From a RunConfig and a device, build what a trainer needs: the trainable model, its frozen
+reference, the optimizer.
 
-Shared by the DPO and NFT trainers. API (kept stable; both backends import it):
+Shared by the DPO and NFT trainers. API (both import it):
 
-    policy = build_policy(config, device, adapter_names=("policy",))
-    policy.transformer            the trained network (LoRA-wrapped and/or FSDP2-sharded)
-    policy.parts                  ModelParts(transformer, vae, tokenizer, scheduler)
-    policy.vae, policy.tokenizer  frozen VAE (requires_grad False) and tokenizer
-    policy.lora                   True when model.lora.rank > 0
-    policy.sharded                True when a process group was initialised and FSDP2 applied
-    with policy.reference() as ref:   the frozen reference network, for no-grad forwards
+    model = build_trainable(config, device, adapter_names=("policy",))
+    model.transformer            the trained network (LoRA-wrapped and/or FSDP2-sharded)
+    model.parts                  ModelParts(transformer, vae, tokenizer, scheduler)
+    model.vae, model.tokenizer   frozen VAE (requires_grad False) and tokenizer
+    model.lora                   True when model.lora.rank > 0
+    model.sharded                True when a process group was initialised and FSDP2 applied
+    with model.reference() as ref:   the frozen reference network, for no-grad forwards
         v_ref = velocity(ref, ...)
-    policy.trainable_parameters() the parameters the optimizer owns
-    policy.state_module()         the module whose (trainable) state a checkpoint saves
+    model.trainable_parameters() the parameters the optimizer owns
+    model.state_module()         the module whose (trainable) state a checkpoint saves
 
-    optimizer, schedule = build_optimizer(policy.trainable_parameters(), config.rl.optimizer)
+    optimizer, schedule = build_optimizer(model.trainable_parameters(), config.rl.optimizer)
+
+"policy" names one thing only: the trained LoRA adapter (or, for a full fine-tune, the trained
+weights) and the checkpoint component holding it.
 
 Base weights follow `rl.init_from`: "" builds model.path (a local diffusers folder) or
 model.preset seeded by job.seed; "preset:NAME" builds preset NAME seeded by job.seed; anything else
@@ -38,11 +42,11 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 import torch
-import torch.distributed as dist
 
 from cosmos_rl.config import schema
+from cosmos_rl.dist.world import process_group_active
 from cosmos_rl.config.preflight import PRESET_SCHEME
-from cosmos_rl.errors import RunFailed
+from cosmos_rl.errors import UserError
 from cosmos_rl.models import lora
 from cosmos_rl.models.build import ModelParts, build_model, build_preset
 
@@ -51,8 +55,8 @@ _LORA_SEED_OFFSET = 7919
 
 
 @dataclass
-class Policy:
-    """The trained model, its frozen parts and its frozen reference (see the module docstring)."""
+class TrainableModel:
+    """The trained network, its frozen parts and its frozen reference (see the module docstring)."""
 
     parts: ModelParts
     lora: bool
@@ -91,10 +95,6 @@ class Policy:
         return self.transformer
 
 
-def process_group_active() -> bool:
-    return dist.is_available() and dist.is_initialized()
-
-
 def _init_cache_dir(config: schema.RunConfig) -> Path:
     return Path(config.job.output_dir) / ".cache" / "init_from"
 
@@ -107,10 +107,8 @@ def load_base(config: schema.RunConfig) -> ModelParts:
     parts = build_model(config.model.path, config.model.preset, config.job.seed)
     if init_from == "":
         return parts
-    try:
-        from cosmos_rl.models.base_checkpoint import load_base_weights, resolve_init_from
-    except ImportError as exc:  # the module is built separately; say so rather than train from random
-        raise RunFailed(f"rl.init_from={init_from!r}: base-checkpoint loading is unavailable ({exc})") from None
+    from cosmos_rl.models.base_checkpoint import load_base_weights, resolve_init_from
+
     local = resolve_init_from(init_from, _init_cache_dir(config))
     load_base_weights(parts.transformer, local, list(config.rl.init_keys_to_skip_loading))
     return parts
@@ -122,10 +120,10 @@ def _freeze(module: torch.nn.Module) -> torch.nn.Module:
     return module
 
 
-def build_policy(
+def build_trainable(
     config: schema.RunConfig, device: torch.device, *, adapter_names: tuple[str, ...] = ("policy",)
-) -> Policy:
-    """Build the policy on `device` (identical on every rank), sharded when a process group exists."""
+) -> TrainableModel:
+    """Build the trainable model on `device` (identical on every rank), sharded when a process group exists."""
     parts = load_base(config)
     _freeze(parts.vae)
     rank = config.model.lora.rank
@@ -165,7 +163,7 @@ def build_policy(
         shard_transformer(transformer, mixed_precision=mixed)
         if frozen_ref is not None:
             shard_transformer(frozen_ref, mixed_precision=mixed)
-    return Policy(
+    return TrainableModel(
         parts=parts,
         lora=use_lora,
         adapter_names=tuple(adapter_names) if use_lora else (),
@@ -192,7 +190,10 @@ def build_optimizer(
     """AdamW over `params` and its warm-up schedule (call schedule.step() after each optimizer step)."""
     params = list(params)
     if not params:
-        raise RunFailed("the policy has no trainable parameters (check model.lora.target_modules)")
+        raise UserError(
+            "model.lora.target_modules: the model has no trainable parameters (the patterns match no module); "
+            "name modules the transformer has, or leave the list empty for the defaults"
+        )
     optimizer = torch.optim.AdamW(
         params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay
     )

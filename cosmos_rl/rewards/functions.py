@@ -15,6 +15,7 @@ import numpy as np
 from PIL import Image
 
 from cosmos_rl.data.vocab import COLOUR_RGB255
+from cosmos_rl.shapes.verifier import shapes_partial, shapes_strict
 
 RewardFn = Callable[[np.ndarray, Sequence[str]], list[float]]
 
@@ -102,4 +103,6 @@ REWARDS: dict[str, RewardFn] = {
     "jpeg_incompressibility": jpeg_incompressibility,
     "brightness": brightness,
     "prompt_colour": prompt_colour,
+    "shapes_strict": shapes_strict,  # the shapes world's verifier: all constraints met (GenEval's rule)
+    "shapes_partial": shapes_partial,  # ... the fraction met, extra objects counting as failures
 }

@@ -18,8 +18,6 @@ reference is rebuilt from the base at setup, so it is never saved.
 from __future__ import annotations
 
 import logging
-import math
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -37,9 +35,10 @@ from cosmos_rl.checkpoint import (
     OptimizerState,
     PlainState,
     RngStreams,
-    checkpoint_due,
+    Selection,
+    layout,
 )
-from cosmos_rl.config import load, schema
+from cosmos_rl.config import schema
 from cosmos_rl.data.audit import leakage_audit
 from cosmos_rl.data.cursor import PairCursor
 from cosmos_rl.data.pairs import (
@@ -49,15 +48,16 @@ from cosmos_rl.data.pairs import (
     check_source_symmetry,
     factory_source,
 )
-from cosmos_rl.errors import Preempted, RunFailed, UserError
+from cosmos_rl.dist.world import process_group_active, rank_and_world
+from cosmos_rl.errors import UserError
 from cosmos_rl.flow import noisy_latents, velocity_target
-from cosmos_rl.metrics import MetricsWriter, Progress
 from cosmos_rl.models.packing import velocity
-from cosmos_rl.models.setup import Policy, build_optimizer, build_policy
+from cosmos_rl.models.setup import TrainableModel, build_optimizer, build_trainable
 from cosmos_rl.models.text import tokenize_prompts
 from cosmos_rl.models.vae import encode_images
 from cosmos_rl.preempt import StopFlag
 from cosmos_rl.seeds import derive_seed
+from cosmos_rl.trainers.loop import LoopSpec, run_steps
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,6 @@ class DPOTrainer:
         device: torch.device,
         *,
         resume: bool = False,
-        exact: bool = False,
     ):
         if not isinstance(config.rl, schema.DPOConfig):
             raise TypeError("DPOTrainer needs a DPO config")
@@ -108,10 +107,9 @@ class DPOTrainer:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.device = device
-        self.resume, self.exact = resume, exact
-        self.distributed = dist.is_available() and dist.is_initialized()
-        self.rank = dist.get_rank() if self.distributed else 0
-        self.world = dist.get_world_size() if self.distributed else 1
+        self.resume = resume
+        self.distributed = process_group_active()
+        self.rank, self.world = rank_and_world()
         self.is_main = self.rank == 0
         self.step = 0  # optimizer steps completed
 
@@ -121,7 +119,7 @@ class DPOTrainer:
         if self.rl.validation.every > 0:
             self.val_source = build_source(self.rl.validation.data, size, config.job.seed, "rl.validation.data")
 
-        self.policy: Policy = build_policy(config, device)
+        self.model: TrainableModel = build_trainable(config, device)
         self._ids_cache: dict[str, torch.Tensor] = {}
         self._check_data()
         self.cursor = PairCursor(
@@ -132,7 +130,7 @@ class DPOTrainer:
             self.rank,
             shuffle=self.rl.data.shuffle,
         )
-        self.params = self.policy.trainable_parameters()
+        self.params = self.model.trainable_parameters()
         self.optimizer, self.schedule = build_optimizer(self.params, self.rl.optimizer)
         self.identity = plan.run_identity(config)
         self.checkpoints = CheckpointManager(
@@ -146,7 +144,7 @@ class DPOTrainer:
         ids = self._ids_cache.get(prompt)
         if ids is None:
             size = self.config.model.image_size
-            cond, _ = tokenize_prompts(self.policy.tokenizer, [prompt], resolution=(size, size))
+            cond, _ = tokenize_prompts(self.model.tokenizer, [prompt], resolution=(size, size))
             ids = self._ids_cache[prompt] = cond[0].to(self.device)
         return ids
 
@@ -159,72 +157,49 @@ class DPOTrainer:
             leakage_audit(self.train_source.membership_ids(), self.val_source.membership_ids())
 
     def _components(self, *, with_rng: bool = True) -> dict[str, Any]:
-        transformer = self.policy.state_module()
+        transformer = self.model.state_module()
         components: dict[str, Any] = {
-            "policy": ModelState(transformer, trainable_only=self.policy.lora),
-            "optimizer": OptimizerState(transformer, self.optimizer),
-            "lr_schedule": LRScheduleState(self.schedule),
-            "progress": PlainState({"step": self.step}),
+            layout.POLICY: ModelState(transformer, trainable_only=self.model.lora),
+            layout.OPTIMIZER: OptimizerState(transformer, self.optimizer),
+            layout.LR_SCHEDULE: LRScheduleState(self.schedule),
+            layout.PROGRESS: PlainState({"step": self.step}),
         }
         if self.rl.data.cursor_resume:
-            components["pair_cursor"] = PlainState(self.cursor.state_dict())
+            components[layout.DATA_CURSOR] = PlainState(self.cursor.state_dict())
         if with_rng:
-            components["rng"] = RngStreams()
+            components[layout.RNG] = RngStreams()
         return components
 
     def _load_latest(self) -> None:
         """Continue from the newest loadable committed checkpoint, or fail saying why (never restart from base).
 
-        A committed checkpoint that cannot be loaded (damaged files, another run's identity) is
-        skipped with a warning on the console naming why, and the next older one is tried; when
-        none loads, the run stops listing every reason.
+        `CheckpointManager.resume_latest` skips (with a warning naming why) a committed checkpoint
+        that cannot be loaded and tries the next older one; when none loads, the run stops listing
+        every reason.
         """
-        steps = self.checkpoints.committed_steps()
-        if not steps:
-            raise CheckpointError(f"{self.checkpoints.root}: no committed checkpoint to resume from")
-        reasons = []
-        for step in reversed(steps):
-            try:
-                manager, components, same_world = self._loader_for(step)
-                manager.check_loadable(step, components)
-            except CheckpointError as exc:
-                reasons.append(str(exc))
-                if self.is_main:
-                    print(f"cosmos-rl: warning: skipping a committed checkpoint that cannot be loaded: {exc}", file=sys.stderr, flush=True)
-                continue
-            for newer in steps[steps.index(step) + 1 :]:
-                moved = self.checkpoints.set_aside(newer)
-                if self.is_main:
-                    print(f"cosmos-rl: warning: moved the unloadable {self.checkpoints.step_dir(newer)} to {moved}", file=sys.stderr, flush=True)
-            manager.load(step, components)
-            self.step = int(components["progress"].data["step"])
-            if self.step != step:
-                raise CheckpointError(f"{self.checkpoints.step_dir(step)}: progress says step {self.step}")
-            if self.rl.data.cursor_resume:
-                self.cursor.load_state_dict(components["pair_cursor"].data)
-            log.info("resumed from %s", self.checkpoints.step_dir(step))
-            return
-        raise CheckpointError(
-            f"none of the {len(steps)} committed checkpoints under {self.checkpoints.root} can be loaded: " + " | ".join(reasons)
-        )
+        components: dict[str, Any] = {}
 
-    def _loader_for(self, step: int) -> tuple[CheckpointManager, dict, bool]:
-        """The manager and components that load `step`, after the identity and algorithm checks."""
-        meta = self.checkpoints.read_meta(step)
-        same_world = meta.get("world_size") == self.world
-        if meta.get("algorithm") not in (None, "dpo"):
-            raise CheckpointError(f"{self.checkpoints.step_dir(step)} was written by a {meta['algorithm']} run, not dpo")
-        if same_world and meta.get("run_identity") != self.identity:
-            raise CheckpointError(
-                f"{self.checkpoints.step_dir(step)}: run identity {meta.get('run_identity')!r} differs from this "
-                f"config's {self.identity!r}; resume with the run's own manifest.toml, or start a new run"
-            )
-        manager = self.checkpoints
-        if not same_world:
+        def choose(step: int, meta: dict) -> Selection:
+            nonlocal components
+            same_world = meta.get("world_size") == self.world
+            if meta.get("algorithm") not in (None, "dpo"):
+                raise CheckpointError(f"{self.checkpoints.step_dir(step)} was written by a {meta['algorithm']} run, not dpo")
+            if same_world and meta.get("run_identity") != self.identity:
+                raise CheckpointError(
+                    f"{self.checkpoints.step_dir(step)}: run identity {meta.get('run_identity')!r} differs from this "
+                    f"config's {self.identity!r}; resume with the run's own manifest.toml, or start a new run"
+                )
             # A non-exact DPO resume may change the world size (run.load_for_resume allowed it);
             # identity then differs only in the world fields, and per-rank RNG cannot carry over.
-            manager = CheckpointManager(self.run_dir, self.config.checkpoint.keep, run_identity=None, algorithm="dpo")
-        return manager, self._components(with_rng=same_world), same_world
+            components = self._components(with_rng=same_world)
+            return Selection(components, same_run=same_world)
+
+        step, _ = self.checkpoints.resume_latest(choose)
+        self.step = int(components[layout.PROGRESS].data["step"])
+        if self.step != step:
+            raise CheckpointError(f"{self.checkpoints.step_dir(step)}: progress says step {self.step}")
+        if self.rl.data.cursor_resume:
+            self.cursor.load_state_dict(components[layout.DATA_CURSOR].data)
 
     def save(self) -> Path:
         return self.checkpoints.save(self.step, self._components())
@@ -234,7 +209,7 @@ class DPOTrainer:
         """Latents [2P, C, h, w] (winners then losers) and the matching prompt ids."""
         images = torch.stack([p.winner for p in pairs] + [p.loser for p in pairs]).to(self.device)
         with torch.no_grad():
-            latents = encode_images(self.policy.vae, images)
+            latents = encode_images(self.model.vae, images)
         ids = [self.prompt_ids(p.prompt) for p in pairs]
         return latents, ids + ids
 
@@ -244,10 +219,10 @@ class DPOTrainer:
         eps2, t2 = torch.cat([eps, eps]), torch.cat([t, t])
         x_t = noisy_latents(latents, eps2, t2)
         target = velocity_target(latents, eps2)
-        with torch.no_grad(), self.policy.reference() as reference:
+        with torch.no_grad(), self.model.reference() as reference:
             mse_ref = per_sample_mse(velocity(reference, x_t, t2, ids), target)
         with torch.set_grad_enabled(with_grad):
-            mse = per_sample_mse(velocity(self.policy.transformer, x_t, t2, ids), target)
+            mse = per_sample_mse(velocity(self.model.transformer, x_t, t2, ids), target)
             return dpo_loss(mse[:count], mse[count:], mse_ref[:count], mse_ref[count:], self.rl.beta)
 
     def _draw(self, shape, *parts) -> tuple[torch.Tensor, torch.Tensor]:
@@ -318,55 +293,33 @@ class DPOTrainer:
         return {f"val/{k}": float(v) for k, v in zip(VAL_METRICS, sums[:-1] / sums[-1])}
 
     # -------------------------------------------------------------------------------- loop
+    def _holdout(self, step: int) -> dict[str, float]:
+        every = self.rl.validation.every
+        if self.val_source is None or every <= 0 or step % every:
+            return {}
+        return self.validate()
+
+    def _step(self, step: int) -> dict[str, float]:
+        assert step == self.step + 1, f"the loop asked for step {step} after step {self.step}"
+        return self.train_step()
+
     def run(self) -> list[dict[str, float]]:
         """Train to rl.max_steps, writing metrics and checkpoints; returns the rows this call wrote."""
-        cfg, rl = self.config, self.rl
-        writer = MetricsWriter.for_job(
-            cfg.job,
-            self.run_dir,
-            enabled=self.is_main,
-            resume_step=self.step if self.resume else None,
-            run_config=load.flatten(load.to_dict(cfg)),
-        )
-        progress = Progress(
-            enabled=self.is_main and cfg.job.progress,
-            total=rl.max_steps,
-            start=self.step,
-            unit="pairs",
-            fields=("train/loss", "train/dpo_accuracy"),
+        spec = LoopSpec(
+            run_dir=self.run_dir, start_step=self.step, resumed=self.resume, main=self.is_main,
+            unit="pairs", items_per_step=self.rl.pairs_per_step,
+            progress_fields=("train/loss", "train/dpo_accuracy"),
         )
         stop = StopFlag().install()
-        rows: list[dict[str, float]] = []
         try:
-            while self.step < rl.max_steps:
-                metrics = self.train_step()
-                if not all(math.isfinite(metrics[f"train/{k}"]) for k in ("loss", "grad_norm")):
-                    raise RunFailed(f"step {self.step}: non-finite loss or gradient norm ({metrics})")
-                every = rl.validation.every
-                if self.val_source is not None and every > 0 and self.step % every == 0:
-                    metrics.update(self.validate())
-                last = self.step == rl.max_steps
-                if self.step % cfg.job.log_every == 0 or last:
-                    writer.write(self.step, metrics)
-                    rows.append({"step": self.step, **metrics})
-                progress.update(self.step, metrics, rl.pairs_per_step)
-                saved = checkpoint_due(self.step, rl.max_steps, cfg.checkpoint.every)
-                if saved:
-                    self.save()
-                if not last and stop.should_stop():
-                    if not saved:
-                        self.save()
-                    raise Preempted(
-                        f"stopped by signal after committing step {self.step}; "
-                        f"continue with `cosmos-rl resume {self.run_dir} --exact`"
-                    )
+            return run_steps(
+                self.config, spec, self._step, lambda step: self.save(), stop.should_stop, self._holdout,
+                stop_committed=stop.mark_committed,
+            )
         finally:
             stop.uninstall()
-            progress.close()
-            writer.close()
-        return rows
 
 
-def train(config: schema.RunConfig, run_dir: Path, device: torch.device, *, resume: bool, exact: bool) -> list[dict]:
+def train(config: schema.RunConfig, run_dir: Path, device: torch.device, *, resume: bool) -> list[dict]:
     """Build the trainer for this rank and run it to the end."""
-    return DPOTrainer(config, run_dir, device, resume=resume, exact=exact).run()
+    return DPOTrainer(config, run_dir, device, resume=resume).run()

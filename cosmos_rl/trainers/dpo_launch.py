@@ -1,12 +1,13 @@
-"""Start a DPO run: `start(config, run_dir, resume, exact, console) -> exit code`.
+"""Start a DPO run: `start(config, run_dir, resume, console) -> exit code`.
 
-`grid.backend = "local"`: run `plan.torchrun_argv` (plus `--resume`/`--exact` on resume) as a child
+`grid.backend = "local"`: run `plan.torchrun_argv` (plus `--resume` on resume) as a child
 process, print the command first, forward SIGTERM/SIGINT/SIGUSR1 to it, and turn the workers'
 status files into the CLI's exit semantics (torchrun reports any worker failure as 1, so the
 reason and code each rank wrote to `<run_dir>/logs/rank<N>.status` decide: a UserError -> exit 2,
 preemption -> 75, anything else -> 1).
 
-Single node: torchrun `--standalone` on 127.0.0.1, gloo pinned to loopback (GLOO_SOCKET_IFNAME=lo).
+Single node: torchrun `--standalone` on 127.0.0.1; each worker pins gloo to loopback because its
+rendezvous address is loopback (the one rule, `dist.world.loopback_gloo`).
 Multi-node (grid.nodes > 1): the operator runs `cosmos-rl train MANIFEST` (or `resume`) once on
 every node with the same manifest; each node's torchrun starts its grid.gpus_per_node ranks and
 they meet at the c10d rendezvous `grid.rdzv_endpoint` (or $COSMOS_RL_RDZV_ENDPOINT), job id
@@ -25,31 +26,28 @@ import signal
 import subprocess
 from pathlib import Path
 
+from rich.markup import escape
+
 from cosmos_rl import plan
 from cosmos_rl.config import schema
-from cosmos_rl.errors import Preempted, RunFailed, UserError
-from cosmos_rl.trainers.dpo_worker import EXIT_FAILED, EXIT_PREEMPTED, EXIT_USER
+from cosmos_rl.errors import EXIT_FAILED, EXIT_REQUEUE, EXIT_USAGE, Preempted, RunFailed, UserError
 
 # SIGUSR1 (a scheduler's "about to preempt") becomes SIGTERM for torchrun, which forwards only
 # the signals it handles; its default action on SIGUSR1 would kill it and orphan the workers.
 _FORWARD = {signal.SIGTERM: signal.SIGTERM, signal.SIGINT: signal.SIGINT, signal.SIGUSR1: signal.SIGTERM}
 
 
-def worker_argv(config: schema.RunConfig, run_dir: Path, *, resume: bool, exact: bool) -> list[str]:
+def worker_argv(config: schema.RunConfig, run_dir: Path, *, resume: bool) -> list[str]:
     # preflight has checked that multi-node runs have an endpoint (manifest or environment)
     argv = plan.torchrun_argv(config, str(Path(run_dir) / "manifest.toml"))
     if resume:
         argv.append("--resume")
-        if exact:
-            argv.append("--exact")
     return argv
 
 
 def worker_env(config: schema.RunConfig) -> dict[str, str]:
     env = dict(os.environ)
     env["HF_HUB_OFFLINE"] = "1"
-    if config.grid.nodes == 1:
-        env["GLOO_SOCKET_IFNAME"] = "lo"
     if config.grid.device == "cpu":
         # torchrun pins one thread per worker only when a node runs several; with one rank per node a
         # CPU rank would use every core and sum in another order, so the same run split as 2 nodes x 1
@@ -62,8 +60,10 @@ def worker_env(config: schema.RunConfig) -> dict[str, str]:
 
 
 def _statuses(run_dir: Path) -> list[dict]:
+    """The ranks' recorded outcomes, first written first: a rank that failed first is the root cause
+    (the others then fail on the broken collective)."""
     out = []
-    for path in sorted((Path(run_dir) / "logs").glob("rank*.status")):
+    for path in sorted((Path(run_dir) / "logs").glob("rank*.status"), key=lambda p: (p.stat().st_mtime_ns, p.name)):
         try:
             out.append(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError):
@@ -71,14 +71,26 @@ def _statuses(run_dir: Path) -> list[dict]:
     return out
 
 
-def _raise_for(run_dir: Path, returncode: int) -> None:
-    """Map the ranks' recorded outcomes (or torchrun's code) to the CLI's exceptions."""
+def _raise_for(run_dir: Path, returncode: int, stopped_by: str | None = None) -> None:
+    """Map the ranks' recorded outcomes (or torchrun's code) to the CLI's exceptions.
+
+    `stopped_by`: the stop signal this launcher forwarded, if any. When no rank reported anything,
+    the workers ended before their step loop (which reports every outcome), so nothing was trained
+    since the last committed checkpoint: that is a requeue (75), not a failure.
+    """
     statuses = _statuses(run_dir)
-    by_code = {s.get("code"): s.get("message", "") for s in statuses}
-    if EXIT_USER in by_code:
-        raise UserError(by_code[EXIT_USER])
-    if EXIT_PREEMPTED in by_code:
-        raise Preempted(by_code[EXIT_PREEMPTED])
+    if not statuses and stopped_by:
+        raise Preempted(
+            f"stopped by {stopped_by} before the workers reached their first step; nothing was lost: "
+            f"continue with `cosmos-rl resume {run_dir}`"
+        )
+    by_code: dict = {}
+    for s in statuses:
+        by_code.setdefault(s.get("code"), s.get("message", ""))  # keep the first failure of each kind
+    if EXIT_USAGE in by_code:
+        raise UserError(by_code[EXIT_USAGE])
+    if EXIT_REQUEUE in by_code:
+        raise Preempted(by_code[EXIT_REQUEUE])
     if EXIT_FAILED in by_code:
         raise RunFailed(by_code[EXIT_FAILED])
     raise RunFailed(
@@ -86,14 +98,22 @@ def _raise_for(run_dir: Path, returncode: int) -> None:
     )
 
 
-def _run_forwarding_signals(argv: list[str], env: dict[str, str]) -> int:
+def _run_forwarding_signals(argv: list[str], env: dict[str, str], forwarded: list[str]) -> int:
+    """Run torchrun to its end; the name of each stop signal passed on is appended to `forwarded`."""
     # torchrun gets its own session: a signal sent to this process group (Ctrl-C in a terminal, a
     # scheduler signalling the job's group) then reaches the workers once, through the forwarding
     # below, instead of twice (which the workers would take as "abort now").
-    child = subprocess.Popen(argv, env=env, start_new_session=True)
+    # It inherits the run directory's lock (the lock then lasts until torchrun is gone too) and gets
+    # SIGTERM if this launcher dies, so a killed launcher never leaves its workers training alone.
+    from cosmos_rl import run_lock
+
+    child = subprocess.Popen(
+        argv, env=env, start_new_session=True, pass_fds=run_lock.inherited_fds(), preexec_fn=run_lock.die_with_parent
+    )
 
     def forward(signum, frame):
         if child.poll() is None:
+            forwarded.append(signal.Signals(signum).name)
             child.send_signal(_FORWARD[signum])
 
     previous = {sig: signal.signal(sig, forward) for sig in _FORWARD}
@@ -108,18 +128,19 @@ def _run_forwarding_signals(argv: list[str], env: dict[str, str]) -> int:
             signal.signal(sig, handler)
 
 
-def start(config: schema.RunConfig, run_dir: Path, resume: bool, exact: bool, console) -> int:
+def start(config: schema.RunConfig, run_dir: Path, resume: bool, console) -> int:
     if config.grid.backend == "ray":
         from cosmos_rl.trainers import dpo_ray
 
-        return dpo_ray.start(config, Path(run_dir), resume, exact, console)
+        return dpo_ray.start(config, Path(run_dir), resume, console)
     run_dir = Path(run_dir)
     for stale in (run_dir / "logs").glob("rank*.status"):
         stale.unlink(missing_ok=True)
-    argv = worker_argv(config, run_dir, resume=resume, exact=exact)
-    console.print(f"[bold]launch[/]: {shlex.join(argv)}", highlight=False, soft_wrap=True)
-    returncode = _run_forwarding_signals(argv, worker_env(config))
+    argv = worker_argv(config, run_dir, resume=resume)
+    console.print(f"[bold]launch[/]: {escape(shlex.join(argv))}", highlight=False, soft_wrap=True)
+    forwarded: list[str] = []
+    returncode = _run_forwarding_signals(argv, worker_env(config), forwarded)
     if returncode == 0:
         return 0
-    _raise_for(run_dir, returncode)
+    _raise_for(run_dir, returncode, forwarded[0] if forwarded else None)
     return EXIT_FAILED  # not reached: _raise_for always raises

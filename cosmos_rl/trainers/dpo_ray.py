@@ -7,9 +7,10 @@ every rank joins the DCP checkpoint exactly as under torchrun.
 
 `grid.grouping = "per_role"`: the data role (pair source + cursor) lives in its own actor
 (`DPODataActor`, no placement bundle: it only indexes and decodes pairs). Each step every policy
-actor asks it for `next_batches(step)[rank]`; the first ask of a step advances the cursor, the
-others get the cached answer, so the ranks see the same global order as a local PairCursor. The
-checkpoint's `pair_cursor` is the data actor's cursor, and a resume pushes it back there.
+actor asks it for `next_batch(step, rank)` and receives only its own pairs; the first ask of a
+step advances the cursor, the others are answered from the cached split, so the ranks see the same
+global order as a local PairCursor. The
+checkpoint's `data_cursor` is the data actor's cursor, and a resume pushes it back there.
 
 Preemption: a scheduler signals the driver only. The driver passes SIGTERM/SIGUSR1/SIGINT on as
 SIGTERM to the actors on its own host (their pids are asked for at start-up), whose trainer then
@@ -24,6 +25,8 @@ import signal
 import socket
 import time
 from pathlib import Path
+
+from rich.markup import escape
 
 from cosmos_rl.config import schema
 from cosmos_rl.dist.ray_group import CALL_SLACK_S, ActorGroup, RankActor
@@ -42,18 +45,17 @@ class DPODataActor:
         rl = config.rl
         self.world_size = world_size
         self.source = build_source(rl.data, config.model.image_size, config.job.seed, "rl.data")
-        # world 1: the whole step's indices, which next_batches splits exactly as PairCursor does.
+        # world 1: the whole step's indices, which next_batch splits exactly as PairCursor does.
         self.cursor = PairCursor(len(self.source), rl.pairs_per_step, config.job.seed, 1, 0, shuffle=rl.data.shuffle)
         self._cached: tuple[int, list] | None = None
 
-    def next_batches(self, step: int) -> list[list]:
-        """The pairs of trainer step `step` (1-based), one list per rank; repeated asks are cached."""
+    def next_batch(self, step: int, rank: int) -> list:
+        """Rank `rank`'s pairs of trainer step `step` (1-based); the step's split is cached for the other ranks."""
         if self._cached is None or self._cached[0] != step:
             indices = self.cursor.next_batch()
             share = len(indices) // self.world_size
-            batches = [[self.source[i] for i in indices[r * share : (r + 1) * share]] for r in range(self.world_size)]
-            self._cached = (step, batches)
-        return self._cached[1]
+            self._cached = (step, [indices[r * share : (r + 1) * share] for r in range(self.world_size)])
+        return [self.source[i] for i in self._cached[1][rank]]
 
     def cursor_state(self) -> dict:
         return self.cursor.state_dict()
@@ -67,7 +69,7 @@ def _per_role_trainer(data_actor, timeout_s: float):
     """A DPOTrainer whose pairs come from the data actor (built lazily: torch imports stay in the actor)."""
     import ray
 
-    from cosmos_rl.checkpoint import PlainState
+    from cosmos_rl.checkpoint import PlainState, layout
     from cosmos_rl.errors import RunFailed
     from cosmos_rl.trainers.dpo import DPOTrainer
 
@@ -82,12 +84,12 @@ def _per_role_trainer(data_actor, timeout_s: float):
 
     class PerRoleDPOTrainer(DPOTrainer):
         def next_pairs(self) -> list:
-            return ask(self.rank, data_actor.next_batches.remote(self.step + 1), "next_batches")[self.rank]
+            return ask(self.rank, data_actor.next_batch.remote(self.step + 1, self.rank), "next_batch")
 
         def _components(self, *, with_rng: bool = True):
             components = super()._components(with_rng=with_rng)
-            if "pair_cursor" in components:  # the data actor's cursor, not this rank's unused one
-                components["pair_cursor"] = PlainState(ask(self.rank, data_actor.cursor_state.remote(), "cursor_state"))
+            if layout.DATA_CURSOR in components:  # the data actor's cursor, not this rank's unused one
+                components[layout.DATA_CURSOR] = PlainState(ask(self.rank, data_actor.cursor_state.remote(), "cursor_state"))
             return components
 
         def _load_latest(self) -> None:
@@ -105,14 +107,14 @@ class DPORayWorker(RankActor):
         self._init_rank(rank, world_size, config)
         self.run_dir, self.data_actor = Path(run_dir), data_actor
 
-    def train(self, resume: bool, exact: bool) -> int:
+    def train(self, resume: bool) -> int:
         """Run the trainer to rl.max_steps; returns the last step."""
         from cosmos_rl.trainers.dpo import DPOTrainer
         from cosmos_rl.trainers.dpo_worker import _setup_logging
 
         _setup_logging(self.run_dir, self.rank)
         cls = DPOTrainer if self.data_actor is None else _per_role_trainer(self.data_actor, DATA_TIMEOUT_S)
-        trainer = cls(self.config, self.run_dir, self.device, resume=resume, exact=exact)
+        trainer = cls(self.config, self.run_dir, self.device, resume=resume)
         trainer.run()
         return trainer.step
 
@@ -122,9 +124,11 @@ class DPORayWorker(RankActor):
         return socket.gethostname(), os.getpid()
 
     def shutdown(self) -> None:
-        import torch.distributed as dist
+        from cosmos_rl.dist.world import process_group_active
 
-        if dist.is_available() and dist.is_initialized():
+        if process_group_active():
+            import torch.distributed as dist
+
             dist.destroy_process_group()
 
 
@@ -152,7 +156,7 @@ class _forward_stop_signals:
             signal.signal(sig, handler)
 
 
-def start(config: schema.RunConfig, run_dir: Path, resume: bool, exact: bool, console) -> int:
+def start(config: schema.RunConfig, run_dir: Path, resume: bool, console) -> int:
     from cosmos_rl import plan
 
     world, _ = plan.world_size(config)
@@ -169,7 +173,7 @@ def start(config: schema.RunConfig, run_dir: Path, resume: bool, exact: bool, co
         group.init_args = (config, str(run_dir), data_actor)
         group.start()
         group.write_placement(run_dir)  # where each rank landed: rank -> node id / node ip
-        console.print(f"[bold]dpo[/]: {group.placement_summary()}", highlight=False, soft_wrap=True)
+        console.print(f"[bold]dpo[/]: {escape(group.placement_summary())}", highlight=False, soft_wrap=True)
         console.print(
             f"[bold]dpo[/]: {world} Ray actors ({config.grid.grouping}) ready in {time.perf_counter() - t0:.1f} s",
             highlight=False,
@@ -179,7 +183,7 @@ def start(config: schema.RunConfig, run_dir: Path, resume: bool, exact: bool, co
         # One call spans the whole run: allow each remaining step the collective timeout.
         budget = config.rl.max_steps * config.grid.timeout_s + CALL_SLACK_S
         with _forward_stop_signals(local_pids):
-            group.call_all("train", resume, exact, timeout_s=budget)
+            group.call_all("train", resume, timeout_s=budget)
         group.call_all("shutdown", timeout_s=CALL_SLACK_S)
         return 0
     finally:

@@ -1,7 +1,7 @@
-"""torchrun entry of a DPO run: `python -m cosmos_rl.trainers.dpo_worker <run_dir>/manifest.toml [--resume] [--exact]`.
+"""torchrun entry of a DPO run: `python -m cosmos_rl.trainers.dpo_worker <run_dir>/manifest.toml [--resume]`.
 
 One process per rank. It joins the process group, runs `trainers.dpo`, and leaves through
-`dist.world.finish_worker` (never interpreter teardown: see platform.md). Exit codes follow the
+`dist.world.finish_worker` (never interpreter teardown: see docs/topology.md, "Platform traps"). Exit codes follow the
 CLI: 0 done, 2 a user mistake (UserError), 75 preempted after a committed checkpoint, 1 anything
 else. The one-line reason goes to stderr and to `<run_dir>/logs/rank<N>.status` (JSON: code,
 message), which the launcher reads because torchrun itself reports every worker failure as 1; the
@@ -17,7 +17,7 @@ import sys
 import traceback
 from pathlib import Path
 
-EXIT_OK, EXIT_FAILED, EXIT_USER, EXIT_PREEMPTED = 0, 1, 2, 75
+from cosmos_rl.errors import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE
 
 
 def status_path(run_dir: Path, rank: int) -> Path:
@@ -41,7 +41,7 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def run_worker(manifest: Path, resume: bool, exact: bool) -> int:
+def run_worker(manifest: Path, resume: bool) -> int:
     from cosmos_rl.dist.fsdp import quiet_view_output_warning
     from cosmos_rl.dist.torchrun import torchrun_rank
 
@@ -64,18 +64,18 @@ def run_worker(manifest: Path, resume: bool, exact: bool) -> int:
         config = load.load(manifest)
         device = pick_device(config.grid.device, me.local_rank)
         init_process_group(device, me.rank, me.world_size, config.grid.timeout_s)
-        train(config, run_dir, device, resume=resume, exact=exact)
+        train(config, run_dir, device, resume=resume)
     except BaseException as exc:  # noqa: BLE001 - every failure must become an exit code and a line
         from cosmos_rl.errors import Preempted, UserError
 
         logging.getLogger(__name__).error("rank %d failed:\n%s", me.rank, traceback.format_exc())
         if isinstance(exc, Preempted):
-            code, message = EXIT_PREEMPTED, str(exc)
+            code, message = EXIT_REQUEUE, str(exc)
         elif isinstance(exc, UserError):
-            code, message = EXIT_USER, str(exc)
+            code, message = EXIT_USAGE, str(exc)
         else:
             code, message = EXIT_FAILED, f"rank {me.rank}: {_one_line(exc)} (traceback in {log_file})"
-        print(f"error: {message}" if code != EXIT_PREEMPTED else message, file=sys.stderr)
+        print(f"error: {message}" if code != EXIT_REQUEUE else message, file=sys.stderr)
     status.write_text(json.dumps({"code": code, "message": message}), encoding="utf-8")
     return code
 
@@ -84,9 +84,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="cosmos_rl.trainers.dpo_worker")
     parser.add_argument("manifest", type=Path, help="<run_dir>/manifest.toml written by `cosmos-rl train`")
     parser.add_argument("--resume", action="store_true", help="continue from the newest committed checkpoint")
-    parser.add_argument("--exact", action="store_true", help="the resume must continue bit-exactly")
     args = parser.parse_args(argv)
-    code = run_worker(args.manifest, args.resume, args.exact)
+    code = run_worker(args.manifest, args.resume)
     from cosmos_rl.dist.world import finish_worker
 
     finish_worker(code)

@@ -1,13 +1,19 @@
-"""One DiffusionNFT rank: the Ray actor that plays data, rollout, reward, replay and policy.
+"""The DiffusionNFT step: rollout, reward, advantages, training, old-policy refresh.
 
-Every rank holds the whole (FSDP2-sharded) network with two LoRA adapters, "policy" (trained)
+Every model rank holds the whole (FSDP2-sharded) network with two LoRA adapters, "policy" (trained)
 and "old" (the moving old policy, used for rollouts and v_old); adapters disabled give the frozen
 reference. Per step every rank walks the same prompt rows and makes ONE sample per row, so a
 prompt's group is the row's samples across the ranks (group_size = world size).
 
-Reward: each rank scores its own images through the reward service (the service sees group_size
-concurrent requests; no rank waits on another rank's decoding), then one all_gather gives every
-rank the [rows, group_size] reward table, so every rank computes the same advantages.
+`NFTTrainer` is one process's share of that work. In a run, each Ray actor (`NFTWorker`) holds one
+and plays one rank; the ranks meet through `RankCollectives` (gloo/NCCL). For fast tests,
+`trainers.nft_local` builds one trainer that plays every rank of a group in one process
+(`LocalCollectives`) and gives the same numbers; no manifest reaches it (the spec's
+one-sample-per-rank rule stands for runs).
+
+Reward: each rank scores its own images (the service sees group_size concurrent requests; no rank
+waits on another rank's decoding), then one all_gather gives every rank the [rows, group_size]
+reward table, so every rank computes the same advantages.
 
 Determinism: every random draw comes from a generator seeded by a hash of (job.seed, purpose,
 rank, counter): rollout noise from the source-row counter (`rollout_seed_clock = "source_row"`:
@@ -18,79 +24,83 @@ continues exactly.
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
+import numpy as np
 import torch
-import torch.distributed as dist
 
 from cosmos_rl import plan
 from cosmos_rl.algorithms import nft as nft_math
-from cosmos_rl.checkpoint import CheckpointManager, LRScheduleState, OptimizerState, PlainState, RngStreams
+from cosmos_rl.checkpoint import CheckpointManager, LRScheduleState, OptimizerState, PlainState, RngStreams, layout
 from cosmos_rl.config import schema
 from cosmos_rl.dist.ray_group import RankActor
-from cosmos_rl.errors import UserError
+from cosmos_rl.errors import RunFailed
 from cosmos_rl.seeds import derive_seed
-from cosmos_rl.trainers.nft_state import SEED_CONTRACT_KEY, AdapterState, contract_changes
+from cosmos_rl.trainers.nft_collectives import LocalCollectives, RankCollectives
+from cosmos_rl.trainers.nft_state import SEED_CONTRACT_KEY, AdapterState
 
-POLICY, OLD = "policy", "old"
+POLICY, OLD = "policy", "old"  # the two LoRA adapter names
+
+# (rank, uint8 images [rows, H, W, 3], prompts) -> one score per image
+ScoreFn = Callable[[int, np.ndarray, Sequence[str]], list[float]]
+
+__all__ = ["NFTTrainer", "NFTWorker", "LocalCollectives", "RankCollectives", "rollout_noise"]
 
 
 def _generator(seed: int, device: torch.device) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(seed)
 
 
-class NFTWorker(RankActor):
-    """The actor. The driver calls pick_port (rank 0), setup_world, build, train_step, save."""
+def rollout_noise(
+    rl: schema.NFTConfig, job_seed: int, rank: int, step: int, latent_shape: tuple[int, ...], device: torch.device
+) -> torch.Tensor:
+    """Rank `rank`'s initial noise for the rows of `step` (1-based); see the module docstring for the clock."""
+    rows = rl.prompts_per_step
+    if rl.rollout_seed_clock == "source_row":
+        first = (step - 1) * rows  # rows visited before this step
+        return torch.cat([
+            torch.randn(1, *latent_shape, generator=_generator(derive_seed(job_seed, "rollout-row", rank, first + j), device), device=device)
+            for j in range(rows)
+        ])
+    gen = _generator(derive_seed(job_seed, "rollout-step", rank, step), device)
+    return torch.randn(rows, *latent_shape, generator=gen, device=device)
 
-    def __init__(self, rank: int, world_size: int, config: schema.RunConfig, run_dir: str, reward_url: str):
-        self._init_rank(rank, world_size, config)
-        self.rl = config.rl
+
+class NFTTrainer:
+    """The NFT state of one process (model, adapters, optimizer, prompts, checkpoints) and its step.
+
+    It plays the ranks `comm.ranks`: one in a Ray run, all of a group in `trainers.nft_local`.
+    """
+
+    def __init__(self, config: schema.RunConfig, run_dir: Path, device: torch.device, comm, score: ScoreFn):
+        self.config, self.rl = config, config.rl
         self.run_dir = Path(run_dir)
-        self.reward_url = reward_url
+        self.device, self.comm, self.score = device, comm, score
 
     # ----------------------------------------------------------------- build / resume
     def build(self, resume: bool) -> int:
-        """Model, optimizer, prompts, reward client; on resume load the newest checkpoint. Returns the step."""
+        """Model, optimizer, prompts; on resume load the newest checkpoint. Returns the step."""
         from cosmos_rl.data.prompts import BUILTIN_PROMPTS, PromptCursor, load_prompts
         from cosmos_rl.models import lora
-        from cosmos_rl.models.setup import build_optimizer, build_policy
-        from cosmos_rl.rewards.client import RewardClient
+        from cosmos_rl.models.setup import build_optimizer, build_trainable
 
         rl, config = self.rl, self.config
-        if config.model.lora.rank <= 0 and rl.old.build_old:
-            raise UserError(
-                "model.lora.rank: NFT keeps the old policy as a second LoRA adapter; set model.lora.rank > 0 "
-                "(or rl.old.build_old = false)"
-            )
         names = (POLICY, OLD) if rl.old.build_old else (POLICY,)
-        self.policy = build_policy(config, self.device, adapter_names=names)
-        self.transformer = self.policy.transformer
+        self.model = build_trainable(config, self.device, adapter_names=names)
+        self.transformer = self.model.transformer
         if rl.old.build_old:
             lora.copy_adapter(self.transformer, POLICY, OLD)  # the old policy starts as the policy, exactly
         self._activate(POLICY)
-        self.optimizer, self.schedule = build_optimizer(self.policy.trainable_parameters(), rl.optimizer)
+        self.optimizer, self.schedule = build_optimizer(self.model.trainable_parameters(), rl.optimizer)
 
         self.prompts = load_prompts(rl.prompts.file) if rl.prompts.file else list(BUILTIN_PROMPTS)
         self.cursor = PromptCursor(len(self.prompts), rl.prompts_per_step, config.job.seed, rl.prompts.shuffle)
         self._token_cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        token = os.environ.get(rl.reward.token_env) if rl.reward.token_env else None
-        self.reward_client = RewardClient(
-            self.reward_url, rl.reward.name, rl.reward.revision, rl.reward.timeout_s,
-            rl.reward.max_retries, rl.reward.backoff_s, token,
-        )
-        vae_cfg = self.policy.vae.config
+        vae_cfg = self.model.vae.config
         side = config.model.image_size // int(vae_cfg.scale_factor_spatial)
         self.latent_shape = (int(self.transformer.config.latent_channel), side, side)
-        candidates = max(rl.sample_steps - 1, 1)
-        if not rl.uniform_timestep and rl.timesteps_per_sample > candidates:
-            raise UserError(
-                f"rl.timesteps_per_sample: {rl.timesteps_per_sample} exceeds the {candidates} sampler timesteps "
-                f"a rollout of rl.sample_steps = {rl.sample_steps} offers; lower it or set 0 (all of them)"
-            )
 
         self.seed_contract = plan.seed_contract(config)
         self.progress = {"step": 0}
@@ -99,43 +109,24 @@ class NFTWorker(RankActor):
         )
         if not resume:
             return 0
-        step = self.checkpoints.latest_committed()
-        if step is None:
-            raise UserError(f"{self.run_dir}: no committed checkpoint to resume from")
-        # Refuse a changed seed contract before anything (the prompt cursor included) is loaded.
-        saved = self.checkpoints.read_meta(step).get("extra", {}).get(SEED_CONTRACT_KEY, {})
-        changes = contract_changes(saved, self.seed_contract)
-        if changes:
-            raise UserError(f"{self.run_dir}: the seed contract changed since step {step}: {'; '.join(changes)}")
-        step = self._newest_loadable()
-        self.checkpoints.load(step, self._components())
-        if self.progress["step"] != step:
-            raise UserError(f"checkpoint step_{step} records step {self.progress['step']}; the checkpoint is inconsistent")
-        return step
-
-    def _newest_loadable(self) -> int:
-        """The newest committed step that loads; damaged newer ones are warned about and set aside
-        (renamed, never deleted), since the steps after the chosen one are run and saved again."""
-        steps = self.checkpoints.committed_steps()
-        step = self.checkpoints.latest_loadable(self._components())  # raises naming every reason if none loads
-        for newer in steps[steps.index(step) + 1 :]:
-            moved = self.checkpoints.set_aside(newer)
-            if self.rank == 0:
-                print(f"cosmos-rl: warning: checkpoint step_{newer} cannot be loaded; moved it to {moved} "
-                      f"and resumed from step_{step}", file=sys.stderr, flush=True)
+        # The caller has refused a changed seed contract (nft_state.check_seed_contract) before
+        # anything was built; here the newest loadable checkpoint is loaded (damaged newer ones are
+        # warned about and set aside, never deleted).
+        step, _ = self.checkpoints.resume_latest(self._components())
+        assert self.progress["step"] == step, f"checkpoint step_{step} records step {self.progress['step']}"
         return step
 
     def _components(self) -> dict[str, Any]:
         components: dict[str, Any] = {
-            "policy": AdapterState(self.transformer, POLICY),
-            "optimizer": OptimizerState(self.transformer, self.optimizer),
-            "schedule": LRScheduleState(self.schedule),
-            "cursor": _CursorState(self.cursor),
-            "progress": PlainState(self.progress),
-            "rng": RngStreams(),
+            layout.POLICY: AdapterState(self.transformer, POLICY),
+            layout.OPTIMIZER: OptimizerState(self.transformer, self.optimizer),
+            layout.LR_SCHEDULE: LRScheduleState(self.schedule),
+            layout.DATA_CURSOR: _CursorState(self.cursor),
+            layout.PROGRESS: PlainState(self.progress),
+            layout.RNG: RngStreams(),
         }
         if self.rl.old.build_old:
-            components["old"] = AdapterState(self.transformer, OLD)
+            components[layout.OLD] = AdapterState(self.transformer, OLD)
         return components
 
     def save(self, step: int) -> str:
@@ -154,9 +145,9 @@ class NFTWorker(RankActor):
 
         lora.set_active(self.transformer, name)
         if name != POLICY:
-            for key, param in lora.adapter_tensors(self.transformer, name).items():
+            for param in lora.adapter_tensors(self.transformer, name).values():
                 param.requires_grad_(False)
-            for key, param in lora.adapter_tensors(self.transformer, POLICY).items():
+            for param in lora.adapter_tensors(self.transformer, POLICY).values():
                 param.requires_grad_(True)
 
     def _tokens(self, rows: list[int]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -165,34 +156,9 @@ class NFTWorker(RankActor):
         size = self.config.model.image_size
         for row in rows:
             if row not in self._token_cache:
-                cond, uncond = tokenize_prompts(self.policy.tokenizer, [self.prompts[row]], resolution=(size, size))
+                cond, uncond = tokenize_prompts(self.model.tokenizer, [self.prompts[row]], resolution=(size, size))
                 self._token_cache[row] = (cond[0].to(self.device), uncond[0].to(self.device))
         return [self._token_cache[r][0] for r in rows], [self._token_cache[r][1] for r in rows]
-
-    def _rollout_noise(self, step: int) -> torch.Tensor:
-        """This rank's initial noise for the step's rows (see the module docstring for the clock)."""
-        rows, seed = self.rl.prompts_per_step, self.config.job.seed
-        if self.rl.rollout_seed_clock == "source_row":
-            first = (step - 1) * rows  # rows visited before this step
-            return torch.cat([
-                torch.randn(1, *self.latent_shape, generator=_generator(derive_seed(seed, "rollout-row", self.rank, first + j), self.device), device=self.device)
-                for j in range(rows)
-            ])
-        gen = _generator(derive_seed(seed, "rollout-step", self.rank, step), self.device)
-        return torch.randn(rows, *self.latent_shape, generator=gen, device=self.device)
-
-    def _mean_over_ranks(self, values: dict[str, float]) -> dict[str, float]:
-        keys = sorted(values)
-        vec = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=self.device)
-        dist.all_reduce(vec)
-        vec /= self.world_size
-        return dict(zip(keys, vec.tolist()))
-
-    def _gather(self, tensor: torch.Tensor) -> torch.Tensor:
-        """[world, *shape] of every rank's `tensor`."""
-        parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
-        dist.all_gather(parts, tensor.contiguous())
-        return torch.stack(parts)
 
     # ----------------------------------------------------------------- the step
     def train_step(self, step: int) -> dict[str, float]:
@@ -202,75 +168,70 @@ class NFTWorker(RankActor):
         from cosmos_rl.models.packing import velocity
         from cosmos_rl.models.sampling import sample_latents
         from cosmos_rl.models.vae import decode_latents
-        from cosmos_rl.rewards.client import RewardServiceError
         from cosmos_rl.rewards.functions import to_uint8
 
-        rl = self.rl
+        rl, ranks = self.rl, self.comm.ranks
         batch = self.cursor.next_batch(self.prompts)
         rows = [row for row, _ in batch]
         texts = [text for _, text in batch]
         cond, uncond = self._tokens(rows)
 
-        # -- rollout with the old policy
+        # -- rollout with the old policy: one sample per row for each rank this process plays
         t0 = time.perf_counter()
         self._activate(OLD if rl.old.build_old else POLICY)
+        rollouts = []
         with torch.no_grad():
-            x0, sigmas = sample_latents(
-                lambda x, s, ids: velocity(self.transformer, x, s, ids),
-                self._rollout_noise(step), cond, uncond, rl.sample_steps, rl.sampler_shift, rl.guidance,
-            )
-            images = decode_latents(self.policy.vae, x0)
+            for rank in ranks:
+                noise = rollout_noise(rl, self.config.job.seed, rank, step, self.latent_shape, self.device)
+                x0, sigmas = sample_latents(
+                    lambda x, s, ids: velocity(self.transformer, x, s, ids),
+                    noise, cond, uncond, rl.sample_steps, rl.sampler_shift, rl.guidance,
+                )
+                rollouts.append((x0, sigmas, decode_latents(self.model.vae, x0)))
         self._activate(POLICY)
         t1 = time.perf_counter()
 
         # -- reward: own images, then everyone's
-        pixels = to_uint8(images.permute(0, 2, 3, 1).cpu().numpy())
-        try:
-            own = self.reward_client.score(pixels, texts)
-        except RewardServiceError as exc:
-            from cosmos_rl.errors import RunFailed
-
-            raise RunFailed(f"rank {self.rank}: {exc}") from None  # the message names the service
-        rewards = self._gather(torch.tensor(own, dtype=torch.float64, device=self.device)).T.cpu()  # [rows, G]
+        own = []
+        for rank, (_, _, images) in zip(ranks, rollouts):
+            pixels = to_uint8(images.permute(0, 2, 3, 1).cpu().numpy())
+            own.append(torch.tensor(self.score(rank, pixels, texts), dtype=torch.float64, device=self.device))
+        rewards = self.comm.gather(own).T.cpu()  # [rows, G]
         t2 = time.perf_counter()
 
         advantages = nft_math.clamp_advantages(
             nft_math.group_advantages(rewards, std_scope=rl.advantage_std_scope), rl.advantage_low, rl.advantage_high
         )
         r_all = nft_math.optimality(advantages, rl.r_map, rl.advantage_low, rl.advantage_high, rl.r_tau)
-        r_own = r_all[:, self.rank].to(torch.float32)  # this rank's sample of each row
 
-        # -- train on this rank's samples with the forward process
-        train_metrics = self._train(step, x0, sigmas, cond, r_own)
+        # -- train on this process's samples with the forward process
+        samples = [(rank, x0, sigmas, r_all[:, rank].to(torch.float32)) for rank, (x0, sigmas, _) in zip(ranks, rollouts)]
+        train_metrics = self._train(step, samples, cond)
         if rl.old.build_old and step % rl.old.update_every == 0:
             keep = nft_math.old_decay(step, rl.old.decay_cap, rl.old.decay_rate)
             lora.blend_adapter(self.transformer, OLD, POLICY, keep)
         t3 = time.perf_counter()
 
         if rl.sample_grid_every and step % rl.sample_grid_every == 0:
-            everyone = self._gather(images.contiguous())  # [G, rows, 3, H, W]
-            if self.rank == 0:
-                grid = everyone.transpose(0, 1).reshape(-1, *images.shape[1:])  # row-major: one prompt per line
-                save_image_grid(grid, self.run_dir / "samples" / f"step_{step}.png", nrow=self.world_size)
+            everyone = self.comm.gather([images.contiguous() for _, _, images in rollouts])  # [G, rows, 3, H, W]
+            if 0 in ranks:
+                grid = everyone.transpose(0, 1).reshape(-1, *everyone.shape[2:])  # row-major: one prompt per line
+                save_image_grid(grid, self.run_dir / "samples" / f"step_{step}.png", nrow=self.comm.world_size)
 
-        local = {
-            **{f"train/{k}": v for k, v in train_metrics.items()},
-            "time/rollout_s": t1 - t0,
-            "time/reward_s": t2 - t1,
-            "time/train_s": t3 - t2,
-        }
-        metrics = self._mean_over_ranks(local)
+        timings = {"time/rollout_s": t1 - t0, "time/reward_s": t2 - t1, "time/train_s": t3 - t2}
+        metrics = self.comm.mean([{**{f"train/{k}": v for k, v in m.items()}, **timings} for m in train_metrics])
         metrics["train/reward_mean"] = float(rewards.mean())
         metrics["train/reward_std"] = float(rewards.std(unbiased=False))
         metrics["train/advantage_mean"] = float(advantages.mean())
         return metrics
 
-    def _train(self, step: int, x0: torch.Tensor, sigmas: torch.Tensor, cond: list[torch.Tensor], r: torch.Tensor) -> dict:
+    def _training_inputs(self, step: int, rank: int, x0: torch.Tensor, sigmas: torch.Tensor, cond: list[torch.Tensor], r: torch.Tensor):
+        """Rank `rank`'s training batch: its samples noised at the training timesteps (drawn from
+        a generator of (job.seed, rank, step)), the velocity target and each row's optimality."""
         from cosmos_rl.flow import noisy_latents, uniform_timesteps, velocity_target
-        from cosmos_rl.models.packing import velocity
 
         rl = self.rl
-        gen = _generator(derive_seed(self.config.job.seed, "train", self.rank, step), self.device)
+        gen = _generator(derive_seed(self.config.job.seed, "train", rank, step), self.device)
         rows = x0.shape[0]
         if rl.uniform_timestep:
             per_sample = rl.timesteps_per_sample or max(rl.sample_steps - 1, 1)
@@ -284,46 +245,108 @@ class NFTWorker(RankActor):
         ids = [ids for ids in cond for _ in range(per_sample)]
         r_rep = r.to(self.device).repeat_interleave(per_sample)
         eps = torch.randn(x0_rep.shape, generator=gen, device=self.device, dtype=x0_rep.dtype)
-        x_t = noisy_latents(x0_rep, eps, t)
-        target = velocity_target(x0_rep, eps)
+        return noisy_latents(x0_rep, eps, t), t, ids, velocity_target(x0_rep, eps), r_rep
 
+    def _rank_loss(self, x_t, t, ids, target, r_rep):
+        from cosmos_rl.models.packing import velocity
+
+        rl = self.rl
         with torch.no_grad():
+            v_old = None
             if rl.old.build_old:
                 self._activate(OLD)
                 v_old = velocity(self.transformer, x_t, t, ids)
                 self._activate(POLICY)
-            else:
-                v_old = None
             v_ref = None
             if rl.kl_beta:
-                with self.policy.reference() as ref:
+                with self.model.reference() as ref:
                     v_ref = velocity(ref, x_t, t, ids)
         v_theta = velocity(self.transformer, x_t, t, ids)
         if v_old is None:
             v_old = v_theta.detach()
-        loss, metrics = nft_math.nft_loss(
+        return nft_math.nft_loss(
             v_theta, v_old, v_ref if v_ref is not None else v_theta.detach(), target, r_rep,
-            rl.beta, rl.policy_loss_scale, rl.kl_beta,
+            rl.beta, rl.policy_loss_scale, rl.kl_beta, x0_weighting_t=t if rl.x0_weighting else None,
         )
+
+    def _train(self, step: int, samples: list, cond: list[torch.Tensor]) -> list[dict[str, float]]:
+        """One optimizer step on every played rank's samples; one metrics dict per played rank.
+
+        The loss is the mean of the played ranks' losses: FSDP averages gradients over ranks, so a
+        process playing all G ranks takes the same step as G processes playing one each.
+        """
+        losses, metrics = [], []
+        for rank, x0, sigmas, r in samples:
+            loss, rank_metrics = self._rank_loss(*self._training_inputs(step, rank, x0, sigmas, cond, r))
+            losses.append(loss)
+            metrics.append(rank_metrics)
+        loss = losses[0] if len(losses) == 1 else torch.stack(losses).mean()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        params = self.policy.trainable_parameters()
-        if rl.optimizer.grad_clip > 0:
-            norm = torch.nn.utils.clip_grad_norm_(params, rl.optimizer.grad_clip)
+        params = self.model.trainable_parameters()
+        if self.rl.optimizer.grad_clip > 0:
+            norm = torch.nn.utils.clip_grad_norm_(params, self.rl.optimizer.grad_clip)
         else:
             norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
         if hasattr(norm, "full_tensor"):
             norm = norm.full_tensor()
         self.optimizer.step()
         self.schedule.step()
-        out = {k: float(v) for k, v in metrics.items() if k != "loss"}
-        out["loss"] = float(metrics["loss"])
-        out["grad_norm"] = float(norm)
+        out = []
+        for rank_metrics in metrics:
+            row = {k: float(v) for k, v in rank_metrics.items() if k != "loss"}
+            row["loss"] = float(rank_metrics["loss"])
+            row["grad_norm"] = float(norm)
+            out.append(row)
         return out
 
+
+class NFTWorker(RankActor):
+    """The Ray actor of one rank. The driver calls pick_port (rank 0), setup_world, build, train_step, save."""
+
+    def __init__(self, rank: int, world_size: int, config: schema.RunConfig, run_dir: str, reward_url: str, reward_token: str | None):
+        self._init_rank(rank, world_size, config)
+        self.run_dir, self.reward_url, self.reward_token = Path(run_dir), reward_url, reward_token
+
+    def build(self, resume: bool) -> int:
+        from cosmos_rl.rewards.client import RewardClient
+
+        reward = self.config.rl.reward
+        client = RewardClient(
+            self.reward_url, reward.name, reward.revision, reward.timeout_s, reward.max_retries,
+            reward.backoff_s, self.reward_token,
+        )
+        self.trainer = NFTTrainer(
+            self.config, self.run_dir, self.device, RankCollectives(self.rank, self.world_size, self.device),
+            _scored_by(client),
+        )
+        return self.trainer.build(resume)
+
+    def train_step(self, step: int) -> dict[str, float]:
+        return self.trainer.train_step(step)
+
+    def save(self, step: int) -> str:
+        return self.trainer.save(step)
+
     def shutdown(self) -> None:
-        if dist.is_available() and dist.is_initialized():
+        from cosmos_rl.dist.world import process_group_active
+
+        if process_group_active():
+            import torch.distributed as dist
+
             dist.destroy_process_group()
+
+
+def _scored_by(client) -> ScoreFn:
+    from cosmos_rl.rewards.client import RewardServiceError
+
+    def score(rank: int, pixels: np.ndarray, prompts: Sequence[str]) -> list[float]:
+        try:
+            return client.score(pixels, prompts)
+        except RewardServiceError as exc:
+            raise RunFailed(f"rank {rank}: {exc}") from None  # the message names the service
+
+    return score
 
 
 class _CursorState(PlainState):
@@ -336,4 +359,3 @@ class _CursorState(PlainState):
 
     def restore(self, data: dict[str, Any]) -> None:
         self.cursor.load_state_dict(data)
-

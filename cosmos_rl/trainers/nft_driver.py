@@ -11,7 +11,9 @@ import os
 import time
 from pathlib import Path
 
-from cosmos_rl.config import load, schema
+from rich.markup import escape
+
+from cosmos_rl.config import schema
 from cosmos_rl.errors import Preempted, RunFailed, UserError
 
 METRIC_NAMES = (
@@ -33,10 +35,10 @@ def _reward_token(reward: schema.RewardConfig) -> str | None:
 
 def _resume_point(run_dir: Path) -> str:
     """Where a failed run continues from, for the one-line failure message."""
-    from cosmos_rl.checkpoint import CheckpointManager
+    from cosmos_rl.checkpoint import layout
 
     try:
-        step = CheckpointManager(run_dir, keep=0).latest_committed()
+        step = layout.latest_committed(layout.checkpoints_root(run_dir))
     except Exception:  # the message must not fail on an unreadable checkpoints folder
         step = None
     if step is None:
@@ -47,27 +49,18 @@ def _resume_point(run_dir: Path) -> str:
     )
 
 
-def _stop_flag():
-    """SIGTERM/SIGUSR1: finish the step, commit, exit 75; a second signal aborts (cosmos_rl.preempt)."""
+def start(config: schema.RunConfig, run_dir: Path, resume: bool, console) -> int:
     from cosmos_rl.preempt import StopFlag
-
-    flag = StopFlag()
-    try:
-        flag.install()
-    except ValueError:  # not the main thread (e.g. a test thread): no requeue support
-        pass
-    return flag
-
-
-def start(config: schema.RunConfig, run_dir: Path, resume: bool, exact: bool, console) -> int:
-    from cosmos_rl.checkpoint import checkpoint_due
-    from cosmos_rl.metrics import MetricsWriter, Progress
-    from cosmos_rl.rewards.client import RewardClient
+    from cosmos_rl.rewards.client import RewardClient, RewardServiceError
     from cosmos_rl.rewards.server import RewardServer
+    from cosmos_rl.trainers.loop import LoopSpec, run_steps
 
     rl = config.rl
     run_dir = Path(run_dir)
-    server = group = writer = progress = None
+    server = group = None
+    # Actors never see a scheduler's signal: the driver's flag decides (from the very start, so a
+    # stop while Ray and the actors start is honoured too), and save_fn reaches every rank.
+    stop = StopFlag().install_if_main_thread()
     try:
         if resume:
             from cosmos_rl.trainers.nft_state import check_seed_contract
@@ -77,65 +70,66 @@ def start(config: schema.RunConfig, run_dir: Path, resume: bool, exact: bool, co
         if not url:
             server = RewardServer("127.0.0.1", 0, revision=rl.reward.revision or None)
             url = server.start()
-        RewardClient(
+        token = _reward_token(rl.reward)  # read once here; the actors get it, not the variable's name
+        client = RewardClient(
             url, rl.reward.name, rl.reward.revision, rl.reward.timeout_s, rl.reward.max_retries,
-            rl.reward.backoff_s, _reward_token(rl.reward),
-        ).check_revision()
+            rl.reward.backoff_s, token,
+        )
+        try:
+            client.check_revision()
+        except RewardServiceError as exc:
+            # Nothing has started yet: an unreachable service at start is the manifest's URL to fix.
+            raise UserError(
+                f"rl.reward.url: the reward service at {url} cannot be reached before training ({exc}); "
+                "start it, or fix rl.reward.url (empty starts the built-in service)"
+            ) from None
 
         from cosmos_rl.dist.ray_group import ActorGroup
         from cosmos_rl.trainers.nft import NFTWorker
 
-        group = ActorGroup(config.grid, rl.group_size, NFTWorker, (config, str(run_dir), url))
+        group = ActorGroup(config.grid, rl.group_size, NFTWorker, (config, str(run_dir), url, token))
         t0 = time.perf_counter()
         group.start()
         group.write_placement(run_dir)  # where each rank landed: rank -> node id / node ip
-        console.print(f"[bold]nft[/]: {group.placement_summary()}", highlight=False, soft_wrap=True)  # one line in logs
+        console.print(f"[bold]nft[/]: {escape(group.placement_summary())}", highlight=False, soft_wrap=True)  # one line in logs
         start_step = group.call_all("build", resume)[0]
         console.print(
             f"[bold]nft[/]: {rl.group_size} actors ready in {time.perf_counter() - t0:.1f} s; "
-            f"{'resuming after' if resume else 'starting at'} step {start_step}, reward service {url}",
+            f"{'resuming after' if resume else 'starting at'} step {start_step}, reward service {escape(url)}",
             highlight=False,
         )
-        writer = MetricsWriter.for_job(
-            config.job, run_dir, enabled=True, resume_step=start_step if resume else None,
-            run_config=load.flatten(load.to_dict(config)),
+
+        def step_fn(step: int) -> dict[str, float]:
+            began = time.perf_counter()
+            try:
+                metrics = group.call_all("train_step", step)[0]
+            except RunFailed as exc:
+                raise RunFailed(f"step {step}: {exc}; {_resume_point(run_dir)}") from None
+            # What the actors did not spend in their three phases: Ray calls, gathers, grids, stragglers.
+            metrics["time/orchestration_s"] = max(0.0, time.perf_counter() - began - sum(metrics[k] for k in PHASES))
+            return metrics
+
+        def save_fn(step: int) -> None:
+            try:
+                group.call_all("save", step)
+            except RunFailed as exc:
+                raise RunFailed(f"checkpoint of step {step}: {exc}; {_resume_point(run_dir)}") from None
+
+        spec = LoopSpec(
+            run_dir=run_dir, start_step=start_step, resumed=resume, main=True, unit="samples",
+            items_per_step=rl.group_size * rl.prompts_per_step,
+            progress_fields=("train/reward_mean", "train/policy_loss"),
         )
-        progress = Progress(
-            enabled=config.job.progress, total=rl.max_steps, start=start_step, unit="samples",
-            fields=("train/reward_mean", "train/policy_loss"),
-        )
-        stop = _stop_flag()
-        try:
-            for step in range(start_step + 1, rl.max_steps + 1):
-                began = time.perf_counter()
-                try:
-                    metrics = group.call_all("train_step", step)[0]
-                except RunFailed as exc:
-                    raise RunFailed(f"step {step}: {exc}; {_resume_point(run_dir)}") from None
-                wall = time.perf_counter() - began
-                # What the actors did not spend in their three phases: Ray calls, gathers, grids, stragglers.
-                metrics["time/orchestration_s"] = max(0.0, wall - sum(metrics[k] for k in PHASES))
-                if step % config.job.log_every == 0 or step == rl.max_steps:
-                    writer.write(step, metrics)
-                progress.update(step, metrics, items=rl.group_size * rl.prompts_per_step)
-                if checkpoint_due(step, rl.max_steps, config.checkpoint.every) or stop.signalled:
-                    try:
-                        group.call_all("save", step)
-                    except RunFailed as exc:
-                        raise RunFailed(f"checkpoint of step {step}: {exc}; {_resume_point(run_dir)}") from None
-                if stop.signalled and step < rl.max_steps:
-                    raise Preempted(
-                        f"stopped by {stop.signalled} after committing step {step}; "
-                        f"continue with `cosmos-rl resume {run_dir} --exact`"
-                    )
-        finally:
-            stop.uninstall()
+        if stop.signalled:
+            # Stopped while starting: nothing was trained, so nothing is lost; `resume` starts over.
+            raise Preempted(
+                f"stopped by {stop.signalled} before step {start_step + 1}; nothing was lost: "
+                f"continue with `cosmos-rl resume {run_dir}`"
+            )
+        run_steps(config, spec, step_fn, save_fn, lambda: stop.signalled, stop_committed=stop.mark_committed)
         return 0
     finally:
-        if progress is not None:
-            progress.close()
-        if writer is not None:
-            writer.close()
+        stop.uninstall()
         if group is not None:
             group.shutdown()
         if server is not None:

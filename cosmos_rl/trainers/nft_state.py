@@ -13,7 +13,7 @@ import torch
 from torch.distributed.checkpoint.stateful import Stateful
 
 from cosmos_rl import plan
-from cosmos_rl.checkpoint import CheckpointManager
+from cosmos_rl.checkpoint import layout
 from cosmos_rl.config import schema
 from cosmos_rl.errors import UserError
 
@@ -60,13 +60,13 @@ def check_seed_contract(config: schema.RunConfig, run_dir: Path) -> int:
 
     Reads only `meta.json`, so it runs before Ray starts and before any cursor moves.
     """
-    manager = CheckpointManager(run_dir, keep=0)
-    step = manager.latest_committed()
+    root = layout.checkpoints_root(run_dir)
+    step = layout.latest_committed(root)
     if step is None:
         raise UserError(f"{run_dir}: no committed checkpoint to resume from; start it again with `cosmos-rl train`")
-    saved = manager.read_meta(step).get("extra", {}).get(SEED_CONTRACT_KEY)
+    saved = layout.read_meta(root, step).get("extra", {}).get(SEED_CONTRACT_KEY)
     if saved is None:
-        raise UserError(f"{manager.step_dir(step)}: meta.json records no seed contract; it was not written by the NFT trainer")
+        raise UserError(f"{layout.step_dir(root, step)}: meta.json records no seed contract; it was not written by the NFT trainer")
     changes = contract_changes(saved, plan.seed_contract(config))
     if changes:
         raise UserError(

@@ -1,0 +1,257 @@
+"""GPU check: NFT rollout samples/s (packed vs the stock pipeline), NFT and DPO step time, peak
+memory and MFU of a Nano-like Cosmos3 under bf16 FSDP2 with LoRA policy + old adapters. One JSON object.
+
+    python3 bench/gpu_check.py                                   # one GPU, Nano-like random weights
+    python3 bench/gpu_check.py --model /models/cosmos3-nano      # that folder's architecture (random weights)
+    python3 bench/gpu_check.py --size tiny --device cpu          # the test suite's run (seconds)
+
+A one-rank FSDP2 world (nccl on the GPU, gloo on CPU, through a file store: no socket). Phases, in
+order, each skipped (and said so) once `--budget-s` is spent, so a run always ends in time:
+  nft_policy_only  a model with the "policy" adapter only: the NFT train step without the old and
+                   reference forwards (what the memory ratio divides by)
+  rollout          "policy" + "old" adapters: the old policy samples `rollout_samples` images
+                   packed (one forward per sampler step) and through Cosmos3OmniPipeline per sample
+  nft              the NFT train step: old and reference no-grad forwards, policy forward+backward,
+                   AdamW, old-adapter blend (kl_beta > 0 so the reference forward is paid for)
+  dpo              the DPO step on `dpo_pairs` pairs: reference no-grad forward and policy
+                   forward+backward of all 2P samples, AdamW
+Timings are medians over `--iters` after one warm-up (rollouts: best of `--repeats`). Memory is
+torch.cuda.max_memory_allocated per phase on a GPU, the process's peak RSS on CPU (which never
+goes down, so the CPU ratio is left out; `bench/nft_bench.py --memory` measures it in fresh
+processes). MFU counts model FLOPs (bench/mfu.py) against the device's dense bf16 peak; null on CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+import cosmos3_steps as steps
+import mfu
+
+
+class Clock:
+    def __init__(self, budget_s: float):
+        self.start, self.budget_s = time.perf_counter(), budget_s
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def spent(self) -> bool:
+        return self.elapsed() > self.budget_s
+
+
+def peak_mib(device: torch.device) -> float:
+    if device.type == "cuda":
+        return round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux: KiB
+
+
+def reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def release(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+class Flops:
+    """Model FLOPs of this run's forwards, from the transformer's configuration."""
+
+    def __init__(self, config, lora_rank: int, vision_tokens: int):
+        self.layers = int(config.num_hidden_layers)
+        self.width = int(config.num_attention_heads) * int(config.head_dim)
+        self.vision = vision_tokens
+        self.params = mfu.cosmos3_params_per_token(
+            hidden=int(config.hidden_size), intermediate=int(config.intermediate_size),
+            heads=int(config.num_attention_heads), kv_heads=int(config.num_key_value_heads),
+            head_dim=int(config.head_dim), layers=self.layers, lora_rank=lora_rank,
+        )  # fmt: skip
+
+    def forward(self, text_lens: list[int]) -> int:
+        vision = [self.vision] * len(text_lens)
+        return mfu.forward_flops(
+            params_per_token=self.params, tokens=sum(text_lens) + sum(vision), layers=self.layers,
+            attn_width=self.width, attention_pairs=mfu.cosmos3_attention_pairs(text_lens, vision),
+        )  # fmt: skip
+
+
+def step_phase(clock, device, iters, run_step, flops: Flops, text_lens, peak_tflops) -> dict:
+    if clock.spent():
+        return {"skipped": f"time budget spent after {clock.elapsed():.0f} s"}
+    counts = run_step()  # warm-up: allocator, kernels, optimizer state
+    reset_peak(device)
+    times = [steps.timed(run_step, device) for _ in range(iters)]
+    step_s = statistics.median(times)
+    total = mfu.step_flops(flops.forward(text_lens), **counts)
+    return {
+        "samples": len(text_lens), "step_s": round(step_s, 4), "iters": iters, **counts,
+        "flops": total, "tflops_per_s": round(total / step_s / 1e12, 3),
+        "mfu": _round(mfu.mfu(total, step_s, peak_tflops)), "peak_memory_mib": peak_mib(device),
+    }  # fmt: skip
+
+
+def _round(value, digits: int = 4):
+    return None if value is None else round(value, digits)
+
+
+def rollout_phase(parts, policy, spec, device, clock, repeats, flops: Flops, peak_tflops) -> dict:
+    if clock.spent():
+        return {"skipped": f"time budget spent after {clock.elapsed():.0f} s"}
+    transformer, samples = policy.transformer, spec.rollout_samples
+    prompts, cond, uncond = steps.prompt_ids(parts, samples, spec.image, device)
+    noise = steps.rollout_noise(parts, samples, spec.image, device)
+    steps.activate(transformer, steps.OLD)  # the trainer samples with the old policy
+    reset_peak(device)
+
+    def packed():
+        steps.packed_rollout(parts, transformer, spec, noise, cond, uncond)
+
+    def pipeline():
+        steps.pipeline_rollout(parts, transformer, spec, noise, prompts)
+
+    steps.packed_rollout(parts, transformer, spec, noise[:1], cond[:1], uncond[:1])  # warm-up
+    packed_s = min(steps.timed(packed, device) for _ in range(repeats))
+    packed_peak = peak_mib(device)
+    steps.pipeline_rollout(parts, transformer, spec, noise[:1], prompts[:1])  # warm-up
+    pipeline_s = min(steps.timed(pipeline, device) for _ in range(repeats))
+    steps.activate(transformer, steps.POLICY)
+
+    lens = [int(i.numel()) for i in cond] + ([int(i.numel()) for i in uncond] if spec.guidance != 1.0 else [])
+    total = spec.sample_steps * flops.forward(lens)  # both make the same forwards; decoding not counted
+    return {
+        "samples": samples, "sampler_steps": spec.sample_steps, "guidance": spec.guidance, "repeats": repeats,
+        "packed_s": round(packed_s, 4), "pipeline_s": round(pipeline_s, 4),
+        "packed_samples_per_s": round(samples / packed_s, 3), "pipeline_samples_per_s": round(samples / pipeline_s, 3),
+        "speedup": round(pipeline_s / packed_s, 3), "transformer_flops": total,
+        "packed_mfu": _round(mfu.mfu(total, packed_s, peak_tflops)),
+        "pipeline_mfu": _round(mfu.mfu(total, pipeline_s, peak_tflops)),
+        "packed_peak_memory_mib": packed_peak,
+    }  # fmt: skip
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", choices=sorted(steps.SIZES), default="nano")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--model", type=Path, default=None, help="diffusers folder whose architecture (and tokenizer) to use")
+    parser.add_argument("--load-weights", action="store_true", help="with --model: load its safetensors weights too")
+    parser.add_argument("--dtype", choices=["bfloat16", "float32"], default=None,
+                        help="compute dtype (FSDP2 mixed precision); default bfloat16 on cuda, float32 on cpu")  # fmt: skip
+    parser.add_argument("--iters", type=int, default=3, help="timed steps per step phase (after one warm-up)")
+    parser.add_argument("--repeats", type=int, default=2, help="rollouts timed per method (best kept)")
+    parser.add_argument("--budget-s", type=float, default=420.0, help="start no phase after this many seconds")
+    parser.add_argument("--gradient-checkpointing", action="store_true")
+    return parser.parse_args(argv)
+
+
+def _device(name: str) -> torch.device:
+    if name == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        sys.exit("gpu_check: --device cuda asked for but torch sees no GPU; run with --size tiny --device cpu")
+    torch.cuda.set_device(0)
+    return torch.device("cuda", 0)
+
+
+def build(args, spec, device, adapters):
+    parts = steps.build_parts(args.size, device, folder=args.model, load_weights=args.load_weights)
+    if args.gradient_checkpointing:
+        parts.transformer.enable_gradient_checkpointing()
+    policy, optimizer = steps.make_policy(parts, device, spec, adapters, mixed_precision=args.dtype == "bfloat16")
+    return parts, policy, optimizer
+
+
+def run(args) -> dict:
+    from cosmos_rl.dist import world
+    from cosmos_rl.dist.fsdp import quiet_view_output_warning
+
+    clock = Clock(args.budget_s)
+    device = _device(args.device)
+    args.dtype = args.dtype or ("bfloat16" if device.type == "cuda" else "float32")
+    spec = steps.SIZES[args.size]
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    peak_tflops = mfu.peak_bf16_tflops(device_name) if device.type == "cuda" and args.dtype == "bfloat16" else None
+    quiet_view_output_warning()
+    store = os.path.join(tempfile.mkdtemp(prefix="gpu-check-"), "store")
+    world.init_process_group(device, 0, 1, 600.0, store_file=store)
+    result: dict = {
+        "bench": "gpu_check", "date": datetime.date.today().isoformat(), "device": device_name,
+        "peak_bf16_tflops": peak_tflops, "size": args.size, "model": str(args.model) if args.model else "random",
+        "dtype": args.dtype, "world_size": 1, "fsdp2": True, "gradient_checkpointing": args.gradient_checkpointing,
+        "torch": torch.__version__,
+    }  # fmt: skip
+    try:
+        started = time.perf_counter()
+        parts, policy, optimizer = build(args, spec, device, (steps.POLICY,))
+        result["build_s"] = round(time.perf_counter() - started, 2)
+        config = parts.transformer.config
+        flops = Flops(config, spec.lora_rank, steps.vision_tokens(parts, spec.image))
+        nft = steps.make_batch(parts, spec.nft_rows * spec.timesteps_per_sample, spec.image, device, seed=1)
+        result["model_config"] = {
+            k: config[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                                   "num_key_value_heads", "head_dim", "latent_channel", "latent_patch_size", "vocab_size")
+        }  # fmt: skip
+        result["model_config"].update(
+            params_total=sum(p.numel() for p in parts.transformer.parameters()), params_per_token=flops.params,
+            lora_rank=spec.lora_rank, image_size=spec.image, vision_tokens_per_image=flops.vision,
+            text_tokens_mean=round(statistics.mean(nft.text_lens), 1),
+        )  # fmt: skip
+        result["nft_policy_only"] = step_phase(
+            clock, device, args.iters,
+            lambda: steps.nft_step(policy, optimizer, nft, with_old=False, kl_beta=0.0), flops, nft.text_lens, peak_tflops,
+        )  # fmt: skip
+        del parts, policy, optimizer
+        release(device)
+
+        parts, policy, optimizer = build(args, spec, device, (steps.POLICY, steps.OLD))
+        result["rollout"] = rollout_phase(parts, policy, spec, device, clock, args.repeats, flops, peak_tflops)
+        result["nft"] = step_phase(
+            clock, device, args.iters,
+            lambda: steps.nft_step(policy, optimizer, nft, with_old=True, kl_beta=1.0), flops, nft.text_lens, peak_tflops,
+        )  # fmt: skip
+        dpo = steps.dpo_batch(parts, spec.dpo_pairs, spec.image, device, seed=2)
+        result["dpo"] = step_phase(
+            clock, device, args.iters, lambda: steps.dpo_step(policy, optimizer, dpo), flops, dpo.text_lens, peak_tflops,
+        )  # fmt: skip
+        result["memory"] = _memory(result, device)
+    finally:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+    result["wall_s"] = round(clock.elapsed(), 1)
+    return result
+
+
+def _memory(result: dict, device: torch.device) -> dict:
+    kind = "cuda_max_memory_allocated" if device.type == "cuda" else "cpu_peak_rss"
+    memory = {"kind": kind, "goal_ratio": 1.10, "peak_mib": peak_mib(device)}
+    only, full = result["nft_policy_only"].get("peak_memory_mib"), result["nft"].get("peak_memory_mib")
+    if device.type == "cuda" and only and full:
+        memory.update(policy_only_nft_peak_mib=only, policy_old_ref_nft_peak_mib=full, ratio=round(full / only, 4))
+    else:
+        memory["ratio"] = None  # CPU peak RSS only grows within a process: see bench/nft_bench.py --memory
+    return memory
+
+
+def main() -> None:
+    print(steps.dumps(run(parse_args())), flush=True)
+    # A gloo/nccl world sometimes aborts at interpreter exit after all work is done; leave directly.
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

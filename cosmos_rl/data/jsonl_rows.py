@@ -1,0 +1,90 @@
+"""Reading the rows of a preference JSONL file, without opening any image; torch-free.
+
+The one parser of the format (see :mod:`cosmos_rl.data.jsonl_pairs`): the run's source stops at
+the first problem it returns, ``validate`` lists all of them. Each problem is a ``UserError``
+whose message starts with ``file:line``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from cosmos_rl.data.pair_metadata import parse_pair_metadata
+from cosmos_rl.data.textfile import read_lines
+from cosmos_rl.errors import UserError
+
+
+@dataclass(frozen=True)
+class PairRow:
+    line: int
+    id: str
+    prompt: str
+    winner: Path
+    loser: Path
+    winner_prompt: Optional[str]
+    loser_prompt: Optional[str]
+
+
+def _image_path(row: dict, key: str, folder: Path, origin: str) -> tuple[Path, os.stat_result]:
+    if key not in row:
+        raise UserError(f"{origin}: missing field {key!r}; every row needs 'winner' and 'loser' image paths")
+    value = row[key]
+    if not isinstance(value, str) or not value:
+        raise UserError(f"{origin}: field {key!r} must be an image path string, found {value!r}")
+    image = Path(value)
+    image = image if image.is_absolute() else folder / image
+    try:
+        found = os.stat(image)
+    except OSError:
+        found = None
+    if found is None or not stat.S_ISREG(found.st_mode):
+        raise UserError(f"{origin}: {key} image {image} does not exist; fix the path or add the file")
+    return image, found
+
+
+def parse_row(text: str, line: int, path: Path) -> PairRow:
+    origin = f"{path}:{line}"
+    try:
+        row = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{origin}: malformed JSON ({exc.msg} at column {exc.colno}); fix the row") from exc
+    pair_id, prompt, winner_prompt, loser_prompt = parse_pair_metadata(row, origin)
+    winner, winner_stat = _image_path(row, "winner", path.parent, origin)
+    loser, loser_stat = _image_path(row, "loser", path.parent, origin)
+    # One stat per image (no path resolution) keeps a million-row file cheap; same inode = same file.
+    if os.path.samestat(winner_stat, loser_stat):
+        raise UserError(f"{origin}: winner and loser are the same file {winner}; a pair needs two images")
+    return PairRow(line, pair_id, prompt, winner, loser, winner_prompt, loser_prompt)
+
+
+def read_pair_rows(path: Path) -> tuple[list[PairRow], list[UserError]]:
+    """Every good row in file order, and every problem (bad rows, duplicate ids, an empty file).
+
+    A file that cannot be read at all is raised, not returned: there are no rows to go on with.
+    """
+    rows: list[PairRow] = []
+    problems: list[UserError] = []
+    first_line_of: dict[str, int] = {}
+    for line, text in enumerate(read_lines(path, "preference JSONL"), start=1):
+        if not text.strip():
+            continue
+        try:
+            row = parse_row(text, line, path)
+        except UserError as exc:
+            problems.append(exc)
+            continue
+        if row.id in first_line_of:
+            problems.append(UserError(
+                f"{path}:{line}: duplicate id {row.id!r} (first at line {first_line_of[row.id]}); ids must be unique"
+            ))
+            continue
+        first_line_of[row.id] = line
+        rows.append(row)
+    if not rows and not problems:
+        problems.append(UserError(f"{path}: no preference rows found; the file is empty"))
+    return rows, problems

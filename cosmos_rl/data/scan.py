@@ -1,0 +1,161 @@
+"""`validate`'s read of the data a manifest names: cheap, torch-free, every problem at once.
+
+Rows go through the run's own readers (:mod:`~cosmos_rl.data.jsonl_rows`,
+:mod:`~cosmos_rl.data.tar_index`, :mod:`~cosmos_rl.data.prompt_file`), so a row `validate` passes
+is a row the run accepts: every JSONL row parses and names existing image files, ids are unique,
+every tar shard is complete and indexes, every prompt row parses. That pass reads metadata only and
+is what the run itself does when it starts.
+
+Opening images costs a file read each, so by default only a sample of rows has its images opened
+and verified (header decoded; PNG chunk checksums checked; pixels not decoded): the first
+:data:`SAMPLE_HEAD` rows plus :data:`SAMPLE_DRAWN` more drawn from the rest with
+``random.Random(SAMPLE_SEED)`` - the same rows on every call. ``full=True`` (``validate --data
+all``) opens every image. At most :data:`MAX_LISTED` problems are listed per source, then a count.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Callable, Sequence
+
+from cosmos_rl.config import schema
+from cosmos_rl.config.preflight import resolve_path
+from cosmos_rl.config.problems import Problem
+from cosmos_rl.data.image_files import check_image
+from cosmos_rl.data.jsonl_rows import PairRow, read_pair_rows
+from cosmos_rl.data.prompt_file import read_prompts
+from cosmos_rl.data.tar_index import TarSample, index_shards, read_blob, shard_paths
+from cosmos_rl.errors import UserError
+
+SAMPLE_HEAD = 32
+SAMPLE_DRAWN = 96
+SAMPLE_SEED = 0
+MAX_LISTED = 100
+
+
+def sample_rows(count: int, full: bool) -> list[int]:
+    """Row indices whose images are opened: all, or the first SAMPLE_HEAD plus SAMPLE_DRAWN drawn."""
+    if full or count <= SAMPLE_HEAD + SAMPLE_DRAWN:
+        return list(range(count))
+    drawn = random.Random(SAMPLE_SEED).sample(range(SAMPLE_HEAD, count), SAMPLE_DRAWN)
+    return list(range(SAMPLE_HEAD)) + sorted(drawn)
+
+
+def _sample_note(count: int, chosen: int, full: bool) -> str:
+    if chosen == count:
+        return f"images of all {count} rows opened"
+    return (f"images of {chosen} of {count} rows opened (the first {SAMPLE_HEAD} and {SAMPLE_DRAWN} drawn with seed "
+            f"{SAMPLE_SEED}; --data all opens every image)")
+
+
+def _image_file(path: Path, origin: str) -> None:
+    try:
+        with open(path, "rb") as handle:
+            check_image(handle, origin)
+    except OSError as exc:
+        raise UserError(f"{origin}: cannot read image file ({exc.strerror}); check the path") from exc
+
+
+def _jsonl_images(jsonl: Path, row: PairRow) -> None:
+    origin = f"{jsonl}:{row.line} (id {row.id!r})"  # as the run's JsonlPairs words it
+    for side, path in (("winner", row.winner), ("loser", row.loser)):
+        _image_file(path, f"{origin} {side}: {path}")
+
+
+def _tar_images(sample: TarSample) -> None:
+    for side, blob in (("winner", sample.winner), ("loser", sample.loser)):
+        origin = f"{sample.origin} (id {sample.id!r}) {side}"  # as the run's TarShardPairs words it
+        check_image(read_blob(sample, blob, origin), origin)
+
+
+class _Source:
+    """Problems and notes of one manifest key, capped at MAX_LISTED listed problems."""
+
+    def __init__(self, key: str):
+        self.key = key
+        self.problems: list[Problem] = []
+        self.unlisted = 0
+
+    def add(self, exc: UserError) -> None:
+        if len(self.problems) < MAX_LISTED:
+            self.problems.append(Problem(self.key, str(exc)))
+        else:
+            self.unlisted += 1
+
+    def finish(self) -> list[Problem]:
+        if self.unlisted:
+            self.problems.append(Problem(self.key, f"{self.unlisted} more problem(s) not listed (the first {MAX_LISTED} are)"))
+        return self.problems
+
+
+def _open_images(source: _Source, items: Sequence, check: Callable, full: bool) -> str:
+    chosen = sample_rows(len(items), full)
+    for index in chosen:
+        try:
+            check(items[index])
+        except UserError as exc:
+            source.add(exc)
+    return _sample_note(len(items), len(chosen), full)
+
+
+def _pairs(key: str, data: schema.PreferenceDataConfig, base: Path, full: bool) -> tuple[list[Problem], list[str]]:
+    if data.synthetic_pairs:
+        return [], []
+    if data.jsonl:
+        source, path = _Source(f"{key}.jsonl"), Path(resolve_path(data.jsonl, base))
+        if not path.is_file():
+            return [], []  # preflight reports it
+        try:
+            rows, bad = read_pair_rows(path)
+        except UserError as exc:
+            source.add(exc)
+            return source.finish(), []
+        for exc in bad:
+            source.add(exc)
+        note = _open_images(source, rows, lambda row: _jsonl_images(path, row), full)
+        return source.finish(), [f"{source.key}: {len(rows)} good rows, {len(bad)} bad; {note}"]
+    if data.shards:
+        source = _Source(f"{key}.shards")
+        try:
+            shards = shard_paths([resolve_path(entry, base) for entry in data.shards])
+        except UserError as exc:
+            source.add(exc)
+            return source.finish(), []
+        samples, bad = index_shards(shards)
+        for exc in bad:
+            source.add(exc)
+        note = _open_images(source, samples, _tar_images, full)
+        return source.finish(), [f"{source.key}: {len(shards)} shard(s), {len(samples)} good samples, {len(bad)} problem(s); {note}"]
+    if data.factory:
+        return [], [f"{key}.factory: a custom source; validate imports it but reads no data"]
+    return [], []
+
+
+def _prompts(rl: schema.NFTConfig, base: Path) -> tuple[list[Problem], list[str]]:
+    if not rl.prompts.file:
+        return [], []
+    source, path = _Source("rl.prompts.file"), Path(resolve_path(rl.prompts.file, base))
+    if not path.is_file():
+        return [], []  # preflight reports it
+    try:
+        prompts, bad = read_prompts(path)
+    except UserError as exc:
+        source.add(exc)
+        return source.finish(), []
+    for exc in bad:
+        source.add(exc)
+    return source.finish(), [f"{source.key}: {len(prompts)} prompts, {len(bad)} bad rows"]
+
+
+def check_data(config: schema.RunConfig, base_dir: Path | str, *, full: bool = False) -> tuple[list[Problem], list[str]]:
+    """(problems, one note per source read) for the data `config` names; paths relative to `base_dir`."""
+    base = Path(base_dir)
+    rl = config.rl
+    if isinstance(rl, schema.NFTConfig):
+        return _prompts(rl, base)
+    problems, notes = _pairs("rl.data", rl.data, base, full)
+    if rl.validation.every > 0:
+        more, more_notes = _pairs("rl.validation.data", rl.validation.data, base, full)
+        problems, notes = problems + more, notes + more_notes
+    return problems, notes

@@ -1,0 +1,210 @@
+"""Indexing webdataset-style tar shards of preference pairs, without opening any image; torch-free.
+
+The one reader of the layout (see :mod:`cosmos_rl.data.tar_pairs`): it expands the shard list,
+reads each shard's member table and ``json`` members, and records where each side's image bytes
+lie. The run's source stops at the first problem it returns, ``validate`` lists all of them.
+A shard that ends early (cut during a copy) is a problem of that shard: ``tarfile`` itself stops
+silently at a cut that falls on a member header, so the end-of-archive block is checked too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence, Union
+
+from braceexpand import braceexpand
+
+from cosmos_rl.data.pair_metadata import parse_pair_metadata
+from cosmos_rl.errors import UserError
+
+IMAGE_EXTENSIONS = ("png", "jpg", "jpeg", "webp")
+_BLOCK = 512  # tar's record unit: headers and data are padded to it
+
+
+@dataclass(frozen=True)
+class Blob:
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True)
+class TarSample:
+    shard: Path
+    key: str
+    id: str
+    prompt: str
+    winner: Blob
+    loser: Blob
+    winner_prompt: Optional[str]
+    loser_prompt: Optional[str]
+
+    @property
+    def origin(self) -> str:
+        return f"{self.shard} sample {self.key!r}"
+
+
+def split_member_name(name: str) -> Optional[tuple[str, str]]:
+    """``dir/abc.winner.png`` -> ``("dir/abc", "winner.png")``: the key ends at the file name's first dot."""
+    folder, slash, base = name.rpartition("/")
+    stem, dot, ext = base.partition(".")
+    if not stem or not dot:
+        return None
+    return folder + slash + stem, ext
+
+
+def shard_paths(urls_or_paths: Union[str, Path, Sequence[Union[str, Path]]]) -> list[Path]:
+    """Local shard paths from a path or a list of them; each may be a brace pattern
+    (``pairs-{000..009}.tar``), and ``::`` joins patterns in one string."""
+    entries = [urls_or_paths] if isinstance(urls_or_paths, (str, Path)) else list(urls_or_paths)
+    urls = [url for entry in entries for part in str(entry).split("::") for url in braceexpand(part)]
+    if not urls:
+        raise UserError("no tar shards given; pass shard paths or a brace pattern")
+    paths = []
+    for url in urls:
+        local = url[len("file:"):] if url.startswith("file:") else url
+        if "://" in local or local.startswith("pipe:"):
+            raise UserError(
+                f"{url}: pairs are read by index, which needs a local shard; copy the shards "
+                "to local disk and pass their paths"
+            )
+        path = Path(local)
+        if not path.is_file():
+            raise UserError(f"{path}: tar shard not found; check the shard paths or pattern")
+        paths.append(path)
+    return paths
+
+
+def _members_by_sample(shard: Path, members: list[tarfile.TarInfo]) -> list[tuple[str, dict[str, tarfile.TarInfo]]]:
+    samples: list[tuple[str, dict[str, tarfile.TarInfo]]] = []
+    seen: set[str] = set()
+    for member in members:
+        if not member.isreg():
+            continue
+        split = split_member_name(member.name)
+        if split is None:
+            raise UserError(f"{shard}: member {member.name!r} has no extension; samples are named <key>.<ext>")
+        key, ext = split
+        if not samples or samples[-1][0] != key:
+            if key in seen:
+                raise UserError(
+                    f"{shard} sample {key!r}: its members are not consecutive (or the key repeats); "
+                    "write each sample's files together with a unique key"
+                )
+            seen.add(key)
+            samples.append((key, {}))
+        found = samples[-1][1]
+        if ext in found:
+            raise UserError(f"{shard} sample {key!r}: member {ext!r} appears twice")
+        found[ext] = member
+    return samples
+
+
+def _side_blob(members: dict[str, tarfile.TarInfo], side: str, origin: str) -> Blob:
+    found = [ext for ext in (f"{side}.{e}" for e in IMAGE_EXTENSIONS) if ext in members]
+    if len(found) != 1:
+        problem = "no" if not found else f"{len(found)} ({', '.join(found)})"
+        raise UserError(
+            f"{origin}: {problem} {side} image; expected exactly one of "
+            f"{', '.join(f'{side}.{e}' for e in IMAGE_EXTENSIONS)} (members: {', '.join(sorted(members))})"
+        )
+    member = members[found[0]]
+    return Blob(member.offset_data, member.size)
+
+
+def _check_complete(shard: Path, handle, members: list[tarfile.TarInfo]) -> None:
+    """Fail unless the shard ends with the end-of-archive (zero) block after its last member."""
+    size = os.fstat(handle.fileno()).st_size
+    end = 0
+    if members:
+        last = members[-1]
+        end = last.offset_data + -(-last.size // _BLOCK) * _BLOCK
+        if last.offset_data + last.size > size:
+            raise UserError(
+                f"{shard}: truncated: member {last.name!r} needs {last.offset_data + last.size} bytes but the "
+                f"shard has {size}; copy it again or re-pack it"
+            )
+    handle.seek(end)
+    if handle.read(_BLOCK) != bytes(_BLOCK):
+        after = repr(members[-1].name) if members else "the start"
+        raise UserError(
+            f"{shard}: truncated: no end-of-archive block after {after} ({size} bytes); copy it again or re-pack it"
+        )
+
+
+def _sample_of(archive: tarfile.TarFile, key: str, members: dict[str, tarfile.TarInfo], shard: Path) -> TarSample:
+    origin = f"{shard} sample {key!r}"
+    if "json" not in members:
+        raise UserError(
+            f"{origin}: no 'json' member (members: {', '.join(sorted(members))}); "
+            'each sample needs a json member with {"id", "prompt"}'
+        )
+    try:
+        row = json.loads(archive.extractfile(members["json"]).read())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"{origin}: json member is not valid JSON ({exc})") from exc
+    pair_id, prompt, winner_prompt, loser_prompt = parse_pair_metadata(row, origin)
+    winner = _side_blob(members, "winner", origin)
+    loser = _side_blob(members, "loser", origin)
+    return TarSample(shard, key, pair_id, prompt, winner, loser, winner_prompt, loser_prompt)
+
+
+def index_shard(shard: Path) -> tuple[list[TarSample], list[UserError]]:
+    """The shard's good samples and every sample's problem; damage to the shard itself is one problem."""
+    try:
+        archive = tarfile.open(shard, mode="r:")
+    except tarfile.TarError as exc:
+        return [], [UserError(f"{shard}: not an uncompressed tar file ({exc}); re-pack it as a plain .tar")]
+    samples: list[TarSample] = []
+    problems: list[UserError] = []
+    with archive:
+        try:
+            members = archive.getmembers()
+            _check_complete(shard, archive.fileobj, members)
+            grouped = _members_by_sample(shard, members)
+        except (tarfile.TarError, EOFError) as exc:
+            return [], [UserError(f"{shard}: truncated or damaged tar ({type(exc).__name__}: {exc}); copy it again or re-pack it")]
+        except UserError as exc:
+            return [], [exc]
+        for key, found in grouped:
+            try:
+                samples.append(_sample_of(archive, key, found, shard))
+            except UserError as exc:
+                problems.append(exc)
+            except (tarfile.TarError, EOFError) as exc:
+                problems.append(UserError(f"{shard} sample {key!r}: cannot read the json member ({exc}); copy the shard again"))
+    return samples, problems
+
+
+def index_shards(shards: Sequence[Path]) -> tuple[list[TarSample], list[UserError]]:
+    """Every shard's samples in order, ids unique across shards, and every problem found."""
+    samples: list[TarSample] = []
+    problems: list[UserError] = []
+    origin_of: dict[str, str] = {}
+    for shard in shards:
+        found, bad = index_shard(shard)
+        problems += bad
+        for sample in found:
+            if sample.id in origin_of:
+                problems.append(UserError(
+                    f"{sample.origin}: duplicate id {sample.id!r} (first in {origin_of[sample.id]}); "
+                    "ids must be unique across shards"
+                ))
+                continue
+            origin_of[sample.id] = sample.origin
+            samples.append(sample)
+    if not samples and not problems:
+        problems.append(UserError(f"{', '.join(map(str, shards))}: the shards hold no samples"))
+    return samples, problems
+
+
+def read_blob(sample: TarSample, blob: Blob, origin: str) -> bytes:
+    with open(sample.shard, "rb") as handle:
+        handle.seek(blob.offset)
+        data = handle.read(blob.size)
+    if len(data) != blob.size:
+        raise UserError(f"{origin}: shard is shorter than when it was indexed; was it rewritten?")
+    return data

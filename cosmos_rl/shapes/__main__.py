@@ -1,0 +1,65 @@
+"""``python -m cosmos_rl.shapes prompts|shards OUT_DIR ...``: write the world's prompt files or SFT shards."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from cosmos_rl.errors import UserError
+from cosmos_rl.shapes.prompt_files import write_prompt_file
+from cosmos_rl.shapes.shards import write_shards
+from cosmos_rl.shapes.spec import TASKS
+from cosmos_rl.shapes.world import HELD_OUT_FRACTION, balanced, split_prompts
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m cosmos_rl.shapes", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    prompts = commands.add_parser("prompts", help="write train.txt and held_out.jsonl")
+    shards = commands.add_parser("shards", help="write webdataset shards of rendered training prompts")
+    for sub in (prompts, shards):
+        sub.add_argument("out_dir", type=Path)
+        sub.add_argument("--seed", type=int, default=0, help="split seed (and shard seed); default 0")
+        sub.add_argument("--fraction", type=float, default=HELD_OUT_FRACTION,
+                         help=f"held-out share of each task; default {HELD_OUT_FRACTION}")
+    prompts.add_argument("--balanced", type=int, default=0, metavar="N",
+                         help="write N task-balanced training rows instead of every training prompt once")
+    shards.add_argument("--samples", type=int, required=True, help="number of samples (task-balanced)")
+    shards.add_argument("--size", type=int, default=32, help="image side in pixels; default 32")
+    shards.add_argument("--per-shard", type=int, default=1000, help="samples per shard; default 1000")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if not 0.0 < args.fraction < 1.0:
+            raise UserError(f"--fraction must be between 0 and 1, got {args.fraction}")
+        split = split_prompts(args.seed, args.fraction)
+        if args.command == "prompts":
+            if args.balanced < 0:
+                raise UserError(f"--balanced must be >= 0, got {args.balanced}")
+            train = balanced(split.train, args.balanced, args.seed) if args.balanced else split.train_captions()
+            held_out = split.held_out_captions()
+            write_prompt_file(args.out_dir / "train.txt", train)
+            write_prompt_file(args.out_dir / "held_out.jsonl", held_out)
+            print(f"wrote {len(train)} training rows to {args.out_dir / 'train.txt'} and "
+                  f"{len(held_out)} held-out prompts to {args.out_dir / 'held_out.jsonl'}")
+            for task in TASKS:
+                print(f"  {task}: {len(split.train[task])} train, {len(split.held_out[task])} held out")
+        else:
+            if args.samples <= 0:
+                raise UserError(f"--samples must be positive, got {args.samples}")
+            specs = balanced(split.train, args.samples, args.seed)
+            paths = write_shards(args.out_dir, specs, args.seed, args.size, args.per_shard)
+            print(f"wrote {len(specs)} samples in {len(paths)} shards to {args.out_dir}")
+    except (UserError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""Shapes prompts written as prompt files the project reads (``cosmos_rl.data.prompts.load_prompts``).
+
+- ``.txt``: one caption per line;
+- ``.jsonl``: one ``{"prompt": caption, "task": ..., "spec": {...}}`` object per line (the
+  loader reads ``prompt`` and ignores the rest; ``task`` and ``spec`` are for people and tools).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Union
+
+from cosmos_rl.errors import UserError
+from cosmos_rl.shapes.caption import parse_caption
+from cosmos_rl.shapes.spec import Spec
+
+
+def write_prompt_file(path: Union[str, Path], prompts: Sequence[Union[Spec, str]]) -> Path:
+    """Write ``prompts`` (specs or captions of the world, in order) to ``path``, replacing it."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".txt", ".jsonl"):
+        raise UserError(f"{path}: prompt files must end in .txt (one per line) or .jsonl, got {suffix!r}")
+    if not prompts:
+        raise UserError(f"{path}: no prompts to write")
+    specs = [p if isinstance(p, Spec) else parse_caption(p) for p in prompts]
+    if suffix == ".txt":
+        lines = [spec.caption() for spec in specs]
+    else:
+        lines = [json.dumps({"prompt": s.caption(), "task": s.task, "spec": s.to_dict()}) for s in specs]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    os.replace(partial, path)
+    return path

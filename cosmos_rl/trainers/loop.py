@@ -1,0 +1,104 @@
+"""The step loop every trainer runs: steps, held-out passes, metrics, progress, checkpoints, preemption.
+
+An algorithm supplies what one step does (`step_fn`), how a checkpoint is written (`save_fn`)
+and, optionally, a held-out pass (`holdout_fn`, called after each step; it returns {} when the step
+is not one of its steps). The loop owns the rest, the same way for every algorithm and backend:
+
+- metrics: one `metrics.jsonl` row every `job.log_every` steps and at the last step, written by the
+  main process only (sinks from `[job]`); a resumed run truncates rows past its checkpoint;
+- progress: the rich bar on the main process;
+- a step whose `train/loss` or `train/grad_norm` is not finite stops the run (RunFailed);
+- checkpoints at `checkpoint_due` steps, and before stopping on SIGTERM/SIGUSR1 (then `Preempted`).
+
+Where the loop runs differs per backend and is the caller's business: DPO runs it in every rank
+(collectives inside `step_fn`/`holdout_fn`/`save_fn` line up because every rank walks the same
+steps; `stop_requested` is then collective too), NFT runs it in the Ray driver, whose `step_fn`
+and `save_fn` call every actor.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Callable
+
+import attrs
+
+from cosmos_rl.checkpoint import checkpoint_due
+from cosmos_rl.config import load, schema
+from cosmos_rl.errors import Preempted, RunFailed
+
+Metrics = dict[str, float]
+FINITE_METRICS = ("train/loss", "train/grad_norm")
+
+
+@attrs.frozen
+class LoopSpec:
+    """What the loop needs to know besides the config: where it starts and how it reports."""
+
+    run_dir: Path
+    start_step: int  # optimizer steps already done (0 for a new run)
+    resumed: bool
+    main: bool  # this process writes metrics and draws progress
+    unit: str  # what the progress bar counts ("pairs", "samples")
+    items_per_step: int
+    progress_fields: tuple[str, ...]
+
+
+def run_steps(
+    config: schema.RunConfig,
+    spec: LoopSpec,
+    step_fn: Callable[[int], Metrics],
+    save_fn: Callable[[int], object],
+    stop_requested: Callable[[], str | None],
+    holdout_fn: Callable[[int], Metrics] | None = None,
+    stop_committed: Callable[[], None] = lambda: None,
+) -> list[dict]:
+    """Run steps `start_step + 1 .. rl.max_steps`; returns the rows this call wrote.
+
+    `stop_requested()` returns the stop signal's name (or a truthy label) once a stop was asked
+    for; it is called after every step but the last, on every process the loop runs in.
+    `stop_committed()` is called once the stop's checkpoint is committed (a second signal is then
+    harmless; see `preempt.StopFlag`).
+    """
+    from cosmos_rl.metrics import MetricsWriter, Progress
+
+    job, max_steps = config.job, config.rl.max_steps
+    writer = MetricsWriter.for_job(
+        job, spec.run_dir, enabled=spec.main, resume_step=spec.start_step if spec.resumed else None,
+        run_config=load.flatten(load.to_dict(config)),
+    )
+    progress = Progress(
+        enabled=spec.main and job.progress, total=max_steps, start=spec.start_step, unit=spec.unit,
+        fields=spec.progress_fields,
+    )
+    rows: list[dict] = []
+    try:
+        for step in range(spec.start_step + 1, max_steps + 1):
+            metrics = step_fn(step)
+            bad = {k: metrics[k] for k in FINITE_METRICS if k in metrics and not math.isfinite(metrics[k])}
+            if bad:
+                raise RunFailed(f"step {step}: non-finite {bad}; lower the learning rate or check the data")
+            if holdout_fn is not None:
+                metrics.update(holdout_fn(step))
+            last = step == max_steps
+            if step % job.log_every == 0 or last:
+                writer.write(step, metrics)
+                rows.append({"step": step, **metrics})
+            progress.update(step, metrics, spec.items_per_step)
+            saved = checkpoint_due(step, max_steps, config.checkpoint.every)
+            if saved:
+                save_fn(step)
+            stop = None if last else stop_requested()
+            if stop:
+                if not saved:
+                    save_fn(step)
+                stop_committed()
+                raise Preempted(
+                    f"stopped by {stop} after committing step {step}; "
+                    f"continue with `cosmos-rl resume {spec.run_dir} --exact`"
+                )
+    finally:
+        progress.close()
+        writer.close()
+    return rows

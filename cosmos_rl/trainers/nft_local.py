@@ -1,0 +1,52 @@
+"""Test-only: one process plays every rank of an NFT group (no Ray, no process group, no HTTP).
+
+It exists so fast tests drive the real NFT step through public calls, and so a test can show that
+one process playing G ranks gives the numbers G Ray actors give. No manifest reaches it: a run
+always makes one sample per model rank (the spec's rule); `cosmos-rl train` never imports this.
+Rewards are the built-in reward functions called in-process (the service would compute the
+same function of the same lossless pixels).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from cosmos_rl.config import schema
+from cosmos_rl.trainers.loop import LoopSpec, run_steps
+from cosmos_rl.trainers.nft import NFTTrainer
+from cosmos_rl.trainers.nft_collectives import LocalCollectives
+
+
+def local_trainer(config: schema.RunConfig, run_dir: Path, device: torch.device | None = None) -> NFTTrainer:
+    """An unbuilt NFTTrainer playing all `rl.group_size` ranks, scoring with the built-in reward in-process."""
+    from cosmos_rl.rewards.functions import REWARDS
+
+    assert isinstance(config.rl, schema.NFTConfig), "an NFT config"
+    reward = REWARDS[config.rl.reward.name]
+
+    def score(rank: int, pixels: np.ndarray, prompts: Sequence[str]) -> list[float]:
+        return [float(v) for v in reward(pixels, list(prompts))]
+
+    device = device or torch.device("cpu")
+    return NFTTrainer(config, Path(run_dir), device, LocalCollectives(config.rl.group_size, device), score)
+
+
+def run_local(config: schema.RunConfig, run_dir: Path, *, resume: bool = False) -> list[dict]:
+    """Train to `rl.max_steps` in this process with the shared step loop; returns the metrics rows written."""
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    if resume:
+        from cosmos_rl.trainers.nft_state import check_seed_contract
+
+        check_seed_contract(config, Path(run_dir))
+    trainer = local_trainer(config, run_dir)
+    start = trainer.build(resume)
+    spec = LoopSpec(
+        run_dir=Path(run_dir), start_step=start, resumed=resume, main=True, unit="samples",
+        items_per_step=config.rl.group_size * config.rl.prompts_per_step,
+        progress_fields=("train/reward_mean", "train/policy_loss"),
+    )
+    return run_steps(config, spec, trainer.train_step, trainer.save, lambda: None)

@@ -1,0 +1,43 @@
+"""A stop signal while a DPO run is still starting (before any worker reached a step) exits 75,
+and `resume` on that run directory, which has no committed checkpoint, trains it from step 0."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from _overrides import DPO_SMALL
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+MANIFEST = REPO / "manifests" / "dpo_t2i_smoke.toml"
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
+
+
+def test_sigterm_while_starting_exits_75_and_resume_starts_from_step_0(tmp_path):
+    args = [*DPO_SMALL, "rl.max_steps=2", "rl.validation.every=0", f'job.output_dir="{tmp_path}"']
+    proc = subprocess.Popen([sys.executable, "-m", "cosmos_rl.cli", "train", str(MANIFEST), *args],
+                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run_dir = tmp_path / "dpo_t2i_smoke"
+    deadline = time.time() + 60
+    while not (run_dir / "manifest.toml").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # torchrun is starting its workers: no step has run
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 75, err[-3000:]
+    assert "before the workers reached their first step; nothing was lost" in err
+    assert not (run_dir / "checkpoints").exists() or not any((run_dir / "checkpoints").glob("step_*/COMMITTED"))
+
+    resumed = subprocess.run([sys.executable, "-m", "cosmos_rl.cli", "resume", str(run_dir)],
+                             env=ENV, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "starting from step 0" in resumed.stderr
+    assert (run_dir / "checkpoints" / "step_2" / "COMMITTED").is_file()
