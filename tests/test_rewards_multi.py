@@ -10,6 +10,7 @@ import torch
 
 from _reward_models import tiny_clip_folder
 from cosmos_rl import plan
+from cosmos_rl.algorithms.nft import group_advantages
 from cosmos_rl.algorithms.multi_reward import combined_advantages, reward_metric_names, reward_metrics, weighted_reward
 from cosmos_rl.config import load
 from cosmos_rl.errors import UserError
@@ -86,7 +87,7 @@ def test_two_builtin_rewards_scored_together():
     try:
         info = services.check_revisions()
         assert {n: i["revision"] for n, i in info.items()} == {"brightness": "b-1", "prompt_colour": "p-1"}
-        client = MultiRewardClient.from_config(config.rl, services.urls)
+        client = MultiRewardClient.from_config(config.rl, services.urls, services.tokens)
         assert client.weights == {"brightness": 2.0, "prompt_colour": 1.0}
         images = np.stack([np.full((8, 8, 3), 51, np.uint8), np.zeros((8, 8, 3), np.uint8)])
         prompts = ["a red cube", "a black cat"]
@@ -131,10 +132,21 @@ def test_a_service_that_is_down_at_start_names_the_entry():
         services.check_revisions()
 
 
-def test_a_missing_token_names_the_entry():
-    config = _config('{name="brightness", revision="b-1", url="http://127.0.0.1:9", token_env="COSMOS_RL_TEST_NO_SUCH_VAR"}')
-    with pytest.raises(UserError, match=r"rl.rewards\[0\].token_env names 'COSMOS_RL_TEST_NO_SUCH_VAR'"):
-        MultiRewardClient.from_config(config.rl, {"brightness": "http://127.0.0.1:9"}, environ={})
+def test_a_missing_token_names_the_entry_before_any_service_starts():
+    config = _config('{name="brightness", revision="b-1"}',
+                     '{name="prompt_colour", revision="p-1", url="http://127.0.0.1:9", token_env="COSMOS_RL_TEST_NO_SUCH_VAR"}')
+    with pytest.raises(UserError, match=r"rl.rewards\[1\].token_env names 'COSMOS_RL_TEST_NO_SUCH_VAR'"):
+        start_reward_services(config.rl, environ={})
+    services = start_reward_services(config.rl, environ={"COSMOS_RL_TEST_NO_SUCH_VAR": "t"})
+    services.stop()
+    assert services.tokens == {"brightness": None, "prompt_colour": "t"}
+
+
+def test_one_reward_at_weight_one_gives_exactly_todays_advantages():
+    rewards = torch.tensor([[0.1, 0.7, 0.3], [0.5, 0.5, 0.9]], dtype=torch.float64)
+    for scope in ("batch", "group"):
+        got = combined_advantages({"r": rewards}, {"r": 1.0}, "weighted_sum", std_scope=scope)
+        assert torch.equal(got, group_advantages(rewards, std_scope=scope))  # bit for bit: old runs resume equal
 
 
 def test_service_settings_are_not_identity_but_weights_are():

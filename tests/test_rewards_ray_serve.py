@@ -37,8 +37,7 @@ def test_two_replicas_serve_a_model_reward_and_a_weight_free_one(ray_cluster, tm
             RewardTerm("rl.rewards[0]", "pickscore", 1.0, url, REVISION, local.revision, "", 30.0, 1, 0.1, "RS_TOKEN"),
             RewardTerm("rl.rewards[1]", "brightness", 0.5, url, REVISION, "", "", 30.0, 1, 0.1, "RS_TOKEN"),
         ]
-        environ = {"RS_TOKEN": "t0k"}
-        client = MultiRewardClient(terms, [client_for(t, url, environ) for t in terms])
+        client = MultiRewardClient(terms, [client_for(t, url, "t0k") for t in terms])
         info = client.check_revisions()
         assert info["pickscore"]["revisions"]["pickscore"] == local.revision  # the weights' hash, from a replica
         images = np.random.default_rng(0).integers(0, 256, (2, 24, 24, 3), dtype=np.uint8)

@@ -3,15 +3,15 @@
 A run names its rewards either with `[rl.reward]` (one) or `[[rl.rewards]]` (several); `reward_terms`
 turns either into the same list. The driver, before Ray starts:
 
-    services = start_reward_services(config.rl)   # built-in services for entries with no url
+    services = start_reward_services(config.rl)   # tokens read once; built-in services for no-url rewards
     try:
-        services.check_revisions()                 # every pin, UserError naming the key
-        ... workers get services.urls ...
+        services.check_revisions()                 # every pin; UserError naming the table's key
+        ... each worker gets services.urls and services.tokens ...
     finally:
         services.stop()
 
-and each worker scores with `MultiRewardClient.from_config(config.rl, urls)`, getting one score
-list per reward name (requests to the services go out in parallel).
+and each worker scores with `MultiRewardClient.from_config(config.rl, urls, tokens)`, getting one
+score list per reward name (the requests to the services go out in parallel).
 """
 
 from __future__ import annotations
@@ -65,20 +65,20 @@ def token_for(term: RewardTerm, environ: Mapping[str, str] = os.environ) -> str 
     return token
 
 
-def client_for(term: RewardTerm, url: str, environ: Mapping[str, str] = os.environ) -> RewardClient:
+def client_for(term: RewardTerm, url: str, token: str | None) -> RewardClient:
     return RewardClient(
-        url, term.name, term.revision, term.timeout_s, term.max_retries, term.backoff_s, token_for(term, environ),
+        url, term.name, term.revision, term.timeout_s, term.max_retries, term.backoff_s, token,
         key=term.key, expected_reward_revision=term.reward_revision,
     )  # fmt: skip
 
 
 class RewardServices:
-    """The run's reward URLs by reward name, and the built-in services started for them."""
+    """The run's reward URLs and tokens by reward name, and the built-in services started for them."""
 
-    def __init__(self, terms: list[RewardTerm], urls: dict[str, str], servers: list):
-        self.terms, self.urls, self._servers = terms, urls, servers
+    def __init__(self, terms: list[RewardTerm], urls: dict[str, str], tokens: dict[str, str | None], servers: list):
+        self.terms, self.urls, self.tokens, self._servers = terms, urls, tokens, servers
 
-    def check_revisions(self, environ: Mapping[str, str] = os.environ) -> dict[str, dict]:
+    def check_revisions(self) -> dict[str, dict]:
         """Every service's /info against its pins; /info answers by reward name.
 
         A mismatch, or a service that cannot be reached at all, is a UserError naming the table's
@@ -86,7 +86,7 @@ class RewardServices:
         """
         answers = {}
         for t in self.terms:
-            client = client_for(t, self.urls[t.name], environ)
+            client = client_for(t, self.urls[t.name], self.tokens[t.name])
             try:
                 answers[t.name] = client.check_revision()
             except RewardServiceError as exc:
@@ -102,14 +102,16 @@ class RewardServices:
         self._servers = []
 
 
-def start_reward_services(rl) -> RewardServices:
-    """Start a built-in loopback service for every reward with no url (loading its model folder).
+def start_reward_services(rl, environ: Mapping[str, str] = os.environ) -> RewardServices:
+    """Read every token, then start a built-in loopback service for every reward with no url.
 
-    One service per such reward, declaring that reward's pinned revision; the rest keep their url.
+    One service per such reward (loading its model folder), declaring that reward's pinned
+    revision; the rest keep their url. Tokens are read here, once, so workers get the values.
     """
     from cosmos_rl.rewards.server import RewardServer
 
     terms, urls, servers = reward_terms(rl), {}, []
+    tokens = {t.name: token_for(t, environ) for t in terms}
     try:
         for term in terms:
             if term.url:
@@ -122,7 +124,7 @@ def start_reward_services(rl) -> RewardServices:
         for server in servers:
             server.stop()
         raise
-    return RewardServices(terms, urls, servers)
+    return RewardServices(terms, urls, tokens, servers)
 
 
 class MultiRewardClient:
@@ -133,9 +135,10 @@ class MultiRewardClient:
         self._pool = ThreadPoolExecutor(max_workers=max(1, len(clients)), thread_name_prefix="reward-client")
 
     @classmethod
-    def from_config(cls, rl, urls: Mapping[str, str], environ: Mapping[str, str] = os.environ) -> MultiRewardClient:
+    def from_config(cls, rl, urls: Mapping[str, str], tokens: Mapping[str, str | None]) -> MultiRewardClient:
+        """One client per reward of the run, at `urls[name]` with `tokens[name]` (from RewardServices)."""
         terms = reward_terms(rl)
-        return cls(terms, [client_for(t, urls[t.name], environ) for t in terms])
+        return cls(terms, [client_for(t, urls[t.name], tokens.get(t.name)) for t in terms])
 
     @property
     def weights(self) -> dict[str, float]:
