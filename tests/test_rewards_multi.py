@@ -128,7 +128,7 @@ def test_a_service_that_is_down_at_start_names_the_entry():
         url = gone.url
     config = _config(f'{{name="brightness", revision="gone", url="{url}", max_retries=0}}')
     services = start_reward_services(config.rl)
-    with pytest.raises(UserError, match=r"rl.rewards\[0\].url: the reward service cannot be used .*connection failed"):
+    with pytest.raises(UserError, match=r"rl.rewards\[0\].url: the reward service at http://127.0.0.1:\d+ cannot be reached before training .*connection failed"):
         services.check_revisions()
 
 

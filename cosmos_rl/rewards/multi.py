@@ -90,8 +90,10 @@ class RewardServices:
             try:
                 answers[t.name] = client.check_revision()
             except RewardServiceError as exc:
-                raise UserError(f"{t.key}.url: the reward service cannot be used before the run starts ({exc}); "
-                                f"start it, or point {t.key}.url at a running one") from None  # fmt: skip
+                raise UserError(
+                    f"{t.key}.url: the reward service at {self.urls[t.name]} cannot be reached before training ({exc}); "
+                    f"start it, or fix {t.key}.url (empty starts the built-in service)"
+                ) from None
             finally:
                 client.close()
         return answers
