@@ -46,7 +46,8 @@ class Service:
         if token:
             env["BENCH_TOKEN"] = token
             args += ["--token-env", "BENCH_TOKEN"]
-        self.proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # cwd too: `python -m` puts the working directory ahead of PYTHONPATH.
+        self.proc = subprocess.Popen(args, env=env, cwd=pythonpath, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         if "listening on " not in line:
             self.stop()
@@ -276,7 +277,7 @@ def case_bad_port(pythonpath: str) -> dict:
     env = {**os.environ, "PYTHONPATH": pythonpath}
     proc = subprocess.run(
         [sys.executable, "-m", "cosmos_rl.cli", "reward", "serve", "--revision", "bench", "--port", "99999"],
-        env=env, capture_output=True, text=True, timeout=60,
+        env=env, cwd=pythonpath, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     return {"exit_code": proc.returncode, "traceback": "Traceback" in proc.stderr, "stderr_tail": proc.stderr.strip()[-200:]}
 

@@ -114,7 +114,10 @@ class Batcher:
                 groups.setdefault(item.images.shape[1:], []).append(item)
             for items in groups.values():
                 self.batches += 1
-                results = await loop.run_in_executor(self._executor, _score_group, self.reward, items)
+                try:
+                    results = await loop.run_in_executor(self._executor, _score_group, self.reward, items)
+                except RuntimeError as exc:  # the executor is shut down: the service is stopping
+                    results = [RewardError(f"the service is stopping ({exc})", bad_input=False)] * len(items)
                 for item, result in zip(items, results):
                     if not item.future.done():
                         item.future.set_result(result)

@@ -3,15 +3,15 @@
 A run names its rewards either with `[rl.reward]` (one) or `[[rl.rewards]]` (several); `reward_terms`
 turns either into the same list. The driver, before Ray starts:
 
-    services = start_reward_services(config.rl)   # built-in services for entries with no url
+    services = start_reward_services(config.rl)   # tokens read once; built-in services for no-url rewards
     try:
-        services.check_revisions()                 # every pin, UserError naming the key
-        ... workers get services.urls ...
+        services.check_revisions()                 # every pin; UserError naming the table's key
+        ... each worker gets services.urls and services.tokens ...
     finally:
         services.stop()
 
-and each worker scores with `MultiRewardClient.from_config(config.rl, urls)`, getting one score
-list per reward name (requests to the services go out in parallel).
+and each worker scores with `MultiRewardClient.from_config(config.rl, urls, tokens)`, getting one
+score list per reward name (the requests to the services go out in parallel).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import attrs
 import numpy as np
 
 from cosmos_rl.errors import UserError
-from cosmos_rl.rewards.client import RewardClient
+from cosmos_rl.rewards.client import RewardClient, RewardServiceError
 
 
 @attrs.frozen
@@ -65,22 +65,38 @@ def token_for(term: RewardTerm, environ: Mapping[str, str] = os.environ) -> str 
     return token
 
 
-def client_for(term: RewardTerm, url: str, environ: Mapping[str, str] = os.environ) -> RewardClient:
+def client_for(term: RewardTerm, url: str, token: str | None) -> RewardClient:
     return RewardClient(
-        url, term.name, term.revision, term.timeout_s, term.max_retries, term.backoff_s, token_for(term, environ),
+        url, term.name, term.revision, term.timeout_s, term.max_retries, term.backoff_s, token,
         key=term.key, expected_reward_revision=term.reward_revision,
     )  # fmt: skip
 
 
 class RewardServices:
-    """The run's reward URLs by reward name, and the built-in services started for them."""
+    """The run's reward URLs and tokens by reward name, and the built-in services started for them."""
 
-    def __init__(self, terms: list[RewardTerm], urls: dict[str, str], servers: list):
-        self.terms, self.urls, self._servers = terms, urls, servers
+    def __init__(self, terms: list[RewardTerm], urls: dict[str, str], tokens: dict[str, str | None], servers: list):
+        self.terms, self.urls, self.tokens, self._servers = terms, urls, tokens, servers
 
-    def check_revisions(self, environ: Mapping[str, str] = os.environ) -> dict[str, dict]:
-        """Every service's /info against its pins (UserError naming the key); /info answers by reward."""
-        return {t.name: client_for(t, self.urls[t.name], environ).check_revision() for t in self.terms}
+    def check_revisions(self) -> dict[str, dict]:
+        """Every service's /info against its pins; /info answers by reward name.
+
+        A mismatch, or a service that cannot be reached at all, is a UserError naming the table's
+        key: nothing has started yet, so it is a setup problem to fix, not a failed run.
+        """
+        answers = {}
+        for t in self.terms:
+            client = client_for(t, self.urls[t.name], self.tokens[t.name])
+            try:
+                answers[t.name] = client.check_revision()
+            except RewardServiceError as exc:
+                raise UserError(
+                    f"{t.key}.url: the reward service at {self.urls[t.name]} cannot be reached before training ({exc}); "
+                    f"start it, or fix {t.key}.url (empty starts the built-in service)"
+                ) from None
+            finally:
+                client.close()
+        return answers
 
     def stop(self) -> None:
         for server in self._servers:
@@ -88,14 +104,16 @@ class RewardServices:
         self._servers = []
 
 
-def start_reward_services(rl) -> RewardServices:
-    """Start a built-in loopback service for every reward with no url (loading its model folder).
+def start_reward_services(rl, environ: Mapping[str, str] = os.environ) -> RewardServices:
+    """Read every token, then start a built-in loopback service for every reward with no url.
 
-    One service per such reward, declaring that reward's pinned revision; the rest keep their url.
+    One service per such reward (loading its model folder), declaring that reward's pinned
+    revision; the rest keep their url. Tokens are read here, once, so workers get the values.
     """
     from cosmos_rl.rewards.server import RewardServer
 
     terms, urls, servers = reward_terms(rl), {}, []
+    tokens = {t.name: token_for(t, environ) for t in terms}
     try:
         for term in terms:
             if term.url:
@@ -108,7 +126,7 @@ def start_reward_services(rl) -> RewardServices:
         for server in servers:
             server.stop()
         raise
-    return RewardServices(terms, urls, servers)
+    return RewardServices(terms, urls, tokens, servers)
 
 
 class MultiRewardClient:
@@ -119,9 +137,10 @@ class MultiRewardClient:
         self._pool = ThreadPoolExecutor(max_workers=max(1, len(clients)), thread_name_prefix="reward-client")
 
     @classmethod
-    def from_config(cls, rl, urls: Mapping[str, str], environ: Mapping[str, str] = os.environ) -> MultiRewardClient:
+    def from_config(cls, rl, urls: Mapping[str, str], tokens: Mapping[str, str | None]) -> MultiRewardClient:
+        """One client per reward of the run, at `urls[name]` with `tokens[name]` (from RewardServices)."""
         terms = reward_terms(rl)
-        return cls(terms, [client_for(t, urls[t.name], environ) for t in terms])
+        return cls(terms, [client_for(t, urls[t.name], tokens.get(t.name)) for t in terms])
 
     @property
     def weights(self) -> dict[str, float]:
