@@ -68,9 +68,9 @@ def test_the_torchrun_launch_line_prints_a_bracketed_run_dir_verbatim(tmp_path, 
     from cosmos_rl.trainers import dpo_launch
 
     run_dir = tmp_path / "runs[/x]" / "r"
-    monkeypatch.setattr(dpo_launch, "_run_forwarding_signals", lambda argv, env: 0)
+    monkeypatch.setattr(dpo_launch, "_run_forwarding_signals", lambda argv, env, forwarded: 0)
     sink = io.StringIO()
-    code = dpo_launch.start(load.load(DPO), run_dir, resume=False, exact=False, console=Console(file=sink, soft_wrap=True))
+    code = dpo_launch.start(load.load(DPO), run_dir, resume=False, console=Console(file=sink, soft_wrap=True))
     assert code == 0 and f"{run_dir}/manifest.toml" in sink.getvalue()
 
 
