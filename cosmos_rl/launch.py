@@ -16,7 +16,7 @@ def train(config: schema.RunConfig, manifest: Path, console) -> int:
     """Start a new run of `config` (already loaded with its overrides and preflighted)."""
     config, run_dir = run_mod.pin_paths(config, manifest)
     run_dir.mkdir(parents=True, exist_ok=True)
-    with _locked(run_dir, f"cosmos-rl train {manifest}"):
+    with _locked(run_dir, f"cosmos-rl train {manifest}", config):
         run_mod.prepare_new(config, run_dir)  # only under the lock: it truncates metrics.jsonl
         return _backend(config).start(config, run_dir, resume=False, console=console)
 
@@ -24,7 +24,7 @@ def train(config: schema.RunConfig, manifest: Path, console) -> int:
 def resume(run_dir: Path, overrides: list[str], exact: bool, console) -> int:
     """Continue a run; `exact` is enforced here, by the resume rules, before any backend starts."""
     run_mod.check_run_dir(Path(run_dir))  # before the lock file is created inside it
-    with _locked(Path(run_dir), f"cosmos-rl resume {run_dir}" + (" --exact" if exact else "")):
+    with _locked(Path(run_dir), f"cosmos-rl resume {run_dir}" + (" --exact" if exact else ""), _saved(run_dir)):
         return _resume_locked(Path(run_dir), overrides, exact, console)
 
 
@@ -36,8 +36,23 @@ def _resume_locked(run_dir: Path, overrides: list[str], exact: bool, console) ->
     return _backend(config).start(config, Path(run_dir).resolve(), resume=resumed, console=console)
 
 
+def _saved(run_dir: Path) -> schema.RunConfig | None:
+    """The run's saved config, for choosing how to lock; a broken one is reported by the resume rules."""
+    from cosmos_rl.config import load
+
+    try:
+        return load.load(Path(run_dir) / run_mod.MANIFEST)
+    except Exception:  # noqa: BLE001 - load_for_resume names the problem right after
+        return None
+
+
 @contextlib.contextmanager
-def _locked(run_dir: Path, command: str):
+def _locked(run_dir: Path, command: str, config: schema.RunConfig | None = None):
+    if config is not None and config.grid.backend == "local" and config.grid.nodes > 1:
+        # Multi-node torchrun: the operator starts one `cosmos-rl train` per node on the shared
+        # run directory by design, so the agents cannot exclude each other.
+        yield
+        return
     run_lock.acquire(run_dir, command)
     try:
         yield

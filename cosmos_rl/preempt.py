@@ -27,8 +27,11 @@ class StopFlag:
         self._previous: dict[int, object] = {}
 
     def install(self) -> "StopFlag":
+        """Handle the stop signals; again after a library set its own handlers (Ray's `init` does),
+        keeping the flag and the handlers to restore on `uninstall`."""
         for sig in STOP_SIGNALS:
-            self._previous[sig] = signal.signal(sig, self._on_signal)
+            previous = signal.signal(sig, self._on_signal)
+            self._previous.setdefault(sig, previous)
         return self
 
     def uninstall(self) -> None:

@@ -143,7 +143,7 @@ def _child(out_root: str, ray_tmp: str) -> int:
         ]  # fmt: skip
         config = load.load(SMOKE, overrides)
         t1 = time.monotonic()
-        code = launch.train(config, SMOKE, overrides, Console(stderr=True))
+        code = launch.train(config, SMOKE, Console(stderr=True))
         print(f"nft run: exit {code} in {time.monotonic() - t1:.1f} s", flush=True)
         print(f"{RUN_DIR_TAG}{Path(out_root) / 'two_nodes'}", flush=True)
         return code

@@ -60,7 +60,7 @@ def test_bad_inputs():
         combined_advantages({"a": R_A, "b": R_B[:1]}, W, "weighted_sum")
     with pytest.raises(ValueError, match="finite number > 0"):
         combined_advantages({"a": R_A, "b": R_B}, {"a": 1.0, "b": 0.0}, "weighted_sum")
-    with pytest.raises(UserError, match="rl.reward_combine"):
+    with pytest.raises(ValueError, match="mode must be one of"):
         combined_advantages({"a": R_A, "b": R_B}, W, "max")
 
 

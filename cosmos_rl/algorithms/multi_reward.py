@@ -28,7 +28,6 @@ from collections.abc import Mapping
 import torch
 
 from cosmos_rl.algorithms.nft import group_advantages
-from cosmos_rl.errors import UserError
 
 COMBINE_MODES = ("weighted_sum", "normalised_sum")
 
@@ -68,7 +67,7 @@ def combined_advantages(
         return sum(
             weights[n] * group_advantages(rewards[n].to(torch.float64), eps=eps, std_scope=std_scope) for n in names
         )  # fmt: skip
-    raise UserError(f"rl.reward_combine must be one of {list(COMBINE_MODES)}, got {mode!r}")
+    raise ValueError(f"mode must be one of {list(COMBINE_MODES)}, got {mode!r}")
 
 
 def reward_metric_names(name: str) -> tuple[str, str]:

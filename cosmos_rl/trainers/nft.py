@@ -33,10 +33,12 @@ import torch
 
 from cosmos_rl import plan
 from cosmos_rl.algorithms import nft as nft_math
+from cosmos_rl.algorithms.multi_reward import combined_advantages, reward_metrics, weighted_reward
 from cosmos_rl.checkpoint import CheckpointManager, LRScheduleState, OptimizerState, PlainState, RngStreams, layout
 from cosmos_rl.config import schema
 from cosmos_rl.dist.ray_group import RankActor
 from cosmos_rl.errors import RewardUnavailable
+from cosmos_rl.rewards.multi import reward_terms
 from cosmos_rl.seeds import derive_seed
 from cosmos_rl.trainers.nft_collectives import LocalCollectives, RankCollectives
 from cosmos_rl.trainers.nft_state import SEED_CONTRACT_KEY, AdapterState
@@ -45,8 +47,8 @@ POLICY, OLD = "policy", "old"  # the two LoRA adapter names
 # What a rank's train_step returns when another rank's reward call failed for good (see train_step).
 REWARD_FAILED = "reward_failed"
 
-# (rank, uint8 images [rows, H, W, 3], prompts) -> one score per image
-ScoreFn = Callable[[int, np.ndarray, Sequence[str]], list[float]]
+# (rank, uint8 images [rows, H, W, 3], prompts) -> {reward name: one score per image}
+ScoreFn = Callable[[int, np.ndarray, Sequence[str]], dict[str, list[float]]]
 
 __all__ = ["NFTTrainer", "NFTWorker", "LocalCollectives", "RankCollectives", "rollout_noise"]
 
@@ -80,6 +82,7 @@ class NFTTrainer:
         self.config, self.rl = config, config.rl
         self.run_dir = Path(run_dir)
         self.device, self.comm, self.score = device, comm, score
+        self.reward_weights = {term.name: term.weight for term in reward_terms(config.rl)}
 
     # ----------------------------------------------------------------- build / resume
     def build(self, resume: bool) -> int:
@@ -202,25 +205,30 @@ class NFTTrainer:
 
         # -- reward: own images, then everyone's
         own, failures = [], {}
+        names = sorted(self.reward_weights)
         for rank, (_, _, images) in zip(ranks, rollouts):
             pixels = to_uint8(images.permute(0, 2, 3, 1).cpu().numpy())
             try:
-                scores = self.score(rank, pixels, texts)
+                by_name = self.score(rank, pixels, texts)
+                scores = [by_name[name] for name in names]
             except RewardUnavailable as exc:
                 # Not raised here: the other ranks are about to wait in the gather. NaN (never a
                 # score: the client admits finite numbers only) tells every rank at once.
-                failures[rank], scores = str(exc), [float("nan")] * len(texts)
-            own.append(torch.tensor(scores, dtype=torch.float64, device=self.device))
-        rewards = self.comm.gather(own).T.cpu()  # [rows, G]
-        if torch.isnan(rewards).any():
+                failures[rank], scores = str(exc), [[float("nan")] * len(texts) for _ in names]
+            own.append(torch.tensor(scores, dtype=torch.float64, device=self.device))  # [rewards, rows]
+        everyone = self.comm.gather(own).cpu()  # [G, rewards, rows]
+        if torch.isnan(everyone).any():
             self.cursor.load_state_dict(cursor_before)  # nothing of this step happened
             if failures:
                 raise RewardUnavailable(next(iter(failures.values())))
             return {REWARD_FAILED: 1.0}  # another rank raises the reason; this one only stops
+        tables = {name: everyone[:, k, :].T for k, name in enumerate(names)}  # each [rows, G]
+        rewards = weighted_reward(tables, self.reward_weights)
         t2 = time.perf_counter()
 
         advantages = nft_math.clamp_advantages(
-            nft_math.group_advantages(rewards, std_scope=rl.advantage_std_scope), rl.advantage_low, rl.advantage_high
+            combined_advantages(tables, self.reward_weights, rl.reward_combine, std_scope=rl.advantage_std_scope),
+            rl.advantage_low, rl.advantage_high,
         )
         r_all = nft_math.optimality(advantages, rl.r_map, rl.advantage_low, rl.advantage_high, rl.r_tau)
 
@@ -242,6 +250,8 @@ class NFTTrainer:
         metrics = self.comm.mean([{**{f"train/{k}": v for k, v in m.items()}, **timings} for m in train_metrics])
         metrics["train/reward_mean"] = float(rewards.mean())
         metrics["train/reward_std"] = float(rewards.std(unbiased=False))
+        if rl.rewards:  # several rewards: each one's own mean and std too
+            metrics.update(reward_metrics(tables))
         metrics["train/advantage_mean"] = float(advantages.mean())
         return metrics
 
@@ -324,18 +334,15 @@ class NFTTrainer:
 class NFTWorker(RankActor):
     """The Ray actor of one rank. The driver calls pick_port (rank 0), setup_world, build, train_step, save."""
 
-    def __init__(self, rank: int, world_size: int, config: schema.RunConfig, run_dir: str, reward_url: str, reward_token: str | None):
+    def __init__(self, rank: int, world_size: int, config: schema.RunConfig, run_dir: str,
+                 reward_urls: dict[str, str], reward_tokens: dict[str, str | None]):
         self._init_rank(rank, world_size, config)
-        self.run_dir, self.reward_url, self.reward_token = Path(run_dir), reward_url, reward_token
+        self.run_dir, self.reward_urls, self.reward_tokens = Path(run_dir), reward_urls, reward_tokens
 
     def build(self, resume: bool) -> int:
-        from cosmos_rl.rewards.client import RewardClient
+        from cosmos_rl.rewards.multi import MultiRewardClient
 
-        reward = self.config.rl.reward
-        client = RewardClient(
-            self.reward_url, reward.name, reward.revision, reward.timeout_s, reward.max_retries,
-            reward.backoff_s, self.reward_token,
-        )
+        client = MultiRewardClient.from_config(self.config.rl, self.reward_urls, self.reward_tokens)
         self.trainer = NFTTrainer(
             self.config, self.run_dir, self.device, RankCollectives(self.rank, self.world_size, self.device),
             _scored_by(client),
@@ -360,7 +367,7 @@ class NFTWorker(RankActor):
 def _scored_by(client) -> ScoreFn:
     from cosmos_rl.rewards.client import RewardServiceError
 
-    def score(rank: int, pixels: np.ndarray, prompts: Sequence[str]) -> list[float]:
+    def score(rank: int, pixels: np.ndarray, prompts: Sequence[str]) -> dict[str, list[float]]:
         try:
             return client.score(pixels, prompts)
         except RewardServiceError as exc:

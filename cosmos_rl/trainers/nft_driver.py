@@ -1,20 +1,19 @@
-"""The NFT driver: reward service, Ray actor group, the step loop, metrics and progress.
+"""The NFT driver: reward services, Ray actor group, the step loop, metrics and progress.
 
 Order matters for "refuse before any worker starts": a resume's seed contract and the reward
-service's revision pin are checked before Ray is touched. The built-in reward service runs on a
+services' revision pins are checked before Ray is touched. Each built-in reward service runs on a
 thread of this process on a free 127.0.0.1 port (the actors on this host reach it over loopback).
 """
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 from rich.markup import escape
 
 from cosmos_rl.config import schema
-from cosmos_rl.errors import Preempted, RewardUnavailable, RunFailed, UserError
+from cosmos_rl.errors import Preempted, RewardUnavailable, RunFailed
 
 METRIC_NAMES = (
     "train/reward_mean", "train/reward_std", "train/policy_loss", "train/kl_loss", "train/advantage_mean",
@@ -22,15 +21,6 @@ METRIC_NAMES = (
     "time/rollout_s", "time/reward_s", "time/train_s", "time/orchestration_s",
 )  # fmt: skip
 PHASES = ("time/rollout_s", "time/reward_s", "time/train_s")
-
-
-def _reward_token(reward: schema.RewardConfig) -> str | None:
-    if not reward.token_env:
-        return None
-    token = os.environ.get(reward.token_env)
-    if not token:
-        raise UserError(f"rl.reward.token_env names {reward.token_env!r}, which is not set; export it or clear rl.reward.token_env")
-    return token
 
 
 def _resume_point(run_dir: Path) -> str:
@@ -51,13 +41,12 @@ def _resume_point(run_dir: Path) -> str:
 
 def start(config: schema.RunConfig, run_dir: Path, resume: bool, console) -> int:
     from cosmos_rl.preempt import StopFlag
-    from cosmos_rl.rewards.client import RewardClient, RewardServiceError
-    from cosmos_rl.rewards.server import RewardServer
+    from cosmos_rl.rewards.multi import start_reward_services
     from cosmos_rl.trainers.loop import LoopSpec, run_steps
 
     rl = config.rl
     run_dir = Path(run_dir)
-    server = group = None
+    services = group = None
     # Actors never see a scheduler's signal: the driver's flag decides (from the very start, so a
     # stop while Ray and the actors start is honoured too), and save_fn reaches every rank.
     stop = StopFlag().install_if_main_thread()
@@ -66,36 +55,25 @@ def start(config: schema.RunConfig, run_dir: Path, resume: bool, console) -> int
             from cosmos_rl.trainers.nft_state import check_seed_contract
 
             check_seed_contract(config, run_dir)  # before the service, Ray, or any cursor
-        url = rl.reward.url
-        if not url:
-            server = RewardServer("127.0.0.1", 0, revision=rl.reward.revision or None)
-            url = server.start()
-        token = _reward_token(rl.reward)  # read once here; the actors get it, not the variable's name
-        client = RewardClient(
-            url, rl.reward.name, rl.reward.revision, rl.reward.timeout_s, rl.reward.max_retries,
-            rl.reward.backoff_s, token,
-        )
-        try:
-            client.check_revision()
-        except RewardServiceError as exc:
-            # Nothing has started yet: an unreachable service at start is the manifest's URL to fix.
-            raise UserError(
-                f"rl.reward.url: the reward service at {url} cannot be reached before training ({exc}); "
-                "start it, or fix rl.reward.url (empty starts the built-in service)"
-            ) from None
+        # Tokens read once here (the actors get the values, not the variables' names); a built-in
+        # loopback service for every reward without a url; every pin checked before Ray starts.
+        services = start_reward_services(rl)
+        services.check_revisions()
+        url = ", ".join(f"{name} {escape(u)}" for name, u in services.urls.items())
 
         from cosmos_rl.dist.ray_group import ActorGroup
         from cosmos_rl.trainers.nft import NFTWorker
 
-        group = ActorGroup(config.grid, rl.group_size, NFTWorker, (config, str(run_dir), url, token))
+        group = ActorGroup(config.grid, rl.group_size, NFTWorker, (config, str(run_dir), services.urls, services.tokens))
         t0 = time.perf_counter()
         group.start()
+        stop.install_if_main_thread()  # again: starting Ray put its own SIGTERM handler (abort) in place
         group.write_placement(run_dir)  # where each rank landed: rank -> node id / node ip
         console.print(f"[bold]nft[/]: {escape(group.placement_summary())}", highlight=False, soft_wrap=True)  # one line in logs
         start_step = group.call_all("build", resume)[0]
         console.print(
             f"[bold]nft[/]: {rl.group_size} actors ready in {time.perf_counter() - t0:.1f} s; "
-            f"{'resuming after' if resume else 'starting at'} step {start_step}, reward service {escape(url)}",
+            f"{'resuming after' if resume else 'starting at'} step {start_step}, reward service {url}",
             highlight=False,
         )
 
@@ -137,5 +115,5 @@ def start(config: schema.RunConfig, run_dir: Path, resume: bool, console) -> int
         stop.uninstall()
         if group is not None:
             group.shutdown()
-        if server is not None:
-            server.stop()
+        if services is not None:
+            services.stop()

@@ -24,12 +24,13 @@ from cosmos_rl.trainers.nft_collectives import LocalCollectives
 def local_trainer(config: schema.RunConfig, run_dir: Path, device: torch.device | None = None) -> NFTTrainer:
     """An unbuilt NFTTrainer playing all `rl.group_size` ranks, scoring with the built-in reward in-process."""
     from cosmos_rl.rewards.functions import REWARDS
+    from cosmos_rl.rewards.multi import reward_terms
 
     assert isinstance(config.rl, schema.NFTConfig), "an NFT config"
-    reward = REWARDS[config.rl.reward.name]
+    rewards = {term.name: REWARDS[term.name] for term in reward_terms(config.rl)}  # built-in rewards only
 
-    def score(rank: int, pixels: np.ndarray, prompts: Sequence[str]) -> list[float]:
-        return [float(v) for v in reward(pixels, list(prompts))]
+    def score(rank: int, pixels: np.ndarray, prompts: Sequence[str]) -> dict[str, list[float]]:
+        return {name: [float(v) for v in fn(pixels, list(prompts))] for name, fn in rewards.items()}
 
     device = device or torch.device("cpu")
     return NFTTrainer(config, Path(run_dir), device, LocalCollectives(config.rl.group_size, device), score)
