@@ -40,8 +40,8 @@ def _manifest(tmp_path: Path, clip: Path, url: str = "") -> Path:
     return path
 
 
-def _train(manifest: Path, output: Path) -> list[dict]:
-    overrides = [*FAST, f'job.output_dir="{output}"']
+def _train(manifest: Path, output: Path, *extra: str) -> list[dict]:
+    overrides = [*FAST, f'job.output_dir="{output}"', *extra]
     config = load.load(manifest, overrides)
     assert len(config.rl.rewards) == 2
     assert launch.train(config, manifest, Console(stderr=True)) == 0
@@ -72,7 +72,8 @@ def test_two_rewards_on_ray_serve(ray_cluster, tmp_path):
                               replicas=2, cpus_per_replica=0.25)
     url = service.start()
     try:
-        rows = _train(_manifest(tmp_path, clip, url), tmp_path / "out")
+        # The replicas hold 0.5 of the session cluster's 2 CPUs: the 4 ranks share the rest.
+        rows = _train(_manifest(tmp_path, clip, url), tmp_path / "out", "grid.cpus_per_rank=0.25")
     finally:
         service.stop()
     _check(rows)

@@ -30,7 +30,7 @@ from rich.markup import escape
 
 from cosmos_rl import plan
 from cosmos_rl.config import schema
-from cosmos_rl.errors import EXIT_FAILED, EXIT_REQUEUE, EXIT_USAGE, Preempted, RunFailed, UserError
+from cosmos_rl.errors import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE, Preempted, RunFailed, UserError
 from cosmos_rl.trainers.dpo_worker import QUIET_WORKERS_ENV
 
 # SIGUSR1 (a scheduler's "about to preempt") becomes SIGTERM for torchrun, which forwards only
@@ -76,14 +76,17 @@ def _statuses(run_dir: Path) -> list[dict]:
     return out
 
 
-def _raise_for(run_dir: Path, returncode: int, stopped_by: str | None = None) -> None:
-    """Map the ranks' recorded outcomes (or torchrun's code) to the CLI's exceptions.
+def _raise_for(run_dir: Path, returncode: int, stopped_by: str | None = None, config_world: int = 0) -> None:
+    """Map the ranks' recorded outcomes (or torchrun's code) to the CLI's exceptions; return
+    normally only when all `config_world` ranks reported success.
 
     `stopped_by`: the stop signal this launcher forwarded, if any. When no rank reported anything,
     the workers ended before their step loop (which reports every outcome), so nothing was trained
     since the last committed checkpoint: that is a requeue (75), not a failure.
     """
     statuses = _statuses(run_dir)
+    if statuses and len(statuses) == config_world and all(s.get("code") == EXIT_OK for s in statuses):
+        return  # every rank finished: a stop signal during the last step changes nothing (torchrun still says 143)
     if not statuses and stopped_by:
         raise Preempted(
             f"stopped by {stopped_by} before the workers reached their first step; nothing was lost: "
@@ -147,5 +150,6 @@ def start(config: schema.RunConfig, run_dir: Path, resume: bool, console) -> int
     returncode = _run_forwarding_signals(argv, worker_env(config), forwarded)
     if returncode == 0:
         return 0
-    _raise_for(run_dir, returncode, forwarded[0] if forwarded else None)
-    return EXIT_FAILED  # not reached: _raise_for always raises
+    world, _ = plan.world_size(config)
+    _raise_for(run_dir, returncode, forwarded[0] if forwarded else None, world)
+    return 0  # _raise_for raises unless every rank reported success
