@@ -54,7 +54,7 @@ def held_out_captions(per_task: int = DEFAULT_PER_TASK) -> list[str]:
 def eval_captions(prompts_file: str | Path | None, per_task: int) -> tuple[list[str], str]:
     """(captions, a description for people) of a prompt file, or of the held-out default."""
     if prompts_file:
-        from cosmos_rl.data.prompts import load_prompts
+        from cosmos_rl.data.prompt_file import load_prompts
 
         return load_prompts(prompts_file), f"every prompt of {prompts_file}"
     captions = held_out_captions(per_task)
