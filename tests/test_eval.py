@@ -229,3 +229,42 @@ def test_eval_config_defaults_are_off_and_not_part_of_the_run_identity():
     assert config.rl.eval == schema.EvalConfig() and config.rl.eval.every == 0
     evaluated = load.load(SMOKE, ["rl.eval.every=10", "rl.eval.seeds=4"])
     assert plan.run_identity(evaluated) == plan.run_identity(config)
+
+
+def test_evaluating_changes_nothing_the_run_computes(nft_run, tmp_path):
+    """The same two steps without [rl.eval] give the same training numbers exactly."""
+    from cosmos_rl.trainers.nft_local import run_local
+
+    _, rows = nft_run
+    overrides = ["rl.sample_steps=6", "rl.timesteps_per_sample=2", "job.progress=false", "rl.max_steps=2",
+                 "rl.sample_grid_every=0", f'job.output_dir="{tmp_path}"', 'job.name="plain"']  # fmt: skip
+    plain = run_local(load.load(SMOKE, overrides), tmp_path / "plain")
+    for with_eval, without in zip(rows, plain, strict=True):
+        train = {k: v for k, v in without.items() if k.startswith("train/")}
+        assert train and {k: with_eval[k] for k in train} == train
+
+
+def test_a_dpo_full_fine_tune_evaluates_while_training_and_against_its_frozen_base(tmp_path):
+    """DPO in one process, every weight trained: eval/ rows, then `cosmos-rl eval` of the run loads
+    all weights and compares them with the frozen copy of the base."""
+    from cosmos_rl.evaluation.command import run_eval
+    from cosmos_rl.trainers.dpo import DPOTrainer
+
+    raw = {
+        "job": {"output_dir": str(tmp_path), "name": "dpo", "progress": False},
+        "model": {"lora": {"rank": 0}},
+        "checkpoint": {"every": 0, "keep": 0},
+        "rl": {"algorithm": "dpo", "max_steps": 2, "pairs_per_step": 2, "optimizer": {"lr": 1e-2},
+               "data": {"synthetic_pairs": 8}, "eval": {"every": 2, "per_task": 1, "seeds": 1, "reward": "brightness"}},
+    }  # fmt: skip
+    config = load.structure(raw)
+    run_dir = tmp_path / "dpo"
+    import torch
+
+    rows = DPOTrainer(config, run_dir, torch.device("cpu")).run()
+    assert [("eval/score" in r) for r in rows] == [False, True]
+    (run_dir / "manifest.toml").write_text(load.to_toml(config), encoding="utf-8")
+    result = run_eval(str(run_dir), reward="brightness", **SMALL)
+    assert result["sampler"] == {"steps": 20, "shift": 5.0, "guidance": 3.0}  # DPO has no sampler: the defaults
+    assert result["score"] == pytest.approx(rows[-1]["eval/score"], abs=1e-3)
+    assert result["base_score"] != result["score"]

@@ -41,11 +41,12 @@ def run_eval(
     check_options(seeds, per_task, reward, batch_size)
     captions, described = eval_captions(prompts, per_task)
     origin = f"--prompts {prompts}" if prompts else "the held-out prompts"
-    caption_groups(captions, reward, origin)  # a bad prompt fails before any model loads
+    caption_groups(captions, reward, origin)  # a bad prompt or TARGET fails before torch is even imported
+    from cosmos_rl.evaluation.target import open_target, target_kind
 
+    target_kind(target)
     from cosmos_rl.dist.world import pick_device
     from cosmos_rl.evaluation.evaluator import Evaluator
-    from cosmos_rl.evaluation.target import open_target
 
     where = pick_device(device)
     t = open_target(target, where, image_size, out_dir)

@@ -18,12 +18,13 @@ import re
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ContextManager
-
-import torch
+from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from cosmos_rl.errors import UserError
 from cosmos_rl.evaluation.settings import SamplerSettings, default_settings, run_settings
+
+if TYPE_CHECKING:
+    import torch
 
 PRESET = "preset:"
 DEFAULT_IMAGE_SIZE = 32  # a bare model's image side unless --image-size says otherwise (the shapes world's)
@@ -43,10 +44,38 @@ class Target:
     train_prompts: list[str] | None  # what the run trained on, when it has a prompt list (NFT)
 
 
-def open_target(text: str, device: torch.device, image_size: int | None, out_dir: Path | None) -> Target:
+def target_kind(text: str) -> str:
+    """"run" or "model", from files and names only (no torch), or a UserError saying what TARGET may be."""
+    if text.startswith(PRESET):
+        import typing
+
+        import attrs
+
+        from cosmos_rl.config.schema import ModelConfig
+
+        known = typing.get_args(attrs.fields_dict(ModelConfig)["preset"].type)
+        if text[len(PRESET):] not in known:
+            raise UserError(f"TARGET {text!r}: unknown preset {text[len(PRESET):]!r}; known presets: {', '.join(PRESET + p for p in known)}")
+        return "model"
     path = Path(text)
-    if not text.startswith(PRESET) and (path / "manifest.toml").is_file():
-        return _open_run(path, device, image_size, out_dir)
+    if (path / "manifest.toml").is_file():
+        return "run"
+    if not path.is_dir():
+        raise UserError(
+            f"TARGET {text!r}: no such folder; pass a run directory (holds manifest.toml), a diffusers "
+            "model folder (holds transformer/, vae/, tokenizer/, scheduler/) or preset:NAME"
+        )
+    if not (path / "transformer").is_dir():
+        raise UserError(
+            f"TARGET {text!r}: neither a run directory (no manifest.toml) nor a diffusers model folder "
+            "(no transformer/); pass the folder `cosmos-rl train` created, or a model folder"
+        )
+    return "model"
+
+
+def open_target(text: str, device: torch.device, image_size: int | None, out_dir: Path | None) -> Target:
+    if target_kind(text) == "run":
+        return _open_run(Path(text), device, image_size, out_dir)
     return _open_model(text, device, image_size or DEFAULT_IMAGE_SIZE, out_dir)
 
 
@@ -104,26 +133,13 @@ def _policy_component(config, model):
 
 
 def _open_model(text: str, device: torch.device, image_size: int, out_dir: Path | None) -> Target:
-    from cosmos_rl.models.build import PRESETS, build_preset, load_parts
+    from cosmos_rl.models.build import build_preset, load_parts
 
     if text.startswith(PRESET):
         name = text[len(PRESET):]
-        if name not in PRESETS:
-            raise UserError(f"TARGET {text!r}: unknown preset {name!r}; known presets: {', '.join(PRESET + p for p in sorted(PRESETS))}")
         parts, label = build_preset(name, seed=0), f"preset_{name}"
     else:
-        folder = Path(text)
-        if not folder.is_dir():
-            raise UserError(
-                f"TARGET {text!r}: no such folder; pass a run directory (holds manifest.toml), a diffusers "
-                "model folder (holds transformer/, vae/, tokenizer/, scheduler/) or preset:NAME"
-            )
-        if not (folder / "transformer").is_dir():
-            raise UserError(
-                f"TARGET {text!r}: neither a run directory (no manifest.toml) nor a diffusers model folder "
-                "(no transformer/); pass the folder `cosmos-rl train` created, or a model folder"
-            )
-        parts, label = load_parts(folder), folder.resolve().name
+        parts, label = load_parts(Path(text)), Path(text).resolve().name
     parts.vae.to(device)
     parts.transformer.to(device)
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", label)
