@@ -229,6 +229,9 @@ def test_eval_config_defaults_are_off_and_not_part_of_the_run_identity():
     assert config.rl.eval == schema.EvalConfig() and config.rl.eval.every == 0
     evaluated = load.load(SMOKE, ["rl.eval.every=10", "rl.eval.seeds=4"])
     assert plan.run_identity(evaluated) == plan.run_identity(config)
+    assert plan.build(config)["eval"] == "off"
+    assert plan.build(evaluated)["eval"] == {"every": 10, "prompts": "shapes held-out prompts, up to 8 per task", "seeds": 4,
+                                             "reward": "shapes_strict", "hacking_window": 3}  # fmt: skip
 
 
 def test_evaluating_changes_nothing_the_run_computes(nft_run, tmp_path):
