@@ -205,6 +205,41 @@ def report(
     out.print(f"[bold green]wrote[/] {escape(str(path))}", highlight=False)
 
 
+@app.command("eval")
+def evaluate(
+    target: str = typer.Argument(..., help="A run directory (its newest checkpoint vs its base), a diffusers model folder, or preset:NAME."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt file (.txt or .jsonl), every prompt in order; default: the shapes world's held-out prompts."),
+    seeds: int = typer.Option(2, "--seeds", help="Seeds per prompt (0 .. N-1), the same on every call."),
+    per_task: int = typer.Option(8, "--per-task", help="Held-out default only: at most this many prompts per task, evenly spread; 0 = all 319."),
+    reward: str = typer.Option("shapes_strict", "--reward", help="Built-in weight-free reward; shapes_strict or shapes_partial = the shapes verifier (both scores)."),
+    batch_size: int = typer.Option(32, "--batch-size", help="Samples per sampler call."),
+    image_size: Optional[int] = typer.Option(None, "--image-size", help="Image side for a bare model (default 32); a run uses its model.image_size."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder for the grid and eval.json; default RUN_DIR/eval, or eval/NAME for a model."),
+    device: str = typer.Option("auto", "--device", help="auto (CUDA when available), cpu or cuda."),
+) -> None:
+    """Score a run's newest checkpoint and its base (or a model) on held-out prompts x fixed seeds; write a sample grid."""
+    from cosmos_rl.evaluation.command import render, run_eval
+
+    def warn(line: str) -> None:
+        err.print("[yellow]warning[/]: ", end="", highlight=False)
+        err.print(line, markup=False, highlight=False)
+
+    if device not in ("auto", "cpu", "cuda"):
+        _fail(UserError(f"--device: {device!r} is not one of auto, cpu, cuda"))
+    try:
+        result = run_eval(
+            target, prompts=prompts, seeds=seeds, per_task=per_task, reward=reward, batch_size=batch_size,
+            image_size=image_size, out_dir=out_dir, device=device, warn=warn,
+        )
+    except UserError as exc:
+        _fail(exc)
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return
+    render(out, result)
+
+
 @reward_app.command("serve")
 def reward_serve(
     host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default); any other needs --token-env or --insecure."),

@@ -127,6 +127,7 @@ def build(config: schema.RunConfig, manifest_path: str = "MANIFEST", overrides: 
         "seed_contract": seed_contract(config),
         "launch": launch_argv(config, manifest_path, list(overrides)),
     }
+    out["eval"] = _eval_summary(rl.eval)
     if isinstance(rl, schema.NFTConfig):
         shapes, _ = preflight.nft_shapes(config)
         out["shapes"] = shapes
@@ -181,6 +182,14 @@ def _ray_layout(config: schema.RunConfig, actors: int) -> dict:
         "bundles_per_node": [actors // g.nodes + (n < actors % g.nodes) for n in range(g.nodes)],
         "placement_strategy": "SPREAD" if g.nodes > 1 else "PACK",
     }
+
+
+def _eval_summary(e: schema.EvalConfig) -> dict | str:
+    """[rl.eval]: what is evaluated during training (cosmos_rl.evaluation), or "off"."""
+    if e.every <= 0:
+        return "off"
+    prompts = e.prompts or ("shapes held-out prompts, all" if e.per_task <= 0 else f"shapes held-out prompts, up to {e.per_task} per task")
+    return {"every": e.every, "prompts": prompts, "seeds": e.seeds, "reward": e.reward, "hacking_window": e.hacking_window}
 
 
 def _data_summary(data: schema.PreferenceDataConfig) -> str:

@@ -1,7 +1,7 @@
 """`cosmos-rl report RUN_DIR`: metric plots and a Markdown summary of one run directory.
 
 Reads only the run directory's files (`manifest.toml`, `metrics.jsonl`, `checkpoints/`,
-`samples/`), so it works on a finished run, a running one, or a copy pulled off a cluster, and never
+`samples/`, and `eval/` once `cosmos-rl eval RUN_DIR` has written its grid there), so it works on a finished run, a running one, or a copy pulled off a cluster, and never
 imports torch. Plots use matplotlib's object API with the Agg canvas (no pyplot, no display).
 """
 
@@ -20,6 +20,8 @@ from cosmos_rl.checkpoint import layout
 from cosmos_rl.errors import UserError
 
 MANIFEST, METRICS, CHECKPOINTS, SAMPLES = "manifest.toml", "metrics.jsonl", "checkpoints", "samples"
+# What `cosmos-rl eval RUN_DIR` writes (cosmos_rl.evaluation.command); the report shows it when present.
+EVAL_DIR, EVAL_GRID, EVAL_RESULT = "eval", "before_after.png", "eval.json"
 
 # Every plot has this exact pixel size (inches x dpi), so a test can check the files are real plots.
 FIG_SIZE_IN, FIG_DPI = (6.4, 4.0), 100
@@ -37,6 +39,7 @@ JOINT_FAMILIES = {
 # Which way is better, by the end of the metric name; the rest (reward_std, advantage_mean, the
 # branch errors, lr, grad_norm) have no better direction, so the report shows no "best" for them.
 HIGHER_IS_BETTER = ("accuracy", "reward_mean", "reward_margin")
+HIGHER_IS_BETTER_PREFIXES = ("eval/",)  # every eval/ metric is a score
 LOWER_IS_BETTER = ("loss",)
 
 _STEP_PNG = re.compile(r"step_(\d+)\.png")
@@ -56,6 +59,8 @@ class Run:
     series: dict[str, Series]
     samples: tuple[tuple[int, Path], ...]  # (step, png), in step order
     checkpoints: tuple[int, ...]  # committed checkpoint steps
+    eval_grid: Path | None = None  # eval/before_after.png
+    eval_result: dict | None = None  # eval/eval.json
 
 
 # ------------------------------------------------------------------------------------- reading
@@ -72,7 +77,22 @@ def load_run(run_dir: Path) -> Run:
         series=read_metrics(run_dir / METRICS),
         samples=_sample_grids(run_dir / SAMPLES),
         checkpoints=_committed_steps(run_dir / CHECKPOINTS),
+        eval_grid=grid if (grid := run_dir / EVAL_DIR / EVAL_GRID).is_file() else None,
+        eval_result=_eval_result(run_dir / EVAL_DIR / EVAL_RESULT),
     )
+
+
+def _eval_result(path: Path) -> dict | None:
+    if not path.is_file():
+        return None
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: not readable as JSON ({exc}); run `cosmos-rl eval` on the run again, or delete it") from None
+    numbers = [result.get("score"), *(result.get("tasks") or {}).values()] if isinstance(result, dict) else []
+    if not numbers or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in numbers):
+        raise UserError(f"{path}: not what `cosmos-rl eval` writes (a \"score\" and a \"tasks\" object of numbers); run it again, or delete the file")
+    return result
 
 
 def read_metrics(path: Path) -> dict[str, Series]:
@@ -134,7 +154,7 @@ def families(names) -> dict[str, list[str]]:
 
 
 def direction(name: str) -> str:
-    if name.endswith(HIGHER_IS_BETTER):
+    if name.endswith(HIGHER_IS_BETTER) or name.startswith(HIGHER_IS_BETTER_PREFIXES):
         return "max"
     if name.endswith(LOWER_IS_BETTER) or name.startswith("time/"):
         return "min"
@@ -169,7 +189,7 @@ def plot_family(title: str, members: list[Series], path: Path) -> None:
             ax.fill_between(s.steps, low, high, alpha=0.25, label=f"{mean.name} ± {s.name.rsplit('/', 1)[-1]}")
             continue
         # Sparse series (validation every N steps) get markers so single points are visible.
-        sparse = len(s.steps) < 30 or s.name.startswith("val/")
+        sparse = len(s.steps) < 30 or s.name.startswith(("val/", "eval/"))
         ax.plot(s.steps, s.values, label=s.name, marker="o" if sparse else None, markersize=3, linewidth=1.2)
     ax.set_title(title)
     ax.set_xlabel("step")
@@ -207,6 +227,10 @@ def _fmt(value: float) -> str:
     return f"{value:.6g}" if math.isfinite(value) else str(value)
 
 
+def _number(value) -> str:
+    return _fmt(float(value)) if isinstance(value, (int, float)) and not isinstance(value, bool) else "n/a"
+
+
 def _link(target: Path, base: Path) -> str:
     # Relative links keep the report readable wherever the run directory is copied.
     return Path(os.path.relpath(target.resolve(), base.resolve())).as_posix()
@@ -219,8 +243,8 @@ def render_markdown(run: Run, plots: list[tuple[str, Path]], out: Path) -> str:
         (last_step, last), best = final_and_best(series)
         best_text = f"{_fmt(best[1])} ({best[0]})" if best else "n/a"
         lines.append(f"| `{name}` | {_fmt(last)} ({last_step}) | {best_text} |")
-    lines += ["", "Best is the maximum for accuracy, reward_mean and reward_margin, the minimum for losses and",
-              "timings; other metrics (spreads, advantages, branch errors, lr, grad_norm) show n/a.", ""]
+    lines += ["", "Best is the maximum for accuracy, reward_mean, reward_margin and every eval/ score, the minimum",
+              "for losses and timings; other metrics (spreads, advantages, branch errors, lr, grad_norm) show n/a.", ""]
     lines += ["## Curves", ""]
     for family, png in plots:
         lines += [f"### {family}", "", f"![{family}]({_link(png, out)})", ""]
@@ -228,9 +252,33 @@ def render_markdown(run: Run, plots: list[tuple[str, Path]], out: Path) -> str:
         lines += ["## Sample grids", "", "The step's samples, oldest first.", ""]
         for step, png in run.samples:
             lines += [f"### step {step}", "", f"![samples at step {step}]({_link(png, out)})", ""]
+    lines += _eval_section(run, out)
     lines += ["## Checkpoints", ""]
     lines.append(
         "Committed: " + ", ".join(f"`step_{s}`" for s in run.checkpoints) if run.checkpoints else "No committed checkpoint."
     )
     lines += ["", "## Resolved manifest", "", "```toml", run.manifest_text.rstrip("\n"), "```", ""]
     return "\n".join(lines)
+
+
+def _eval_section(run: Run, out: Path) -> list[str]:
+    """What `cosmos-rl eval RUN_DIR` wrote: the scores against the base, and the before/after grid."""
+    result = run.eval_result
+    if result is None and run.eval_grid is None:
+        return []
+    lines = ["## Evaluation", ""]
+    if result is not None:
+        base = result.get("base_tasks") or {}
+        lines += [
+            f"`cosmos-rl eval` of checkpoint step {result.get('step')}: reward `{result.get('reward')}`, "
+            f"{result.get('n_prompts')} prompts x seeds {result.get('seeds')} ({result.get('prompts')}).", "",
+            "| task | score | base |", "| --- | --- | --- |",
+        ]  # fmt: skip
+        for task, value in result["tasks"].items():
+            lines.append(f"| {task} | {_number(value)} | {_number(base.get(task))} |")
+        lines += [f"| **overall** | {_number(result['score'])} | {_number(result.get('base_score'))} |", ""]
+    if run.eval_grid is not None:
+        columns = " · ".join(f"{i + 1}. {p}" for i, p in enumerate((result or {}).get("grid_prompts", [])))
+        lines += ["Before (top: the base) and after (bottom: the checkpoint), one prompt per column"
+                  + (f": {columns}." if columns else "."), "", f"![before and after]({_link(run.eval_grid, out)})", ""]
+    return lines

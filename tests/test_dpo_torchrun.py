@@ -22,7 +22,8 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFEST = REPO / "manifests" / "dpo_t2i_smoke.toml"
-SMALL = DPO_SMALL_WITH_VALIDATION
+# ... and [rl.eval] every 2 steps (one prompt per task, brightness): the ranks' all-reduced eval/ rows.
+SMALL = [*DPO_SMALL_WITH_VALIDATION, "rl.eval.every=2", "rl.eval.per_task=1", "rl.eval.seeds=1", 'rl.eval.reward="brightness"']
 
 
 def cosmos(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -65,6 +66,7 @@ def test_train_writes_metrics_and_committed_checkpoints(runs):
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert rows[0]["train/loss"] == pytest.approx(0.6931471805599453, abs=1e-6)
     assert "val/dpo_accuracy" in rows[1] and "val/dpo_accuracy" in rows[3]
+    assert [r["step"] for r in rows if "eval/score" in r] == [2, 4] and 0.0 < rows[3]["eval/score"] < 1.0
     for step in (2, 4):
         step_dir = run_dir / "checkpoints" / f"step_{step}"
         assert (step_dir / "COMMITTED").is_file()

@@ -30,6 +30,9 @@ SMOKE = REPO / "manifests" / "nft_t2i_smoke.toml"
 STEPS = 4
 # Small and fast: 4 ranks x 2 rows, 6 sampler steps, 2 training timesteps per sample.
 FAST = ["rl.sample_steps=6", "rl.timesteps_per_sample=2", "job.progress=false", "checkpoint.keep=0"]
+# [rl.eval] every 2 steps on one prompt per task (brightness, so the scores move with the weights):
+# the actors' evaluate() call, and its rows in the straight/resumed/damaged comparisons below.
+FAST += ["rl.eval.every=2", "rl.eval.per_task=1", "rl.eval.seeds=1", 'rl.eval.reward="brightness"']
 # A Ray address nothing listens on: a run that got as far as joining Ray would fail with exit 1.
 NO_RAY = {"RAY_ADDRESS": "127.0.0.1:1"}
 
@@ -191,3 +194,19 @@ def test_a_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the_o
     b = _checkpoint_tensors(damaged, STEPS, tmp_path)
     for key in (k for k in a if k.startswith(("policy.", "old.", "optimizer."))):
         assert torch.equal(a[key], b[key]), key
+
+
+def test_eval_rows_of_the_actors_match_cosmos_rl_eval_of_the_finished_run(runs):
+    from cosmos_rl.evaluation.command import run_eval
+    from cosmos_rl.report import write_report
+
+    rows = _rows(runs["straight"])
+    evaluated = [r["step"] for r in rows if "eval/score" in r]
+    assert evaluated == [2, 4] and all(0.0 < r["eval/score"] < 1.0 for r in rows if "eval/score" in r)
+    # The four FSDP actors' checkpoint, loaded into one unsharded process, scores what the actors
+    # scored at the last step (to the rounding of the uint8 pixels), and its base scores otherwise.
+    result = run_eval(str(runs["straight"]), reward="brightness", per_task=1, seeds=1)
+    assert result["step"] == STEPS and result["score"] == pytest.approx(rows[-1]["eval/score"], abs=1e-3)
+    assert result["base_score"] != result["score"]
+    report = write_report(runs["straight"])
+    assert (report.parent / "plots" / "eval.png").is_file() and "before_after.png" in report.read_text()

@@ -97,6 +97,37 @@ NFT_CASES = [
 ]
 
 
+# [rl.eval] is the same table for both algorithms: every case runs against both manifests.
+EVAL_ON = ["rl.eval.every=1"]
+EVAL_CASES = [
+    (["rl.eval.every=-1"], "rl.eval.every", ">= 0"),
+    (["rl.eval.every=3", "job.log_every=2"], "rl.eval.every", "multiple of job.log_every (2)"),
+    ([*EVAL_ON, "rl.eval.seeds=0"], "rl.eval.seeds", ">= 1"),
+    ([*EVAL_ON, "rl.eval.per_task=-1"], "rl.eval.per_task", ">= 0"),
+    ([*EVAL_ON, "rl.eval.hacking_window=1"], "rl.eval.hacking_window", ">= 2"),
+    ([*EVAL_ON, 'rl.eval.reward="pickscore"'], "rl.eval.reward", "not a built-in weight-free reward"),
+    ([*EVAL_ON, 'rl.eval.prompts="missing.txt"'], "rl.eval.prompts", "file not found"),
+]
+
+
+@pytest.mark.parametrize("manifest", [NFT, DPO], ids=["nft", "dpo"])
+@pytest.mark.parametrize("overrides, key, text", EVAL_CASES, ids=[c[1] + ":" + c[0][-1] for c in EVAL_CASES])
+def test_eval_rule(manifest, overrides, key, text):
+    found = errors(manifest, overrides)
+    assert key in found, found
+    assert text in found[key]
+
+
+def test_eval_rule_warnings_and_a_valid_eval_table(tmp_path):
+    prompts = tmp_path / "held_out.txt"
+    prompts.write_text("a red circle\n")
+    assert "never evaluates" in warnings(NFT, ["rl.eval.every=100"])["rl.eval.every"]
+    assert "has no effect" in warnings(DPO, ["rl.eval.every=1", f'rl.eval.prompts="{prompts}"', "rl.eval.per_task=3"])["rl.eval.per_task"]
+    on = ["rl.eval.every=10", "rl.eval.seeds=1", 'rl.eval.reward="shapes_partial"', f'rl.eval.prompts="{prompts}"']
+    assert errors(NFT, on) == {} and errors(DPO, on) == {}
+    assert errors(NFT, ["rl.eval.seeds=0"]) == {}  # evaluation off: its other knobs are not judged
+
+
 def test_several_rewards_pass_and_one_reward_form_still_does():
     two = [*ONE_OFF, 'rl.rewards=[{name="brightness", revision="a", weight=2.0}, {name="prompt_colour", revision="b"}]']
     assert errors(NFT, two) == {}

@@ -363,7 +363,10 @@ def with_absolute_paths(config: schema.RunConfig, base_dir: Path | str) -> schem
     def data(d: schema.PreferenceDataConfig) -> schema.PreferenceDataConfig:
         return attrs.evolve(d, jsonl=resolve_path(d.jsonl, base), shards=[resolve_path(s, base) for s in d.shards])
 
-    rl = attrs.evolve(config.rl, init_from=resolve_path(config.rl.init_from, base))
+    rl = attrs.evolve(
+        config.rl, init_from=resolve_path(config.rl.init_from, base),
+        eval=attrs.evolve(config.rl.eval, prompts=resolve_path(config.rl.eval.prompts, base)),
+    )  # fmt: skip
     if isinstance(rl, schema.DPOConfig):
         rl = attrs.evolve(rl, data=data(rl.data), validation=attrs.evolve(rl.validation, data=data(rl.validation.data)))
     else:

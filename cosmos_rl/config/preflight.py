@@ -83,6 +83,7 @@ def check(config: schema.RunConfig, base_dir: Path | str = ".") -> list[Problem]
         _nft(config, config.rl, rules)
     else:
         _dpo(config, config.rl, rules)
+    _eval(config, config.rl.eval, rules)
     return rules.problems
 
 
@@ -161,6 +162,29 @@ def _init_from(value: str, r: _Rules) -> None:
         r.error("rl.init_from", "unsupported URL scheme", value, "use a local folder or s3://bucket/prefix")
     elif value:
         r.local_path("rl.init_from", value, kind="folder")
+
+
+# --------------------------------------------------------------------------------------- eval
+def _eval(c: schema.RunConfig, e: schema.EvalConfig, r: _Rules) -> None:
+    """[rl.eval] (NFT and DPO): evaluation during training (docs/eval.md)."""
+    r.at_least("rl.eval.every", e.every, 0, "set rl.eval.every to 0 (off) or a number of steps")
+    if e.every <= 0:
+        return
+    if c.job.log_every >= 1 and e.every % c.job.log_every:
+        r.error("rl.eval.every", f"must be a multiple of job.log_every ({c.job.log_every}), or its eval/ rows are never written", e.every,
+                f"use a multiple of {c.job.log_every}")
+    if e.every > c.rl.max_steps >= 1:
+        r.warn("rl.eval.every", f"is more than rl.max_steps ({c.rl.max_steps}), so the run never evaluates", e.every, "lower it, or set it to 0")
+    r.at_least("rl.eval.seeds", e.seeds, 1)
+    r.at_least("rl.eval.per_task", e.per_task, 0, "set rl.eval.per_task to 0 (every held-out prompt) or more")
+    r.at_least("rl.eval.hacking_window", e.hacking_window, 2, "set rl.eval.hacking_window to 2 or more (evaluations compared oldest to newest)")
+    if e.reward not in BUILTIN_REWARDS:
+        r.error("rl.eval.reward", "not a built-in weight-free reward (evaluation scores in-process)", e.reward,
+                f"use one of {', '.join(show(n) for n in BUILTIN_REWARDS)}")
+    if e.prompts:
+        r.local_path("rl.eval.prompts", e.prompts, kind="file")
+        if e.per_task != schema.EvalConfig().per_task:
+            r.warn("rl.eval.per_task", "has no effect with rl.eval.prompts (every prompt of the file is used)", e.per_task, "remove it")
 
 
 # ---------------------------------------------------------------------------------------- NFT

@@ -125,6 +125,17 @@ class OptimizerConfig:
     warmup_steps: int = knob(0, "Linear learning-rate warm-up over this many steps, then constant.")
 
 
+# -------------------------------------------------------------------------------------------- eval
+@frozen
+class EvalConfig:
+    every: int = knob(0, "Evaluate the policy on held-out prompts every this many steps (`eval/` metrics); 0 = never. A multiple of job.log_every.")
+    prompts: str = knob("", "Prompt file (text or JSONL, every prompt in file order); empty = the shapes world's held-out prompts (docs/eval.md).")
+    per_task: int = knob(8, "With the shapes held-out default: at most this many prompts per task, evenly spread; 0 = all 319.")
+    seeds: int = knob(2, "Sampling seeds per prompt (seeds 0 .. N-1, the same noise for every run and call).")
+    reward: str = knob("shapes_strict", "Built-in weight-free reward that scores the images; `shapes_strict` or `shapes_partial` = the shapes verifier (both scores).")
+    hacking_window: int = knob(3, "Warn of reward hacking when over the last this many evaluations the training reward rose while `eval/score` fell.")
+
+
 # --------------------------------------------------------------------------------------------- DPO
 @frozen
 class PreferenceDataConfig:
@@ -164,6 +175,7 @@ class DPOConfig:
     optimizer: OptimizerConfig = section(OptimizerConfig, "Optimizer of the policy.")
     data: PreferenceDataConfig = section(PreferenceDataConfig, "Training preference pairs.")
     validation: ValidationConfig = section(ValidationConfig, "Held-out preference validation.")
+    eval: EvalConfig = section(EvalConfig, "Evaluation during training on held-out prompts (`eval/` metrics).")
 
 
 # --------------------------------------------------------------------------------------------- NFT
@@ -261,6 +273,7 @@ class NFTConfig:
         "weighted_sum", "With rl.rewards: advantages of the weighted sum of rewards, or the weighted sum of each reward's own advantages (normalised per group first, so no reward's scale drowns another)."
     )
     optimizer: OptimizerConfig = section(OptimizerConfig, "Optimizer of the policy.")
+    eval: EvalConfig = section(EvalConfig, "Evaluation during training on held-out prompts (`eval/` metrics).")
 
 
 RLConfig = Union[DPOConfig, NFTConfig]
@@ -322,6 +335,13 @@ NON_IDENTITY_FIELDS = frozenset(
         "rl.rewards[].max_retries",
         "rl.rewards[].backoff_s",
         "rl.rewards[].token_env",
+        # Evaluation only reads the policy: it changes no weight, draw or cursor of the run.
+        "rl.eval.every",
+        "rl.eval.prompts",
+        "rl.eval.per_task",
+        "rl.eval.seeds",
+        "rl.eval.reward",
+        "rl.eval.hacking_window",
     }
 )
 

@@ -120,6 +120,11 @@ class DPOTrainer:
             self.val_source = build_source(self.rl.validation.data, size, config.job.seed, "rl.validation.data")
 
         self.model: TrainableModel = build_trainable(config, device)
+        self.evaluator = None
+        if self.rl.eval.every:  # [rl.eval]: sampled held-out prompts scored by a reward (eval/ metrics)
+            from cosmos_rl.evaluation.evaluator import Evaluator
+
+            self.evaluator = Evaluator.for_run(config, self.model, device)
         self._ids_cache: dict[str, torch.Tensor] = {}
         self._check_data()
         self.cursor = PairCursor(
@@ -299,6 +304,12 @@ class DPOTrainer:
             return {}
         return self.validate()
 
+    def evaluate(self, step: int) -> dict[str, float]:
+        """[rl.eval] (collective): every rank samples its share of the items, one all-reduce sums the scores."""
+        from cosmos_rl.evaluation.evaluator import evaluate_all_reduce
+
+        return evaluate_all_reduce(self.evaluator, self.model.transformer, self.rank, self.world)
+
     def _step(self, step: int) -> dict[str, float]:
         assert step == self.step + 1, f"the loop asked for step {step} after step {self.step}"
         return self.train_step()
@@ -310,10 +321,13 @@ class DPOTrainer:
             unit="pairs", items_per_step=self.rl.pairs_per_step,
             progress_fields=("train/loss", "train/dpo_accuracy"),
         )
+        from cosmos_rl.evaluation.during import with_eval
+
+        step_fn, holdout_fn = with_eval(self.config, self._step, self._holdout, self.evaluate, main=self.is_main)
         stop = StopFlag().install()
         try:
             return run_steps(
-                self.config, spec, self._step, lambda step: self.save(), stop.should_stop, self._holdout,
+                self.config, spec, step_fn, lambda step: self.save(), stop.should_stop, holdout_fn,
                 stop_committed=stop.mark_committed,
             )
         finally:

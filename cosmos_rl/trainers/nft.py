@@ -107,6 +107,12 @@ class NFTTrainer:
         side = config.model.image_size // int(vae_cfg.scale_factor_spatial)
         self.latent_shape = (int(self.transformer.config.latent_channel), side, side)
 
+        self.evaluator = None
+        if rl.eval.every:  # [rl.eval]: built now, so a bad evaluation prompt stops the run before step 1
+            from cosmos_rl.evaluation.evaluator import Evaluator
+
+            self.evaluator = Evaluator.for_run(config, self.model, self.device)
+
         self.seed_contract = plan.seed_contract(config)
         self.progress = {"step": 0}
         self.checkpoints = CheckpointManager(
@@ -255,6 +261,14 @@ class NFTTrainer:
         metrics["train/advantage_mean"] = float(advantages.mean())
         return metrics
 
+    # ----------------------------------------------------------------- [rl.eval]
+    def evaluate(self, step: int) -> dict[str, float]:
+        """The policy on the `[rl.eval]` items, split over the ranks; the group's `eval/` metrics on every rank."""
+        from cosmos_rl.evaluation.evaluator import evaluate_ranks
+
+        self._activate(POLICY)
+        return evaluate_ranks(self.evaluator, self.transformer, self.comm.ranks, self.comm.world_size, self.comm.mean)
+
     def _training_inputs(self, step: int, rank: int, x0: torch.Tensor, sigmas: torch.Tensor, cond: list[torch.Tensor], r: torch.Tensor):
         """Rank `rank`'s training batch: its samples noised at the training timesteps (drawn from
         a generator of (job.seed, rank, step)), the velocity target and each row's optimality."""
@@ -332,7 +346,7 @@ class NFTTrainer:
 
 
 class NFTWorker(RankActor):
-    """The Ray actor of one rank. The driver calls pick_port (rank 0), setup_world, build, train_step, save."""
+    """The Ray actor of one rank. The driver calls pick_port (rank 0), setup_world, build, train_step, save, evaluate."""
 
     def __init__(self, rank: int, world_size: int, config: schema.RunConfig, run_dir: str,
                  reward_urls: dict[str, str], reward_tokens: dict[str, str | None]):
@@ -354,6 +368,9 @@ class NFTWorker(RankActor):
 
     def save(self, step: int) -> str:
         return self.trainer.save(step)
+
+    def evaluate(self, step: int) -> dict[str, float]:
+        return self.trainer.evaluate(step)
 
     def shutdown(self) -> None:
         from cosmos_rl.dist.world import process_group_active

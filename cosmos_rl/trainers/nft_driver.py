@@ -98,6 +98,12 @@ def start(config: schema.RunConfig, run_dir: Path, resume: bool, console) -> int
             except RunFailed as exc:
                 raise RunFailed(f"checkpoint of step {step}: {exc}; {_resume_point(run_dir)}") from None
 
+        def evaluate(step: int) -> dict[str, float]:
+            try:
+                return group.call_all("evaluate", step)[0]
+            except RunFailed as exc:
+                raise RunFailed(f"evaluation after step {step}: {exc}; {_resume_point(run_dir)}") from None
+
         spec = LoopSpec(
             run_dir=run_dir, start_step=start_step, resumed=resume, main=True, unit="samples",
             items_per_step=rl.group_size * rl.prompts_per_step,
@@ -109,7 +115,10 @@ def start(config: schema.RunConfig, run_dir: Path, resume: bool, console) -> int
                 f"stopped by {stop.signalled} before step {start_step + 1}; nothing was lost: "
                 f"continue with `cosmos-rl resume {run_dir}`"
             )
-        run_steps(config, spec, step_fn, save_fn, lambda: stop.signalled, stop_committed=stop.mark_committed)
+        from cosmos_rl.evaluation.during import with_eval
+
+        step_fn, holdout_fn = with_eval(config, step_fn, None, evaluate, main=True, console=console)
+        run_steps(config, spec, step_fn, save_fn, lambda: stop.signalled, holdout_fn, stop_committed=stop.mark_committed)
         return 0
     finally:
         stop.uninstall()

@@ -50,4 +50,7 @@ def run_local(config: schema.RunConfig, run_dir: Path, *, resume: bool = False) 
         items_per_step=config.rl.group_size * config.rl.prompts_per_step,
         progress_fields=("train/reward_mean", "train/policy_loss"),
     )
-    return run_steps(config, spec, trainer.train_step, trainer.save, lambda: None)
+    from cosmos_rl.evaluation.during import with_eval
+
+    step_fn, holdout_fn = with_eval(config, trainer.train_step, None, trainer.evaluate, main=True)
+    return run_steps(config, spec, step_fn, trainer.save, lambda: None, holdout_fn)

@@ -1,0 +1,100 @@
+"""`[rl.eval]` during training: which steps evaluate, the `eval/` metrics, the reward-hacking watch.
+
+`with_eval` wraps the step and held-out functions a trainer hands to `trainers.loop.run_steps`:
+after every `rl.eval.every`-th step it calls the trainer's `evaluate(step)` (which samples and
+scores the evaluation items on every rank and returns the group's `eval/` metrics, the same on
+every rank) and adds its metrics to the step's row. The training signal the watch compares with
+`eval/score` is averaged over the steps since the previous evaluation (`evaluation.hacking`). The
+watch starts afresh on resume. Torch-free: the NFT driver runs it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from cosmos_rl.config import schema
+from cosmos_rl.evaluation.hacking import HackingWatch
+
+Metrics = dict[str, float]
+# The training reward each algorithm logs; DPO has no reward, its implicit one is the margin.
+TRAIN_SIGNAL = {"nft": "train/reward_mean", "dpo": "train/dpo_reward_margin"}
+
+
+class TrainingEval:
+    def __init__(self, config: schema.RunConfig, evaluate: Callable[[int], Metrics], *, main: bool, console=None):
+        cfg = config.rl.eval
+        self.every, self.evaluate, self.main = cfg.every, evaluate, main
+        self.signal_name = TRAIN_SIGNAL.get(config.rl.algorithm, "")
+        self.watch = HackingWatch(cfg.hacking_window, self.signal_name)
+        self.warnings: list[str] = []
+        self._since: list[float] = []
+        self._console = console
+
+    def wrap_step(self, step_fn: Callable[[int], Metrics]) -> Callable[[int], Metrics]:
+        def step(index: int) -> Metrics:
+            metrics = step_fn(index)
+            if self.signal_name in metrics:
+                self._since.append(float(metrics[self.signal_name]))
+            return metrics
+
+        return step
+
+    def holdout(self, step: int) -> Metrics:
+        if self.every <= 0 or step % self.every:
+            return {}
+        metrics = self.evaluate(step)
+        signal = sum(self._since) / len(self._since) if self._since else math.nan
+        self._since = []
+        line = self.watch.observe(step, signal, metrics["eval/score"])
+        if line:
+            self.warnings.append(line)
+            if self.main:
+                self._warn(f"step {step}: {line}")
+        return metrics
+
+    def _warn(self, line: str) -> None:
+        from rich.console import Console
+
+        console = self._console or Console(stderr=True, soft_wrap=True)
+        console.print("[yellow]warning[/]: ", end="", highlight=False)
+        console.print(line, markup=False, highlight=False)
+
+
+def with_eval(
+    config: schema.RunConfig, step_fn: Callable[[int], Metrics], holdout_fn: Callable[[int], Metrics] | None,
+    evaluate: Callable[[int], Metrics], *, main: bool, console=None,
+) -> tuple[Callable[[int], Metrics], Callable[[int], Metrics] | None]:  # fmt: skip
+    """(step_fn, holdout_fn) for run_steps with `[rl.eval]` added; unchanged when rl.eval.every is 0."""
+    if config.rl.eval.every <= 0:
+        return step_fn, holdout_fn
+    hook = TrainingEval(config, evaluate, main=main, console=console)
+    if main:
+        line = overlap_note(config)
+        if line:
+            hook._warn(line)
+
+    def holdout(step: int) -> Metrics:
+        metrics = dict(holdout_fn(step)) if holdout_fn is not None else {}
+        metrics.update(hook.holdout(step))
+        return metrics
+
+    return hook.wrap_step(step_fn), holdout
+
+
+def overlap_note(config: schema.RunConfig) -> str | None:
+    """A warning when an NFT run's training prompts include evaluation prompts (rewordings count)."""
+    from cosmos_rl.evaluation.prompts import eval_captions, overlap
+
+    rl = config.rl
+    if not isinstance(rl, schema.NFTConfig):
+        return None
+    from cosmos_rl.data.prompts import BUILTIN_PROMPTS, load_prompts
+
+    train = load_prompts(rl.prompts.file) if rl.prompts.file else list(BUILTIN_PROMPTS)
+    captions, _ = eval_captions(rl.eval.prompts, rl.eval.per_task)
+    seen = overlap(train, captions)
+    if not seen:
+        return None
+    return (f"rl.eval: {len(seen)} of the {len(captions)} evaluation prompts are training prompts (e.g. {seen[0]!r}); "
+            "eval/ then measures memory, not generalisation")  # fmt: skip

@@ -1,0 +1,143 @@
+"""Scoring an evaluation's images, and the totals that add up across ranks. Torch-free.
+
+With a shapes reward (`shapes_strict` or `shapes_partial`) the shapes verifier gives both scores
+of every image: the headline `score` is strict (GenEval's rule), `score_partial` the fraction of
+constraints met. Any other built-in reward gives one score per image (its value) and no partial.
+
+A task's score is the mean over its images; the overall score is the unweighted mean of the task
+scores (as GenEval averages). Prompts outside the shapes grammar (possible with a non-shapes
+reward) form one task, `other`. Worked example, captions ["a circle", "a square", "two circles"]
+scored strict [1, 0, 1] and partial [1, 0.5, 1]: tasks {single_object: 0.5, counting: 1.0},
+score 0.75; partial tasks {single_object: 0.75, counting: 1.0}, score_partial 0.875.
+
+Ranks hold `Totals` (per task: images, score sum, partial sum); totals add, so the ranks' shares
+give the numbers one process scoring everything gives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from cosmos_rl.shapes import TASKS, CaptionError, task_of, verify
+
+SHAPES_REWARDS = ("shapes_strict", "shapes_partial")
+OTHER = "other"  # the task of a prompt outside the shapes grammar (non-shapes rewards only)
+GROUPS = (*TASKS, OTHER)
+_PARTS = ("n", "score", "partial")
+
+
+def uses_verifier(reward: str) -> bool:
+    return reward in SHAPES_REWARDS
+
+
+def reward_names() -> list[str]:
+    """The rewards an evaluation may use: the built-in weight-free ones."""
+    from cosmos_rl.rewards.functions import REWARDS
+
+    return sorted(REWARDS)
+
+
+def group_of(caption: str, reward: str) -> str:
+    """The task a caption's images count under; with a shapes reward a caption must parse."""
+    if uses_verifier(reward):
+        return task_of(caption)
+    try:
+        return task_of(caption)
+    except CaptionError:
+        return OTHER
+
+
+def caption_groups(captions: Sequence[str], reward: str, origin: str) -> dict[str, str]:
+    """{caption: task} for every caption, or a UserError naming `origin` and the prompt's number
+    when a shapes reward meets a caption outside the shapes grammar."""
+    from cosmos_rl.errors import UserError
+
+    groups = {}
+    for number, caption in enumerate(captions, start=1):
+        try:
+            groups[caption] = group_of(caption, reward)
+        except CaptionError as exc:
+            raise UserError(
+                f"{origin}: prompt {number}: {exc}; the shapes verifier ({reward}) scores shapes captions only: "
+                "use a shapes prompt file (python -m cosmos_rl.shapes prompts DIR) or another reward"
+            ) from None
+    return groups
+
+
+def score_images(reward: str, images: np.ndarray, captions: Sequence[str]) -> tuple[list[float], list[float] | None]:
+    """(score, partial or None) per uint8 [N, H, W, 3] image."""
+    if uses_verifier(reward):
+        verdicts = verify(images, captions)
+        return [v.strict for v in verdicts], [v.partial for v in verdicts]
+    from cosmos_rl.rewards.functions import REWARDS
+
+    return [float(v) for v in REWARDS[reward](images, list(captions))], None
+
+
+@dataclass(frozen=True)
+class EvalScores:
+    """One evaluation's numbers (see the module docstring); `*_partial` are None without the verifier."""
+
+    reward: str
+    score: float
+    score_partial: float | None
+    tasks: dict[str, float]
+    tasks_partial: dict[str, float] | None
+    images: dict[str, int]  # images scored per task
+
+    @property
+    def n_images(self) -> int:
+        return sum(self.images.values())
+
+    def metrics(self) -> dict[str, float]:
+        """The `eval/` metrics row: eval/score, eval/score_partial, eval/task/<task>, eval/task_partial/<task>."""
+        out = {"eval/score": self.score, **{f"eval/task/{t}": v for t, v in self.tasks.items()}}
+        if self.score_partial is not None:
+            out["eval/score_partial"] = self.score_partial
+            out.update({f"eval/task_partial/{t}": v for t, v in (self.tasks_partial or {}).items()})
+        return out
+
+
+@dataclass
+class Totals:
+    """Per task: [images, score sum, partial sum]."""
+
+    sums: dict[str, list[float]] = field(default_factory=lambda: {g: [0.0, 0.0, 0.0] for g in GROUPS})
+
+    def add(self, group: str, score: float, partial: float | None) -> None:
+        entry = self.sums[group]
+        entry[0] += 1.0
+        entry[1] += float(score)
+        entry[2] += float(partial) if partial is not None else 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        """Flat `{task/n, task/score, task/partial}` with every task present (the same keys on every rank)."""
+        return {f"{g}/{part}": self.sums[g][i] for g in GROUPS for i, part in enumerate(_PARTS)}
+
+    @classmethod
+    def from_dict(cls, flat: dict[str, float]) -> "Totals":
+        return cls({g: [float(flat[f"{g}/{part}"]) for part in _PARTS] for g in GROUPS})
+
+    def __add__(self, other: "Totals") -> "Totals":
+        return Totals({g: [a + b for a, b in zip(self.sums[g], other.sums[g])] for g in GROUPS})
+
+    def scores(self, reward: str) -> EvalScores:
+        present = [g for g in GROUPS if self.sums[g][0] > 0]
+        if not present:
+            raise ValueError("no images were scored")
+        # Counts are whole numbers carried as floats (rank means times the world size): round them.
+        images = {g: int(round(self.sums[g][0])) for g in present}
+        tasks = {g: self.sums[g][1] / self.sums[g][0] for g in present}
+        partial = uses_verifier(reward)
+        tasks_partial = {g: self.sums[g][2] / self.sums[g][0] for g in present} if partial else None
+        return EvalScores(
+            reward=reward,
+            score=sum(tasks.values()) / len(tasks),
+            score_partial=sum(tasks_partial.values()) / len(tasks_partial) if tasks_partial else None,
+            tasks=tasks,
+            tasks_partial=tasks_partial,
+            images=images,
+        )

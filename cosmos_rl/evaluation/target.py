@@ -1,0 +1,150 @@
+"""What `cosmos-rl eval TARGET` evaluates: a run directory (its newest checkpoint and its base) or a model.
+
+A run directory (it holds `manifest.toml`) is rebuilt from its saved manifest exactly as the
+trainer builds it (`models.setup.build_trainable`: the base `rl.init_from` names plus the policy
+adapter, or all weights for a full fine-tune), then its newest committed checkpoint's `policy`
+component is loaded into it (`checkpoint.CheckpointManager.load`, which checks the files and the
+run identity first). The base for comparison is the same network with adapters disabled (or the
+frozen copy of the base, for a full fine-tune): the trainer's reference. Only the policy is
+loaded, never the optimizer or the old policy.
+
+A model is `preset:NAME` (built from seed 0, as a run with job.seed 0 builds it) or a diffusers
+folder (`models.build.load_parts`); it has no base.
+"""
+
+from __future__ import annotations
+
+import re
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, ContextManager
+
+from cosmos_rl.errors import UserError
+from cosmos_rl.evaluation.settings import SamplerSettings, default_settings, run_settings
+
+if TYPE_CHECKING:
+    import torch
+
+PRESET = "preset:"
+DEFAULT_IMAGE_SIZE = 32  # a bare model's image side unless --image-size says otherwise (the shapes world's)
+
+
+@dataclass
+class Target:
+    label: str  # what the user passed
+    kind: str  # "run" or "model"
+    parts: Any  # .transformer, .vae, .tokenizer
+    settings: SamplerSettings
+    image_size: int
+    out_dir: Path  # where the grid and eval.json go
+    step: int | None  # the checkpoint's step (runs only)
+    policy: Callable[[], ContextManager[torch.nn.Module]]
+    base: Callable[[], ContextManager[torch.nn.Module]] | None
+    train_prompts: list[str] | None  # what the run trained on, when it has a prompt list (NFT)
+
+
+def target_kind(text: str) -> str:
+    """"run" or "model", from files and names only (no torch), or a UserError saying what TARGET may be."""
+    if text.startswith(PRESET):
+        import typing
+
+        import attrs
+
+        from cosmos_rl.config.schema import ModelConfig
+
+        known = typing.get_args(attrs.fields_dict(ModelConfig)["preset"].type)
+        if text[len(PRESET):] not in known:
+            raise UserError(f"TARGET {text!r}: unknown preset {text[len(PRESET):]!r}; known presets: {', '.join(PRESET + p for p in known)}")
+        return "model"
+    path = Path(text)
+    if (path / "manifest.toml").is_file():
+        return "run"
+    if not path.is_dir():
+        raise UserError(
+            f"TARGET {text!r}: no such folder; pass a run directory (holds manifest.toml), a diffusers "
+            "model folder (holds transformer/, vae/, tokenizer/, scheduler/) or preset:NAME"
+        )
+    if not (path / "transformer").is_dir():
+        raise UserError(
+            f"TARGET {text!r}: neither a run directory (no manifest.toml) nor a diffusers model folder "
+            "(no transformer/); pass the folder `cosmos-rl train` created, or a model folder"
+        )
+    return "model"
+
+
+def open_target(text: str, device: torch.device, image_size: int | None, out_dir: Path | None) -> Target:
+    if target_kind(text) == "run":
+        return _open_run(Path(text), device, image_size, out_dir)
+    return _open_model(text, device, image_size or DEFAULT_IMAGE_SIZE, out_dir)
+
+
+def _open_run(run_dir: Path, device: torch.device, image_size: int | None, out_dir: Path | None) -> Target:
+    from cosmos_rl import plan
+    from cosmos_rl.checkpoint import CheckpointManager, layout
+    from cosmos_rl.config import load, schema
+    from cosmos_rl.models.setup import build_trainable
+
+    config = load.load(run_dir / "manifest.toml")
+    if image_size is not None and image_size != config.model.image_size:
+        raise UserError(
+            f"--image-size {image_size}: the run {run_dir} trains at model.image_size = {config.model.image_size}; "
+            "drop --image-size (it is for bare models)"
+        )
+    step = layout.latest_committed(layout.checkpoints_root(run_dir))
+    if step is None:
+        raise UserError(
+            f"{run_dir}: no committed checkpoint to evaluate yet (checkpoints are committed every checkpoint.every "
+            "steps and at the last one); wait for one, or evaluate the base model instead"
+        )
+    model = build_trainable(config, device, adapter_names=("policy",))
+    manager = CheckpointManager(run_dir, 0, run_identity=plan.run_identity(config), algorithm=config.rl.algorithm)
+    manager.load(step, {layout.POLICY: _policy_component(config, model)})
+    model.transformer.eval()
+
+    @contextmanager
+    def base():
+        with model.reference() as reference:
+            yield reference
+
+    train_prompts = None
+    if isinstance(config.rl, schema.NFTConfig):
+        from cosmos_rl.data.prompts import BUILTIN_PROMPTS, load_prompts
+
+        train_prompts = load_prompts(config.rl.prompts.file) if config.rl.prompts.file else list(BUILTIN_PROMPTS)
+    return Target(
+        label=str(run_dir), kind="run", parts=model, settings=run_settings(config), image_size=config.model.image_size,
+        out_dir=Path(out_dir) if out_dir is not None else run_dir / "eval", step=step,
+        policy=lambda: nullcontext(model.transformer), base=base, train_prompts=train_prompts,
+    )
+
+
+def _policy_component(config, model):
+    """The Stateful the run's trainer saved its `policy` component as (NFT: the named adapter)."""
+    from cosmos_rl.config import schema
+
+    if isinstance(config.rl, schema.NFTConfig):
+        from cosmos_rl.trainers.nft_state import AdapterState
+
+        return AdapterState(model.transformer, "policy")
+    from cosmos_rl.checkpoint import ModelState
+
+    return ModelState(model.state_module(), trainable_only=model.lora)
+
+
+def _open_model(text: str, device: torch.device, image_size: int, out_dir: Path | None) -> Target:
+    from cosmos_rl.models.build import build_preset, load_parts
+
+    if text.startswith(PRESET):
+        name = text[len(PRESET):]
+        parts, label = build_preset(name, seed=0), f"preset_{name}"
+    else:
+        parts, label = load_parts(Path(text)), Path(text).resolve().name
+    parts.vae.to(device)
+    parts.transformer.to(device)
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", label)
+    return Target(
+        label=text, kind="model", parts=parts, settings=default_settings(), image_size=image_size,
+        out_dir=Path(out_dir) if out_dir is not None else Path("eval") / safe, step=None,
+        policy=lambda: nullcontext(parts.transformer), base=None, train_prompts=None,
+    )

@@ -1,0 +1,273 @@
+"""`cosmos-rl eval` and `[rl.eval]`: the fixed items, the scores, the rank split, the reward-hacking
+watch, the command on a preset, and an NFT run (the one-process group) that evaluates while it
+trains, is evaluated afterwards against its base, and is reported."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from cosmos_rl.config import load, schema
+from cosmos_rl.errors import UserError
+from cosmos_rl.evaluation.during import TrainingEval
+from cosmos_rl.evaluation.hacking import HackingWatch, hacking
+from cosmos_rl.evaluation.prompts import held_out_captions, make_items, overlap, rank_share, spread
+from cosmos_rl.evaluation.scores import Totals, caption_groups
+from cosmos_rl.shapes import TASKS, parse_caption, render, split_prompts
+
+ROOT = Path(__file__).resolve().parent.parent
+SMOKE = ROOT / "manifests" / "nft_t2i_smoke.toml"
+# The smallest evaluation that still covers every task: one prompt of each, one seed.
+SMALL = {"per_task": 1, "seeds": 1}
+
+
+# ------------------------------------------------------------------------------------ items
+def test_spread_items_and_rank_shares_follow_the_worked_examples():
+    assert spread(list(range(10)), 3) == [1, 5, 8]
+    assert spread("abc", 1) == ["b"] and spread("abc", 0) == list("abc") and spread("abc", 5) == list("abc")
+    items = make_items(["a", "b"], 2)
+    assert [(i.index, i.caption, i.seed) for i in items] == [(0, "a", 0), (1, "b", 0), (2, "a", 1), (3, "b", 1)]
+    five = make_items(["a", "b", "c", "d", "e"], 1)
+    assert [(i.index, counts) for i, counts in rank_share(five, 0, 2)] == [(0, True), (2, True), (4, True)]
+    assert [(i.index, counts) for i, counts in rank_share(five, 1, 2)] == [(1, True), (3, True), (0, False)]
+
+
+def test_the_default_prompts_are_a_fixed_balanced_held_out_subset():
+    captions = held_out_captions(8)
+    assert captions == held_out_captions(8)
+    per_task = {task: sum(parse_caption(c).task == task for c in captions) for task in TASKS}
+    # Seed 0 holds out 1, 2, 8, 4, 250 and 54 prompts of the six tasks (docs/eval.md).
+    assert per_task == {"single_object": 1, "two_objects": 2, "counting": 8, "colours": 4, "position": 8, "colour_attribution": 8}
+    assert len(held_out_captions(0)) == 319
+    assert not overlap(split_prompts(0).train_captions(), held_out_captions(0))
+    # A rewording of a training prompt counts as seen.
+    assert overlap(["a square and a circle"], ["a circle and a square", "a red circle"]) == ["a circle and a square"]
+
+
+def test_a_shapes_reward_refuses_a_caption_outside_the_world_naming_the_prompt():
+    with pytest.raises(UserError, match=r"--prompts p.txt: prompt 2: caption 'a cat'"):
+        caption_groups(["a red circle", "a cat"], "shapes_strict", "--prompts p.txt")
+    assert caption_groups(["a red circle", "a cat"], "brightness", "x") == {"a red circle": "colours", "a cat": "other"}
+
+
+# ----------------------------------------------------------------------------------- scores
+def test_totals_give_the_worked_example_and_add_across_ranks():
+    rank0, rank1 = Totals(), Totals()
+    rank0.add("single_object", 1.0, 1.0)  # "a circle"
+    rank1.add("single_object", 0.0, 0.5)  # "a square"
+    rank1.add("counting", 1.0, 1.0)  # "two circles"
+    both = Totals.from_dict({k: a + b for (k, a), b in zip(rank0.as_dict().items(), rank1.as_dict().values())})
+    assert both == rank0 + rank1
+    scores = both.scores("shapes_strict")
+    assert scores.tasks == {"single_object": 0.5, "counting": 1.0} and scores.score == 0.75
+    assert scores.tasks_partial == {"single_object": 0.75, "counting": 1.0} and scores.score_partial == 0.875
+    assert scores.metrics() == {
+        "eval/score": 0.75, "eval/score_partial": 0.875, "eval/task/single_object": 0.5, "eval/task/counting": 1.0,
+        "eval/task_partial/single_object": 0.75, "eval/task_partial/counting": 1.0,
+    }  # fmt: skip
+    plain = both.scores("brightness")
+    assert plain.score_partial is None and "eval/score_partial" not in plain.metrics()
+
+
+class _GroundTruth:
+    """Stands in for a model: seed 0 draws the caption exactly (verifier: 1), seed 1 draws nothing (0)."""
+
+    def __init__(self):
+        from cosmos_rl.evaluation.evaluator import Evaluator
+        from cosmos_rl.evaluation.settings import default_settings
+
+        vae = SimpleNamespace(config=SimpleNamespace(scale_factor_spatial=4))
+        self.evaluator = Evaluator(held_out_captions(1), 2, "shapes_strict", default_settings(), tokenizer=None, vae=vae,
+                                   image_size=32, latent_channels=4, device=None)  # fmt: skip
+        self.evaluator.sample = self.sample
+        self.calls: list[int] = []
+
+    def sample(self, transformer, items):
+        self.calls.append(len(items))
+        blank = np.zeros((32, 32, 3), np.uint8)
+        return np.stack([render(parse_caption(i.caption), i.index) if i.seed == 0 else blank for i in items])
+
+
+def test_ranks_sharing_the_items_give_the_scores_of_one_process():
+    truth = _GroundTruth()
+    whole, kept = truth.evaluator.totals(None, keep=frozenset({0, 7}))
+    assert sorted(kept) == [0, 7]
+    expected = {task: 0.5 for task in TASKS}  # half the images drawn right, half blank
+    assert whole.scores("shapes_strict").tasks == expected and whole.scores("shapes_strict").tasks_partial == expected
+    shares = [truth.evaluator.totals(None, rank, 5)[0] for rank in range(5)]
+    assert truth.calls[1:] == [3] * 5  # 12 items over 5 ranks: every rank samples 3 (padded), so FSDP forwards line up
+    assert sum(shares, Totals()) == whole
+
+
+# ---------------------------------------------------------------------------------- hacking
+def test_hacking_watch_follows_the_worked_example():
+    assert hacking([0.2, 0.3, 0.4], [0.5, 0.5, 0.4], 3)
+    assert not hacking([0.2, 0.3, 0.4], [0.5, 0.5, 0.5], 3) and not hacking([0.4], [0.4], 3)
+    watch = HackingWatch(3, "train/reward_mean")
+    said = [watch.observe(step, r, s) for step, (r, s) in
+            enumerate([(0.2, 0.5), (0.3, 0.5), (0.4, 0.4), (0.5, 0.3), (0.5, 0.6), (0.6, 0.5), (0.7, 0.4)], start=1)]  # fmt: skip
+    assert [i + 1 for i, line in enumerate(said) if line] == [3, 7]  # once per occurrence
+    assert "train/reward_mean rose 0.2 -> 0.4 over the last 3 evaluations (steps 1-3) while eval/score fell 0.5 -> 0.4" in said[2]
+
+
+def test_training_eval_adds_eval_rows_on_its_steps_and_warns_once():
+    config = load.load(SMOKE, ["rl.eval.every=2", "rl.eval.hacking_window=2"])
+    scores = iter([0.5, 0.4, 0.3])
+    buffer = io.StringIO()
+    hook = TrainingEval(config, lambda step: {"eval/score": next(scores)}, main=True, console=Console(file=buffer, width=300))
+    step = hook.wrap_step(lambda s: {"train/reward_mean": 0.1 * s})
+    rows = []
+    for s in range(1, 7):
+        rows.append({**step(s), **hook.holdout(s)})
+    assert [("eval/score" in r) for r in rows] == [False, True, False, True, False, True]
+    # Signals are the means since the previous evaluation: 0.15, 0.35, 0.55; scores fall at 4 and 6.
+    assert hook.watch.signal == pytest.approx([0.15, 0.35, 0.55])
+    assert len(hook.warnings) == 1 and buffer.getvalue().count("possible reward hacking") == 1
+    assert "step 4:" in buffer.getvalue()
+
+
+# ---------------------------------------------------------------------------------- command
+def test_eval_preset_json_prints_the_documented_object(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "cosmos_rl.cli", "eval", "preset:tiny", "--json", "--per-task", "1", "--seeds", "1", "--out", str(tmp_path)],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["kind"] == "model" and out["base_score"] is None and out["step"] is None
+    assert out["n_prompts"] == 6 and out["seeds"] == [0] and out["n_images"] == 6 and out["reward"] == "shapes_strict"
+    assert set(out["tasks"]) == set(TASKS) and 0.0 <= out["score"] <= 1.0 and 0.0 <= out["score_partial"] <= 1.0
+    assert out["sampler"] == {"steps": 20, "shift": 5.0, "guidance": 3.0}  # NFT's schema defaults
+    assert Path(out["grid"]) == tmp_path / "samples.png" and json.loads((tmp_path / "eval.json").read_text()) == out
+
+
+def test_eval_refuses_bad_options_and_targets_naming_them(tmp_path):
+    from cosmos_rl.evaluation.command import run_eval
+
+    with pytest.raises(UserError, match="--seeds: must be >= 1"):
+        run_eval("preset:tiny", seeds=0)
+    with pytest.raises(UserError, match="--reward: 'pickscore' is not a built-in"):
+        run_eval("preset:tiny", reward="pickscore")
+    with pytest.raises(UserError, match="unknown preset 'huge'"):
+        run_eval("preset:huge", out_dir=tmp_path)
+    with pytest.raises(UserError, match="neither a run directory"):
+        run_eval(str(tmp_path), out_dir=tmp_path)
+
+
+# ------------------------------------------------------------------------- an NFT run with eval
+@pytest.fixture(scope="module")
+def nft_run(tmp_path_factory):
+    """Two NFT steps of the smoke manifest in one process, evaluated after each (brightness, so the
+    numbers move with the weights), with the manifest.toml a real run directory holds."""
+    from cosmos_rl.trainers.nft_local import run_local
+
+    root = tmp_path_factory.mktemp("eval_run")
+    overrides = ["rl.sample_steps=6", "rl.timesteps_per_sample=2", "job.progress=false", "rl.max_steps=2",
+                 "rl.sample_grid_every=0", "rl.eval.every=1", "rl.eval.per_task=1", "rl.eval.seeds=1",
+                 'rl.eval.reward="brightness"', f'job.output_dir="{root}"', 'job.name="run"']  # fmt: skip
+    config = load.load(SMOKE, overrides)
+    run_dir = root / "run"
+    rows = run_local(config, run_dir)
+    (run_dir / "manifest.toml").write_text(load.to_toml(config), encoding="utf-8")
+    return run_dir, rows
+
+
+def test_an_nft_run_writes_eval_rows(nft_run):
+    _, rows = nft_run
+    assert [r["step"] for r in rows] == [1, 2]
+    for row in rows:
+        assert 0.0 < row["eval/score"] < 1.0
+        assert {f"eval/task/{t}" for t in TASKS} <= set(row) and "eval/score_partial" not in row
+    assert rows[0]["eval/score"] != rows[1]["eval/score"]  # the policy moved between the evaluations
+
+
+def test_eval_of_the_finished_run_matches_its_last_eval_row_and_differs_from_its_base(nft_run):
+    from cosmos_rl.evaluation.command import run_eval
+
+    run_dir, rows = nft_run
+    first = run_eval(str(run_dir), reward="brightness", **SMALL)
+    second = run_eval(str(run_dir), reward="brightness", **SMALL)
+    assert first == second  # two calls, identical numbers
+    assert first["kind"] == "run" and first["step"] == 2
+    # The checkpoint holds the policy the run evaluated at its last step (batched differently, so
+    # equal to the rounding of the uint8 pixels), and the base is the network with adapters off.
+    assert first["score"] == pytest.approx(rows[-1]["eval/score"], abs=1e-3)
+    assert first["base_score"] is not None and first["base_score"] != first["score"]
+    from PIL import Image
+
+    with Image.open(run_dir / "eval" / "before_after.png") as grid:
+        assert grid.size == (6 * 32 + 5 * 2, 2 * 32 + 2)  # six prompts (one per task), base above policy
+
+
+def test_report_plots_eval_and_shows_the_before_after_grid(nft_run):
+    from cosmos_rl.evaluation.command import run_eval
+    from cosmos_rl.report import write_report
+
+    run_dir, _ = nft_run
+    if not (run_dir / "eval" / "eval.json").is_file():
+        run_eval(str(run_dir), reward="brightness", **SMALL)
+    report = write_report(run_dir)
+    plots = {p.name for p in (report.parent / "plots").glob("*.png")}
+    assert {"eval.png", "eval_task.png"} <= plots
+    text = report.read_text()
+    assert "## Evaluation" in text and "](../eval/before_after.png)" in text
+    assert "| `eval/score` |" in text and "| **overall** |" in text
+
+
+def test_eval_config_defaults_are_off_and_not_part_of_the_run_identity():
+    from cosmos_rl import plan
+
+    config = load.load(SMOKE)
+    assert config.rl.eval == schema.EvalConfig() and config.rl.eval.every == 0
+    evaluated = load.load(SMOKE, ["rl.eval.every=10", "rl.eval.seeds=4"])
+    assert plan.run_identity(evaluated) == plan.run_identity(config)
+    assert plan.build(config)["eval"] == "off"
+    assert plan.build(evaluated)["eval"] == {"every": 10, "prompts": "shapes held-out prompts, up to 8 per task", "seeds": 4,
+                                             "reward": "shapes_strict", "hacking_window": 3}  # fmt: skip
+
+
+def test_evaluating_changes_nothing_the_run_computes(nft_run, tmp_path):
+    """The same two steps without [rl.eval] give the same training numbers exactly."""
+    from cosmos_rl.trainers.nft_local import run_local
+
+    _, rows = nft_run
+    overrides = ["rl.sample_steps=6", "rl.timesteps_per_sample=2", "job.progress=false", "rl.max_steps=2",
+                 "rl.sample_grid_every=0", f'job.output_dir="{tmp_path}"', 'job.name="plain"']  # fmt: skip
+    plain = run_local(load.load(SMOKE, overrides), tmp_path / "plain")
+    for with_eval, without in zip(rows, plain, strict=True):
+        train = {k: v for k, v in without.items() if k.startswith("train/")}
+        assert train and {k: with_eval[k] for k in train} == train
+
+
+def test_a_dpo_full_fine_tune_evaluates_while_training_and_against_its_frozen_base(tmp_path):
+    """DPO in one process, every weight trained: eval/ rows, then `cosmos-rl eval` of the run loads
+    all weights and compares them with the frozen copy of the base."""
+    from cosmos_rl.evaluation.command import run_eval
+    from cosmos_rl.trainers.dpo import DPOTrainer
+
+    raw = {
+        "job": {"output_dir": str(tmp_path), "name": "dpo", "progress": False},
+        "model": {"lora": {"rank": 0}},
+        "checkpoint": {"every": 0, "keep": 0},
+        "rl": {"algorithm": "dpo", "max_steps": 2, "pairs_per_step": 2, "optimizer": {"lr": 1e-2},
+               "data": {"synthetic_pairs": 8}, "eval": {"every": 2, "per_task": 1, "seeds": 1, "reward": "brightness"}},
+    }  # fmt: skip
+    config = load.structure(raw)
+    run_dir = tmp_path / "dpo"
+    import torch
+
+    rows = DPOTrainer(config, run_dir, torch.device("cpu")).run()
+    assert [("eval/score" in r) for r in rows] == [False, True]
+    (run_dir / "manifest.toml").write_text(load.to_toml(config), encoding="utf-8")
+    result = run_eval(str(run_dir), reward="brightness", **SMALL)
+    assert result["sampler"] == {"steps": 20, "shift": 5.0, "guidance": 3.0}  # DPO has no sampler: the defaults
+    assert result["score"] == pytest.approx(rows[-1]["eval/score"], abs=1e-3)
+    assert result["base_score"] != result["score"]
