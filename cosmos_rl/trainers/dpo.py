@@ -236,11 +236,17 @@ class DPOTrainer:
         t = torch.rand(shape[0], generator=generator)
         return eps.to(self.device), t.to(self.device)
 
+    def _all_sum(self, values: torch.Tensor) -> torch.Tensor:
+        """`values` summed over the ranks, on the CPU. The collective runs on the rank's device:
+        NCCL takes only CUDA tensors (gloo reduces a CPU tensor in place, the same numbers)."""
+        if not self.distributed:
+            return values
+        on_device = values.to(self.device)
+        dist.all_reduce(on_device, op=dist.ReduceOp.SUM)
+        return on_device.cpu()
+
     def _all_mean(self, values: torch.Tensor) -> torch.Tensor:
-        if self.distributed:
-            dist.all_reduce(values, op=dist.ReduceOp.SUM)
-            values = values / self.world
-        return values
+        return self._all_sum(values) / self.world if self.distributed else values
 
     def next_pairs(self) -> list:
         """This rank's pairs for the next step (the Ray per_role trainer fetches them from its data actor)."""
@@ -292,9 +298,7 @@ class DPOTrainer:
             _, metrics = self._objective(latents, ids, eps, t, with_grad=False)
             sums[:-1] += torch.stack([metrics[k].float().cpu() for k in VAL_METRICS]) * len(indices)
             sums[-1] += len(indices)
-        if self.distributed:
-            # Ranks may hold different counts; sum numerators and the count, not means.
-            dist.all_reduce(sums, op=dist.ReduceOp.SUM)
+        sums = self._all_sum(sums)  # ranks may hold different counts: sum numerators and the count, not means
         return {f"val/{k}": float(v) for k, v in zip(VAL_METRICS, sums[:-1] / sums[-1])}
 
     # -------------------------------------------------------------------------------- loop
