@@ -88,8 +88,25 @@ def test_the_pages_exist_and_quote_commands():
     assert {"quickstart.md", "topology.md", "dpo.md", "nft.md"} <= pages
 
 
+# The docs write the reader's own Cosmos3 model folder as this path; the test puts a folder of that
+# layout (what preflight reads of it) in its place.
+USER_MODEL = "/models/cosmos3-nano"
+
+
+@pytest.fixture(scope="module")
+def user_model(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("docs") / "cosmos3-nano"
+    (folder / "transformer").mkdir(parents=True)
+    (folder / "scheduler").mkdir()
+    (folder / "model_index.json").write_text('{"_class_name": "Cosmos3OmniPipeline"}')
+    (folder / "scheduler" / "scheduler_config.json").write_text(
+        '{"_class_name": "UniPCMultistepScheduler", "use_flow_sigmas": true, "prediction_type": "flow_prediction", "flow_shift": 5.0}'
+    )
+    return folder
+
+
 @pytest.mark.parametrize("page,command", quoted_commands())
-def test_quoted_command_parses_and_its_manifest_validates(page, command, monkeypatch):
+def test_quoted_command_parses_and_its_manifest_validates(page, command, monkeypatch, user_model):
     command, _, comment = command.partition(" #")
     refused = comment.strip() == "exits 2"
     words = shlex.split(command)
@@ -113,7 +130,8 @@ def test_quoted_command_parses_and_its_manifest_validates(page, command, monkeyp
     if names[0] in ("validate", "plan", "train"):
         manifest = ROOT / ctx.params["manifest"]
         assert manifest.is_file(), f"{page}: `{command}` names a manifest that does not exist"
-        config, problems = load.load_all_problems(manifest, list(ctx.params["overrides"] or []))
+        overrides = [o.replace(USER_MODEL, str(user_model)) for o in ctx.params["overrides"] or []]
+        config, problems = load.load_all_problems(manifest, overrides)
         errors = [p.render() for p in problems if p.severity == "error"]
         if refused:
             assert errors, f"{page}: `{command}` is shown as refused but validates"
