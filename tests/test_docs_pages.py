@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import typer.main
+from _model_folders import stub_model_folder
 
 from cosmos_rl.cli import app
 from cosmos_rl.config import load
@@ -95,14 +96,7 @@ USER_MODEL = "/models/cosmos3-nano"
 
 @pytest.fixture(scope="module")
 def user_model(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("docs") / "cosmos3-nano"
-    (folder / "transformer").mkdir(parents=True)
-    (folder / "scheduler").mkdir()
-    (folder / "model_index.json").write_text('{"_class_name": "Cosmos3OmniPipeline"}')
-    (folder / "scheduler" / "scheduler_config.json").write_text(
-        '{"_class_name": "UniPCMultistepScheduler", "use_flow_sigmas": true, "prediction_type": "flow_prediction", "flow_shift": 5.0}'
-    )
-    return folder
+    return stub_model_folder(tmp_path_factory.mktemp("docs") / "cosmos3-nano", flow_shift=5.0)
 
 
 @pytest.mark.parametrize("page,command", quoted_commands())

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+from _model_folders import stub_model_folder
 
 from cosmos_rl.config import load, preflight
 
@@ -25,18 +26,6 @@ PUBLIC = sorted((ROOT / "manifests").glob("*_public_4gpu.toml"))
 SMOKE = sorted(set((ROOT / "manifests").glob("*.toml")) - set(PUBLIC))
 
 
-def model_folder(root: Path, **scheduler) -> Path:
-    """What preflight reads of a diffusers pipeline folder: model_index.json and the scheduler config."""
-    import json
-
-    (root / "transformer").mkdir(parents=True)
-    (root / "scheduler").mkdir()
-    (root / "model_index.json").write_text('{"_class_name": "Cosmos3OmniPipeline"}')
-    config = {"_class_name": "UniPCMultistepScheduler", "use_flow_sigmas": True, "prediction_type": "flow_prediction", **scheduler}
-    (root / "scheduler" / "scheduler_config.json").write_text(json.dumps(config))
-    return root
-
-
 @pytest.mark.parametrize("manifest", SMOKE, ids=lambda p: p.name)
 def test_shipped_smoke_manifests_pass_preflight(manifest):
     assert errors(manifest, []) == {}
@@ -46,11 +35,11 @@ ONE_OFF = ["rl.reward={}"]  # the smoke manifest's [rl.reward] set back to defau
 
 
 @pytest.mark.parametrize("manifest", PUBLIC, ids=lambda p: p.name)
-def test_shipped_public_manifests_need_the_model_folder(manifest, tmp_path):
+def test_shipped_public_manifests_need_the_stub_model_folder(manifest, tmp_path):
     # As shipped they name no model, so they would post-train nothing real: refused naming model.path.
     found = errors(manifest, [])
     assert list(found) == ["model.path"] and "no model named" in found["model.path"]
-    assert errors(manifest, [f'model.path="{model_folder(tmp_path / "nano")}"']) == {}
+    assert errors(manifest, [f'model.path="{stub_model_folder(tmp_path / "nano")}"']) == {}
 
 
 NFT_CASES = [
@@ -208,7 +197,7 @@ def _layouts(tmp_path: Path) -> dict[str, str]:
     weights = tmp_path / "weights" / "transformer"
     weights.mkdir(parents=True)
     (weights / "diffusion_pytorch_model.safetensors").write_bytes(b"")
-    return {"folder": str(model_folder(tmp_path / "a")), "other": str(model_folder(tmp_path / "b")), "weights": str(weights.parent)}
+    return {"folder": str(stub_model_folder(tmp_path / "a")), "other": str(stub_model_folder(tmp_path / "b")), "weights": str(weights.parent)}
 
 
 @pytest.mark.parametrize("manifest, overrides, key, text", MODEL_CASES, ids=[f"{m.stem}:{k}:{o[-1]}" for m, o, k, _ in MODEL_CASES])
@@ -229,7 +218,7 @@ def test_a_folder_model_takes_itself_a_weights_folder_or_s3_as_its_base(tmp_path
 def test_the_same_folder_spelled_relative_and_absolute_is_not_a_contradiction(tmp_path):
     manifest = tmp_path / "run.toml"
     manifest.write_text((ROOT / "manifests" / "dpo_t2i_public_4gpu.toml").read_text())
-    model_folder(tmp_path / "nano")
+    stub_model_folder(tmp_path / "nano")
     assert errors(manifest, ['model.path="nano"', f'rl.init_from="{tmp_path / "nano"}"']) == {}
 
 
@@ -242,7 +231,7 @@ def test_the_same_folder_spelled_relative_and_absolute_is_not_a_contradiction(tm
     ],
 )
 def test_model_path_needs_a_flow_unipc_scheduler(tmp_path, scheduler, text):
-    folder = model_folder(tmp_path / "nano", **(scheduler or {}))
+    folder = stub_model_folder(tmp_path / "nano", **(scheduler or {}))
     if scheduler is None:
         (folder / "scheduler" / "scheduler_config.json").unlink()
     found = errors(ROOT / "manifests" / "dpo_t2i_public_4gpu.toml", [f'model.path="{folder}"'])
