@@ -57,14 +57,18 @@ def nano(tmp_path_factory):
     return nano_folder(tmp_path_factory.mktemp("nano") / "pipe", seed=5, solver_order=3, flow_shift=SHIFT)
 
 
+@pytest.fixture(scope="module")
+def nano_parts(nano):
+    return load_parts(nano, skip_keys=NANO_HEADS)
+
+
 @pytest.mark.parametrize("prompts", [1, 4])
 @pytest.mark.parametrize("guidance", [1.0, 3.0])
-def test_packed_rollouts_match_the_stock_pipeline_from_the_folder(nano, prompts, guidance):
+def test_packed_rollouts_match_the_stock_pipeline_from_the_folder(nano, nano_parts, prompts, guidance):
     # The folder's own scheduler (solver_order 3, flow_shift 3: shift None keeps it), the folder's
     # weights in a T2I model without the heads, the pipeline's integer timesteps: the stock
     # pipeline loaded from the same folder, one prompt per call, gives the same latents.
-    parts = load_parts(nano, skip_keys=NANO_HEADS)
-    pipe = folder_pipeline(nano)
+    parts, pipe = nano_parts, folder_pipeline(nano)
     noise = torch.randn(prompts, 4, 8, 8, generator=torch.Generator().manual_seed(11))
     cond, uncond = tokenize_prompts(parts.tokenizer, PROMPTS[:prompts], resolution=(32, 32))
     got, _ = sample_latents(
@@ -96,8 +100,8 @@ def test_rollouts_match_where_float32_sigmas_floor_to_another_integer(tmp_path, 
     assert (got - expected).abs().max() <= PARITY
 
 
-def test_the_manifest_shift_overrides_only_the_folder_shift(nano):
-    parts = load_parts(nano, skip_keys=NANO_HEADS)
+def test_the_manifest_shift_overrides_only_the_folder_shift(nano_parts):
+    parts = nano_parts
     own, overridden = rollout_scheduler(STEPS, None, parts), rollout_scheduler(STEPS, 5.0, parts)
     assert (own.config.flow_shift, own.config.solver_order) == (SHIFT, 3)
     assert (overridden.config.flow_shift, overridden.config.solver_order) == (5.0, 3)
