@@ -169,11 +169,20 @@ def _load_safetensors_model(cls, folder: Path, component: str):
     return cls.from_pretrained(sub, local_files_only=True, use_safetensors=True)
 
 
+# Transformer config switch -> the glob of the head weights it adds (the public manifests' skip list).
+HEAD_SWITCHES = {"sound_gen": "audio_*", "action_gen": "action_*"}
+
+
 def t2i_transformer_config(config: dict) -> dict:
     """The folder's transformer config without the sound and action heads: a text-to-image run
     never builds them, so a Cosmos3-Nano checkpoint's head weights are base keys the model does not
     build (dropped only where rl.init_keys_to_skip_loading lists them)."""
-    return {**config, "sound_gen": False, "action_gen": False}
+    return {**config, **{switch: False for switch in HEAD_SWITCHES}}
+
+
+def declared_heads(config: dict) -> list[str]:
+    """Skip patterns for exactly the heads a transformer config turns on (e.g. a Nano folder's)."""
+    return [pattern for switch, pattern in HEAD_SWITCHES.items() if config.get(switch)]
 
 
 def _pipeline_options(folder: Path) -> bool:
@@ -214,12 +223,15 @@ def _load_scheduler(folder: Path, transformer_config) -> UniPCMultistepScheduler
     return scheduler
 
 
-def load_parts(folder: str | Path, *, skip_keys: list[str] | tuple[str, ...] = (), weights: bool = True) -> ModelParts:
+def load_parts(
+    folder: str | Path, *, skip_keys: list[str] | tuple[str, ...] | None = None, weights: bool = True
+) -> ModelParts:
     """Read a text-to-image model from a local folder, offline; a missing folder or part raises UserError.
 
     The transformer is built from the folder's config without the sound/action heads
     (`t2i_transformer_config`). `weights=True` loads the folder's own transformer weights,
-    strictly: base keys the model does not build must match a `skip_keys` glob. With
+    strictly: base keys the model does not build must match a `skip_keys` glob (None: the globs
+    of the heads the folder's config declares; a run passes rl.init_keys_to_skip_loading). With
     `weights=False` the transformer keeps its random init, for a caller that loads a base next.
     """
     folder = Path(folder)
@@ -236,7 +248,8 @@ def load_parts(folder: str | Path, *, skip_keys: list[str] | tuple[str, ...] = (
     if weights:
         from cosmos_rl.models.base_checkpoint import load_base_weights
 
-        load_base_weights(transformer, sub, list(skip_keys), shown_as=str(folder), setting="model.path")
+        skip = declared_heads(config) if skip_keys is None else list(skip_keys)
+        load_base_weights(transformer, sub, skip, shown_as=str(folder), setting="model.path")
     vae = _load_safetensors_model(AutoencoderKLWan, folder, "vae")
     tokenizer = PreTrainedTokenizerFast.from_pretrained(_tokenizer_folder(folder), local_files_only=True)
     scheduler = _load_scheduler(folder, transformer.config)

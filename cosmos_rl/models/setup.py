@@ -111,6 +111,8 @@ def load_base(config: schema.RunConfig) -> ModelParts:
     """
     init_from, skip = config.rl.init_from, list(config.rl.init_keys_to_skip_loading)
     model = config.model
+    if not model.path and model.preset is None:
+        raise UserError("model.path: no model named; set model.path to a local diffusers folder, or model.preset")
     if not model.path:
         parts = build_preset(model.preset, config.job.seed)
         if init_from == "" or init_from.startswith(PRESET_SCHEME):
