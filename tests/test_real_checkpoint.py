@@ -39,7 +39,7 @@ def _cpu(folder: Path, output_dir: Path, init_from: str) -> list[str]:
 
 def _train(manifest: Path, overrides: list[str]) -> list[dict]:
     config = load.load(manifest, overrides)
-    assert launch.train(config, manifest, overrides, Console(stderr=True)) == 0
+    assert launch.train(config, manifest, Console(stderr=True)) == 0
     run_dir = Path(config.job.output_dir) / config.job.name
     assert (run_dir / "checkpoints" / f"step_{STEPS}" / "COMMITTED").is_file()
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
