@@ -99,7 +99,7 @@ def machine_problems(config: schema.RunConfig, visible_gpus: int) -> list[Proble
     here = g.backend == "local" or not (g.ray_address or os.environ.get("RAY_ADDRESS"))
     if here and g.device == "cuda" and visible_gpus < g.gpus_per_node:
         r.error("grid.device", f"\"cuda\" with grid.gpus_per_node = {g.gpus_per_node}, but this machine has {visible_gpus} visible CUDA GPU(s)", "cuda",
-                'run on a machine with the GPUs (check CUDA_VISIBLE_DEVICES and nvidia-smi), or for a CPU try set grid.device = "cpu" and model.dtype = "float32"')
+                'run on a machine with the GPUs (check CUDA_VISIBLE_DEVICES and nvidia-smi), or, to try it on a CPU, set grid.device = "cpu" and model.dtype = "float32"')
     if here and g.device == "auto" and visible_gpus == 0 and config.model.dtype == "bfloat16":
         r.error("model.dtype", "bfloat16 needs a GPU, and grid.device = \"auto\" resolves to the CPU on this machine (no CUDA GPU)", "bfloat16",
                 'set model.dtype = "float32", or run on a GPU machine')
