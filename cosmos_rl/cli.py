@@ -76,6 +76,21 @@ def _checked(manifest: Path, overrides: list[str], data: DataCheck = DataCheck.n
     return config, [p for p in problems if p.severity != "error"], notes
 
 
+def _check_machine(config, manifest: Path) -> None:
+    """Refuse a run this machine cannot host (a GPU manifest without GPUs) before anything starts."""
+    from cosmos_rl.config.preflight import machine_problems
+    from cosmos_rl.config.problems import ManifestError
+
+    gpus = 0
+    if config.grid.device != "cpu":
+        import torch
+
+        gpus = torch.cuda.device_count()
+    problems = machine_problems(config, gpus)
+    if problems:
+        raise ManifestError(problems, str(manifest))
+
+
 def _print_warnings(warnings) -> None:
     for w in warnings:
         err.print("[yellow]warning[/]: ", end="", highlight=False)
@@ -170,6 +185,7 @@ def train(
     """Validate the manifest, then run it (DPO under torchrun, NFT on a Ray actor group)."""
     try:
         config, warnings, _ = _checked(manifest, overrides or [])
+        _check_machine(config, manifest)
     except UserError as exc:
         _fail(exc)
     _print_warnings(warnings)

@@ -7,6 +7,11 @@ Convention (matches the Cosmos3 pipeline):
 
 `t` is one value per sample: a tensor of shape [B] (or a 0-dim tensor / float used for every
 sample). It is reshaped to [B, 1, 1, ...] so it broadcasts over every non-batch dimension.
+
+The network does not see `t` itself: it sees the integer timestep the Cosmos3 pipeline hands it,
+`model_timesteps(t)`, times its `timestep_scale`. Every forward (rollout, v_old, v_ref, v_theta,
+DPO) goes through that one function, so a training forward at a rollout's sigma sees exactly
+the time the rollout's forward saw.
 """
 
 from __future__ import annotations
@@ -60,3 +65,21 @@ def uniform_timesteps(
     gen_device = generator.device if generator is not None else device
     t = torch.rand(n, generator=generator, device=gen_device, dtype=dtype)
     return t.to(device) if device is not None else t
+
+
+def model_timesteps(t: torch.Tensor, num_train_timesteps: int) -> torch.Tensor:
+    """The integer timesteps the Cosmos3 pipeline feeds the transformer at flow times `t`: floor(N * t).
+
+    UniPC in flow mode sets `timesteps = sigmas * N` in float64 and casts them to int64, which
+    truncates, i.e. floors for t >= 0; the pipeline passes those integers and the model multiplies
+    them by `timestep_scale` (1 / N). Any other t (a training draw from U[0, 1)) takes the same
+    floor. Computed in float64 so that a float32 t is not rounded again on the way.
+
+    By hand, N = 1000: t = 1.0 -> 1000; 0.9995 -> 999; 0.5004 -> 500; 0.0009 -> 0; 0.0 -> 0.
+    (float32 0.7 is 0.699999988..., so it gives 699: pass the sampler's own sigmas, which
+    `models.sampling` keeps consistent with the scheduler's integers.)
+    """
+    t = torch.as_tensor(t)
+    if not t.is_floating_point():
+        raise TypeError(f"t must be floating point flow times, got {t.dtype}")
+    return torch.floor(t.double() * num_train_timesteps).long()

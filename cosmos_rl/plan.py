@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from cosmos_rl.config import load, preflight, schema
+from cosmos_rl.models import layout
 
 GUIDANCE_SEMANTICS = "v = v_uncond + g * (v_cond - v_uncond): g = 1 is conditional only, g = 0 unconditional"
 
@@ -119,6 +120,7 @@ def build(config: schema.RunConfig, manifest_path: str = "MANIFEST", overrides: 
         "device": config.grid.device,
         "dtype": config.model.dtype,
         "model": config.model.path or f"built-in preset {config.model.preset!r}",
+        "base": base_summary(config, _base_dir(manifest_path)),
         "fine_tune": f"LoRA rank {config.model.lora.rank}" if config.model.lora.rank else "full",
         "run_dir": str(run_dir(config)),
         "max_steps": rl.max_steps,
@@ -138,10 +140,12 @@ def build(config: schema.RunConfig, manifest_path: str = "MANIFEST", overrides: 
             "samples_per_rank": rl.prompts_per_step,
             "train_timesteps_per_sample": rl.timesteps_per_sample or rl.sample_steps - 1,
         }
+        shift, shift_from = sampler_shift(config, _base_dir(manifest_path))
         out["sampler"] = {
             "scheduler": rl.scheduler,
             "steps": rl.sample_steps,
-            "shift": rl.sampler_shift,
+            "shift": shift,
+            "shift_from": shift_from,
             "guidance": rl.guidance,
             "guidance_semantics": GUIDANCE_SEMANTICS,
             "seed_clock": rl.rollout_seed_clock,
@@ -164,6 +168,52 @@ def build(config: schema.RunConfig, manifest_path: str = "MANIFEST", overrides: 
         if config.grid.backend == "ray":
             out["ray"] = _ray_layout(config, ranks)
     return out
+
+
+def _base_dir(manifest_path: str) -> Path:
+    return Path(manifest_path).resolve().parent
+
+
+def base_summary(config: schema.RunConfig, base_dir: Path) -> dict:
+    """Where the transformer's weights come from, as the run will resolve them."""
+    rl, model = config.rl, config.model
+    value = rl.init_from
+    out = {"init_from": value, "kind": "", "resolved": "", "skip_patterns": list(rl.init_keys_to_skip_loading)}
+    if value == "" and model.path:
+        folder = preflight.resolve_path(model.path, base_dir)
+        out.update(kind="model.path", resolved=f"model.path's own weights, {Path(folder) / 'transformer'}")
+    elif value == "" or value.startswith(layout.PRESET_SCHEME):
+        name = value[len(layout.PRESET_SCHEME):] or model.preset
+        out.update(kind="preset", resolved=f"random weights of preset {name!r} seeded by job.seed = {config.job.seed}")
+    elif value.startswith(layout.S3_SCHEME):
+        cache = layout.s3_cache_dir(value, layout.init_cache_root(config.job.output_dir))
+        state = "already pulled" if cache.is_dir() else "pulled once per node at start"
+        out.update(kind="s3", resolved=f"{value} -> {cache} ({state})", cache_dir=str(cache))
+    else:
+        folder = Path(preflight.resolve_path(value, base_dir))
+        found = layout.base_format(folder)
+        if layout.is_pipeline_folder(folder):
+            out.update(kind="diffusers folder", resolved=f"{folder}: weights from transformer/ (the folder is model.path)")
+        elif found and found[0] == "dcp":
+            out.update(kind="dcp", resolved=f"DCP checkpoint {folder}")
+        elif found:
+            out.update(kind="safetensors", resolved=f"safetensors weights in {found[1]}")
+        else:
+            out.update(kind="unknown", resolved=f"{folder} (no weights found: the run will refuse it)")
+    return out
+
+
+def sampler_shift(config: schema.RunConfig, base_dir: Path) -> tuple[float | None, str]:
+    """(flow shift the sampler runs at, what set it): the manifest's value, else the model's own."""
+    if config.rl.sampler_shift is not None:
+        return config.rl.sampler_shift, "rl.sampler_shift"
+    if config.model.path:
+        folder = Path(preflight.resolve_path(config.model.path, base_dir))
+        try:
+            return layout.folder_flow_shift(folder), str(folder / layout.SCHEDULER_CONFIG)
+        except ValueError as exc:  # preflight reports it; plan still shows what it could not read
+            return None, str(exc)
+    return layout.PRESET_FLOW_SHIFT[config.model.preset], f"preset {config.model.preset!r} scheduler"
 
 
 def _ray_layout(config: schema.RunConfig, actors: int) -> dict:

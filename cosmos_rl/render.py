@@ -21,6 +21,12 @@ def _value(value) -> str:
     return str(value)
 
 
+def _base(base: dict) -> str:
+    given = f"rl.init_from = {base['init_from']!r}" if base["init_from"] else "rl.init_from unset"
+    skip = ", ".join(base["skip_patterns"]) or "none"
+    return f"{base['resolved']}  <- {given}; skipping keys: {skip}"
+
+
 def render_plan(console: Console, plan: dict) -> None:
     title = Text(f"cosmos-rl plan: {plan['algorithm'].upper()} run {plan['run_dir']}", style="table.title")
     table = Table(title=title, show_header=False, title_justify="left")
@@ -31,6 +37,7 @@ def render_plan(console: Console, plan: dict) -> None:
         ("world size", f"{plan['world_size']}  <- {plan['world_size_from']}"),
         ("nodes / device", f"{plan['nodes']} / {plan['device']} ({plan['dtype']})"),
         ("model", f"{plan['model']}, {plan['fine_tune']} fine-tune"),
+        ("base weights", _base(plan["base"])),
     ]
     if "shapes" in plan:
         rows.append(("role shapes", _value(plan["shapes"])))
@@ -41,7 +48,7 @@ def render_plan(console: Console, plan: dict) -> None:
             rows.append((key, _value(plan[key])))
     if "sampler" in plan:
         s = plan["sampler"]
-        rows.append(("sampler", f"{s['scheduler']}, {s['steps']} steps, shift {s['shift']}, seed clock {s['seed_clock']}"))
+        rows.append(("sampler", f"{s['scheduler']}, {s['steps']} steps, shift {s['shift']} (from {s['shift_from']}), seed clock {s['seed_clock']}"))
         rows.append(("guidance", f"{s['guidance']}  ({s['guidance_semantics']})"))
         r = plan["reward"]
         rows.append(("reward", f"{r['name']} at {r['endpoint']}, pinned revision {r['revision']!r}"))

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-import torch
-from diffusers import Cosmos3OmniPipeline
+from pathlib import Path
 
-from cosmos_rl.models.build import ModelParts, flow_scheduler
+import torch
+from diffusers import Cosmos3OmniPipeline, UniPCMultistepScheduler
+
+from cosmos_rl.models.build import ModelParts, build_preset, flow_scheduler
+
+# What rl.init_keys_to_skip_loading lists for a Cosmos3-Nano base (the shipped public manifests).
+NANO_HEADS = ["audio_*", "action_*"]
 
 
 def stock_pipeline(parts: ModelParts, shift: float = 1.0, transformer=None) -> Cosmos3OmniPipeline:
@@ -50,3 +55,29 @@ def stock_velocity(pipe: Cosmos3OmniPipeline, x_t: torch.Tensor, timestep: float
         return_dict=False,
     )[0]
     return predictions[0][:, :, 0]
+
+
+def nano_folder(folder: Path, *, seed: int = 0, native_flow_schedule: bool = False, **scheduler_config) -> Path:
+    """A Cosmos3-Nano-layout pipeline folder at tiny size, written by diffusers' save_pretrained:
+    model_index.json, transformer/ with the sound and action heads (sound_gen, action_gen),
+    vae/, text_tokenizer/, scheduler/ (flow UniPC with `scheduler_config` on top)."""
+    parts = build_preset("tiny", seed=seed, with_extra_heads=True)
+    assert parts.transformer.config.sound_gen and parts.transformer.config.action_gen
+    scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, **scheduler_config)
+    pipe = Cosmos3OmniPipeline(
+        transformer=parts.transformer,
+        text_tokenizer=parts.tokenizer,
+        vae=parts.vae,
+        scheduler=scheduler,
+        enable_safety_checker=False,
+        use_native_flow_schedule=native_flow_schedule,
+    )
+    pipe.save_pretrained(folder, safe_serialization=True)
+    return folder
+
+
+def folder_pipeline(folder: Path) -> Cosmos3OmniPipeline:
+    """The stock pipeline exactly as diffusers loads it from `folder`."""
+    pipe = Cosmos3OmniPipeline.from_pretrained(folder, local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe

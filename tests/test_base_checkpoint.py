@@ -9,6 +9,8 @@ import torch
 import torch.distributed.checkpoint as dcp
 from safetensors.torch import save_file
 
+from _s3_server import CREDENTIALS, CountingS3Server
+
 from cosmos_rl.checkpoint.collective import quiet_single_process
 from cosmos_rl.errors import UserError
 from cosmos_rl.models.base_checkpoint import load_base_weights, resolve_init_from
@@ -151,38 +153,34 @@ def test_cosmos3_transformer_with_sound_and_action_heads(tmp_path):
 
 
 @pytest.fixture
-def s3(monkeypatch, tmp_path):
-    """A real moto S3 server on loopback with dummy credentials; yields (client, endpoint)."""
+def s3_server():
+    server = CountingS3Server().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3(monkeypatch, tmp_path, s3_server):
+    """A real moto S3 server on loopback with dummy credentials; yields (client, endpoint, stop)."""
     import boto3
-    from moto.server import ThreadedMotoServer
 
     for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
+        **CREDENTIALS,
         "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
         "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
-        "NO_PROXY": "127.0.0.1",
     }.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    client = boto3.client("s3", endpoint_url=endpoint)
+    client = boto3.client("s3", endpoint_url=s3_server.endpoint)
     client.create_bucket(Bucket="bases")
-    state = {"running": True}
+    return client, s3_server.endpoint, s3_server.stop
 
-    def stop():
-        if state["running"]:
-            server.stop()
-            state["running"] = False
 
-    try:
-        yield client, endpoint, stop
-    finally:
-        stop()
+def cached_folders(cache) -> list[str]:
+    """What a failed pull left in the cache besides the (harmless, reused) lock files."""
+    return sorted(p.name for p in cache.iterdir() if not p.name.startswith(".lock-"))
 
 
 def upload(client, folder, prefix):
@@ -219,7 +217,7 @@ def test_s3_endpoint_from_environment_and_empty_prefix(tmp_path, s3, monkeypatch
     monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
     with pytest.raises(UserError, match=r"no objects under s3://bases/missing"):
         resolve_init_from("s3://bases/missing", tmp_path / "cache")
-    assert [p.name for p in (tmp_path / "cache").iterdir()] == []
+    assert cached_folders(tmp_path / "cache") == []
 
 
 def test_s3_crash_mid_download_leaves_no_usable_cache(tmp_path, s3, monkeypatch):
@@ -246,7 +244,7 @@ def test_s3_crash_mid_download_leaves_no_usable_cache(tmp_path, s3, monkeypatch)
     monkeypatch.setattr("boto3.client", flaky_client)
     with pytest.raises(KeyboardInterrupt):
         resolve_init_from("s3://bases/t2i", tmp_path / "cache", endpoint_url=endpoint)
-    assert list((tmp_path / "cache").iterdir()) == []
+    assert cached_folders(tmp_path / "cache") == []
 
     # A process killed outright leaves its .partial- directory behind; it is never used.
     stale = tmp_path / "cache" / ".partial-deadbeef-0000"
@@ -259,3 +257,52 @@ def test_s3_crash_mid_download_leaves_no_usable_cache(tmp_path, s3, monkeypatch)
     model = Trunk(seed=1)
     load_base_weights(model, local, [])
     same_trunk(model, Trunk(seed=0))
+
+
+def test_concurrent_pulls_on_one_node_download_each_object_once(tmp_path, s3, s3_server):
+    # Three processes (the ranks of one node) ask for the same base at once; the first to take the
+    # cache's lock downloads, the others wait and reuse its copy. The test holds the lock while they
+    # start, so all three are waiting together; slow GETs keep any unlocked download overlapping.
+    import multiprocessing
+
+    from cosmos_rl.models.layout import s3_cache_dir
+    from cosmos_rl.models.s3_cache import _exclusive, lock_path, pull_once
+
+    client, endpoint, _ = s3
+    upload(client, diffusers_folder(tmp_path / "base", Trunk(seed=0).state_dict(), shards=2), "nano")
+    objects = {f"bases/nano/{p.relative_to(tmp_path / 'base').as_posix()}" for p in (tmp_path / "base").rglob("*") if p.is_file()}
+    s3_server.get_delay_s = 0.2
+    cache = tmp_path / "cache"
+    target = s3_cache_dir("s3://bases/nano", cache)
+    cache.mkdir()
+    spawn = multiprocessing.get_context("spawn")
+    with _exclusive(lock_path(target)):
+        ranks = [spawn.Process(target=pull_once, args=("s3://bases/nano", str(cache), endpoint)) for _ in range(3)]
+        for rank in ranks:
+            rank.start()
+        import time
+
+        time.sleep(1.0)  # let every rank reach the lock
+    for rank in ranks:
+        rank.join(timeout=120)
+    assert [rank.exitcode for rank in ranks] == [0, 0, 0]
+    assert s3_server.object_gets() == {key: 1 for key in objects}
+    model = Trunk(seed=1)
+    load_base_weights(model, resolve_init_from("s3://bases/nano", cache), [])
+    same_trunk(model, Trunk(seed=0))
+
+
+def test_s3_errors_name_the_url_not_the_cache(tmp_path, s3):
+    client, endpoint, _ = s3
+    client.put_object(Bucket="bases", Key="junk/README", Body=b"not a checkpoint")
+    cache = tmp_path / "cache"
+    with pytest.raises(UserError) as error:
+        resolve_init_from("s3://bases/junk", cache, endpoint_url=endpoint)
+    assert "rl.init_from: s3://bases/junk is neither" in str(error.value) and str(cache) not in str(error.value)
+
+    upload(client, diffusers_folder(tmp_path / "base", Trunk(seed=0, with_heads=True).state_dict()), "nano")
+    local = resolve_init_from("s3://bases/nano", cache, endpoint_url=endpoint)
+    with pytest.raises(UserError) as error:
+        load_base_weights(Trunk(seed=1), local, [], shown_as="s3://bases/nano")
+    message = str(error.value)
+    assert message.startswith("rl.init_from: base checkpoint s3://bases/nano does not match") and str(cache) not in message

@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from _model_folders import stub_model_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 NFT = str(ROOT / "manifests" / "nft_t2i_smoke.toml")
@@ -88,6 +89,48 @@ def test_plan_renders_a_table():
     result = cli("plan", NFT)
     assert result.returncode == 0
     assert "guidance" in result.stdout and "conditional only" in result.stdout and "run identity" in result.stdout
+
+
+PUBLIC_NFT = ROOT / "manifests" / "nft_t2i_public_4gpu.toml"
+PUBLIC_DPO = str(ROOT / "manifests" / "dpo_t2i_public_4gpu.toml")
+
+
+def test_plan_shows_the_resolved_base_its_cache_and_the_skip_patterns(tmp_path):
+    folder = stub_model_folder(tmp_path / "nano", flow_shift=3.0)
+    plan = json.loads(cli("plan", str(PUBLIC_NFT), "--json", f'model.path="{folder}"').stdout)
+    base = plan["base"]
+    assert base["init_from"] == "s3://cosmos3-checkpoints/nano-dcp" and base["kind"] == "s3"
+    assert base["skip_patterns"] == ["audio_*", "action_*"]
+    assert Path(base["cache_dir"]).parent == Path("runs/.cache/init_from")
+    assert base["resolved"].startswith("s3://cosmos3-checkpoints/nano-dcp -> " + base["cache_dir"])
+    assert (plan["sampler"]["shift"], plan["sampler"]["shift_from"]) == (5.0, "rl.sampler_shift")
+
+    text = cli("plan", str(PUBLIC_NFT), f'model.path="{folder}"', f'rl.init_from="{folder}"').stdout
+    assert "rl.init_from = " in text and "skipping keys: audio_*, action_*" in text
+
+    dpo = json.loads(cli("plan", PUBLIC_DPO, "--json", f'model.path="{folder}"').stdout)["base"]
+    assert dpo["kind"] == "model.path" and dpo["resolved"] == f"model.path's own weights, {folder / 'transformer'}"
+
+
+def test_plan_shows_the_folder_shift_when_the_manifest_sets_none(tmp_path):
+    folder = stub_model_folder(tmp_path / "nano", flow_shift=3.0)
+    manifest = tmp_path / "nft.toml"
+    manifest.write_text("\n".join(line for line in PUBLIC_NFT.read_text().splitlines() if not line.startswith("sampler_shift")))
+    sampler = json.loads(cli("plan", str(manifest), "--json", f'model.path="{folder}"').stdout)["sampler"]
+    assert (sampler["shift"], sampler["shift_from"]) == (3.0, str(folder / "scheduler" / "scheduler_config.json"))
+
+
+def test_train_of_a_gpu_manifest_on_a_cpu_machine_points_at_the_gpus(tmp_path):
+    import os
+
+    folder = stub_model_folder(tmp_path / "nano")
+    result = subprocess.run(
+        [sys.executable, "-m", "cosmos_rl.cli", "train", PUBLIC_DPO, f'model.path="{folder}"', f'job.output_dir="{tmp_path}"'],
+        capture_output=True, text=True, cwd=ROOT, timeout=120, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "grid.device" in result.stderr and "visible CUDA GPU(s)" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "dpo_t2i_public_4gpu").exists()
 
 
 def test_train_refuses_an_invalid_manifest_with_exit_2():

@@ -21,6 +21,7 @@ from cosmos_rl.errors import EXIT_USAGE as EXIT_USER
 def trainer(tmp_path: Path, data: dict) -> DPOTrainer:
     raw = {
         "job": {"output_dir": str(tmp_path), "name": "run", "progress": False},
+        "model": {"preset": "tiny"},
         "checkpoint": {"every": 0, "keep": 0},
         "rl": {"algorithm": "dpo", "max_steps": 1, "pairs_per_step": 2, "data": data},
     }

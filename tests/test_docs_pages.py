@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import typer.main
+from _model_folders import stub_model_folder
 
 from cosmos_rl.cli import app
 from cosmos_rl.config import load
@@ -88,8 +89,18 @@ def test_the_pages_exist_and_quote_commands():
     assert {"quickstart.md", "topology.md", "dpo.md", "nft.md"} <= pages
 
 
+# The docs write the reader's own Cosmos3 model folder as this path; the test puts a folder of that
+# layout (what preflight reads of it) in its place.
+USER_MODEL = "/models/cosmos3-nano"
+
+
+@pytest.fixture(scope="module")
+def user_model(tmp_path_factory) -> Path:
+    return stub_model_folder(tmp_path_factory.mktemp("docs") / "cosmos3-nano", flow_shift=5.0)
+
+
 @pytest.mark.parametrize("page,command", quoted_commands())
-def test_quoted_command_parses_and_its_manifest_validates(page, command, monkeypatch):
+def test_quoted_command_parses_and_its_manifest_validates(page, command, monkeypatch, user_model):
     command, _, comment = command.partition(" #")
     refused = comment.strip() == "exits 2"
     words = shlex.split(command)
@@ -113,7 +124,8 @@ def test_quoted_command_parses_and_its_manifest_validates(page, command, monkeyp
     if names[0] in ("validate", "plan", "train"):
         manifest = ROOT / ctx.params["manifest"]
         assert manifest.is_file(), f"{page}: `{command}` names a manifest that does not exist"
-        config, problems = load.load_all_problems(manifest, list(ctx.params["overrides"] or []))
+        overrides = [o.replace(USER_MODEL, str(user_model)) for o in ctx.params["overrides"] or []]
+        config, problems = load.load_all_problems(manifest, overrides)
         errors = [p.render() for p in problems if p.severity == "error"]
         if refused:
             assert errors, f"{page}: `{command}` is shown as refused but validates"

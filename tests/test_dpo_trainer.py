@@ -24,7 +24,7 @@ def make_config(tmp_path: Path, **rl):
     lora_rank = rl.pop("lora_rank", 8)
     raw = {
         "job": {"output_dir": str(tmp_path), "name": "run", "progress": False, "seed": 3},
-        "model": {"lora": {"rank": lora_rank}},
+        "model": {"preset": "tiny", "lora": {"rank": lora_rank}},
         "checkpoint": {"every": 0, "keep": 0},
         "rl": {
             "algorithm": "dpo",

@@ -9,13 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from _models_helpers import stock_pipeline
+from _models_helpers import NANO_HEADS, nano_folder, stock_pipeline
 
 from cosmos_rl.errors import UserError
 from cosmos_rl.models.build import (
     EXTRA_HEAD_PREFIXES,
     PRESETS,
-    build_model,
     build_preset,
     load_parts,
     save_parts,
@@ -127,7 +126,6 @@ def test_save_then_load_round_trips_every_part(tmp_path):
     assert loaded.tokenizer.chat_template == parts.tokenizer.chat_template
     public = lambda config: {k: v for k, v in config.items() if not k.startswith("_")}  # noqa: E731
     assert public(loaded.scheduler.config) == public(parts.scheduler.config)
-    assert _same_weights(build_model(str(tmp_path / "model"), "tiny", seed=0).transformer, parts.transformer)
 
 
 def test_loads_a_folder_written_by_the_diffusers_pipeline(tmp_path):
@@ -136,10 +134,6 @@ def test_loads_a_folder_written_by_the_diffusers_pipeline(tmp_path):
     loaded = load_parts(tmp_path / "pipe")
     assert _same_weights(loaded.transformer, parts.transformer)
     assert loaded.tokenizer("a dog")["input_ids"] == parts.tokenizer("a dog")["input_ids"]
-
-
-def test_empty_path_builds_the_preset():
-    assert _digest(build_model("", "tiny", seed=2)) == _digest(build_preset("tiny", seed=2))
 
 
 def test_missing_folder_names_model_path(tmp_path):
@@ -154,7 +148,7 @@ def test_missing_component_names_the_component(tmp_path):
         path.unlink()
     (tmp_path / "model" / "vae").rmdir()
     with pytest.raises(UserError, match="model.path") as error:
-        build_model(str(tmp_path / "model"), "tiny", seed=0)
+        load_parts(tmp_path / "model")
     assert "vae/" in str(error.value)
 
 
@@ -168,3 +162,56 @@ def test_pickled_weights_are_refused_not_loaded(tmp_path):
     assert any((folder / "vae").glob("*.bin"))
     with pytest.raises(UserError, match=r"vae.*no \*\.safetensors.*pickled \['diffusion_pytorch_model\.bin'\]"):
         load_parts(folder)
+
+
+# ------------------------------------------------------------------ a Cosmos3-Nano-layout folder
+
+
+@pytest.fixture(scope="module")
+def nano(tmp_path_factory):
+    return nano_folder(tmp_path_factory.mktemp("nano") / "pipe", seed=3, solver_order=3, flow_shift=3.0)
+
+
+def test_a_nano_folder_builds_a_t2i_model_without_the_heads(nano):
+    parts = load_parts(nano, skip_keys=NANO_HEADS)
+    # Without a list, the library drops exactly the heads the folder's config declares.
+    assert torch.equal(load_parts(nano).transformer.proj_in.weight, parts.transformer.proj_in.weight)
+    keys = set(parts.transformer.state_dict())
+    assert not any(key.startswith(EXTRA_HEAD_PREFIXES) for key in keys)
+    assert not parts.transformer.config.sound_gen and not parts.transformer.config.action_gen
+    nano_state = build_preset("tiny", seed=3, with_extra_heads=True).transformer.state_dict()
+    assert all(torch.equal(tensor, nano_state[key]) for key, tensor in parts.transformer.state_dict().items())
+    # The folder's own scheduler, not a default one.
+    assert (parts.scheduler.config.solver_order, parts.scheduler.config.flow_shift) == (3, 3.0)
+    assert parts.native_flow_schedule is False
+
+
+def test_a_nano_folder_without_the_skip_list_names_the_head_keys(nano):
+    with pytest.raises(UserError) as error:
+        load_parts(nano, skip_keys=[])  # what a manifest with an empty rl.init_keys_to_skip_loading asks
+    message = str(error.value)
+    assert message.startswith("model.path: base checkpoint")
+    assert "10 key(s) in the base that the model does not build: action_modality_embed" in message
+    assert "rl.init_keys_to_skip_loading" in message
+
+
+def _edit_json(path: Path, **changes) -> None:
+    import json
+
+    data = json.loads(path.read_text())
+    data.update(changes)
+    path.write_text(json.dumps(data))
+
+
+def test_folder_settings_the_run_cannot_reproduce_are_refused(tmp_path):
+    folder = nano_folder(tmp_path / "pipe")
+    _edit_json(folder / "model_index.json", default_use_system_prompt=False)
+    with pytest.raises(UserError, match=r"model.path: .*model_index.json sets default_use_system_prompt = false"):
+        load_parts(folder, skip_keys=NANO_HEADS)
+    _edit_json(folder / "model_index.json", default_use_system_prompt=True)
+    _edit_json(folder / "scheduler" / "scheduler_config.json", _class_name="DDIMScheduler")
+    with pytest.raises(UserError, match=r"scheduler_config.json is a DDIMScheduler, not a UniPCMultistepScheduler"):
+        load_parts(folder, skip_keys=NANO_HEADS)
+    _edit_json(folder / "scheduler" / "scheduler_config.json", _class_name="UniPCMultistepScheduler", num_train_timesteps=500)
+    with pytest.raises(UserError, match=r"num_train_timesteps \(500\) is not 1 / the transformer's timestep_scale"):
+        load_parts(folder, skip_keys=NANO_HEADS)

@@ -77,6 +77,11 @@ def test_a_sample_does_not_see_its_neighbours(parts, batch):
     torch.testing.assert_close(first, changed_neighbours, atol=1e-5, rtol=0)
 
 
+# The pipeline's integer timesteps for the batch's sigmas [0.9, 0.5, 0.1], worked by hand:
+# floor(1000 * float32 sigma), and float32(0.9) = 0.89999998, float32(0.1) = 0.10000000149.
+PIPELINE_TIMESTEPS = [899, 500, 100]
+
+
 def test_single_sample_equals_the_stock_pipeline_transformer_call(batch):
     x_t, sigma, ids = batch
     ours = build_preset("tiny", seed=0)
@@ -84,9 +89,20 @@ def test_single_sample_equals_the_stock_pipeline_transformer_call(batch):
     pipe = stock_pipeline(reference)
     with torch.no_grad():
         for i in range(3):
-            expected = stock_velocity(pipe, x_t[i : i + 1], float(sigma[i]) * 1000.0, ids[i].tolist())
+            expected = stock_velocity(pipe, x_t[i : i + 1], PIPELINE_TIMESTEPS[i], ids[i].tolist())
             got = velocity(ours.transformer, x_t[i : i + 1], sigma[i : i + 1], [ids[i]])
-            torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+            torch.testing.assert_close(got, expected, atol=2e-6, rtol=0)
+
+
+def test_the_model_sees_the_floor_of_1000_sigma(parts, batch):
+    # A training draw between two scheduler timesteps sees the lower one, as the pipeline would.
+    x_t, _, ids = batch
+    with torch.no_grad():
+        low = velocity(parts.transformer, x_t[:1], torch.tensor([0.5004]), ids[:1])
+        high = velocity(parts.transformer, x_t[:1], torch.tensor([0.5009]), ids[:1])
+        next_bin = velocity(parts.transformer, x_t[:1], torch.tensor([0.5012]), ids[:1])
+    assert torch.equal(low, high)
+    assert not torch.equal(high, next_bin)
 
 
 def test_timestep_reaches_the_model_as_sigma(parts, batch):

@@ -1,4 +1,4 @@
-"""Batched UniPC sampling with native CFG agrees with the diffusers pipeline."""
+"""Batched UniPC sampling with native CFG agrees with the diffusers pipeline loaded from the same folder."""
 
 from __future__ import annotations
 
@@ -6,11 +6,12 @@ import functools
 
 import pytest
 import torch
-from _models_helpers import stock_pipeline
+from _models_helpers import NANO_HEADS, folder_pipeline, nano_folder
 
-from cosmos_rl.models.build import build_preset, flow_scheduler
+from cosmos_rl.flow import model_timesteps
+from cosmos_rl.models.build import build_preset, flow_scheduler, load_parts
 from cosmos_rl.models.packing import velocity
-from cosmos_rl.models.sampling import sample_latents
+from cosmos_rl.models.sampling import consistent_sigmas, rollout_scheduler, sample_latents
 from cosmos_rl.models.text import tokenize_prompts
 
 STEPS, SHIFT = 8, 3.0
@@ -19,11 +20,6 @@ STEPS, SHIFT = 8, 3.0
 @pytest.fixture(scope="module")
 def parts():
     return build_preset("tiny", seed=0)
-
-
-@pytest.fixture(scope="module")
-def stock_parts():
-    return build_preset("tiny", seed=0)  # a separate copy keeps the stock attention processor
 
 
 @pytest.fixture(scope="module")
@@ -42,40 +38,83 @@ class CountingVelocity:
         return self.fn(x_t, sigma, ids)
 
 
-def _with_pipeline_timesteps(velocity_fn):
-    """The pipeline feeds the model int(1000 * sigma) / 1000 (UniPC's timesteps are int64);
-    give the model that same quantised time so the comparison isolates everything else."""
-    scheduler = flow_scheduler(SHIFT)
-    scheduler.set_timesteps(STEPS)
-
-    def quantised(x_t, sigma, ids):
-        index = (scheduler.sigmas[:STEPS] - sigma[0]).abs().argmin()
-        return velocity_fn(x_t, torch.full_like(sigma, scheduler.timesteps[index].item() / 1000.0), ids)
-
-    return quantised
+PROMPTS = ["a red cube", "a much longer prompt about a dog on a red sofa", "x", "a blue sphere"]
+# Max |latent difference| allowed against the stock pipeline: float noise of packed vs stock attention.
+PARITY = 2e-6
 
 
-def _pipeline_latents(stock_parts, prompt, noise, guidance):
-    pipe = stock_pipeline(stock_parts, shift=SHIFT)
+def _pipeline_latents(pipe, prompt, noise, guidance, steps=STEPS):
     out = pipe(
-        prompt=prompt, num_frames=1, height=32, width=32, num_inference_steps=STEPS,
+        prompt=prompt, num_frames=1, height=32, width=32, num_inference_steps=steps,
         guidance_scale=guidance, latents=noise[None, :, None], output_type="latent",
     ).video  # fmt: skip
     return out[:, :, 0]
 
 
-@pytest.mark.parametrize("guidance", [1.0, 4.0])
-def test_matches_the_pipeline_for_one_prompt(parts, stock_parts, noise, guidance):
-    cond, uncond = tokenize_prompts(parts.tokenizer, ["a red cube"], resolution=(32, 32))
-    expected = _pipeline_latents(stock_parts, "a red cube", noise[0], guidance)
-    fn = _with_pipeline_timesteps(functools.partial(velocity, parts.transformer))
-    got, _ = sample_latents(fn, noise[:1], cond, uncond, STEPS, SHIFT, guidance)
-    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
-    # With the exact (unquantised) sigma the model sees a time at most 0.001 off: still close.
-    exact, _ = sample_latents(
-        functools.partial(velocity, parts.transformer), noise[:1], cond, uncond, STEPS, SHIFT, guidance
+@pytest.fixture(scope="module")
+def nano(tmp_path_factory):
+    """A Nano-layout folder (sound/action heads in the transformer) whose scheduler is not the default."""
+    return nano_folder(tmp_path_factory.mktemp("nano") / "pipe", seed=5, solver_order=3, flow_shift=SHIFT)
+
+
+@pytest.fixture(scope="module")
+def nano_parts(nano):
+    return load_parts(nano, skip_keys=NANO_HEADS)
+
+
+@pytest.mark.parametrize("prompts", [1, 4])
+@pytest.mark.parametrize("guidance", [1.0, 3.0])
+def test_packed_rollouts_match_the_stock_pipeline_from_the_folder(nano, nano_parts, prompts, guidance):
+    # The folder's own scheduler (solver_order 3, flow_shift 3: shift None keeps it), the folder's
+    # weights in a T2I model without the heads, the pipeline's integer timesteps: the stock
+    # pipeline loaded from the same folder, one prompt per call, gives the same latents.
+    parts, pipe = nano_parts, folder_pipeline(nano)
+    noise = torch.randn(prompts, 4, 8, 8, generator=torch.Generator().manual_seed(11))
+    cond, uncond = tokenize_prompts(parts.tokenizer, PROMPTS[:prompts], resolution=(32, 32))
+    got, _ = sample_latents(
+        functools.partial(velocity, parts.transformer), noise, cond, uncond, STEPS, None, guidance, parts=parts
     )
-    torch.testing.assert_close(exact, expected, atol=2e-3, rtol=0)
+    with torch.no_grad():
+        expected = torch.cat([_pipeline_latents(pipe, PROMPTS[i], noise[i], guidance) for i in range(prompts)])
+    assert (got - expected).abs().max() <= PARITY
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_rollouts_match_where_float32_sigmas_floor_to_another_integer(tmp_path, native):
+    # Shift 1 with 9 steps: several of the scheduler's float32 sigmas floor to one below (or above)
+    # its float64 integer timesteps; the rollout still feeds the model the scheduler's integers.
+    # The native flow schedule (model_index.json use_native_flow_schedule) is the pipeline's too.
+    folder = nano_folder(tmp_path / "pipe", seed=2, native_flow_schedule=native, flow_shift=1.0)
+    parts = load_parts(folder, skip_keys=NANO_HEADS)
+    assert parts.native_flow_schedule is native
+    raw = rollout_scheduler(9, None, parts)
+    assert not torch.equal(model_timesteps(raw.sigmas[:9], 1000), raw.timesteps)  # the case is real
+    noise = torch.randn(1, 4, 8, 8, generator=torch.Generator().manual_seed(4))
+    cond, uncond = tokenize_prompts(parts.tokenizer, PROMPTS[:1], resolution=(32, 32))
+    got, sigmas = sample_latents(
+        functools.partial(velocity, parts.transformer), noise, cond, uncond, 9, None, 3.0, parts=parts
+    )
+    assert torch.equal(model_timesteps(sigmas, 1000), raw.timesteps)
+    with torch.no_grad():
+        expected = _pipeline_latents(folder_pipeline(folder), PROMPTS[0], noise[0], 3.0, steps=9)
+    assert (got - expected).abs().max() <= PARITY
+
+
+def test_the_manifest_shift_overrides_only_the_folder_shift(nano_parts):
+    parts = nano_parts
+    own, overridden = rollout_scheduler(STEPS, None, parts), rollout_scheduler(STEPS, 5.0, parts)
+    assert (own.config.flow_shift, own.config.solver_order) == (SHIFT, 3)
+    assert (overridden.config.flow_shift, overridden.config.solver_order) == (5.0, 3)
+    assert parts.scheduler.config.flow_shift == SHIFT  # the model's own template is left alone
+
+
+def test_consistent_sigmas_move_only_as_far_as_the_integer_needs():
+    # float32(0.7) = 0.69999999 floors to 699; a scheduler that says 700 gets the next float up.
+    sigma = torch.tensor([0.7, 0.5])
+    moved = consistent_sigmas(sigma, torch.tensor([700, 500]), 1000)
+    assert model_timesteps(moved, 1000).tolist() == [700, 500]
+    assert moved[0] == torch.nextafter(sigma[0], torch.tensor(1.0)) and moved[1] == sigma[1]
+    assert torch.equal(consistent_sigmas(sigma, torch.tensor([699, 500]), 1000), sigma)
 
 
 def test_returns_the_scheduler_sigmas_the_model_was_called_at(parts, noise):

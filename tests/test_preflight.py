@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+from _model_folders import stub_model_folder
 
 from cosmos_rl.config import load, preflight
 
@@ -21,12 +22,25 @@ def warnings(manifest: Path, overrides: list[str]) -> dict[str, str]:
     return {p.path: p.render() for p in problems if p.severity == "warning"}
 
 
-@pytest.mark.parametrize("manifest", sorted((ROOT / "manifests").glob("*.toml")), ids=lambda p: p.name)
-def test_shipped_manifests_pass_preflight(manifest):
+PUBLIC = sorted((ROOT / "manifests").glob("*_public_4gpu.toml"))
+SMOKE = sorted(set((ROOT / "manifests").glob("*.toml")) - set(PUBLIC))
+
+
+@pytest.mark.parametrize("manifest", SMOKE, ids=lambda p: p.name)
+def test_shipped_smoke_manifests_pass_preflight(manifest):
     assert errors(manifest, []) == {}
 
 
 ONE_OFF = ["rl.reward={}"]  # the smoke manifest's [rl.reward] set back to defaults: "not given"
+
+
+@pytest.mark.parametrize("manifest", PUBLIC, ids=lambda p: p.name)
+def test_shipped_public_manifests_need_the_stub_model_folder(manifest, tmp_path):
+    # As shipped they name no model, so they would post-train nothing real: refused naming model.path.
+    found = errors(manifest, [])
+    assert list(found) == ["model.path"] and "no model named" in found["model.path"]
+    assert errors(manifest, [f'model.path="{stub_model_folder(tmp_path / "nano")}"']) == {}
+
 
 NFT_CASES = [
     # (overrides, key that must be named, text in the message)
@@ -69,6 +83,7 @@ NFT_CASES = [
     (["rl.group_size=1", "grid.ranks=1"], "rl.group_size", ">= 2"),
     (["rl.prompts_per_step=0"], "rl.prompts_per_step", ">= 1"),
     (["rl.sample_steps=1"], "rl.sample_steps", ">= 2"),
+    (["rl.sampler_shift=0.0"], "rl.sampler_shift", "> 0"),
     (["rl.timesteps_per_sample=8"], "rl.timesteps_per_sample", "rl.sample_steps - 1"),
     (['rl.prompts.file="missing.txt"'], "rl.prompts.file", "file not found"),
     (["model.config.parallelism.data_parallel_shard_degree=3"], "model.config.parallelism.data_parallel_shard_degree", "group_size (4)"),
@@ -174,6 +189,7 @@ DPO_CASES = [
     (['model.dtype="bfloat16"'], "model.dtype", "needs a GPU"),
     (["model.image_size=20"], "model.image_size", "multiple of 16"),
     (['model.path="no/such/model"'], "model.path", "folder not found"),
+    (['rl.init_keys_to_skip_loading=["audio_*"]'], "rl.init_keys_to_skip_loading", "no checkpoint is loaded"),
     (["model.lora.rank=-1"], "model.lora.rank", ">= 0"),
     (["rl.optimizer.betas=[0.9]"], "rl.optimizer.betas", "two numbers"),
     (['job.name="../escape"'], "job.name", "plain folder name"),
@@ -197,6 +213,86 @@ def test_dpo_rule(overrides, key, text, monkeypatch):
 
 def test_the_largest_timeout_and_seed_pass():
     assert errors(DPO, [f"grid.timeout_s={preflight.GRID_TIMEOUT_MAX_S}", f"job.seed={2**63 - 1}"]) == {}
+
+# Rules between model.path, model.preset and rl.init_from, on real folders: {folder} is a pipeline
+# folder (model_index.json), {other} a second one, {weights} a weights-only folder.
+MODEL_CASES = [
+    (DPO, ['model.path="{folder}"'], "model.preset", "given together with model.path"),
+    (NFT, ['model.path="{folder}"'], "rl.init_from", "names a built-in preset's random weights while model.path names a folder"),
+    (DPO, ['rl.init_from="{folder}"'], "rl.init_from", 'pipeline folder, which brings its own architecture, VAE, tokenizer and scheduler, but the model is model.preset = "tiny"'),
+    (NFT, ['model.path="{folder}"', 'rl.init_from="{other}"'], "rl.init_from", "but model.path is"),
+]
+
+
+def _layouts(tmp_path: Path) -> dict[str, str]:
+    weights = tmp_path / "weights" / "transformer"
+    weights.mkdir(parents=True)
+    (weights / "diffusion_pytorch_model.safetensors").write_bytes(b"")
+    return {"folder": str(stub_model_folder(tmp_path / "a")), "other": str(stub_model_folder(tmp_path / "b")), "weights": str(weights.parent)}
+
+
+@pytest.mark.parametrize("manifest, overrides, key, text", MODEL_CASES, ids=[f"{m.stem}:{k}:{o[-1]}" for m, o, k, _ in MODEL_CASES])
+def test_model_and_base_rule(tmp_path, manifest, overrides, key, text):
+    paths = _layouts(tmp_path)
+    found = errors(manifest, [o.format(**paths) for o in overrides])
+    assert key in found, found
+    assert text in found[key]
+
+
+@pytest.mark.parametrize("init_from", ["{folder}", "{weights}", "{folder}/transformer", "s3://bases/nano"])
+def test_a_folder_model_takes_itself_a_weights_folder_or_s3_as_its_base(tmp_path, init_from):
+    paths = _layouts(tmp_path)
+    public = ROOT / "manifests" / "nft_t2i_public_4gpu.toml"
+    assert errors(public, [f'model.path="{paths["folder"]}"', f'rl.init_from="{init_from.format(**paths)}"']) == {}
+
+
+def test_the_same_folder_spelled_relative_and_absolute_is_not_a_contradiction(tmp_path):
+    manifest = tmp_path / "run.toml"
+    manifest.write_text((ROOT / "manifests" / "dpo_t2i_public_4gpu.toml").read_text())
+    stub_model_folder(tmp_path / "nano")
+    assert errors(manifest, ['model.path="nano"', f'rl.init_from="{tmp_path / "nano"}"']) == {}
+
+
+@pytest.mark.parametrize(
+    "scheduler, text",
+    [
+        (None, "has no scheduler/scheduler_config.json"),
+        ({"_class_name": "FlowMatchEulerDiscreteScheduler"}, "scheduler/scheduler_config.json is a FlowMatchEulerDiscreteScheduler"),
+        ({"use_flow_sigmas": False}, "scheduler/scheduler_config.json is not in flow mode"),
+    ],
+)
+def test_model_path_needs_a_flow_unipc_scheduler(tmp_path, scheduler, text):
+    folder = stub_model_folder(tmp_path / "nano", **(scheduler or {}))
+    if scheduler is None:
+        (folder / "scheduler" / "scheduler_config.json").unlink()
+    found = errors(ROOT / "manifests" / "dpo_t2i_public_4gpu.toml", [f'model.path="{folder}"'])
+    assert text in found["model.path"]
+
+
+MACHINE_CASES = [
+    # (manifest, overrides, visible GPUs, environment, key that must be named or None, text)
+    ("dpo_t2i_public_4gpu.toml", [], 0, {}, "grid.device", "this machine has 0 visible CUDA GPU(s)"),
+    ("dpo_t2i_public_4gpu.toml", [], 2, {}, "grid.device", '"cuda" with grid.gpus_per_node = 4'),
+    ("nft_t2i_public_4gpu.toml", [], 0, {}, "grid.device", "visible CUDA GPU(s)"),
+    ("dpo_t2i_public_4gpu.toml", ['grid.device="auto"'], 0, {}, "model.dtype", 'grid.device = "auto" resolves to the CPU'),
+    ("dpo_t2i_public_4gpu.toml", [], 4, {}, None, ""),
+    ("nft_t2i_public_4gpu.toml", ['grid.ray_address="head:6379"'], 0, {}, None, ""),  # the GPUs are the cluster's
+    ("nft_t2i_public_4gpu.toml", [], 0, {"RAY_ADDRESS": "head:6379"}, None, ""),
+    ("dpo_t2i_smoke.toml", [], 0, {}, None, ""),
+]
+
+
+@pytest.mark.parametrize("manifest, overrides, gpus, env, key, text", MACHINE_CASES)
+def test_machine_rule(manifest, overrides, gpus, env, key, text, monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    config = load.load(ROOT / "manifests" / manifest, ['model.preset="tiny"', *overrides])
+    found = {p.path: p.render() for p in preflight.machine_problems(config, gpus)}
+    if key is None:
+        assert found == {}
+    else:
+        assert text in found[key], found
 
 
 def test_model_path_must_be_a_diffusers_folder(tmp_path):

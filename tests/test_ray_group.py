@@ -97,3 +97,18 @@ def test_impossible_request_fails_before_waiting_for_the_placement(ray_cluster):
         assert time.monotonic() - began < 10.0 and group.actors == []
     finally:
         group.shutdown()
+
+
+def test_a_gpu_grid_on_a_cluster_without_enough_gpus_points_at_grid_device(ray_cluster):
+    # One rank more than the cluster has GPUs (none on a CPU runner): the message is about GPUs
+    # and grid.device, not CPU counts.
+    gpus = int(ray_cluster.cluster_resources().get("GPU", 0))
+    group = ActorGroup(schema.GridConfig(backend="ray", device="cuda"), gpus + 1, _probe_class(), ("t",))
+    try:
+        with pytest.raises(UserError) as error:
+            group.start()
+        message = str(error.value)
+        assert message.startswith(f'grid.device: "cuda" puts each of the {gpus + 1} ranks on its own GPU, but the Ray cluster has {gpus} GPU(s)')
+        assert "cpus_per_rank" not in message and group.actors == []
+    finally:
+        group.shutdown()

@@ -11,10 +11,20 @@ import importlib.util
 import math
 import os
 import re
+import typing
 from pathlib import Path
 
 from cosmos_rl.config import schema
 from cosmos_rl.config.problems import Problem, show
+from cosmos_rl.models.layout import (
+    PIPELINE_INDEX,
+    PRESET_SCHEME,
+    S3_SCHEME,
+    SCHEDULER_CONFIG,
+    is_pipeline_folder,
+    read_json,
+    scheduler_problem,
+)
 
 RDZV_ENV = "COSMOS_RL_RDZV_ENDPOINT"
 # gloo turns a timeout into an int64-nanosecond deadline, which wraps past ~292 years (9.2e9 s) and
@@ -63,12 +73,6 @@ class _Rules:
         return resolved
 
 
-def attrs_field_type(cls, name: str):
-    import attrs
-
-    return attrs.fields_dict(cls)[name].type
-
-
 def resolve_path(value: str, base_dir: Path) -> str:
     """Manifest paths are relative to the manifest's folder; URLs and absolute paths pass through."""
     if not value or "://" in value or value.startswith("preset:") or os.path.isabs(value):
@@ -85,6 +89,22 @@ def check(config: schema.RunConfig, base_dir: Path | str = ".") -> list[Problem]
         _dpo(config, config.rl, rules)
     _eval(config, config.rl.eval, rules)
     return rules.problems
+
+
+def machine_problems(config: schema.RunConfig, visible_gpus: int) -> list[Problem]:
+    """Rules about the machine `train` runs on, not the manifest (so `validate` never runs them: a
+    GPU manifest validates on a laptop). `visible_gpus` is what torch.cuda.device_count() says here;
+    only runs whose ranks start on this machine (torchrun, or a local Ray cluster) are judged."""
+    r = _Rules(Path("."))
+    g = config.grid
+    here = g.backend == "local" or not (g.ray_address or os.environ.get("RAY_ADDRESS"))
+    if here and g.device == "cuda" and visible_gpus < g.gpus_per_node:
+        r.error("grid.device", f"\"cuda\" with grid.gpus_per_node = {g.gpus_per_node}, but this machine has {visible_gpus} visible CUDA GPU(s)", "cuda",
+                'run on a machine with the GPUs (check CUDA_VISIBLE_DEVICES and nvidia-smi), or, to try it on a CPU, set grid.device = "cpu" and model.dtype = "float32"')
+    if here and g.device == "auto" and visible_gpus == 0 and config.model.dtype == "bfloat16":
+        r.error("model.dtype", "bfloat16 needs a GPU, and grid.device = \"auto\" resolves to the CPU on this machine (no CUDA GPU)", "bfloat16",
+                'set model.dtype = "float32", or run on a GPU machine')
+    return r.problems
 
 
 # --------------------------------------------------------------------------------------- both
@@ -106,10 +126,6 @@ def _common(c: schema.RunConfig, r: _Rules) -> None:
         r.positive("model.lora.alpha", c.model.lora.alpha)
     if c.model.image_size < 16 or c.model.image_size % 16:
         r.error("model.image_size", "must be a multiple of 16, at least 16", c.model.image_size, "use e.g. 32 or 512")
-    if c.model.path:
-        folder = r.local_path("model.path", c.model.path, kind="folder")
-        if folder and not ((folder / "model_index.json").is_file() or (folder / "transformer").is_dir()):
-            r.error("model.path", "not a diffusers folder (no model_index.json or transformer/)", c.model.path, "point it at a folder written by save_pretrained")
     if c.model.dtype == "bfloat16" and c.grid.device == "cpu":
         r.error("model.dtype", "bfloat16 mixed precision needs a GPU; CPU runs train in float32", "bfloat16", 'set model.dtype = "float32" or grid.device = "cuda"')
     r.at_least("model.config.parallelism.data_parallel_shard_degree", c.model.config.parallelism.data_parallel_shard_degree, 1)
@@ -122,7 +138,7 @@ def _common(c: schema.RunConfig, r: _Rules) -> None:
     _seed("job.seed", c.job.seed, r)
     r.at_least("grid.cpus_per_rank", c.grid.cpus_per_rank, 0)
     _optimizer(c.rl.optimizer, r)
-    _init_from(c.rl.init_from, r)
+    _model_and_base(c, r)
     for i, key in enumerate(c.rl.init_keys_to_skip_loading):
         if not key.strip():
             r.error(f"rl.init_keys_to_skip_loading[{i}]", "empty key pattern", key, "remove it")
@@ -143,25 +159,73 @@ def _optimizer(o: schema.OptimizerConfig, r: _Rules) -> None:
         r.error("rl.optimizer.betas", "must be two numbers in [0, 1)", o.betas, "use e.g. [0.9, 0.999]")
 
 
-PRESET_SCHEME = "preset:"
+def _model_folder(value: str, r: _Rules) -> Path | None:
+    folder = r.local_path("model.path", value, kind="folder")
+    if folder is None:
+        return None
+    if not ((folder / PIPELINE_INDEX).is_file() or (folder / "transformer").is_dir()):
+        r.error("model.path", "not a diffusers folder (no model_index.json or transformer/)", value, "point it at a folder written by save_pretrained")
+        return None
+    scheduler = folder / SCHEDULER_CONFIG
+    if not scheduler.is_file():
+        r.error("model.path", "has no scheduler/scheduler_config.json, so the sampler is unknown", value,
+                "point it at the whole pipeline folder (save_pretrained writes scheduler/)")
+        return folder
+    try:
+        problem = scheduler_problem(read_json(scheduler, str(scheduler)))
+    except ValueError as exc:
+        problem = str(exc)
+    if problem:
+        r.error("model.path", f"scheduler/scheduler_config.json {problem}", value, "Cosmos3 samples with flow UniPC; use the pipeline's own scheduler folder")
+    return folder
 
 
-def _init_from(value: str, r: _Rules) -> None:
+def _pipeline_base_conflict(base: Path, folder: Path | None, model: schema.ModelConfig) -> str | None:
+    """How a whole-pipeline base contradicts the named model (None when it does not)."""
+    if not is_pipeline_folder(base):
+        return None  # a weights or DCP base goes into whatever architecture the model names
+    if folder is not None and base.resolve() != folder.resolve():
+        return f"model.path is {show(model.path)}"
+    if not model.path and model.preset is not None:
+        return f"the model is model.preset = {show(model.preset)}"
+    return None
+
+
+def _model_and_base(c: schema.RunConfig, r: _Rules) -> None:
+    """The model is named once (model.path or model.preset), and rl.init_from agrees with it."""
+    model, value = c.model, c.rl.init_from
+    if not model.path and model.preset is None:
+        r.error("model.path", "no model named: set a local diffusers folder here, or model.preset to a built-in preset", "",
+                'set model.path = "/path/to/cosmos3-nano" (or model.preset = "tiny" for the CPU smoke model)')
+    elif model.path and model.preset is not None:
+        r.error("model.preset", "given together with model.path; the model is either a folder or a built-in preset", model.preset,
+                "remove model.preset (the folder brings its architecture) or model.path")
+    folder = _model_folder(model.path, r) if model.path else None
+
+    known = typing.get_args(schema.PresetName)
     if value.startswith(PRESET_SCHEME):
-        import typing
-
-        from cosmos_rl.config.schema import ModelConfig
-
-        known = typing.get_args(attrs_field_type(ModelConfig, "preset"))
-        if value[len(PRESET_SCHEME):] not in known:
+        name = value[len(PRESET_SCHEME):]
+        if name not in known:
             r.error("rl.init_from", "unknown preset", value, f"use one of {', '.join(PRESET_SCHEME + k for k in known)}")
-    elif value.startswith("s3://"):
+        elif model.path:
+            r.error("rl.init_from", "names a built-in preset's random weights while model.path names a folder", value,
+                    "set rl.init_from to the folder (or a checkpoint of it), or replace model.path by model.preset")
+    elif value.startswith(S3_SCHEME):
         if not re.fullmatch(r"s3://[a-z0-9][a-z0-9.-]{2,62}(/.*)?", value):
             r.error("rl.init_from", "not a valid s3:// URL", value, "write s3://bucket/prefix")
     elif "://" in value:
         r.error("rl.init_from", "unsupported URL scheme", value, "use a local folder or s3://bucket/prefix")
     elif value:
-        r.local_path("rl.init_from", value, kind="folder")
+        base = r.local_path("rl.init_from", value, kind="folder")
+        named = _pipeline_base_conflict(base, folder, model) if base is not None else None
+        if named:
+            r.error("rl.init_from", f"is a diffusers pipeline folder, which brings its own architecture, VAE, tokenizer and scheduler, but {named}",
+                    value, "set model.path to the same folder (and drop model.preset), or point rl.init_from at its transformer/ subfolder to take only its weights")
+
+    nothing_loaded = not model.path and model.preset is not None and (value == "" or value.startswith(PRESET_SCHEME))
+    if nothing_loaded and c.rl.init_keys_to_skip_loading:
+        r.error("rl.init_keys_to_skip_loading", "no checkpoint is loaded (the built-in preset's weights are random), so nothing can be skipped",
+                c.rl.init_keys_to_skip_loading, "remove it, or set rl.init_from / model.path to the checkpoint it applies to")
 
 
 # --------------------------------------------------------------------------------------- eval
@@ -334,7 +398,8 @@ def _nft(c: schema.RunConfig, rl: schema.NFTConfig, r: _Rules) -> None:
     r.at_least("rl.kl_beta", rl.kl_beta, 0)
     r.positive("rl.policy_loss_scale", rl.policy_loss_scale)
     r.at_least("rl.sample_steps", rl.sample_steps, 2)
-    r.positive("rl.sampler_shift", rl.sampler_shift)
+    if rl.sampler_shift is not None:
+        r.positive("rl.sampler_shift", rl.sampler_shift)
     r.at_least("rl.guidance", rl.guidance, 0)
     r.at_least("rl.prompts_per_step", rl.prompts_per_step, 1)
     r.at_least("rl.sample_grid_every", rl.sample_grid_every, 0)

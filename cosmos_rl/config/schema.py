@@ -29,6 +29,9 @@ def required(doc: str):
 
 frozen = attrs.frozen(kw_only=True)
 
+# Built-in model presets (`model.preset`, `rl.init_from = "preset:NAME"`).
+PresetName = Literal["tiny"]
+
 
 # --------------------------------------------------------------------------------------------- job
 @frozen
@@ -68,8 +71,12 @@ class ModelInnerConfig:
 
 @frozen
 class ModelConfig:
-    path: str = knob("", "Local diffusers folder with the model; empty = build `preset` in code.")
-    preset: Literal["tiny"] = knob("tiny", "Built-in architecture used when `path` is empty (CPU-sized).")
+    path: str = knob(
+        "", "Local diffusers folder of the model (e.g. Cosmos3-Nano): architecture, VAE, tokenizer, scheduler and, unless `rl.init_from` says otherwise, weights. Name the model here or in `preset`, not both."
+    )
+    preset: Optional[PresetName] = knob(
+        None, "Built-in CPU-sized architecture with random weights seeded by job.seed, instead of `path` (no default: a manifest names its model)."
+    )
     dtype: Literal["float32", "bfloat16"] = knob(
         "float32", "Parameter compute dtype: bfloat16 enables FSDP2 mixed precision (GPU); float32 on CPU."
     )
@@ -168,9 +175,9 @@ class DPOConfig:
     beta: float = knob(1000.0, "Preference sharpness; large because the MSE is a per-element mean.")
     max_steps: int = knob(100, "Optimizer steps.")
     pairs_per_step: int = knob(8, "Preference pairs per optimizer step, split evenly over the ranks.")
-    init_from: str = knob("", "Base checkpoint: diffusers folder, DCP folder, `s3://` (pulled once) or `preset:NAME`; empty = model.*.")
+    init_from: str = knob("", "Base weights: `model.path` itself, a weights or DCP folder, `s3://` (pulled once per node) or `preset:NAME`; empty = model.path's own weights (or the preset's).")
     init_keys_to_skip_loading: list[str] = knob(
-        attrs.Factory(list), "Glob patterns (`*` crosses dots) of base-checkpoint keys the model does not build, e.g. the Nano sound and action heads `audio_*`, `action_*`; any other extra or missing key fails the load."
+        attrs.Factory(list), "Glob patterns (`*` crosses dots) of base-checkpoint keys the model does not build, e.g. the Nano sound and action heads `audio_*`, `action_*` (a T2I model never builds them); any other extra or missing key fails the load."
     )
     optimizer: OptimizerConfig = section(OptimizerConfig, "Optimizer of the policy.")
     data: PreferenceDataConfig = section(PreferenceDataConfig, "Training preference pairs.")
@@ -230,7 +237,7 @@ class NFTConfig:
     algorithm: Literal["nft"] = required("`nft` selects online DiffusionNFT.")
     modality: Literal["image", "video"] = knob("video", "Decoded media type; video is not in this release.")
     profile: str = knob("", "Known T2I profile (image only); sets the production coordinates.")
-    init_from: str = knob("", "Base checkpoint (required): diffusers folder, DCP folder, `s3://` URL or `preset:tiny`.")
+    init_from: str = knob("", "Base weights (required): `model.path` itself, a weights or DCP folder, `s3://` URL (pulled once per node) or `preset:tiny`.")
     init_keys_to_skip_loading: list[str] = knob(
         attrs.Factory(list), "Glob patterns of base-checkpoint keys the model does not build (`audio_*`, `action_*`); must be empty for video."
     )
@@ -256,7 +263,9 @@ class NFTConfig:
         "its mean absolute x0 error, as the official release does; false = the velocity-space error of the spec.",
     )
     sample_steps: int = knob(20, "Sampler steps per generation.")
-    sampler_shift: float = knob(5.0, "Rectified-flow sampler shift.")
+    sampler_shift: Optional[float] = knob(
+        None, "Rectified-flow sampler shift; unset = the model's own (`flow_shift` in model.path's scheduler/scheduler_config.json, or the preset's)."
+    )
     guidance: float = knob(3.0, "Native CFG: v_uncond + g * (v_cond - v_uncond); 1 = conditional only, 0 = unconditional.")
     scheduler: str = knob("unipc", "Sampler; only `unipc` is supported.")
     rollout_seed_clock: Literal["source_row", "optimizer_step"] = knob(

@@ -239,6 +239,12 @@ class ActorGroup:
         needed = {k: round(v * self.size, 3) for k, v in bundle.items()}
         total = {k: float(ray.cluster_resources().get(k, 0.0)) for k in bundle}
         short = {k: v for k, v in needed.items() if v > total[k] + 1e-9}
+        if "GPU" in short:  # a GPU manifest on a cluster without (enough) GPUs: not a CPU-count problem
+            raise UserError(
+                f'grid.device: "cuda" puts each of the {self.size} ranks on its own GPU, but the Ray cluster has '
+                f"{total['GPU']:g} GPU(s); run where the GPUs are (or join that cluster with grid.ray_address), "
+                'or set grid.device = "cpu" with model.dtype = "float32"'
+            )
         if short:
             raise UserError(
                 f"grid: {self.size} ranks ({bundle} each) needs {needed}, but the Ray cluster has {total} in total "

@@ -1,34 +1,28 @@
-"""Find and load the base weights ``rl.init_from`` names.
+"""Find and load the base weights ``rl.init_from`` names (or ``model.path``'s own, when it is empty).
 
-``rl.init_from`` is one of:
+A base is one of:
 
 * a local diffusers folder: the transformer's ``*.safetensors`` under ``transformer/`` (as
   ``save_pretrained`` writes them, sharded with an ``.index.json`` or not); a folder holding
   the ``*.safetensors`` directly (the ``transformer/`` folder itself) works too;
 * a DCP checkpoint directory (recognised by its ``.metadata`` file) whose keys are the
   module's own names, as ``dcp.save(model_state_dict)`` writes them;
-* ``s3://bucket/prefix``: everything under the prefix is pulled once into
-  ``<cache_dir>/<sha256 of the URL>/`` and that copy is reused on every later call (requeues
-  included). The download goes to a ``.partial-`` directory renamed only when complete, so a
-  crash never leaves a half copy that looks usable (leftover ``.partial-`` dirs can be deleted).
-  The S3 endpoint comes from the ``endpoint_url`` argument, else ``AWS_ENDPOINT_URL``.
+* ``s3://bucket/prefix``: pulled once per node into the cache and reused (``s3_cache``).
 
 ``rl.init_keys_to_skip_loading`` holds glob patterns (``fnmatch``, case-sensitive; ``*``
 crosses dots): ``audio_*`` drops every key starting with ``audio_``, ``head.*`` a submodule,
 a pattern without wildcards one exact key. The load is otherwise strict: any key the base
 has and the model lacks (or the reverse), a shape mismatch, or a pattern that matches no
-base key (a likely typo) fails with a ``UserError`` listing the keys.
+base key (a likely typo) fails with a ``UserError`` listing the keys and naming the base as the
+user wrote it (the ``s3://`` URL, not the cache folder).
 """
 
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import json
 import os
-import secrets
-import shutil
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Iterable
 
 import torch
@@ -42,10 +36,10 @@ from torch.distributed.checkpoint.state_dict import (
 
 from cosmos_rl.checkpoint import load_dcp, read_dcp_metadata
 from cosmos_rl.errors import UserError
+from cosmos_rl.models.layout import S3_SCHEME, base_format
+from cosmos_rl.models.s3_cache import INIT_FROM, pull_once
 
-INIT_FROM = "rl.init_from"
 SKIP_KEYS = "rl.init_keys_to_skip_loading"
-S3_SCHEME = "s3://"
 _SHOWN = 10
 
 
@@ -58,91 +52,26 @@ def _listing(keys: Iterable[str]) -> str:
 # --------------------------------------------------------------------------- resolving
 
 
-def _format_of(folder: Path) -> tuple[str, Path] | None:
-    """("dcp" | "safetensors", the folder holding the files), or None if unrecognised."""
-    if (folder / ".metadata").is_file():
-        return "dcp", folder
-    for candidate in (folder / "transformer", folder):
-        if candidate.is_dir() and any(candidate.glob("*.safetensors")):
-            return "safetensors", candidate
-    return None
-
-
-def _check_local(folder: Path, shown_as: str) -> Path:
+def _check_local(folder: Path, shown_as: str, key: str = INIT_FROM) -> Path:
     if not folder.exists():
-        raise UserError(f"{INIT_FROM}: {shown_as} does not exist; give an existing folder or s3:// URL")
+        raise UserError(f"{key}: {shown_as} does not exist; give an existing folder or s3:// URL")
     if not folder.is_dir():
-        raise UserError(f"{INIT_FROM}: {shown_as} is a file; give the checkpoint folder")
-    if _format_of(folder) is None:
+        raise UserError(f"{key}: {shown_as} is a file; give the checkpoint folder")
+    if base_format(folder) is None:
         found = sorted(p.name for p in folder.iterdir())[:_SHOWN]
         raise UserError(
-            f"{INIT_FROM}: {shown_as} is neither a diffusers folder (transformer/*.safetensors) nor "
+            f"{key}: {shown_as} is neither a diffusers folder (transformer/*.safetensors) nor "
             f"a DCP checkpoint (.metadata); it contains {found or 'nothing'}"
         )
     return folder.resolve()
 
 
-def _split_s3(url: str) -> tuple[str, str]:
-    bucket, _, prefix = url[len(S3_SCHEME):].partition("/")
-    if not bucket:
-        raise UserError(f"{INIT_FROM}: {url!r} has no bucket; write s3://bucket/prefix")
-    prefix = prefix.strip("/")
-    return bucket, f"{prefix}/" if prefix else ""
-
-
-def _pull_s3(url: str, cache_dir: Path, endpoint_url: str | None) -> Path:
-    import boto3
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    bucket, prefix = _split_s3(url)
-    target = cache_dir / hashlib.sha256(f"s3://{bucket}/{prefix}".encode()).hexdigest()[:32]
-    if target.is_dir():  # only ever created by the rename below, so it is complete
-        return target
-
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    partial = cache_dir / f".partial-{target.name}-{secrets.token_hex(4)}"
-    try:
-        client = boto3.client("s3", endpoint_url=endpoint_url)
-        pulled = 0
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-            for obj in page.get("Contents", []):
-                rel = obj["Key"][len(prefix):]
-                if not rel or rel.endswith("/"):
-                    continue  # "directory" placeholder objects
-                parts = PurePosixPath(rel).parts
-                if rel.startswith("/") or ".." in parts:
-                    raise UserError(f"{INIT_FROM}: object key {obj['Key']!r} in {url} escapes the prefix")
-                dest = partial.joinpath(*parts)
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                client.download_file(bucket, obj["Key"], str(dest))
-                pulled += 1
-        if pulled == 0:
-            raise UserError(f"{INIT_FROM}: no objects under {url}; check the bucket and prefix")
-    except (BotoCoreError, ClientError) as exc:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise UserError(
-            f"{INIT_FROM}: cannot pull {url}: {exc}; check the URL, the AWS credentials and "
-            "AWS_ENDPOINT_URL"
-        ) from None
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
-    try:
-        partial.rename(target)
-    except OSError:
-        if not target.is_dir():
-            raise
-        shutil.rmtree(partial, ignore_errors=True)  # another process finished first
-    return target
-
-
 def resolve_init_from(value: str, cache_dir: Path, *, endpoint_url: str | None = None) -> Path:
-    """The local folder holding the base checkpoint ``value`` names (pulling ``s3://`` once)."""
+    """The local folder holding the base checkpoint ``value`` names (``s3://`` pulled once per node)."""
     if not value:
         raise UserError(f"{INIT_FROM} is empty; give a diffusers folder, a DCP folder or s3://bucket/prefix")
     if value.startswith(S3_SCHEME):
-        folder = _pull_s3(value, Path(cache_dir), endpoint_url)
-        return _check_local(folder, f"{value} (cached at {folder})")
+        return _check_local(pull_once(value, Path(cache_dir), endpoint_url), value)
     if "://" in value:
         raise UserError(f"{INIT_FROM}: unsupported URL {value!r}; use a local folder or s3://bucket/prefix")
     return _check_local(Path(value).expanduser(), value)
@@ -151,10 +80,10 @@ def resolve_init_from(value: str, cache_dir: Path, *, endpoint_url: str | None =
 # --------------------------------------------------------------------------- reading
 
 
-def _safetensors_files(folder: Path) -> list[Path]:
+def _safetensors_files(folder: Path, setting: str, shown: str) -> list[Path]:
     indexes = sorted(folder.glob("*.safetensors.index.json"))
     if len(indexes) > 1:
-        raise UserError(f"{INIT_FROM}: {folder} has several shard indexes {[p.name for p in indexes]}; keep one")
+        raise UserError(f"{setting}: {shown} has several shard indexes {[p.name for p in indexes]}; keep one")
     if indexes:
         weight_map = json.loads(indexes[0].read_text())["weight_map"]
         return [folder / name for name in sorted(set(weight_map.values()))]
@@ -164,21 +93,21 @@ def _safetensors_files(folder: Path) -> list[Path]:
 class _BaseCheckpoint:
     """Key -> shape of a base checkpoint, and reading a chosen subset of its tensors."""
 
-    def __init__(self, path: Path):
-        found = _format_of(path)
+    def __init__(self, path: Path, shown_as: str, setting: str):
+        found = base_format(path)
         if found is None:
-            _check_local(path, str(path))  # raises with the folder's contents
+            _check_local(path, shown_as, setting)  # raises with the folder's contents
         self.kind, self.folder = found
         self.shapes: dict[str, tuple[int, ...] | None] = {}  # None: not a tensor
         self._file_of: dict[str, Path] = {}
         if self.kind == "safetensors":
-            for file in _safetensors_files(self.folder):
+            for file in _safetensors_files(self.folder, setting, shown_as):
                 with safe_open(file, framework="pt") as f:
                     for key in f.keys():
                         if key in self._file_of:
                             raise UserError(
-                                f"{INIT_FROM}: key {key!r} is in both {self._file_of[key].name} and "
-                                f"{file.name} under {self.folder}; remove the duplicate files"
+                                f"{setting}: key {key!r} is in both {self._file_of[key].name} and "
+                                f"{file.name} in {shown_as}; remove the duplicate files"
                             )
                         self._file_of[key] = file
                         self.shapes[key] = tuple(f.get_slice(key).get_shape())
@@ -206,15 +135,22 @@ class _BaseCheckpoint:
 
 
 def load_base_weights(
-    module: torch.nn.Module, init_from_path: str | os.PathLike, skip_keys: list[str]
+    module: torch.nn.Module,
+    init_from_path: str | os.PathLike,
+    skip_keys: list[str],
+    *,
+    shown_as: str | None = None,
+    setting: str = INIT_FROM,
 ) -> None:
     """Load the base checkpoint at ``init_from_path`` (from ``resolve_init_from``) into
     ``module`` in place, dropping keys that match a ``skip_keys`` glob; strict otherwise.
 
-    Works on a plain module and on an FSDP2-sharded one (each rank reads the full tensors and
-    keeps its shard). Call it before adding LoRA adapters: their keys are not in a base."""
-    base = _BaseCheckpoint(Path(init_from_path))
-    shown = str(init_from_path)
+    Errors start with ``setting`` (the manifest key that named the base) and call the base
+    ``shown_as`` (what the user wrote; default the path). Works on a plain module and on an
+    FSDP2-sharded one (each rank reads the full tensors and keeps its shard). Call it before
+    adding LoRA adapters: their keys are not in a base."""
+    shown = shown_as or str(init_from_path)
+    base = _BaseCheckpoint(Path(init_from_path), shown, setting)
     model_shapes = {k: tuple(v.shape) for k, v in get_model_state_dict(module).items()}
 
     skipped: dict[str, list[str]] = {p: [] for p in skip_keys}
@@ -249,7 +185,7 @@ def load_base_weights(
         why = f"; {len(by_skip)} of them dropped by {SKIP_KEYS}: {_listing(by_skip)}" if by_skip else ""
         problems.append(
             f"{len(missing)} model key(s) absent from the base: {_listing(missing)}{why}; "
-            f"{INIT_FROM} must be a checkpoint of this architecture"
+            f"{setting} must be a checkpoint of this architecture"
         )
     mismatched = sorted(
         f"{k} (base {base.shapes[k]}, model {model_shapes[k]})"
@@ -260,7 +196,7 @@ def load_base_weights(
         problems.append(f"{len(mismatched)} shape mismatch(es): {_listing(mismatched)}")
     if problems:
         raise UserError(
-            f"{INIT_FROM}: base checkpoint {shown} does not match the model:\n  - "
+            f"{setting}: base checkpoint {shown} does not match the model:\n  - "
             + "\n  - ".join(problems)
         )
 

@@ -1,8 +1,10 @@
 """Build, save and load the four parts of a Cosmos3 text-to-image model.
 
 A model is either a named preset built from a seed (random weights, for tests and CPU smoke runs)
-or a local diffusers-style folder with `transformer/`, `vae/`, `tokenizer/`, `scheduler/`
-subfolders. Nothing is ever fetched from a hub.
+or a local diffusers-style folder with `transformer/`, `vae/`, `tokenizer/` (or
+`text_tokenizer/`), `scheduler/` subfolders, e.g. a Cosmos3-Nano pipeline folder. A folder's
+model is built for text-to-image: without the sound and action heads its transformer config may
+enable. Nothing is ever fetched from a hub.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from diffusers import AutoencoderKLWan, Cosmos3OmniTransformer, UniPCMultistepSc
 from transformers import PreTrainedTokenizerFast
 
 from cosmos_rl.errors import UserError
+from cosmos_rl.models.layout import PIPELINE_INDEX, PRESET_FLOW_SHIFT, read_json, scheduler_problem
 from cosmos_rl.models.tokenizer import build_tiny_tokenizer
 
 COMPONENTS = ("transformer", "vae", "tokenizer", "scheduler")
@@ -34,6 +37,8 @@ class ModelParts:
     vae: AutoencoderKLWan
     tokenizer: PreTrainedTokenizerFast
     scheduler: UniPCMultistepScheduler
+    # The pipeline's `use_native_flow_schedule` (model_index.json): explicit linear sigmas.
+    native_flow_schedule: bool = False
 
 
 def flow_scheduler(shift: float = 1.0) -> UniPCMultistepScheduler:
@@ -90,7 +95,9 @@ def _build_tiny(with_extra_heads: bool) -> ModelParts:
     # shared weight (VAE included) draws the same random numbers.
     vae = _tiny_vae()
     transformer = _tiny_transformer(len(tokenizer), with_extra_heads)
-    return ModelParts(transformer=transformer, vae=vae, tokenizer=tokenizer, scheduler=flow_scheduler())
+    return ModelParts(
+        transformer=transformer, vae=vae, tokenizer=tokenizer, scheduler=flow_scheduler(PRESET_FLOW_SHIFT["tiny"])
+    )
 
 
 PRESETS: dict[str, Callable[[bool], ModelParts]] = {"tiny": _build_tiny}
@@ -144,10 +151,8 @@ def _tokenizer_folder(folder: Path) -> Path:
     return folder / "text_tokenizer"
 
 
-def _load_safetensors_model(cls, folder: Path, component: str):
-    """A diffusers model from `<folder>/<component>/`, from safetensors weights only: a pickled
-    `.bin` would run code on load, so a folder that has only those is refused."""
-    sub = _component_folder(folder, component)
+def _refuse_pickled_only(sub: Path) -> None:
+    """A pickled `.bin` would run code on load, so a part that has only those is refused."""
     if not any(sub.glob("*.safetensors")) and not any(sub.glob("*.safetensors.index.json")):
         pickled = sorted(p.name for p in sub.iterdir() if p.suffix in {".bin", ".pt", ".pth", ".ckpt"})
         raise UserError(
@@ -155,30 +160,102 @@ def _load_safetensors_model(cls, folder: Path, component: str):
             + (f" (found pickled {pickled}, which are never loaded: they could run code)" if pickled else "")
             + ". Convert the weights to safetensors (diffusers: save_pretrained(..., safe_serialization=True))."
         )
+
+
+def _load_safetensors_model(cls, folder: Path, component: str):
+    """A diffusers model from `<folder>/<component>/`, from safetensors weights only."""
+    sub = _component_folder(folder, component)
+    _refuse_pickled_only(sub)
     return cls.from_pretrained(sub, local_files_only=True, use_safetensors=True)
 
 
-def load_parts(folder: str | Path) -> ModelParts:
-    """Read the parts from a local folder, offline; a missing folder or part raises UserError."""
+# Transformer config switch -> the glob of the head weights it adds (the public manifests' skip list).
+HEAD_SWITCHES = {"sound_gen": "audio_*", "action_gen": "action_*"}
+
+
+def t2i_transformer_config(config: dict) -> dict:
+    """The folder's transformer config without the sound and action heads: a text-to-image run
+    never builds them, so a Cosmos3-Nano checkpoint's head weights are base keys the model does not
+    build (dropped only where rl.init_keys_to_skip_loading lists them)."""
+    return {**config, **{switch: False for switch in HEAD_SWITCHES}}
+
+
+def declared_heads(config: dict) -> list[str]:
+    """Skip patterns for exactly the heads a transformer config turns on (e.g. a Nano folder's)."""
+    return [pattern for switch, pattern in HEAD_SWITCHES.items() if config.get(switch)]
+
+
+def _pipeline_options(folder: Path) -> bool:
+    """The pipeline settings a folder's model_index.json fixes; returns use_native_flow_schedule."""
+    index = folder / PIPELINE_INDEX
+    if not index.is_file():
+        return False
+    try:
+        options = read_json(index, f"model.path: {index}")
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    if not options.get("default_use_system_prompt", True):
+        raise UserError(
+            f"model.path: {index} sets default_use_system_prompt = false; this release tokenizes prompts "
+            "with the Cosmos3 system prompt (as Cosmos3-Nano does), so its rollouts would not be the "
+            "pipeline's. Use a folder whose pipeline keeps the system prompt."
+        )
+    return bool(options.get("use_native_flow_schedule", False))
+
+
+def _load_scheduler(folder: Path, transformer_config) -> UniPCMultistepScheduler:
+    sub = _component_folder(folder, "scheduler")
+    try:
+        config = read_json(sub / "scheduler_config.json", f"model.path: {sub / 'scheduler_config.json'}")
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    problem = scheduler_problem(config)
+    if problem:
+        raise UserError(f"model.path: {sub / 'scheduler_config.json'} {problem}; Cosmos3 samples with flow UniPC")
+    scheduler = UniPCMultistepScheduler.from_config(config)
+    per_unit = 1.0 / transformer_config.timestep_scale
+    if abs(scheduler.config.num_train_timesteps - per_unit) > 1e-6:
+        raise UserError(
+            f"model.path: the scheduler's num_train_timesteps ({scheduler.config.num_train_timesteps}) is "
+            f"not 1 / the transformer's timestep_scale ({transformer_config.timestep_scale}), so the "
+            "pipeline's timesteps would not be flow times; fix one of the two configs"
+        )
+    return scheduler
+
+
+def load_parts(
+    folder: str | Path, *, skip_keys: list[str] | tuple[str, ...] | None = None, weights: bool = True
+) -> ModelParts:
+    """Read a text-to-image model from a local folder, offline; a missing folder or part raises UserError.
+
+    The transformer is built from the folder's config without the sound/action heads
+    (`t2i_transformer_config`). `weights=True` loads the folder's own transformer weights,
+    strictly: base keys the model does not build must match a `skip_keys` glob (None: the globs
+    of the heads the folder's config declares; a run passes rl.init_keys_to_skip_loading). With
+    `weights=False` the transformer keeps its random init, for a caller that loads a base next.
+    """
     folder = Path(folder)
     if not folder.is_dir():
         raise UserError(
             f"model.path: folder {str(folder)!r} does not exist. "
-            "Set model.path to a local model folder, or leave it empty to build model.preset."
+            "Set model.path to a local model folder, or set model.preset instead."
         )
-    transformer = _load_safetensors_model(Cosmos3OmniTransformer, folder, "transformer")
+    native_flow_schedule = _pipeline_options(folder)
+    sub = _component_folder(folder, "transformer")
+    _refuse_pickled_only(sub)
+    config = Cosmos3OmniTransformer.load_config(sub, local_files_only=True)
+    transformer = Cosmos3OmniTransformer.from_config(t2i_transformer_config(config))
+    if weights:
+        from cosmos_rl.models.base_checkpoint import load_base_weights
+
+        skip = declared_heads(config) if skip_keys is None else list(skip_keys)
+        load_base_weights(transformer, sub, skip, shown_as=str(folder), setting="model.path")
     vae = _load_safetensors_model(AutoencoderKLWan, folder, "vae")
     tokenizer = PreTrainedTokenizerFast.from_pretrained(_tokenizer_folder(folder), local_files_only=True)
-    scheduler = UniPCMultistepScheduler.from_pretrained(
-        _component_folder(folder, "scheduler"), local_files_only=True
-    )
+    scheduler = _load_scheduler(folder, transformer.config)
     transformer.eval()
     vae.eval()
-    return ModelParts(transformer=transformer, vae=vae, tokenizer=tokenizer, scheduler=scheduler)
-
-
-def build_model(path: str, preset: str, seed: int) -> ModelParts:
-    """The model a run asked for: the folder at `path`, or preset `preset` built from `seed` when path is ""."""
-    if path == "":
-        return build_preset(preset, seed)
-    return load_parts(path)
+    return ModelParts(
+        transformer=transformer, vae=vae, tokenizer=tokenizer, scheduler=scheduler,
+        native_flow_schedule=native_flow_schedule,
+    )  # fmt: skip

@@ -30,6 +30,8 @@ from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import (
     get_3d_mrope_ids_vae_tokens,
 )
 
+from cosmos_rl.flow import model_timesteps
+
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
@@ -191,6 +193,17 @@ def _segments_in_rotary_tuple(transformer: Cosmos3OmniTransformer, layout: _Layo
         del transformer._cp_shard_fn  # back to the class default (None)
 
 
+def timesteps_per_unit(config) -> int:
+    """N with timestep_scale = 1 / N: the pipeline's integer timesteps per unit of flow time."""
+    steps = round(1.0 / config.timestep_scale)
+    if abs(steps * config.timestep_scale - 1.0) > 1e-9:
+        raise ValueError(
+            f"timestep_scale {config.timestep_scale} is not 1 / an integer; the pipeline's integer "
+            "timesteps would not map onto flow time"
+        )
+    return steps
+
+
 def _check_inputs(x_t: torch.Tensor, sigma: torch.Tensor, prompt_ids: list[torch.Tensor], channels: int) -> None:
     if x_t.dim() != 4 or x_t.shape[1] != channels:
         raise ValueError(f"x_t must have shape [B, {channels}, h, w], got {tuple(x_t.shape)}")
@@ -215,7 +228,9 @@ def velocity(
     """Predicted flow velocity v = noise - x0 for each sample, in one forward.
 
     x_t: [B, C, h, w] noisy latents; sigma: [B] flow times in [0, 1] (x_t = (1 - s) x0 + s noise);
-    prompt_ids: B 1-D LongTensors (lengths may differ), e.g. from `tokenize_prompts`.
+    prompt_ids: B 1-D LongTensors (lengths may differ), e.g. from `tokenize_prompts`. The model
+    sees the time `flow.model_timesteps(sigma)` * timestep_scale, exactly as the stock pipeline
+    feeds it.
     """
     config = transformer.config
     sigma = torch.as_tensor(sigma, device=x_t.device)
@@ -243,8 +258,9 @@ def velocity(
     vision_len = batch * layout.tokens_per_image
     vision_indexes = torch.arange(layout.und_len, layout.und_len + vision_len, device=x_t.device)
     input_ids = torch.cat([ids.to(x_t.device) for ids in prompt_ids])
-    # The model multiplies timesteps by `timestep_scale`, so it sees exactly sigma.
-    timesteps = (sigma.float() / config.timestep_scale).repeat_interleave(layout.tokens_per_image)
+    # Integer timesteps, as the stock pipeline passes them (the model multiplies by timestep_scale).
+    # Integers also pass FSDP2's mixed-precision input cast untouched.
+    timesteps = model_timesteps(sigma, timesteps_per_unit(config)).repeat_interleave(layout.tokens_per_image)
     one_frame = torch.zeros(1, dtype=torch.long, device=x_t.device)
 
     with _segments_in_rotary_tuple(transformer, layout):

@@ -1,14 +1,76 @@
-"""UniPC flow sampling with Cosmos3's native classifier-free guidance, for a batch at once."""
+"""UniPC flow sampling with Cosmos3's native classifier-free guidance, for a batch at once.
+
+The sampler is the model's own: a fresh copy of the scheduler the model folder ships
+(`scheduler/scheduler_config.json`: solver order, flow shift, ...), with the flow shift replaced
+only when the manifest sets `rl.sampler_shift`, and the pipeline's native flow schedule when the
+folder's `model_index.json` asks for it. With the same weights and initial noise, a rollout
+therefore follows the stock `Cosmos3OmniPipeline` step for step.
+"""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
+import numpy as np
 import torch
+from diffusers import UniPCMultistepScheduler
 
+from cosmos_rl.flow import model_timesteps
 from cosmos_rl.models.build import flow_scheduler
 
+if TYPE_CHECKING:
+    from cosmos_rl.models.build import ModelParts
+
 VelocityFn = Callable[[torch.Tensor, torch.Tensor, list[torch.Tensor]], torch.Tensor]
+
+
+def rollout_scheduler(
+    steps: int,
+    shift: float | None,
+    parts: "ModelParts | None" = None,
+    device: torch.device | str | None = None,
+) -> UniPCMultistepScheduler:
+    """A fresh scheduler (UniPC keeps per-trajectory history on the instance) set to `steps`.
+
+    `parts`: the model whose scheduler config (and native-schedule flag) is copied; None means a
+    default flow UniPC. `shift`: overrides the config's flow shift; None keeps it (required
+    without `parts`).
+    """
+    if parts is None:
+        if shift is None:
+            raise ValueError("shift is required when no model parts give the scheduler")
+        scheduler, native = flow_scheduler(shift), False
+    else:
+        overrides = {} if shift is None else {"flow_shift": float(shift)}
+        scheduler = UniPCMultistepScheduler.from_config(parts.scheduler.config, **overrides)
+        native = parts.native_flow_schedule
+    if native:
+        # What Cosmos3OmniPipeline does when its config sets use_native_flow_schedule.
+        sigmas = np.linspace(1.0 - 1.0 / scheduler.config.num_train_timesteps, 0.0, steps + 1)[:-1]
+        scheduler.set_timesteps(steps, device=device, sigmas=sigmas)
+    else:
+        scheduler.set_timesteps(steps, device=device)
+    return scheduler
+
+
+def consistent_sigmas(sigmas: torch.Tensor, timesteps: torch.Tensor, num_train_timesteps: int) -> torch.Tensor:
+    """float32 `sigmas` moved by the fewest ulps so that `model_timesteps(sigmas)` equals `timesteps`.
+
+    The scheduler floors N * sigma in float64 but keeps float32 sigmas; where N * sigma lies
+    within float32 rounding of an integer (e.g. 999 / 3 steps), flooring the float32 value can
+    land one below or above. The forward at a rollout step and every training forward at that
+    sigma must both see the scheduler's integer, so the sigma itself is made consistent (it moves
+    by ~6e-8, far below anything the noise schedule resolves).
+    """
+    sigmas = sigmas.to(torch.float32).clone()
+    timesteps = timesteps.to(device=sigmas.device, dtype=torch.long)
+    for _ in range(8):
+        seen = model_timesteps(sigmas, num_train_timesteps)
+        if torch.equal(seen, timesteps):
+            return sigmas
+        toward = torch.where(seen > timesteps, torch.zeros_like(sigmas), torch.full_like(sigmas, 2.0))
+        sigmas = torch.where(seen != timesteps, torch.nextafter(sigmas, toward), sigmas)
+    raise RuntimeError(f"no float32 sigma floors to the scheduler's timesteps {timesteps.tolist()}")
 
 
 @torch.no_grad()
@@ -18,15 +80,19 @@ def sample_latents(
     cond_ids: list[torch.Tensor],
     uncond_ids: list[torch.Tensor],
     steps: int,
-    shift: float,
+    shift: float | None,
     guidance: float,
+    *,
+    parts: "ModelParts | None" = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Integrate from `noise` (sigma = 1) to clean latents; returns (x0 [B, C, h, w], sigmas [steps]).
 
     `velocity_fn(x_t, sigma[B], ids)` is e.g. `functools.partial(velocity, transformer)`.
+    `parts` gives the scheduler (see `rollout_scheduler`; `shift` None keeps the model's own).
     Guidance is native: v = v_uncond + guidance * (v_cond - v_uncond); guidance 1 runs the
     conditional branch only, otherwise both branches share one packed forward. The returned sigmas
-    are those the model was evaluated at, in order (the final sigma 0 is not one of them).
+    are those the model was evaluated at, in order (the final sigma 0 is not one of them); a
+    forward at one of them sees the scheduler's integer timestep for that step.
     """
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
@@ -36,10 +102,10 @@ def sample_latents(
             f"need one cond (and uncond) prompt per noise sample: {batch} samples, "
             f"{len(cond_ids)} cond, {len(uncond_ids)} uncond"
         )
-    # A fresh scheduler per call: UniPC keeps per-trajectory history on the instance.
-    scheduler = flow_scheduler(shift)
-    scheduler.set_timesteps(steps, device=noise.device)
-    sigmas = scheduler.sigmas[:steps].to(device=noise.device, dtype=torch.float32)
+    scheduler = rollout_scheduler(steps, shift, parts, device=noise.device)
+    sigmas = consistent_sigmas(
+        scheduler.sigmas[:steps].to(noise.device), scheduler.timesteps, scheduler.config.num_train_timesteps
+    )
 
     latents = noise.float()
     for index, timestep in enumerate(scheduler.timesteps):

@@ -19,11 +19,13 @@ Shared by the DPO and NFT trainers. API (both import it):
 "policy" names one thing only: the trained LoRA adapter (or, for a full fine-tune, the trained
 weights) and the checkpoint component holding it.
 
-Base weights follow `rl.init_from`: "" builds model.path (a local diffusers folder) or
-model.preset seeded by job.seed; "preset:NAME" builds preset NAME seeded by job.seed; anything else
-is a checkpoint resolved by `models.base_checkpoint` (s3:// pulled once into
-`<job.output_dir>/.cache/init_from`) and loaded into the architecture of model.path/preset, skipping
-`rl.init_keys_to_skip_loading`.
+The architecture, VAE, tokenizer and scheduler come from the model the manifest names: model.path
+(a local diffusers folder, built for text-to-image without its sound/action heads) or
+model.preset. The transformer's weights come from the base: `rl.init_from` when set (a diffusers
+folder, weights folder, DCP folder or s3:// URL pulled once per node into
+`<job.output_dir>/.cache/init_from`; `preset:NAME` = the preset's own seeded weights), else
+model.path's own weights (or the preset's seeded weights). Every base is loaded strictly, dropping
+only the keys `rl.init_keys_to_skip_loading` lists.
 
 The reference is what the policy was at setup and never changes, so it is never checkpointed:
 with LoRA it is the same network with adapters disabled (no copy); with full fine-tuning
@@ -45,10 +47,11 @@ import torch
 
 from cosmos_rl.config import schema
 from cosmos_rl.dist.world import process_group_active
-from cosmos_rl.config.preflight import PRESET_SCHEME
 from cosmos_rl.errors import UserError
 from cosmos_rl.models import lora
-from cosmos_rl.models.build import ModelParts, build_model, build_preset
+from cosmos_rl.models.base_checkpoint import load_base_weights, resolve_init_from
+from cosmos_rl.models.build import ModelParts, build_preset, load_parts
+from cosmos_rl.models.layout import PRESET_SCHEME, init_cache_root, is_pipeline_folder
 
 # LoRA's lora_A is drawn from torch's RNG; an offset keeps its stream apart from the preset's.
 _LORA_SEED_OFFSET = 7919
@@ -96,21 +99,38 @@ class TrainableModel:
 
 
 def _init_cache_dir(config: schema.RunConfig) -> Path:
-    return Path(config.job.output_dir) / ".cache" / "init_from"
+    return init_cache_root(config.job.output_dir)
 
 
 def load_base(config: schema.RunConfig) -> ModelParts:
-    """The base model `rl.init_from` names (see the module docstring), on CPU, in eval mode."""
-    init_from = config.rl.init_from
-    if init_from.startswith(PRESET_SCHEME):
-        return build_preset(init_from[len(PRESET_SCHEME):], config.job.seed)
-    parts = build_model(config.model.path, config.model.preset, config.job.seed)
-    if init_from == "":
-        return parts
-    from cosmos_rl.models.base_checkpoint import load_base_weights, resolve_init_from
+    """The base model the manifest names (see the module docstring), on CPU, in eval mode.
 
+    Preflight has already refused contradictions (a preset base with a folder model, a pipeline
+    folder base that is not model.path); what is left is checked here only where preflight cannot
+    see it: a pulled s3:// base that turns out to be a whole pipeline folder.
+    """
+    init_from, skip = config.rl.init_from, list(config.rl.init_keys_to_skip_loading)
+    model = config.model
+    if not model.path and model.preset is None:
+        raise UserError("model.path: no model named; set model.path to a local diffusers folder, or model.preset")
+    if not model.path:
+        parts = build_preset(model.preset, config.job.seed)
+        if init_from == "" or init_from.startswith(PRESET_SCHEME):
+            return parts
+        local = resolve_init_from(init_from, _init_cache_dir(config))
+        if is_pipeline_folder(local):
+            raise UserError(
+                f"rl.init_from: {init_from} is a whole diffusers pipeline folder (model_index.json), which "
+                f"brings its own architecture, VAE, tokenizer and scheduler, but the model is model.preset = "
+                f"{model.preset!r}; set model.path to a local copy of that folder instead of model.preset"
+            )
+        load_base_weights(parts.transformer, local, skip, shown_as=init_from)
+        return parts
+    if init_from == "":  # the folder's own weights
+        return load_parts(model.path, skip_keys=skip)
+    parts = load_parts(model.path, weights=False)
     local = resolve_init_from(init_from, _init_cache_dir(config))
-    load_base_weights(parts.transformer, local, list(config.rl.init_keys_to_skip_loading))
+    load_base_weights(parts.transformer, local, skip, shown_as=init_from)
     return parts
 
 

@@ -204,6 +204,7 @@ class NFTTrainer:
                 x0, sigmas = sample_latents(
                     lambda x, s, ids: velocity(self.transformer, x, s, ids),
                     noise, cond, uncond, rl.sample_steps, rl.sampler_shift, rl.guidance,
+                    parts=self.model.parts,  # the model's own scheduler; rl.sampler_shift None keeps its shift
                 )
                 rollouts.append((x0, sigmas, decode_latents(self.model.vae, x0)))
         self._activate(POLICY)
