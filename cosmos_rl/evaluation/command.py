@@ -58,6 +58,7 @@ def run_eval(
     evaluator = Evaluator(
         captions, seeds, reward, t.settings, tokenizer=t.parts.tokenizer, vae=t.parts.vae, image_size=t.image_size,
         latent_channels=int(t.parts.transformer.config.latent_channel), device=where, batch_size=batch_size, origin=origin,
+        model_parts=getattr(t.parts, "parts", t.parts),
     )  # fmt: skip
     columns = [item.index for item in spread(evaluator.items[: len(captions)], GRID_COLUMNS)]
     keep = frozenset(columns)

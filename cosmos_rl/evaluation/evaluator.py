@@ -27,13 +27,14 @@ class Evaluator:
     def __init__(
         self, captions: Sequence[str], seeds: int, reward: str, settings: SamplerSettings, *,
         tokenizer, vae, image_size: int, latent_channels: int, device: torch.device,
-        batch_size: int = DEFAULT_BATCH, origin: str = "the evaluation prompts",
+        batch_size: int = DEFAULT_BATCH, origin: str = "the evaluation prompts", model_parts=None,
     ):  # fmt: skip
         self.groups = caption_groups(captions, reward, origin)
         self.captions = list(captions)
         self.items = make_items(self.captions, seeds)
         self.reward, self.settings = reward, settings
         self.tokenizer, self.vae, self.device = tokenizer, vae, device
+        self.model_parts = model_parts  # the ModelParts whose scheduler config rollouts use (None: default UniPC)
         self.image_size, self.batch_size = image_size, batch_size
         side = image_size // int(vae.config.scale_factor_spatial)
         self.latent_shape = (latent_channels, side, side)
@@ -49,6 +50,7 @@ class Evaluator:
             captions, cfg.seeds, cfg.reward, run_settings(config), tokenizer=parts.tokenizer, vae=parts.vae,
             image_size=config.model.image_size, latent_channels=int(parts.transformer.config.latent_channel),
             device=device, origin=f"rl.eval.prompts {cfg.prompts}" if cfg.prompts else "rl.eval",
+            model_parts=getattr(parts, "parts", parts),
         )
 
     # ------------------------------------------------------------------------------ sampling
@@ -82,6 +84,7 @@ class Evaluator:
             x0, _ = sample_latents(
                 lambda x, sigma, tokens: velocity(transformer, x, sigma, tokens),
                 noise, [c for c, _ in ids], [u for _, u in ids], s.steps, s.shift, s.guidance,
+                parts=self.model_parts,  # the training rollouts' scheduler (a folder's own config)
             )
             images = decode_latents(self.vae, x0)
             out.append(to_uint8(images.permute(0, 2, 3, 1).float().cpu().numpy()))
