@@ -60,7 +60,7 @@ def runs(tmp_path_factory):
 def test_train_writes_metrics_and_committed_checkpoints(runs):
     root, straight, _, _ = runs
     assert straight.returncode == 0, straight.stderr[-3000:]
-    assert "torch.distributed.run" in straight.stderr + straight.stdout  # the printed launch command
+    assert "cosmos_rl.dist.torchrun_quiet" in straight.stderr + straight.stdout  # the printed launch command
     run_dir = root / "straight"
     rows = metrics_rows(run_dir)
     assert [r["step"] for r in rows] == [1, 2, 3, 4]

@@ -44,14 +44,23 @@ def test_sigterm_while_starting_exits_75_and_resume_starts_from_step_0(tmp_path)
 
 
 def test_a_user_error_in_a_worker_is_one_line_once_with_exit_2(tmp_path):
-    """No CUDA on this machine: every rank raises the same UserError. torchrun's ChildFailedError
-    banner and the ranks' own copies stay out of the terminal; the launcher says it once."""
-    result = subprocess.run(
-        [sys.executable, "-m", "cosmos_rl.cli", "train", str(MANIFEST), 'grid.device="cuda"', f'job.output_dir="{tmp_path}"'],
-        env=ENV, capture_output=True, text=True, timeout=300,
-    )
+    """A decompression bomb in the pairs, met by both ranks in their first step (so only at run
+    time): torchrun's ChildFailedError banner and the ranks' own copies stay out of the terminal;
+    the launcher says it once, with exit 2."""
+    import json
+
+    from _image_helpers import bomb_png, png_bytes
+
+    for name, data in (("w.png", png_bytes((200, 0, 0), 32)), ("l.png", png_bytes((0, 0, 200), 32)), ("huge.png", bomb_png())):
+        (tmp_path / name).write_bytes(data)
+    rows = [{"id": f"p{i}", "prompt": "a red square", "winner": "huge.png", "loser": "l.png"} for i in range(4)]
+    (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ["rl.data.synthetic_pairs=0", f'rl.data.jsonl="{tmp_path / "pairs.jsonl"}"', "rl.pairs_per_step=2",
+            "rl.validation.every=0", "job.progress=false", f'job.output_dir="{tmp_path}"']
+    result = subprocess.run([sys.executable, "-m", "cosmos_rl.cli", "train", str(MANIFEST), *args],
+                            env=ENV, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2, result.stderr[-3000:]
     out = result.stdout + result.stderr
-    assert out.count('grid.device: "cuda" asked for, but no CUDA device is visible') == 1, out
+    assert out.count("cannot decode image: too large to decode safely") == 1, out
     for noise in ("Traceback", "ChildFailedError", "SignalException", "*****"):
         assert noise not in out, out

@@ -18,6 +18,7 @@ from rich.console import Console
 from cosmos_rl.config import load, schema
 from cosmos_rl.errors import UserError
 from cosmos_rl.evaluation.during import TrainingEval
+from cosmos_rl.models.build import build_preset
 from cosmos_rl.evaluation.hacking import HackingWatch, hacking
 from cosmos_rl.evaluation.prompts import held_out_captions, make_items, overlap, rank_share, spread
 from cosmos_rl.evaluation.scores import Totals, caption_groups
@@ -145,7 +146,9 @@ def test_eval_preset_json_prints_the_documented_object(tmp_path):
     assert out["kind"] == "model" and out["base_score"] is None and out["step"] is None
     assert out["n_prompts"] == 6 and out["seeds"] == [0] and out["n_images"] == 6 and out["reward"] == "shapes_strict"
     assert set(out["tasks"]) == set(TASKS) and 0.0 <= out["score"] <= 1.0 and 0.0 <= out["score_partial"] <= 1.0
-    assert out["sampler"] == {"steps": 20, "shift": 5.0, "guidance": 3.0}  # NFT's schema defaults
+    # NFT's schema defaults; the shift is unset there, so the preset's own scheduler gives it
+    tiny_shift = float(build_preset("tiny", 0).scheduler.config["flow_shift"])
+    assert out["sampler"] == {"steps": 20, "shift": tiny_shift, "guidance": 3.0}
     assert Path(out["grid"]) == tmp_path / "samples.png" and json.loads((tmp_path / "eval.json").read_text()) == out
 
 
@@ -255,7 +258,7 @@ def test_a_dpo_full_fine_tune_evaluates_while_training_and_against_its_frozen_ba
 
     raw = {
         "job": {"output_dir": str(tmp_path), "name": "dpo", "progress": False},
-        "model": {"lora": {"rank": 0}},
+        "model": {"preset": "tiny", "lora": {"rank": 0}},
         "checkpoint": {"every": 0, "keep": 0},
         "rl": {"algorithm": "dpo", "max_steps": 2, "pairs_per_step": 2, "optimizer": {"lr": 1e-2},
                "data": {"synthetic_pairs": 8}, "eval": {"every": 2, "per_task": 1, "seeds": 1, "reward": "brightness"}},
@@ -268,6 +271,7 @@ def test_a_dpo_full_fine_tune_evaluates_while_training_and_against_its_frozen_ba
     assert [("eval/score" in r) for r in rows] == [False, True]
     (run_dir / "manifest.toml").write_text(load.to_toml(config), encoding="utf-8")
     result = run_eval(str(run_dir), reward="brightness", **SMALL)
-    assert result["sampler"] == {"steps": 20, "shift": 5.0, "guidance": 3.0}  # DPO has no sampler: the defaults
+    tiny_shift = float(build_preset("tiny", 0).scheduler.config["flow_shift"])
+    assert result["sampler"] == {"steps": 20, "shift": tiny_shift, "guidance": 3.0}  # DPO has no sampler: the defaults
     assert result["score"] == pytest.approx(rows[-1]["eval/score"], abs=1e-3)
     assert result["base_score"] != result["score"]

@@ -76,7 +76,7 @@ def run_eval(
         "target": t.label, "kind": t.kind, "step": t.step, "reward": reward,
         **_scores_json(scores, ""), **(_scores_json(base, "base_") if base else _scores_json(None, "base_")),
         "n_prompts": len(captions), "seeds": list(range(seeds)), "n_images": len(evaluator.items),
-        "prompts": described, "sampler": t.settings.as_json(), "image_size": t.image_size,
+        "prompts": described, "sampler": t.settings.resolved(getattr(t.parts, "parts", t.parts)).as_json(), "image_size": t.image_size,
         "grid": str(grid), "grid_prompts": [evaluator.items[i].caption for i in columns],
     }  # fmt: skip
     (t.out_dir / RESULT_FILE).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")

@@ -1,8 +1,9 @@
 """How an evaluation samples: the run's sampler settings, or documented defaults. Torch-free.
 
 An NFT run is evaluated with its own `rl.sample_steps`, `rl.sampler_shift` and `rl.guidance`. A
-DPO run (which never samples) and a bare model use NFT's defaults: 20 steps, shift 5.0,
-guidance 3.0 (read from the schema, so they cannot drift from it).
+DPO run (which never samples) and a bare model use NFT's defaults: 20 steps, guidance 3.0 and the
+model's own scheduler shift (read from the schema, so they cannot drift from it). A shift left
+unset is the model's own; `resolved` fills it in for reporting.
 """
 
 from __future__ import annotations
@@ -19,11 +20,17 @@ DEFAULT_BATCH = 32  # samples per sampler call (guidance != 1 packs twice as man
 @dataclass(frozen=True)
 class SamplerSettings:
     steps: int
-    shift: float
+    shift: float | None  # None: the model's scheduler config decides
     guidance: float
 
     def as_json(self) -> dict:
         return asdict(self)
+
+    def resolved(self, parts) -> "SamplerSettings":
+        """The same settings with an unset shift replaced by the flow shift `parts.scheduler` declares."""
+        if self.shift is not None:
+            return self
+        return SamplerSettings(self.steps, float(parts.scheduler.config["flow_shift"]), self.guidance)
 
 
 def default_settings() -> SamplerSettings:

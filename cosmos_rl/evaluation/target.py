@@ -49,11 +49,9 @@ def target_kind(text: str) -> str:
     if text.startswith(PRESET):
         import typing
 
-        import attrs
+        from cosmos_rl.config.schema import PresetName
 
-        from cosmos_rl.config.schema import ModelConfig
-
-        known = typing.get_args(attrs.fields_dict(ModelConfig)["preset"].type)
+        known = typing.get_args(PresetName)
         if text[len(PRESET):] not in known:
             raise UserError(f"TARGET {text!r}: unknown preset {text[len(PRESET):]!r}; known presets: {', '.join(PRESET + p for p in known)}")
         return "model"
