@@ -3,8 +3,8 @@ DPO-shaped steps and rollouts built from the project's own pieces (no trainer, n
 
 Sizes (the transformer; the tokenizer is the built-in byte-level one unless a folder gives one):
 - "tiny": the built-in tiny preset (about 0.2 M parameters, 32x32 images), for CPU tests.
-- "small": the tiny preset's VAE and tokenizer with a wider transformer (hidden 256, 4 layers,
-  about 5 M parameters), so that on CPU the model, not the libraries, moves the memory figures.
+- "small": the tiny preset's VAE and tokenizer with a wider transformer (hidden 512, 4 layers,
+  about 25 M parameters), so that on CPU the model, not the libraries, moves the memory figures.
 - "nano": a Nano-like Cosmos3 (`NANO_TRANSFORMER`, about 15.2 B parameters, 6.95 B of them on one
   token's path) with a Wan2.2-style VAE (`NANO_VAE`: 48 latent channels, 16x spatial) at 512x512,
   random weights. Assumed, not read from a checkpoint: the transformer numbers are diffusers'
@@ -58,7 +58,7 @@ NANO_VAE = dict(
     scale_factor_spatial=16, scale_factor_temporal=4, latents_mean=[0.0] * 48, latents_std=[1.0] * 48,
 )  # fmt: skip
 SMALL_TRANSFORMER = dict(
-    hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+    hidden_size=512, intermediate_size=1536, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4,
     head_dim=64, latent_channel=4, latent_patch_size=2, patch_latent_dim=16, rope_axes_dim=[16, 8, 8],
 )  # fmt: skip
 

@@ -4,20 +4,44 @@ For LoRA and full fine-tuning, each in its own process (so peak RSS is that mode
   trainer_pairs_per_s  DPOTrainer.train_step (data, VAE, noise, two packed forwards, AdamW, metrics)
   bare_pairs_per_s     the same forwards/backward/step on pre-encoded latents, nothing else
   overhead_ratio       bare / trainer (1.0 = the loop adds nothing)
+  trainer_split_s      where a trainer step's time goes, per step (mean over the timed steps):
+                       data (fetching the pairs' images), vae_encode (the VAE encoding every
+                       pair's images), tokenize (prompt ids), noise (drawing eps and t),
+                       forwards_and_loss (the reference and policy packed forwards and the loss),
+                       rest (backward, gradient norm/clip, AdamW, LR schedule, metrics); measured
+                       by wrapping those calls on the trainer instance, so the trainer runs unchanged
+  overhead_s_per_step  trainer step - bare step, and `vae_encode_share_of_overhead`
   peak_rss_mib         the process's peak resident memory (resource.getrusage)
-Single process, CPU, the tiny preset; the first step of each loop is a warm-up and is not timed.
+Single process, CPU, the tiny preset; one warm-up step of each, then trainer and bare steps
+alternate (so load on a shared machine falls on both alike).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import resource
 import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
+
+
+def _timing(spent: dict, key: str, fn):
+    """`fn`, adding its seconds to spent[key] on every call."""
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent[key] += time.perf_counter() - start
+
+    return wrapped
 
 
 def measure(mode: str, steps: int, pairs: int) -> dict:
@@ -39,12 +63,6 @@ def measure(mode: str, steps: int, pairs: int) -> dict:
         }
     )
     trainer = DPOTrainer(config, Path(out_dir) / "run", torch.device("cpu"))
-    trainer.train_step()
-    start = time.perf_counter()
-    for _ in range(steps):
-        trainer.train_step()
-    trainer_rate = steps * pairs / (time.perf_counter() - start)
-
     batch = [trainer.train_source[i] for i in range(pairs)]
     latents, ids = trainer._pair_tensors(batch)
     eps = torch.randn((pairs, *latents.shape[1:]))
@@ -62,17 +80,38 @@ def measure(mode: str, steps: int, pairs: int) -> dict:
         loss.backward()
         opt.step()
 
+    trainer.train_step()  # warm-ups
     bare_step()
-    start = time.perf_counter()
-    for _ in range(steps):
+    spent: dict = defaultdict(float)
+    # Instance attributes shadow the methods for this trainer only; vae.encode is what encode_images calls.
+    trainer.next_pairs = _timing(spent, "data", trainer.next_pairs)
+    trainer.prompt_ids = _timing(spent, "tokenize", trainer.prompt_ids)
+    trainer.policy.vae.encode = _timing(spent, "vae_encode", trainer.policy.vae.encode)
+    trainer._draw = _timing(spent, "noise", trainer._draw)
+    trainer._objective = _timing(spent, "forwards_and_loss", trainer._objective)
+    trainer_s = bare_s = 0.0
+    for _ in range(steps):  # alternated, so load on a shared machine falls on both alike
+        began = time.perf_counter()
+        trainer.train_step()
+        trainer_s += time.perf_counter() - began
+        began = time.perf_counter()
         bare_step()
-    bare_rate = steps * pairs / (time.perf_counter() - start)
+        bare_s += time.perf_counter() - began
+    trainer_rate, bare_rate = steps * pairs / trainer_s, steps * pairs / bare_s
+    split = {k: spent[k] / steps for k in ("data", "vae_encode", "tokenize", "noise", "forwards_and_loss")}
+    split["rest"] = trainer_s / steps - sum(split.values())
+    overhead = (trainer_s - bare_s) / steps
     return {
         "mode": mode,
         "pairs_per_step": pairs,
         "trainer_pairs_per_s": round(trainer_rate, 2),
         "bare_pairs_per_s": round(bare_rate, 2),
         "overhead_ratio": round(bare_rate / trainer_rate, 3),
+        "trainer_step_s": round(trainer_s / steps, 4),
+        "bare_step_s": round(bare_s / steps, 4),
+        "trainer_split_s": {k: round(v, 4) for k, v in split.items()},
+        "overhead_s_per_step": round(overhead, 4),
+        "vae_encode_share_of_overhead": round(split["vae_encode"] / overhead, 3) if overhead > 0 else None,
         "trainable_params": sum(p.numel() for p in trainer.params),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }

@@ -2,10 +2,21 @@
 
 Both make the same images' worth of work: `--samples` text-to-image samples with the same sampler
 steps, shift and native guidance, decoded to pixels, on the built-in tiny model (one process, CPU
-unless --device cuda). With `--run-dir`, the step time split of a finished NFT run (median of each
-`time/*` metric over its steps, the first step left out as warm-up) is added.
+unless --device cuda). The pipeline runs with diffusers' own attention processor (packing.velocity
+installs its packed one on the model, so it is put back first). The two are timed alternately,
+best of `--repeats` each, so load on a shared machine drifts over both alike.
 
-    python bench/nft_bench.py --samples 8 --steps 8 --guidance 1.0 [--run-dir runs/nft_t2i_smoke]
+With `--run-dir`, the step time split of a finished NFT run (median of each `time/*` metric over
+its steps, the first step left out as warm-up) is added.
+
+With `--memory`, the peak memory of an NFT step with the policy, old and reference (adapters
+disabled) versus a policy-only model: each in a fresh process on CPU (peak RSS only grows within a
+process), the "small" bench model (bench/cosmos3_steps.py), a one-rank FSDP2 world, a rollout and
+`--memory-steps` NFT train steps. `delta_mib` is the peak above the process's RSS before the model
+was built (what the model, adapters, optimizer and activations added); `ratio` divides the deltas
+(goal <= 1.10), `ratio_of_peaks` the whole peaks (libraries included).
+
+    python bench/nft_bench.py --samples 8 --steps 8 --guidance 1.0 [--run-dir runs/nft_t2i_smoke] [--memory]
 
 Prints one JSON object.
 """
@@ -15,11 +26,18 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
+import resource
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
 import torch
+
+from cosmos3_steps import stock_attention
 
 from cosmos_rl.models.build import build_preset, flow_scheduler
 from cosmos_rl.models.packing import velocity
@@ -48,6 +66,7 @@ def _pipeline(parts, prompts, noise, args) -> float:
         scheduler=flow_scheduler(args.shift), enable_safety_checker=False,
     )  # fmt: skip
     pipe.set_progress_bar_config(disable=True)
+    stock_attention(parts.transformer)
     start = time.perf_counter()
     with torch.no_grad():
         for prompt, latent in zip(prompts, noise):
@@ -69,6 +88,63 @@ def _step_split(run_dir: Path) -> dict:
     return split
 
 
+MEMORY_VARIANTS = ("policy_only", "policy_old_ref")
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _memory_one(variant: str, train_steps: int) -> dict:
+    """One process: build the small model with `variant`'s adapters, roll out, train; peak RSS."""
+    import cosmos3_steps as steps
+    from cosmos_rl.dist import world
+    from cosmos_rl.dist.fsdp import quiet_view_output_warning
+
+    quiet_view_output_warning()
+    device = torch.device("cpu")
+    world.init_process_group(device, 0, 1, 600.0, store_file=os.path.join(tempfile.mkdtemp(), "store"))
+    full = variant == "policy_old_ref"
+    spec = steps.SIZES["small"]
+    before = _rss_mib()
+    parts = steps.build_parts("small", device)
+    adapters = (steps.POLICY, steps.OLD) if full else (steps.POLICY,)
+    policy, optimizer = steps.make_policy(parts, device, spec, adapters, mixed_precision=False)
+    prompts, cond, uncond = steps.prompt_ids(parts, spec.rollout_samples, spec.image, device)
+    noise = steps.rollout_noise(parts, spec.rollout_samples, spec.image, device)
+    batch = steps.make_batch(parts, spec.nft_rows * spec.timesteps_per_sample, spec.image, device, seed=1)
+    for _ in range(train_steps):
+        steps.activate(policy.transformer, steps.OLD if full else steps.POLICY)
+        steps.packed_rollout(parts, policy.transformer, spec, noise, cond, uncond)
+        steps.activate(policy.transformer, steps.POLICY)
+        steps.nft_step(policy, optimizer, batch, with_old=full, kl_beta=1.0 if full else 0.0)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    torch.distributed.destroy_process_group()
+    return {
+        "variant": variant, "adapters": list(adapters), "reference_forward": full,
+        "params": sum(p.numel() for p in policy.transformer.parameters()),
+        "trainable_params": sum(p.numel() for p in policy.trainable_parameters()),
+        "rss_before_build_mib": round(before, 1), "peak_rss_mib": round(peak, 1), "delta_mib": round(peak - before, 1),
+    }  # fmt: skip
+
+
+def _memory_compare(train_steps: int) -> dict:
+    runs = {}
+    for variant in MEMORY_VARIANTS:
+        proc = subprocess.run(
+            [sys.executable, __file__, "--memory-one", variant, "--memory-steps", str(train_steps)],
+            capture_output=True, text=True, check=True, timeout=600,
+        )  # fmt: skip
+        runs[variant] = json.loads(proc.stdout.strip().splitlines()[-1])
+    only, full = runs["policy_only"], runs["policy_old_ref"]
+    return {
+        "model": "small (bench/cosmos3_steps.py)", "device": "cpu", "train_steps": train_steps, **runs,
+        "ratio": round(full["delta_mib"] / only["delta_mib"], 3),
+        "ratio_of_peaks": round(full["peak_rss_mib"] / only["peak_rss_mib"], 3), "goal_ratio": 1.10,
+    }  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=8)
@@ -79,7 +155,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="best of this many timings")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--run-dir", type=Path, default=None)
+    parser.add_argument("--memory", action="store_true", help="add the policy+old+reference vs policy-only memory figure")
+    parser.add_argument("--memory-steps", type=int, default=3)
+    parser.add_argument("--memory-one", choices=MEMORY_VARIANTS, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.memory_one:
+        print(json.dumps(_memory_one(args.memory_one, args.memory_steps)))
+        return
 
     device = torch.device(args.device)
     parts = build_preset("tiny", seed=0)
@@ -91,8 +173,12 @@ def main() -> None:
                         generator=torch.Generator().manual_seed(0)).to(device)  # fmt: skip
 
     _packed(parts, prompts[:1], noise[:1], args)  # warm-up (first-call allocations, caches)
-    packed = min(_packed(parts, prompts, noise, args) for _ in range(args.repeats))
-    looped = min(_pipeline(parts, prompts, noise, args) for _ in range(args.repeats))
+    _pipeline(parts, prompts[:1], noise[:1], args)
+    packed_times, looped_times = [], []
+    for _ in range(args.repeats):
+        packed_times.append(_packed(parts, prompts, noise, args))
+        looped_times.append(_pipeline(parts, prompts, noise, args))
+    packed, looped = min(packed_times), min(looped_times)
     result = {
         "device": str(device),
         "samples": args.samples,
@@ -107,6 +193,8 @@ def main() -> None:
     }
     if args.run_dir is not None:
         result["step_split_median_s"] = {k: round(v, 4) if isinstance(v, float) else v for k, v in _step_split(args.run_dir).items()}
+    if args.memory:
+        result["memory"] = _memory_compare(args.memory_steps)
     print(json.dumps(result, indent=1))
 
 
