@@ -1,8 +1,10 @@
 """Where the NFT cold start goes: `python3 bench/coldstart_bench.py [--repeat 3] [--ranks 4]` prints JSON.
 
   imports          one fresh process importing what an NFT actor imports, stage by stage in the
-                   order the stack pulls them (each stage's seconds on top of the ones before it;
-                   median of `--repeat` processes). `python_s` is a bare interpreter's start-up.
+                   order the stack pulls them (each stage's seconds on top of the ones before it,
+                   wall and CPU; median of `--repeat` processes). CPU seconds move much less with
+                   load on a shared machine than wall seconds. `python_s` is a bare interpreter's
+                   start-up; `without_scipy` is the same imports with scipy hidden.
   concurrent       `--ranks` such processes started together: the wall time until the last is
                    done, beside `--ranks` x one process's import time over the machine's cores.
   actors           a real ActorGroup of `--ranks` NFTWorker actors (the smoke manifest) on a fresh
@@ -37,7 +39,8 @@ ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled", "H
 # timed before diffusers to show it on its own.
 STAGES = (
     ("torch", ["torch"]),
-    ("torch_distributed", ["torch.distributed.fsdp", "torch.distributed.checkpoint"]),
+    ("torch_fsdp", ["torch.distributed.fsdp"]),
+    ("torch_dcp", ["torch.distributed.checkpoint"]),  # cosmos_rl.checkpoint imports it at module level
     ("ray", ["ray"]),
     ("peft_transformers", ["peft"]),
     ("diffusers", [
@@ -55,13 +58,16 @@ ALL_MODULES = [m for _, mods in STAGES for m in mods]
 
 _CHAIN = """
 import importlib, json, sys, time
-out, t = {}, time.perf_counter()
+if sys.argv[2] == "hide-scipy":
+    sys.modules["scipy"] = None  # find_spec then says "not installed", as in an image without it
+wall, cpu = {}, {}
+t, c = time.perf_counter(), time.process_time()
 for name, mods in json.loads(sys.argv[1]):
     for m in mods:
         importlib.import_module(m)
-    now = time.perf_counter(); out[name] = now - t; t = now
-out["modules"] = len(sys.modules)
-print(json.dumps(out))
+    now, cnow = time.perf_counter(), time.process_time()
+    wall[name], cpu[name], t, c = now - t, cnow - c, now, cnow
+print(json.dumps({"wall": wall, "cpu": cpu, "modules": len(sys.modules)}))
 """
 
 
@@ -73,17 +79,33 @@ def _python(code: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True, cwd=ROOT, env=_env())
 
 
+def _chain(mode: str) -> dict:
+    return json.loads(_python(_CHAIN, json.dumps(STAGES), mode).stdout.strip().splitlines()[-1])
+
+
 def imports(repeat: int) -> dict:
-    runs = [json.loads(_python(_CHAIN, json.dumps(STAGES)).stdout.strip().splitlines()[-1]) for _ in range(repeat)]
-    starts = []
+    """Stage split (wall and CPU seconds, medians), and the same imports with scipy hidden: nothing
+    the project needs imports scipy, but transformers imports it whenever it is installed. The two
+    kinds of process alternate so load drifts over both alike."""
+    runs, hidden, starts = [], [], []
     for _ in range(repeat):
+        runs.append(_chain("plain"))
+        hidden.append(_chain("hide-scipy"))
         began = time.perf_counter()
         _python("pass")
         starts.append(time.perf_counter() - began)
-    split = {name: round(statistics.median(r[name] for r in runs), 3) for name, _ in STAGES}
+
+    def medians(rows: list[dict], kind: str) -> dict:
+        return {name: round(statistics.median(r[kind][name] for r in rows), 3) for name, _ in STAGES}
+
+    wall, cpu = medians(runs, "wall"), medians(runs, "cpu")
+    hidden_cpu = medians(hidden, "cpu")
     return {
-        "python_s": round(statistics.median(starts), 3), "stages_s": split,
-        "total_s": round(sum(split.values()), 3), "modules": runs[0]["modules"], "repeat": repeat,
+        "python_s": round(statistics.median(starts), 3), "stages_s": wall, "total_s": round(sum(wall.values()), 3),
+        "stages_cpu_s": cpu, "total_cpu_s": round(sum(cpu.values()), 3), "modules": runs[0]["modules"],
+        "without_scipy": {"total_cpu_s": round(sum(hidden_cpu.values()), 3), "modules": hidden[0]["modules"],
+                          "peft_transformers_cpu_s": hidden_cpu["peft_transformers"]},
+        "repeat": repeat,
     }  # fmt: skip
 
 
@@ -98,6 +120,7 @@ def concurrent(ranks: int, one_process_s: float) -> dict:
     cores = os.cpu_count() or 1
     return {
         "processes": ranks, "wall_s": round(time.perf_counter() - began, 3), "cores": cores,
+        # If the processes only competed with each other: their CPU seconds over the cores.
         "cpu_bound_estimate_s": round(ranks * one_process_s / min(cores, ranks), 3),
     }  # fmt: skip
 
@@ -119,21 +142,26 @@ def _timed_worker_class():
 
     class TimedNFTWorker(NFTWorker):
         def __init__(self, *args):
-            self.marks = {"process_started": psutil.Process().create_time(), "class_imported": time.time()}
+            self.marks = {"process_started": psutil.Process().create_time()}
+            self._mark("class_imported")  # the CPU clock so far: Ray's worker start-up and this class's imports
             super().__init__(*args)
 
+        def _mark(self, name: str) -> None:
+            self.marks[name] = time.time()
+            self.marks[f"cpu:{name}"] = time.process_time()
+
         def setup_world(self, address):
-            self.marks["world_start"] = time.time()
+            self._mark("world_start")
             super().setup_world(address)
-            self.marks["world_done"] = time.time()
+            self._mark("world_done")
 
         def build(self, resume):
-            self.marks["build_start"] = time.time()
+            self._mark("build_start")
             for name in BUILD_IMPORTS:
                 importlib.import_module(name)
-            self.marks["build_imports_done"] = time.time()
+            self._mark("build_imports_done")
             step = super().build(resume)
-            self.marks["build_done"] = time.time()
+            self._mark("build_done")
             return step
 
         def get_marks(self):
@@ -168,6 +196,9 @@ def actors(ranks: int) -> dict:
     def median_since(key: str, base: str | float) -> float:
         return round(statistics.median(m[key] - (m[base] if isinstance(base, str) else base) for m in marks), 3)
 
+    def cpu(key: str, base: str | None) -> float:
+        return round(statistics.median(m[f"cpu:{key}"] - (m[f"cpu:{base}"] if base else 0.0) for m in marks), 3)
+
     return {
         "ranks": ranks, "ready_s": round(t_ready - t0, 3), "ray_start_s": round(t_ray - t0, 3),
         "group_start_s": round(t_world - t_ray, 3), "build_s": round(t_ready - t_world, 3),
@@ -177,6 +208,12 @@ def actors(ranks: int) -> dict:
             "process_group": median_since("world_done", "world_start"),
             "build_imports": median_since("build_imports_done", "build_start"),
             "build_model_lora_fsdp_optimizer": median_since("build_done", "build_imports_done"),
+        },
+        "per_actor_median_cpu_s": {
+            "ray_worker_and_class_import": cpu("class_imported", None),
+            "process_group": cpu("world_done", "world_start"),
+            "build_imports": cpu("build_imports_done", "build_start"),
+            "build_model_lora_fsdp_optimizer": cpu("build_done", "build_imports_done"),
         },
         "last_actor_class_imported_after_ray_s": round(max(m["class_imported"] for m in marks) - t_ray, 3),
     }  # fmt: skip
@@ -218,7 +255,7 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     result: dict = {"bench": "coldstart", "cores": os.cpu_count()}
     result["imports"] = imports(args.repeat)
-    result["concurrent"] = concurrent(args.ranks, result["imports"]["total_s"])
+    result["concurrent"] = concurrent(args.ranks, result["imports"]["total_cpu_s"])
     if not args.no_actors:
         result["actors"] = actors(args.ranks)
     if args.steps:

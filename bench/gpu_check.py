@@ -18,7 +18,8 @@ order, each skipped (and said so) once `--budget-s` is spent, so a run always en
 Timings are medians over `--iters` after one warm-up (rollouts: best of `--repeats`). Memory is
 torch.cuda.max_memory_allocated per phase on a GPU, the process's peak RSS on CPU (which never
 goes down, so the CPU ratio is left out; `bench/nft_bench.py --memory` measures it in fresh
-processes). MFU counts model FLOPs (bench/mfu.py) against the device's dense bf16 peak; null on CPU.
+processes). MFU counts model FLOPs (bench/mfu.py) against the device's dense bf16 peak; null on CPU,
+where the run uses one torch thread.
 """
 
 from __future__ import annotations
@@ -180,7 +181,11 @@ def run(args) -> dict:
     from cosmos_rl.dist.fsdp import quiet_view_output_warning
 
     clock = Clock(args.budget_s)
+    if args.size == "nano" and args.device == "cpu" and args.model is None:
+        sys.exit("gpu_check: --size nano is about 60 GB of fp32 weights, for a GPU; on CPU use --size tiny or small")
     device = _device(args.device)
+    if device.type == "cpu":
+        torch.set_num_threads(1)  # on a shared CPU machine more threads mostly spin
     args.dtype = args.dtype or ("bfloat16" if device.type == "cuda" else "float32")
     spec = steps.SIZES[args.size]
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"

@@ -4,7 +4,9 @@ Both make the same images' worth of work: `--samples` text-to-image samples with
 steps, shift and native guidance, decoded to pixels, on the built-in tiny model (one process, CPU
 unless --device cuda). The pipeline runs with diffusers' own attention processor (packing.velocity
 installs its packed one on the model, so it is put back first). The two are timed alternately,
-best of `--repeats` each, so load on a shared machine drifts over both alike.
+best of `--repeats` each, so load on a shared machine drifts over both alike. `--threads` torch
+threads (default 1: CPU seconds then count work, not idle spinning); `cpu_speedup` is the same
+ratio in CPU seconds, which load moves less than wall seconds.
 
 With `--run-dir`, the step time split of a finished NFT run (median of each `time/*` metric over
 its steps, the first step left out as warm-up) is added.
@@ -48,17 +50,17 @@ from cosmos_rl.models.vae import decode_latents
 PROMPTS = ("a red cube", "a blue sphere", "a green cube", "a yellow sphere")
 
 
-def _packed(parts, prompts, noise, args) -> float:
-    start = time.perf_counter()
+def _packed(parts, prompts, noise, args) -> tuple[float, float]:
+    start, cpu = time.perf_counter(), time.process_time()
     with torch.no_grad():
         cond, uncond = tokenize_prompts(parts.tokenizer, prompts, resolution=(args.size, args.size))
         fn = functools.partial(velocity, parts.transformer)
         x0, _ = sample_latents(fn, noise, cond, uncond, args.steps, args.shift, args.guidance)
         decode_latents(parts.vae, x0)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
-def _pipeline(parts, prompts, noise, args) -> float:
+def _pipeline(parts, prompts, noise, args) -> tuple[float, float]:
     from diffusers import Cosmos3OmniPipeline
 
     pipe = Cosmos3OmniPipeline(
@@ -67,7 +69,7 @@ def _pipeline(parts, prompts, noise, args) -> float:
     )  # fmt: skip
     pipe.set_progress_bar_config(disable=True)
     stock_attention(parts.transformer)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     with torch.no_grad():
         for prompt, latent in zip(prompts, noise):
             pipe(
@@ -75,7 +77,7 @@ def _pipeline(parts, prompts, noise, args) -> float:
                 guidance_scale=args.guidance, latents=latent[None, :, None], output_type="pt",
                 enable_safety_check=False,
             )  # fmt: skip
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def _step_split(run_dir: Path) -> dict:
@@ -133,7 +135,7 @@ def _memory_compare(train_steps: int) -> dict:
     runs = {}
     for variant in MEMORY_VARIANTS:
         proc = subprocess.run(
-            [sys.executable, __file__, "--memory-one", variant, "--memory-steps", str(train_steps)],
+            [sys.executable, __file__, "--memory-one", variant, "--memory-steps", str(train_steps), "--threads", "1"],
             capture_output=True, text=True, check=True, timeout=600,
         )  # fmt: skip
         runs[variant] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -154,11 +156,13 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3, help="best of this many timings")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads on CPU")
     parser.add_argument("--run-dir", type=Path, default=None)
     parser.add_argument("--memory", action="store_true", help="add the policy+old+reference vs policy-only memory figure")
     parser.add_argument("--memory-steps", type=int, default=3)
     parser.add_argument("--memory-one", choices=MEMORY_VARIANTS, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     if args.memory_one:
         print(json.dumps(_memory_one(args.memory_one, args.memory_steps)))
         return
@@ -178,7 +182,8 @@ def main() -> None:
     for _ in range(args.repeats):
         packed_times.append(_packed(parts, prompts, noise, args))
         looped_times.append(_pipeline(parts, prompts, noise, args))
-    packed, looped = min(packed_times), min(looped_times)
+    packed, packed_cpu = (min(column) for column in zip(*packed_times))
+    looped, looped_cpu = (min(column) for column in zip(*looped_times))
     result = {
         "device": str(device),
         "samples": args.samples,
@@ -190,6 +195,10 @@ def main() -> None:
         "packed_samples_per_s": round(args.samples / packed, 2),
         "pipeline_samples_per_s": round(args.samples / looped, 2),
         "speedup": round(looped / packed, 2),
+        "packed_rollout_cpu_s": round(packed_cpu, 4),
+        "pipeline_cpu_s": round(looped_cpu, 4),
+        "cpu_speedup": round(looped_cpu / packed_cpu, 2),
+        "threads": args.threads,
     }
     if args.run_dir is not None:
         result["step_split_median_s"] = {k: round(v, 4) if isinstance(v, float) else v for k, v in _step_split(args.run_dir).items()}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -27,16 +28,30 @@ def _run(*args: str) -> dict:
     return json.loads(proc.stdout)  # the whole of stdout is one JSON object
 
 
-def test_tiny_cpu_run_reports_every_figure():
-    out = _run("--iters", "1", "--repeats", "1")
+def _bench_module(name: str):
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+
+
+def test_tiny_cpu_run_reports_every_figure(tmp_path):
+    """The --model path: a diffusers folder's architecture and tokenizer, random weights."""
+    from cosmos_rl.models.build import build_preset, save_parts
+
+    folder = save_parts(build_preset("tiny", seed=0), tmp_path / "model")
+    out = _run("--model", str(folder), "--iters", "1", "--repeats", "1")
     assert out["device"] == "cpu" and out["fsdp2"] is True and out["peak_bf16_tflops"] is None
+    assert out["model"] == str(folder)
     config = out["model_config"]
     assert (config["hidden_size"], config["num_hidden_layers"], config["vision_tokens_per_image"]) == (64, 2, 16)
     assert config["params_per_token"] == 90112  # worked by hand in tests/test_bench_mfu.py
+    assert config["text_tokens_mean"] > 100  # the folder's byte-level tokenizer, system prompt included
 
     rollout = out["rollout"]
     assert rollout["samples"] == 4 and rollout["packed_s"] > 0 and rollout["pipeline_s"] > 0
-    assert rollout["speedup"] == round(rollout["pipeline_s"] / rollout["packed_s"], 3)
+    assert rollout["speedup"] == pytest.approx(rollout["pipeline_s"] / rollout["packed_s"], rel=0.01)
     assert rollout["packed_mfu"] is None and rollout["transformer_flops"] > 0
 
     only, nft, dpo = out["nft_policy_only"], out["nft"], out["dpo"]
@@ -50,8 +65,37 @@ def test_tiny_cpu_run_reports_every_figure():
     assert out["memory"]["peak_mib"] >= nft["peak_memory_mib"]
 
 
-def test_spent_budget_skips_phases_and_still_prints_json():
-    out = _run("--budget-s", "0")
-    for phase in ("nft_policy_only", "rollout", "nft", "dpo"):
-        assert "time budget spent" in out[phase]["skipped"]
-    assert out["memory"]["ratio"] is None
+def test_a_spent_budget_skips_the_phase_without_running_it():
+    import torch
+
+    gpu_check = _bench_module("gpu_check")
+    clock = gpu_check.Clock(budget_s=-1.0)
+
+    def must_not_run():
+        raise AssertionError("a phase ran after the budget was spent")
+
+    skipped = gpu_check.step_phase(clock, torch.device("cpu"), 3, must_not_run, None, [], None)
+    assert "time budget spent" in skipped["skipped"]
+    assert "time budget spent" in gpu_check.rollout_phase(None, None, None, None, clock, 1, None, None)["skipped"]
+    memory = gpu_check._memory({"nft_policy_only": skipped, "nft": skipped}, torch.device("cpu"))
+    assert memory["ratio"] is None and memory["kind"] == "cpu_peak_rss"
+
+
+def test_nano_like_configuration_is_consistent():
+    """The GPU run's assumed Nano-like layout builds (on the meta device: no memory) and obeys the
+    layout rules: patch_latent_dim = channels * patch^2, channels = VAE z_dim, RoPE axes = head_dim / 2."""
+    import torch
+    from diffusers import AutoencoderKLWan, Cosmos3OmniTransformer
+
+    steps = _bench_module("cosmos3_steps")
+    t, v = steps.NANO_TRANSFORMER, steps.NANO_VAE
+    assert t["patch_latent_dim"] == t["latent_channel"] * t["latent_patch_size"] ** 2
+    assert t["latent_channel"] == v["z_dim"] == len(v["latents_mean"]) == len(v["latents_std"])
+    assert sum(t["rope_axes_dim"]) == t["head_dim"] // 2
+    with torch.device("meta"):
+        transformer = Cosmos3OmniTransformer(**t, dtype="float32")
+        AutoencoderKLWan(**v)
+    total = sum(p.numel() for p in transformer.parameters())
+    assert 15.0e9 < total < 15.3e9  # the size the docs and the module docstring state
+    image = steps.SIZES["nano"].image
+    assert image % v["scale_factor_spatial"] == 0 and (image // v["scale_factor_spatial"]) % t["latent_patch_size"] == 0
