@@ -52,6 +52,7 @@ STAGES = (
         "cosmos_rl.trainers.nft", "cosmos_rl.models.setup", "cosmos_rl.models.lora", "cosmos_rl.models.packing",
         "cosmos_rl.models.sampling", "cosmos_rl.models.text", "cosmos_rl.models.vae", "cosmos_rl.rewards.client",
         "cosmos_rl.rewards.functions", "cosmos_rl.data.prompts", "cosmos_rl.data.images", "cosmos_rl.flow",
+        "cosmos_rl.dist.world",
     ]),
 )  # fmt: skip
 ALL_MODULES = [m for _, mods in STAGES for m in mods]
@@ -180,7 +181,7 @@ def actors(ranks: int) -> dict:
     out_dir = tempfile.mkdtemp(prefix="coldstart-")
     overrides = [f'job.output_dir="{out_dir}"', f"rl.group_size={ranks}", "job.progress=false"]
     config = load.load(SMOKE, overrides)
-    group = ActorGroup(config.grid, ranks, worker, (config, str(Path(out_dir) / "run"), "http://127.0.0.1:9"))
+    group = ActorGroup(config.grid, ranks, worker, (config, str(Path(out_dir) / "run"), "http://127.0.0.1:9", None))
     try:
         t0 = time.time()
         group.cluster.connect()

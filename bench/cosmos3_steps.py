@@ -32,12 +32,12 @@ import torch
 from cosmos_rl.algorithms.dpo import dpo_loss, per_sample_mse
 from cosmos_rl.algorithms.nft import nft_loss
 from cosmos_rl.config import schema
+from cosmos_rl.dist.world import process_group_active
 from cosmos_rl.flow import noisy_latents, velocity_target
 from cosmos_rl.models import lora
 from cosmos_rl.models.build import ModelParts, build_preset, flow_scheduler, load_parts
 from cosmos_rl.models.packing import velocity
 from cosmos_rl.models.sampling import sample_latents
-from cosmos_rl.dist.world import process_group_active
 from cosmos_rl.models.setup import TrainableModel, build_optimizer
 from cosmos_rl.models.text import tokenize_prompts
 from cosmos_rl.models.vae import decode_latents
@@ -117,8 +117,9 @@ def _from_folder_config(folder: Path, device: torch.device) -> ModelParts:
     return ModelParts(transformer=transformer, vae=vae, tokenizer=_folder_tokenizer(folder), scheduler=flow_scheduler())
 
 
-def build_parts(size: str, device: torch.device, *, folder: Optional[Path] = None, load_weights: bool = False,
-                seed: int = 0) -> ModelParts:  # fmt: skip
+def build_parts(
+    size: str, device: torch.device, *, folder: Optional[Path] = None, load_weights: bool = False, seed: int = 0
+) -> ModelParts:
     """The model at `size` (or `folder`'s architecture; its weights too with `load_weights`) on `device`.
 
     Random weights are made on the device itself: 15 B fp32 parameters would take minutes on a CPU.
@@ -150,8 +151,9 @@ def build_parts(size: str, device: torch.device, *, folder: Optional[Path] = Non
     return parts
 
 
-def make_policy(parts: ModelParts, device: torch.device, spec: Size, adapters: tuple[str, ...], *,
-                mixed_precision: bool, seed: int = 0) -> tuple[TrainableModel, torch.optim.Optimizer]:  # fmt: skip
+def make_policy(
+    parts: ModelParts, device: torch.device, spec: Size, adapters: tuple[str, ...], *, mixed_precision: bool, seed: int = 0
+) -> tuple[TrainableModel, torch.optim.Optimizer]:
     """LoRA adapters `adapters` ("policy" first) on the transformer, FSDP2 when a group is up, AdamW."""
     transformer = parts.transformer
     with torch.random.fork_rng(devices=[]):

@@ -92,7 +92,7 @@ def measure(mode: str, steps: int, pairs: int, threads: int) -> dict:
         }
     )
     trainer = DPOTrainer(config, Path(out_dir) / "run", torch.device("cpu"))
-    policy, opt = trainer.policy, trainer.optimizer
+    policy, opt = trainer.model, trainer.optimizer
     trainer_watch, bare_watch = Stopwatch(), Stopwatch()
 
     def bare_step(latents, ids):
@@ -122,7 +122,7 @@ def measure(mode: str, steps: int, pairs: int, threads: int) -> dict:
     # Instance attributes shadow the methods for this trainer only; vae.encode is what encode_images calls.
     trainer.next_pairs = trainer_watch.wrap("data", next_pairs)
     trainer.prompt_ids = trainer_watch.wrap("tokenize", trainer.prompt_ids)
-    trainer.policy.vae.encode = trainer_watch.wrap("vae_encode", trainer.policy.vae.encode)
+    trainer.model.vae.encode = trainer_watch.wrap("vae_encode", trainer.model.vae.encode)
     trainer._draw = trainer_watch.wrap("noise", trainer._draw)
     trainer._objective = trainer_watch.wrap("forwards_and_loss", trainer._objective)
 

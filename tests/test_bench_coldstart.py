@@ -1,0 +1,45 @@
+"""bench/coldstart_bench.py times what an NFT actor imports: its list must keep up with the trainer."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("bench_coldstart", REPO / "bench" / "coldstart_bench.py")
+coldstart = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(coldstart)
+
+
+def _cosmos_imports(path: Path) -> tuple[set[str], set[str]]:
+    """(module-level, inside-functions) cosmos_rl modules a file imports; `from pkg import mod` counts mod."""
+    top, nested = set(), set()
+    tree = ast.parse(path.read_text())
+    module_level = {id(node) for node in tree.body}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("cosmos_rl"):
+            names = set()
+            for alias in node.names:
+                candidate = f"{node.module}.{alias.name}"
+                names.add(candidate if _is_module(candidate) else node.module)
+            (top if id(node) in module_level else nested).update(names)
+    return top, nested
+
+
+def _is_module(name: str) -> bool:
+    parts = name.split(".")
+    base = REPO.joinpath(*parts)
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def test_the_cosmos_rl_stage_covers_every_module_the_nft_actor_imports():
+    top, nested = _cosmos_imports(REPO / "cosmos_rl" / "trainers" / "nft.py")
+    staged = set(coldstart.ALL_MODULES)
+    assert "cosmos_rl.trainers.nft" in staged  # which brings the module-level ones
+    missing = sorted(nested - staged - top)
+    assert not missing, f"bench/coldstart_bench.py STAGES miss what NFTWorker imports lazily: {missing}"
+
+
+def test_the_timed_build_imports_are_staged_too():
+    assert set(coldstart.BUILD_IMPORTS) <= set(coldstart.ALL_MODULES)
