@@ -72,7 +72,7 @@ def _split(watch: Stopwatch, keys, total: str, steps: int, clock: str) -> dict:
     return {k: round(v, 4) for k, v in split.items()}
 
 
-def measure(mode: str, steps: int, pairs: int, threads: int) -> dict:
+def measure(mode: str, steps: int, pairs: int, threads: int, data_pairs: int = 64) -> dict:
     import torch
 
     from cosmos_rl.algorithms.dpo import dpo_loss, per_sample_mse
@@ -86,9 +86,9 @@ def measure(mode: str, steps: int, pairs: int, threads: int) -> dict:
     config = load.structure(
         {
             "job": {"output_dir": out_dir, "progress": False},
-            "model": {"lora": {"rank": 8 if mode == "lora" else 0}},
+            "model": {"preset": "tiny", "lora": {"rank": 8 if mode == "lora" else 0}},
             "checkpoint": {"every": 0},
-            "rl": {"algorithm": "dpo", "max_steps": steps + 1, "pairs_per_step": pairs, "data": {"synthetic_pairs": 64}},
+            "rl": {"algorithm": "dpo", "max_steps": steps + 1, "pairs_per_step": pairs, "data": {"synthetic_pairs": data_pairs}},
         }
     )
     trainer = DPOTrainer(config, Path(out_dir) / "run", torch.device("cpu"))
@@ -166,16 +166,18 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--pairs", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--data-pairs", type=int, default=64,
+                        help="synthetic pairs in the data; fewer than steps x pairs repeats epochs, which the latent cache serves")
     parser.add_argument("--one", choices=["lora", "full"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(measure(args.one, args.steps, args.pairs, args.threads)))
+        print(json.dumps(measure(args.one, args.steps, args.pairs, args.threads, args.data_pairs)))
         return
     results = []
     for mode in ("lora", "full"):
         proc = subprocess.run(
             [sys.executable, __file__, "--one", mode, "--steps", str(args.steps), "--pairs", str(args.pairs),
-             "--threads", str(args.threads)],
+             "--threads", str(args.threads), "--data-pairs", str(args.data_pairs)],
             capture_output=True, text=True, check=True,
         )  # fmt: skip
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))

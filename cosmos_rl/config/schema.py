@@ -179,6 +179,11 @@ class DPOConfig:
     init_keys_to_skip_loading: list[str] = knob(
         attrs.Factory(list), "Glob patterns (`*` crosses dots) of base-checkpoint keys the model does not build, e.g. the Nano sound and action heads `audio_*`, `action_*` (a T2I model never builds them); any other extra or missing key fails the load."
     )
+    latent_cache: Literal["disk", "memory", "off"] = knob(
+        "disk",
+        "Encode each pair image with the VAE once: `disk` keeps the latents under `<job.output_dir>/.cache/latents/` "
+        "(shared by ranks and by later runs on the same data and VAE), `memory` per process, `off` re-encodes every step.",
+    )
     optimizer: OptimizerConfig = section(OptimizerConfig, "Optimizer of the policy.")
     data: PreferenceDataConfig = section(PreferenceDataConfig, "Training preference pairs.")
     validation: ValidationConfig = section(ValidationConfig, "Held-out preference validation.")
@@ -332,6 +337,7 @@ NON_IDENTITY_FIELDS = frozenset(
         "grid.rdzv_endpoint",
         "grid.timeout_s",
         "rl.validation.every",
+        "rl.latent_cache",
         "rl.validation.max_pairs",
         "rl.sample_grid_every",
         "rl.reward.url",

@@ -88,6 +88,15 @@ def build_source(data: schema.PreferenceDataConfig, image_size: int, job_seed: i
     raise UserError(f"{what}: no pair source; set {what}.synthetic_pairs, .jsonl, .shards or .factory")
 
 
+def _latent_cache(mode: str, vae, output_dir: str):
+    """The pair images' latent cache `rl.latent_cache` asks for (None: encode every step)."""
+    if mode == "off":
+        return None
+    from cosmos_rl.models.latent_cache import LatentCache
+
+    return LatentCache(vae, Path(output_dir) / ".cache" / "latents" if mode == "disk" else None)
+
+
 # ----------------------------------------------------------------------------------------- trainer
 class DPOTrainer:
     """One rank's share of a DPO run. `run()` trains to rl.max_steps; `train_step()` does one step."""
@@ -120,6 +129,7 @@ class DPOTrainer:
             self.val_source = build_source(self.rl.validation.data, size, config.job.seed, "rl.validation.data")
 
         self.model: TrainableModel = build_trainable(config, device)
+        self.latents = _latent_cache(self.rl.latent_cache, self.model.vae, config.job.output_dir)
         self.evaluator = None
         if self.rl.eval.every:  # [rl.eval]: sampled held-out prompts scored by a reward (eval/ metrics)
             from cosmos_rl.evaluation.evaluator import Evaluator
@@ -213,8 +223,11 @@ class DPOTrainer:
     def _pair_tensors(self, pairs) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Latents [2P, C, h, w] (winners then losers) and the matching prompt ids."""
         images = torch.stack([p.winner for p in pairs] + [p.loser for p in pairs]).to(self.device)
-        with torch.no_grad():
-            latents = encode_images(self.model.vae, images)
+        if self.latents is not None:
+            latents = self.latents.encode(images)
+        else:
+            with torch.no_grad():
+                latents = encode_images(self.model.vae, images)
         ids = [self.prompt_ids(p.prompt) for p in pairs]
         return latents, ids + ids
 
