@@ -81,6 +81,8 @@ def check(config: schema.RunConfig, base_dir: Path | str = ".") -> list[Problem]
     _common(config, rules)
     if isinstance(config.rl, schema.NFTConfig):
         _nft(config, config.rl, rules)
+    elif isinstance(config.rl, schema.SFTConfig):
+        _sft(config, config.rl, rules)
     else:
         _dpo(config, config.rl, rules)
     return rules.problems
@@ -377,21 +379,27 @@ def _factory(path: str, spec: str, r: _Rules, *, needs_membership: bool) -> None
                 "give the returned source (or the factory) a membership_ids() method; see docs/dpo.md")
 
 
-def _dpo(c: schema.RunConfig, rl: schema.DPOConfig, r: _Rules) -> None:
-    g = c.grid
+def _data_parallel_grid(c: schema.RunConfig, r: _Rules) -> None:
+    """DPO and SFT: every rank trains its share of the step (data parallel, FSDP2)."""
+    g, name = c.grid, c.rl.algorithm.upper()
     if g.grouping == "per_role" and g.backend != "ray":
         r.error("grid.grouping", "per_role needs grid.backend = \"ray\" (under local there is one process)", g.grouping, 'set grid.grouping = "single" or grid.backend = "ray"')
     if g.gpu_placement != "colocated":
-        r.error("grid.gpu_placement", "DPO runs its roles colocated", g.gpu_placement, 'set grid.gpu_placement = "colocated"')
+        r.error("grid.gpu_placement", f"{name} runs its roles colocated", g.gpu_placement, 'set grid.gpu_placement = "colocated"')
     for key in ("num_replicas", "ranks", "shapes", "gpus_per_role"):
         if getattr(g, key) is not None:
-            r.error(f"grid.{key}", "an NFT role-shape setting; DPO's width is model.config.parallelism.data_parallel_shard_degree", getattr(g, key), f"remove grid.{key}")
+            r.error(f"grid.{key}", f"an NFT role-shape setting; {name}'s width is model.config.parallelism.data_parallel_shard_degree", getattr(g, key), f"remove grid.{key}")
     dp = c.model.config.parallelism.data_parallel_shard_degree
     if dp != g.nodes * g.gpus_per_node:
         r.error("model.config.parallelism.data_parallel_shard_degree", f"must equal grid.nodes * grid.gpus_per_node = {g.nodes} * {g.gpus_per_node}", dp,
                 f"set it to {g.nodes * g.gpus_per_node} or change grid.nodes/grid.gpus_per_node")
     if g.backend == "local" and g.nodes > 1 and not (g.rdzv_endpoint or os.environ.get(RDZV_ENV)):
         r.error("grid.rdzv_endpoint", "multi-node torchrun needs the operator's rendezvous endpoint", "", f"set grid.rdzv_endpoint = \"host:port\" or export {RDZV_ENV}")
+
+
+def _dpo(c: schema.RunConfig, rl: schema.DPOConfig, r: _Rules) -> None:
+    _data_parallel_grid(c, r)
+    dp = c.model.config.parallelism.data_parallel_shard_degree
     r.positive("rl.beta", rl.beta)
     r.at_least("rl.pairs_per_step", rl.pairs_per_step, 1)
     if rl.pairs_per_step >= 1 and dp >= 1 and rl.pairs_per_step % dp:
@@ -411,3 +419,29 @@ def _dpo(c: schema.RunConfig, rl: schema.DPOConfig, r: _Rules) -> None:
         if rl.data.synthetic_pairs and rl.validation.data.synthetic_pairs and rl.data.synthetic_seed == rl.validation.data.synthetic_seed:
             r.error("rl.validation.data.synthetic_seed", "equals rl.data.synthetic_seed, so validation pairs are training pairs", rl.validation.data.synthetic_seed,
                     "give the held-out generator another seed")
+
+
+# ---------------------------------------------------------------------------------------- SFT
+def _sft(c: schema.RunConfig, rl: schema.SFTConfig, r: _Rules) -> None:
+    _data_parallel_grid(c, r)
+    if c.grid.backend != "local":
+        r.error("grid.backend", "SFT runs under torchrun only", c.grid.backend, 'set grid.backend = "local"')
+    dp = c.model.config.parallelism.data_parallel_shard_degree
+    r.at_least("rl.samples_per_step", rl.samples_per_step, 1)
+    if rl.samples_per_step >= 1 and dp >= 1 and rl.samples_per_step % dp:
+        r.error("rl.samples_per_step", f"must split evenly over the {dp} ranks", rl.samples_per_step, f"use a multiple of {dp}")
+    if not 0 <= rl.caption_dropout < 1:
+        r.error("rl.caption_dropout", "must be in [0, 1)", rl.caption_dropout, "use e.g. 0.1 (0 trains no unconditional prompt)")
+    if rl.train == "vae" and c.model.lora.rank > 0:
+        r.error("model.lora.rank", "rl.train = \"vae\" trains every VAE weight; LoRA adapts the transformer only", c.model.lora.rank,
+                "set model.lora.rank = 0")
+    data = rl.data
+    if not data.shards and not data.jsonl:
+        r.error("rl.data", "no image-caption data source", "", "set rl.data.shards or rl.data.jsonl")
+    elif data.shards and data.jsonl:
+        r.error("rl.data", "more than one data source", ["jsonl", "shards"], "keep exactly one of rl.data.jsonl and rl.data.shards")
+    if data.jsonl:
+        r.local_path("rl.data.jsonl", data.jsonl, kind="file")
+    for i, shard in enumerate(data.shards):
+        if "{" not in shard:  # brace-expanded shard patterns are checked when opened
+            r.local_path(f"rl.data.shards[{i}]", shard, kind="file")
