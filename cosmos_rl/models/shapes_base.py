@@ -71,7 +71,7 @@ def _stage_config(args, name: str, train: str, model_path: Path, shards: list[st
             "algorithm": "sft", "train": train,
             "max_steps": args.vae_steps if vae else args.steps,
             "samples_per_step": args.vae_batch if vae else args.batch,
-            "optimizer": {"lr": args.vae_lr if vae else args.lr, "warmup_steps": 0 if vae else 100},
+            "optimizer": {"lr": args.vae_lr if vae else args.lr, "warmup_steps": 0 if vae else min(100, args.steps // 10)},
             "data": {"shards": shards},
         },
     }
