@@ -15,7 +15,7 @@ from cosmos_rl.config import load
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 PREFLIGHT = ROOT / "cosmos_rl" / "config" / "preflight.py"
-PAGES = ("quickstart.md", "dpo.md", "nft.md", "topology.md", "troubleshooting.md")
+PAGES = ("quickstart.md", "dpo.md", "nft.md", "sft.md", "topology.md", "troubleshooting.md")
 RULE_HELPERS = {"error", "warn", "at_least", "positive", "local_path"}
 
 
@@ -85,7 +85,7 @@ def test_the_pages_exist_and_quote_commands():
     for page in PAGES:
         assert (DOCS / page).is_file(), page
     pages = {page for page, _ in quoted_commands()}
-    assert {"quickstart.md", "topology.md", "dpo.md", "nft.md"} <= pages
+    assert {"quickstart.md", "topology.md", "dpo.md", "nft.md", "sft.md"} <= pages
 
 
 @pytest.mark.parametrize("page,command", quoted_commands())
