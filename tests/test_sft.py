@@ -195,3 +195,23 @@ def test_plan_of_an_sft_run_launches_the_torchrun_workers():
     console = Console(record=True, width=200)
     render_plan(console, resolved)
     assert "the VAE (autoencoder)" in console.export_text()
+
+
+def test_validate_reads_caption_shards_and_names_the_bad_sample(tmp_path):
+    import io
+
+    from cosmos_rl.data.scan import check_data
+
+    write_shards(tmp_path, SPECS, seed=0)
+    bad = tmp_path / "bad.tar"
+    with tarfile.open(bad, "w") as tar:
+        buffer = io.BytesIO()
+        Image.fromarray(np.zeros((32, 32, 3), dtype=np.uint8)).save(buffer, format="PNG")
+        info = tarfile.TarInfo("k1.png")
+        info.size = len(buffer.getvalue())
+        tar.addfile(info, io.BytesIO(buffer.getvalue()))
+    config = load.load(ROOT / "manifests" / "sft_shapes_cpu.toml", [f'rl.data.shards=["{tmp_path}/shapes-000000.tar", "{bad}"]'])
+    problems, notes = check_data(config, ROOT)
+    assert [p.path for p in problems] == ["rl.data.shards"]
+    assert "bad.tar sample 'k1': no caption" in problems[0].problem
+    assert "3 good samples, 1 problem(s)" in notes[0]
