@@ -91,3 +91,20 @@ def test_the_rebuild_command_runs_and_improves_the_model(tmp_path):
     # Asking for fewer steps than a stage has trained is refused, not silently ignored.
     assert shapes_base.main(["build", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out"),
                              "--samples", "48", "--vae-steps", "10", "--eval-seeds", "0"]) == 2
+
+
+def test_score_images_is_one_for_ground_truth_and_counts_tasks_equally():
+    import numpy as np
+
+    from cosmos_rl.models.shapes_eval import score_images
+    from cosmos_rl.shapes import parse_caption, render
+
+    prompts = ["a circle", "two red squares", "a blue triangle above a circle"]
+    truth = np.stack([render(parse_caption(p), 7, 32) for p in prompts])
+    scores = score_images(truth, prompts)
+    assert scores["strict"] == scores["partial"] == 1.0 and scores["images"] == 3
+    mixed = truth.copy()
+    mixed[2] = 0  # the position image left black: 0 of its 3 constraints, task mean 0
+    scores = score_images(mixed, prompts)
+    assert scores["strict_by_task"] == {"single_object": 1.0, "counting": 1.0, "position": 0.0}
+    assert scores["strict"] == round(2 / 3, 4)  # unweighted over the three tasks present, rounded to 4 places

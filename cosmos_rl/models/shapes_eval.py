@@ -46,7 +46,7 @@ def sample_images(parts: ModelParts, prompts: list[str], noise: torch.Tensor, *,
 def held_out_scores(parts: ModelParts, *, seeds: Iterable[int] = (0, 1), guidance: float = 3.0, steps: int = 20,
                     shift: float = 1.0, image_size: int = 32, split_seed: int = 0) -> dict:
     """{"strict", "partial": overall scores, "strict_by_task", "partial_by_task", "images", sampler settings}."""
-    from cosmos_rl.shapes import overall_score, scores_by_task, split_prompts, verify
+    from cosmos_rl.shapes import split_prompts
 
     seeds = list(seeds)
     held_out = split_prompts(split_seed).held_out_captions()
@@ -60,7 +60,14 @@ def held_out_scores(parts: ModelParts, *, seeds: Iterable[int] = (0, 1), guidanc
     parts.transformer.eval()
     parts.vae.eval()
     images = sample_images(parts, prompts, torch.stack(noise), guidance=guidance, steps=steps, shift=shift, image_size=image_size)
-    verdicts = verify(images.numpy(), prompts)
+    return {**score_images(images.numpy(), prompts), "sampler": {"steps": steps, "shift": shift, "guidance": guidance, "seeds": seeds}}
+
+
+def score_images(images, prompts: list[str]) -> dict:
+    """Overall and per-task strict and partial scores of uint8 images [N, H, W, 3], one per prompt."""
+    from cosmos_rl.shapes import overall_score, scores_by_task, verify
+
+    verdicts = verify(images, prompts)
     strict = scores_by_task(prompts, [v.strict for v in verdicts])
     partial = scores_by_task(prompts, [v.partial for v in verdicts])
     return {
@@ -69,5 +76,4 @@ def held_out_scores(parts: ModelParts, *, seeds: Iterable[int] = (0, 1), guidanc
         "strict_by_task": {k: round(v, 4) for k, v in strict.items()},
         "partial_by_task": {k: round(v, 4) for k, v in partial.items()},
         "images": len(prompts),
-        "sampler": {"steps": steps, "shift": shift, "guidance": guidance, "seeds": seeds},
     }
