@@ -46,11 +46,11 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--vae-steps", type=int, default=1500, help="VAE optimizer steps; default 1500")
     build.add_argument("--vae-batch", type=int, default=32, help="VAE samples per step; default 32")
     build.add_argument("--vae-lr", type=float, default=1e-3, help="VAE learning rate; default 1e-3")
-    build.add_argument("--steps", type=int, default=3000, help="transformer optimizer steps; default 3000")
+    build.add_argument("--steps", type=int, default=4000, help="transformer optimizer steps; default 4000")
     build.add_argument("--batch", type=int, default=64, help="transformer samples per step; default 64")
     build.add_argument("--lr", type=float, default=5e-4, help="transformer learning rate; default 5e-4")
     build.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints; default 100")
-    build.add_argument("--eval-seeds", type=int, default=2, help="noise seeds per held-out prompt (319 prompts each); 0 skips it")
+    build.add_argument("--eval-seeds", type=int, default=8, help="noise seeds per held-out prompt (319 prompts each); default 8; 0 skips it")
     build.add_argument("--guidance", type=float, nargs="+", default=[1.0, 3.0], help="guidance scales to score; default 1 3")
     build.add_argument("--threads", type=int, default=1, help="torch threads; default 1")
     return parser
