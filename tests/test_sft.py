@@ -163,10 +163,12 @@ def test_vae_mode_refuses_a_checkpoint_of_another_algorithm(tmp_path, shards):
 
 
 @pytest.mark.slow
-def test_cosmos_rl_train_runs_sft_under_torchrun(tmp_path, shards):
+@pytest.mark.parametrize("train, ranks", [("transformer", 1), ("vae", 2)])
+def test_cosmos_rl_train_runs_sft_under_torchrun(tmp_path, shards, train, ranks):
     overrides = [
         'model.preset="tiny"', f"rl.data.shards={json.dumps(shards)}", "rl.max_steps=2", "rl.samples_per_step=2",
-        f'job.output_dir="{tmp_path}"', "job.progress=false", "checkpoint.every=1",
+        f'job.output_dir="{tmp_path}"', "job.progress=false", "checkpoint.every=1", f'rl.train="{train}"',
+        f"grid.gpus_per_node={ranks}", f"model.config.parallelism.data_parallel_shard_degree={ranks}",
     ]
     done = subprocess.run(
         [sys.executable, "-m", "cosmos_rl.cli", "train", str(ROOT / "manifests" / "sft_shapes_cpu.toml"), *overrides],
@@ -176,7 +178,7 @@ def test_cosmos_rl_train_runs_sft_under_torchrun(tmp_path, shards):
     run_dir = tmp_path / "sft_shapes_cpu"
     assert (run_dir / "checkpoints" / "step_2" / "COMMITTED").is_file()
     meta = json.loads((run_dir / "checkpoints" / "step_2" / "meta.json").read_text())
-    assert meta["algorithm"] == "sft" and "policy" in meta["components"]
+    assert meta["algorithm"] == "sft" and "policy" in meta["components"] and meta["world_size"] == ranks
     assert [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()] == [2]
 
 
