@@ -50,7 +50,7 @@ def _rows(cls, prefix: str) -> list[tuple[str, str, str, str]]:
         path = f"{prefix}{field.name}"
         nested = [t for t in (typing.get_args(field.type) or (field.type,)) if attrs.has(t)]
         if nested:
-            # `rl` is a tagged union: its two variants get sections of their own.
+            # `rl` is a tagged union: its variants get sections of their own.
             if not (cls is schema.RunConfig and field.name == "rl"):
                 array = typing.get_origin(field.type) is list  # an array of tables: rl.rewards[].name
                 tables.append((path + "[]" if array else path, nested[0], field.metadata["doc"]))
@@ -75,6 +75,7 @@ def generate() -> str:
         ("Common tables", schema.RunConfig, ""),
         ("`rl` for Diffusion-DPO (`rl.algorithm = \"dpo\"`)", schema.DPOConfig, "rl."),
         ("`rl` for DiffusionNFT (`rl.algorithm = \"nft\"`)", schema.NFTConfig, "rl."),
+        ("`rl` for supervised fine-tuning (`rl.algorithm = \"sft\"`)", schema.SFTConfig, "rl."),
     ):
         parts.append(f"## {title}\n\n{_table(_rows(cls, prefix))}\n")
     profiles = "\n".join(f"- `{name}`: {p['description']} (image size {p['image_size']})" for name, p in schema.T2I_PROFILES.items())

@@ -42,6 +42,8 @@ def seed_contract(config: schema.RunConfig) -> dict:
                 "rl.prompts.shuffle": config.rl.prompts.shuffle,
             }
         )
+    elif isinstance(config.rl, schema.SFTConfig):
+        contract.update({"rl.data.shuffle": config.rl.data.shuffle})
     else:
         contract.update({"rl.data.shuffle": config.rl.data.shuffle, "rl.data.synthetic_seed": config.rl.data.synthetic_seed})
     return contract
@@ -80,11 +82,14 @@ def checkpoint_contents(config: schema.RunConfig) -> list[str]:
     if isinstance(config.rl, schema.NFTConfig):
         old = ["old-policy adapter" if config.model.lora.rank > 0 else "old-policy weights"] if config.rl.old.build_old else []
         return [weights, *old, "optimizer", "step", "prompt cursor", "seed contract", "RNG streams"]
+    if isinstance(config.rl, schema.SFTConfig):
+        trained = "VAE weights" if config.rl.train == "vae" else weights
+        return [trained, "optimizer", "step", "sample cursor", "RNG streams"]
     return [weights, "optimizer", "step", "pair cursor" if config.rl.data.cursor_resume else "step (pair cursor not resumed)", "RNG streams"]
 
 
 def torchrun_argv(config: schema.RunConfig, manifest_in_run_dir: str) -> list[str]:
-    """The torchrun command line for a DPO run (run as-is on every node)."""
+    """The torchrun command line for a DPO or SFT run (run as-is on every node)."""
     g = config.grid
     argv = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={g.nodes}", f"--nproc-per-node={g.gpus_per_node}"]
     if g.nodes == 1:
@@ -129,7 +134,7 @@ def build(config: schema.RunConfig, manifest_path: str = "MANIFEST", overrides: 
         "seed_contract": seed_contract(config),
         "launch": launch_argv(config, manifest_path, list(overrides)),
     }
-    out["eval"] = _eval_summary(rl.eval)
+    out["eval"] = _eval_summary(rl.eval) if hasattr(rl, "eval") else "off (SFT has no [rl.eval] yet)"
     if isinstance(rl, schema.NFTConfig):
         shapes, _ = preflight.nft_shapes(config)
         out["shapes"] = shapes
@@ -152,6 +157,11 @@ def build(config: schema.RunConfig, manifest_path: str = "MANIFEST", overrides: 
         }
         out["reward"] = _reward_summary(rl)
         out["ray"] = _ray_layout(config, rl.group_size)
+    elif isinstance(rl, schema.SFTConfig):
+        out["roles_per_process"] = ["data", "policy"]
+        out["per_step"] = {"samples": rl.samples_per_step, "samples_per_rank": rl.samples_per_step // max(size, 1)}
+        out["data"] = f"{len(rl.data.shards)} webdataset shard(s)" if rl.data.shards else f"JSONL {rl.data.jsonl}"
+        out["trains"] = "the VAE (autoencoder)" if rl.train == "vae" else "the transformer (flow matching)"
     else:
         ranks = size
         out["roles_per_process"] = (

@@ -43,7 +43,7 @@ def render_plan(console: Console, plan: dict) -> None:
         rows.append(("role shapes", _value(plan["shapes"])))
     rows.append(("roles per process", _value(plan["roles_per_process"])))
     rows.append(("per step", _value(plan["per_step"])))
-    for key in ("data", "validation", "eval", "beta"):
+    for key in ("trains", "data", "validation", "eval", "beta"):
         if key in plan:
             rows.append((key, _value(plan[key])))
     if "sampler" in plan:

@@ -95,7 +95,7 @@ def test_a_key_of_the_other_algorithm_says_which_algorithm_owns_it():
 def test_a_non_string_algorithm_is_a_type_error_listing_the_options(value):
     found = problems_of({"rl": {"algorithm": value}})
     assert found["rl.algorithm"].startswith("rl.algorithm: expected a string naming the algorithm")
-    assert found["rl.algorithm"].endswith('use one of "dpo", "nft"')
+    assert found["rl.algorithm"].endswith('use one of "dpo", "nft", "sft"')
 
 
 def test_every_problem_is_reported_in_one_pass():

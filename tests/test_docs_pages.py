@@ -15,8 +15,9 @@ from cosmos_rl.config import load
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-PREFLIGHT = ROOT / "cosmos_rl" / "config" / "preflight.py"
-PAGES = ("quickstart.md", "dpo.md", "nft.md", "topology.md", "troubleshooting.md")
+# preflight.py and the rule modules it calls (preflight_rewards.py, preflight_data.py, ...)
+PREFLIGHT = sorted((ROOT / "cosmos_rl" / "config").glob("preflight*.py"))
+PAGES = ("quickstart.md", "dpo.md", "nft.md", "sft.md", "topology.md", "troubleshooting.md")
 RULE_HELPERS = {"error", "warn", "at_least", "positive", "local_path"}
 
 
@@ -29,19 +30,20 @@ def _pattern(node) -> str | None:
     return None  # a variable: the rule's text is spelled out elsewhere in the file
 
 
-def preflight_rules() -> list[tuple[int, str | None, str | None]]:
-    """(line, path regex, problem regex) of every r.<helper>(...) call and every nft_shapes problem tuple."""
+def preflight_rules() -> list[tuple[str, str | None, str | None]]:
+    """(file:line, path regex, problem regex) of every r.<helper>(...) call and every nft_shapes problem tuple."""
     rules = []
-    for node in ast.walk(ast.parse(PREFLIGHT.read_text())):
+    nodes = [(path.name, node) for path in PREFLIGHT for node in ast.walk(ast.parse(path.read_text()))]
+    for file, node in nodes:
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
             continue
         owner, name = node.func.value, node.func.attr
         if isinstance(owner, ast.Name) and owner.id == "r" and name in RULE_HELPERS:
             problem = _pattern(node.args[1]) if name in ("error", "warn") else None
-            rules.append((node.lineno, _pattern(node.args[0]), problem))
+            rules.append((f"{file}:{node.lineno}", _pattern(node.args[0]), problem))
         elif isinstance(owner, ast.Name) and owner.id == "bad" and name == "append":
             path, problem = node.args[0].elts[:2]
-            rules.append((node.lineno, _pattern(path), _pattern(problem)))
+            rules.append((f"{file}:{node.lineno}", _pattern(path), _pattern(problem)))
     return rules
 
 
@@ -57,9 +59,9 @@ def test_every_preflight_rule_has_a_troubleshooting_entry():
     missing = []
     for line, path, problem in preflight_rules():
         if path and not re.search(f"`{path}`", text):
-            missing.append(f"preflight.py:{line}: no entry for key /{path}/")
+            missing.append(f"{line}: no entry for key /{path}/")
         if problem and not re.search(problem, text):
-            missing.append(f"preflight.py:{line}: message /{problem}/ not quoted")
+            missing.append(f"{line}: message /{problem}/ not quoted")
     assert not missing, "docs/troubleshooting.md is missing:\n" + "\n".join(missing)
 
 
@@ -86,7 +88,7 @@ def test_the_pages_exist_and_quote_commands():
     for page in PAGES:
         assert (DOCS / page).is_file(), page
     pages = {page for page, _ in quoted_commands()}
-    assert {"quickstart.md", "topology.md", "dpo.md", "nft.md"} <= pages
+    assert {"quickstart.md", "topology.md", "dpo.md", "nft.md", "sft.md"} <= pages
 
 
 # The docs write the reader's own Cosmos3 model folder as this path; the test puts a folder of that

@@ -203,6 +203,39 @@ DPO_CASES = [
 ]
 
 
+SFT = ROOT / "manifests" / "sft_shapes_cpu.toml"
+SFT_CASES = [
+    (['grid.backend="ray"'], "grid.backend", "SFT runs under torchrun only"),
+    (['grid.gpu_placement="disaggregated"'], "grid.gpu_placement", "SFT runs its roles colocated"),
+    (["grid.ranks=2"], "grid.ranks", "SFT's width is"),
+    (["model.config.parallelism.data_parallel_shard_degree=2"], "model.config.parallelism.data_parallel_shard_degree", "grid.nodes * grid.gpus_per_node"),
+    (["rl.samples_per_step=0"], "rl.samples_per_step", ">= 1"),
+    (["grid.gpus_per_node=2", "model.config.parallelism.data_parallel_shard_degree=2", "rl.samples_per_step=7"], "rl.samples_per_step", "split evenly over the 2 ranks"),
+    (["rl.caption_dropout=1.0"], "rl.caption_dropout", "[0, 1)"),
+    (["rl.caption_dropout=-0.1"], "rl.caption_dropout", "[0, 1)"),
+    (['rl.train="vae"', "model.lora.rank=8"], "model.lora.rank", "LoRA adapts the transformer only"),
+    (["rl.data.shards=[]"], "rl.data", "no image-caption data source"),
+    (['rl.data.jsonl="a.jsonl"'], "rl.data", "more than one data source"),
+    (["rl.data.shards=[]", 'rl.data.jsonl="nope.jsonl"'], "rl.data.jsonl", "file not found"),
+    (['rl.data.shards=["nope.tar"]'], "rl.data.shards[0]", "file not found"),
+    (['rl.train="text"'], "rl.train", '"transformer", "vae"'),
+    (['rl.init_from="preset:huge"'], "rl.init_from", "preset:shapes"),
+    (["rl.optimizer.lr=0.0"], "rl.optimizer.lr", "> 0"),
+]
+
+
+@pytest.mark.parametrize("overrides, key, text", SFT_CASES, ids=[c[1] + ":" + c[0][-1] for c in SFT_CASES])
+def test_sft_rule(overrides, key, text):
+    found = errors(SFT, overrides)
+    assert key in found, found
+    assert text in found[key]
+
+
+def test_sft_vae_mode_and_the_shapes_preset_pass():
+    assert errors(SFT, ['rl.train="vae"']) == {}
+    assert errors(SFT, ['model.preset="tiny"', 'rl.init_from="preset:shapes"']) == {}
+
+
 @pytest.mark.parametrize("overrides, key, text", DPO_CASES, ids=[c[1] + ":" + c[0][-1] for c in DPO_CASES])
 def test_dpo_rule(overrides, key, text, monkeypatch):
     monkeypatch.delenv(preflight.RDZV_ENV, raising=False)

@@ -170,7 +170,7 @@ def _all_paths(cls: type, prefix: str = "") -> list[str]:
     return paths
 
 
-_EVERY_PATH = sorted(set(_all_paths(schema.RunConfig) + _all_paths(schema.DPOConfig, "rl.") + _all_paths(schema.NFTConfig, "rl.")))
+_EVERY_PATH = sorted(set(_all_paths(schema.RunConfig)).union(*(_all_paths(cls, "rl.") for cls in schema.ALGORITHMS.values())))
 _PATHS_OF_ALGORITHM = {name: set(_all_paths(cls, "rl.")) for name, cls in schema.ALGORITHMS.items()}
 
 
@@ -360,15 +360,16 @@ def with_absolute_paths(config: schema.RunConfig, base_dir: Path | str) -> schem
 
     base = Path(base_dir)
 
-    def data(d: schema.PreferenceDataConfig) -> schema.PreferenceDataConfig:
+    def data(d):  # PreferenceDataConfig or CaptionDataConfig
         return attrs.evolve(d, jsonl=resolve_path(d.jsonl, base), shards=[resolve_path(s, base) for s in d.shards])
 
-    rl = attrs.evolve(
-        config.rl, init_from=resolve_path(config.rl.init_from, base),
-        eval=attrs.evolve(config.rl.eval, prompts=resolve_path(config.rl.eval.prompts, base)),
-    )  # fmt: skip
+    rl = attrs.evolve(config.rl, init_from=resolve_path(config.rl.init_from, base))
+    if not isinstance(rl, schema.SFTConfig):  # SFT has no [rl.eval] yet
+        rl = attrs.evolve(rl, eval=attrs.evolve(rl.eval, prompts=resolve_path(rl.eval.prompts, base)))
     if isinstance(rl, schema.DPOConfig):
         rl = attrs.evolve(rl, data=data(rl.data), validation=attrs.evolve(rl.validation, data=data(rl.validation.data)))
+    elif isinstance(rl, schema.SFTConfig):
+        rl = attrs.evolve(rl, data=data(rl.data))
     else:
         rl = attrs.evolve(
             rl, prompts=attrs.evolve(rl.prompts, file=resolve_path(rl.prompts.file, base)),

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import math
 import os
 import re
 import typing
 from pathlib import Path
 
 from cosmos_rl.config import schema
+from cosmos_rl.config.preflight_data import _data_source, _sources
+from cosmos_rl.config.preflight_rules import Rules, seed_rule
+from cosmos_rl.config.preflight_rewards import BUILTIN_REWARDS, _one_reward, _reward_terms
 from cosmos_rl.config.problems import Problem, show
 from cosmos_rl.models.layout import (
     PIPELINE_INDEX,
@@ -31,46 +33,6 @@ RDZV_ENV = "COSMOS_RL_RDZV_ENDPOINT"
 # then times out at once; Ray turns one into int64 milliseconds and cannot take inf. A week is far
 # beyond any honest collective, so anything longer is a typo or an attempt at "never".
 GRID_TIMEOUT_MAX_S = 7 * 24 * 3600
-# Seeds are TOML integers, 64-bit signed (tomllib reads larger ones anyway); the synthetic generator
-# needs them non-negative.
-SEED_MAX = 2**63 - 1
-BUILTIN_REWARDS = ("jpeg_compressibility", "jpeg_incompressibility", "brightness", "prompt_colour",
-                   "shapes_strict", "shapes_partial")
-MODEL_REWARDS = ("pickscore", "clipscore", "aesthetic")  # cosmos_rl.rewards.models.MODEL_KINDS, torch-free
-
-
-class _Rules:
-    """Collects problems; small helpers keep each rule one readable line."""
-
-    def __init__(self, base_dir: Path):
-        self.base_dir = base_dir
-        self.problems: list[Problem] = []
-
-    def error(self, path: str, problem: str, got=..., fix: str = "") -> None:
-        self.problems.append(Problem(path, problem, fix=fix) if got is ... else Problem(path, problem, got, fix))
-
-    def warn(self, path: str, problem: str, got=..., fix: str = "") -> None:
-        kw = {} if got is ... else {"got": got}
-        self.problems.append(Problem(path, problem, fix=fix, severity="warning", **kw))
-
-    def at_least(self, path: str, value, low, fix_hint: str = "") -> None:
-        if value < low:
-            self.error(path, f"must be >= {low}", value, fix_hint or f"set {path} to {low} or more")
-
-    def positive(self, path: str, value) -> None:
-        if not value > 0:
-            self.error(path, "must be > 0", value, f"set {path} to a positive number")
-
-    def local_path(self, path: str, value: str, *, kind: str) -> Path | None:
-        """Resolve a manifest path relative to the manifest's folder; report it when missing."""
-        if not value or "://" in value:
-            return None
-        resolved = Path(value) if os.path.isabs(value) else self.base_dir / value
-        exists = resolved.is_dir() if kind == "folder" else resolved.exists() if kind == "any" else resolved.is_file()
-        if not exists:
-            self.error(path, f"{kind} not found: {resolved}", value, "fix the path (relative paths are read from the manifest's folder)")
-            return None
-        return resolved
 
 
 def resolve_path(value: str, base_dir: Path) -> str:
@@ -81,13 +43,16 @@ def resolve_path(value: str, base_dir: Path) -> str:
 
 
 def check(config: schema.RunConfig, base_dir: Path | str = ".") -> list[Problem]:
-    rules = _Rules(Path(base_dir))
+    rules = Rules(Path(base_dir))
     _common(config, rules)
     if isinstance(config.rl, schema.NFTConfig):
         _nft(config, config.rl, rules)
+    elif isinstance(config.rl, schema.SFTConfig):
+        _sft(config, config.rl, rules)
     else:
         _dpo(config, config.rl, rules)
-    _eval(config, config.rl.eval, rules)
+    if not isinstance(config.rl, schema.SFTConfig):  # SFT has no [rl.eval] yet (docs/sft.md)
+        _eval(config, config.rl.eval, rules)
     return rules.problems
 
 
@@ -95,7 +60,7 @@ def machine_problems(config: schema.RunConfig, visible_gpus: int) -> list[Proble
     """Rules about the machine `train` runs on, not the manifest (so `validate` never runs them: a
     GPU manifest validates on a laptop). `visible_gpus` is what torch.cuda.device_count() says here;
     only runs whose ranks start on this machine (torchrun, or a local Ray cluster) are judged."""
-    r = _Rules(Path("."))
+    r = Rules(Path("."))
     g = config.grid
     here = g.backend == "local" or not (g.ray_address or os.environ.get("RAY_ADDRESS"))
     if here and g.device == "cuda" and visible_gpus < g.gpus_per_node:
@@ -108,7 +73,7 @@ def machine_problems(config: schema.RunConfig, visible_gpus: int) -> list[Proble
 
 
 # --------------------------------------------------------------------------------------- both
-def _common(c: schema.RunConfig, r: _Rules) -> None:
+def _common(c: schema.RunConfig, r: Rules) -> None:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", c.job.name):
         r.error("job.name", "must be a plain folder name (letters, digits, '.', '_', '-')", c.job.name, "rename the run")
     r.at_least("job.log_every", c.job.log_every, 1)
@@ -135,7 +100,7 @@ def _common(c: schema.RunConfig, r: _Rules) -> None:
     if c.grid.timeout_s > 0 and not c.grid.timeout_s <= GRID_TIMEOUT_MAX_S:
         r.error("grid.timeout_s", f"must be finite and at most {GRID_TIMEOUT_MAX_S} s (7 days)", c.grid.timeout_s,
                 "a collective that takes longer is stuck; use e.g. 600, or 3600 for very slow checkpoint loads")
-    _seed("job.seed", c.job.seed, r)
+    seed_rule("job.seed", c.job.seed, r)
     r.at_least("grid.cpus_per_rank", c.grid.cpus_per_rank, 0)
     _optimizer(c.rl.optimizer, r)
     _model_and_base(c, r)
@@ -144,12 +109,7 @@ def _common(c: schema.RunConfig, r: _Rules) -> None:
             r.error(f"rl.init_keys_to_skip_loading[{i}]", "empty key pattern", key, "remove it")
 
 
-def _seed(path: str, value: int, r: _Rules) -> None:
-    if not 0 <= value <= SEED_MAX:
-        r.error(path, "must be in [0, 2**63 - 1], a non-negative 64-bit integer", value, "use e.g. 0")
-
-
-def _optimizer(o: schema.OptimizerConfig, r: _Rules) -> None:
+def _optimizer(o: schema.OptimizerConfig, r: Rules) -> None:
     r.positive("rl.optimizer.lr", o.lr)
     r.at_least("rl.optimizer.weight_decay", o.weight_decay, 0)
     r.positive("rl.optimizer.eps", o.eps)
@@ -159,7 +119,7 @@ def _optimizer(o: schema.OptimizerConfig, r: _Rules) -> None:
         r.error("rl.optimizer.betas", "must be two numbers in [0, 1)", o.betas, "use e.g. [0.9, 0.999]")
 
 
-def _model_folder(value: str, r: _Rules) -> Path | None:
+def _model_folder(value: str, r: Rules) -> Path | None:
     folder = r.local_path("model.path", value, kind="folder")
     if folder is None:
         return None
@@ -191,7 +151,7 @@ def _pipeline_base_conflict(base: Path, folder: Path | None, model: schema.Model
     return None
 
 
-def _model_and_base(c: schema.RunConfig, r: _Rules) -> None:
+def _model_and_base(c: schema.RunConfig, r: Rules) -> None:
     """The model is named once (model.path or model.preset), and rl.init_from agrees with it."""
     model, value = c.model, c.rl.init_from
     if not model.path and model.preset is None:
@@ -229,7 +189,7 @@ def _model_and_base(c: schema.RunConfig, r: _Rules) -> None:
 
 
 # --------------------------------------------------------------------------------------- eval
-def _eval(c: schema.RunConfig, e: schema.EvalConfig, r: _Rules) -> None:
+def _eval(c: schema.RunConfig, e: schema.EvalConfig, r: Rules) -> None:
     """[rl.eval] (NFT and DPO): evaluation during training (docs/eval.md)."""
     r.at_least("rl.eval.every", e.every, 0, "set rl.eval.every to 0 (off) or a number of steps")
     if e.every <= 0:
@@ -275,69 +235,7 @@ def nft_shapes(c: schema.RunConfig) -> tuple[dict[str, list[int]] | None, list[t
     return (None if bad else {"policy": [replicas, ranks], "rollout": [replicas, ranks]}), bad
 
 
-def _one_reward(rl: schema.NFTConfig, r: _Rules) -> None:
-    if not rl.reward.revision:
-        r.error("rl.reward.revision", "required: the provider's revision is part of the run identity", "", "set rl.reward.revision to the revision the service declares")
-    if rl.reward.url and not re.match(r"https?://", rl.reward.url):
-        r.error("rl.reward.url", "must be an http:// or https:// URL", rl.reward.url, "e.g. http://127.0.0.1:8000, or empty for the built-in service")
-    if not rl.reward.url and rl.reward.name not in BUILTIN_REWARDS:
-        r.error("rl.reward.name", "not a built-in reward", rl.reward.name, f"use one of {', '.join(show(n) for n in BUILTIN_REWARDS)}")
-    r.positive("rl.reward.timeout_s", rl.reward.timeout_s)
-    r.at_least("rl.reward.max_retries", rl.reward.max_retries, 0)
-    r.at_least("rl.reward.backoff_s", rl.reward.backoff_s, 0)
-    if rl.reward.token_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", rl.reward.token_env):
-        r.error("rl.reward.token_env", "must be an environment variable name", rl.reward.token_env, "e.g. REWARD_TOKEN")
-    if rl.reward_combine != "weighted_sum":
-        r.warn("rl.reward_combine", "has no effect with one reward ([rl.reward]); it combines the [[rl.rewards]] tables", rl.reward_combine, "remove it")
-
-
-def _reward_terms(c: schema.RunConfig, rl: schema.NFTConfig, r: _Rules) -> None:
-    """[[rl.rewards]]: several rewards, each its own service (or its own built-in one)."""
-    if rl.reward != schema.RewardConfig():
-        r.error("rl.rewards", "give either [rl.reward] (one reward) or [[rl.rewards]] (several), not both", "both",
-                "move the [rl.reward] settings into a [[rl.rewards]] table and remove [rl.reward]")
-    seen: set[str] = set()
-    for i, t in enumerate(rl.rewards):
-        if not t.name:
-            r.error(f"rl.rewards[{i}].name", "required: the reward the service computes", "", 'set e.g. name = "brightness"')
-        elif t.name in seen:
-            r.error(f"rl.rewards[{i}].name", "names a reward listed before; list each reward once", t.name, "remove the repeated table")
-        seen.add(t.name)
-        if not (math.isfinite(t.weight) and t.weight > 0):
-            r.error(f"rl.rewards[{i}].weight", "must be a finite number > 0", t.weight, "set e.g. weight = 1.0")
-        if not t.revision:
-            r.error(f"rl.rewards[{i}].revision", "required: the provider's revision is part of the run identity", "", "set it to the revision the service declares")
-        if t.url and not re.match(r"https?://", t.url):
-            r.error(f"rl.rewards[{i}].url", "must be an http:// or https:// URL", t.url, "e.g. http://127.0.0.1:8000, or empty for the built-in service")
-        if t.url and t.model:
-            r.error(f"rl.rewards[{i}].model", "only for the built-in service (empty url); a service at a URL loads its own models", t.model, "remove model, or clear url")
-        if not t.url:
-            _builtin_term(c, t, i, r)
-        r.positive(f"rl.rewards[{i}].timeout_s", t.timeout_s)
-        r.at_least(f"rl.rewards[{i}].max_retries", t.max_retries, 0)
-        r.at_least(f"rl.rewards[{i}].backoff_s", t.backoff_s, 0)
-        if t.token_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", t.token_env):
-            r.error(f"rl.rewards[{i}].token_env", "must be an environment variable name", t.token_env, "e.g. REWARD_TOKEN")
-
-
-def _builtin_term(c: schema.RunConfig, t: schema.WeightedRewardConfig, i: int, r: _Rules) -> None:
-    if t.model:
-        if t.name not in MODEL_REWARDS:
-            r.error(f"rl.rewards[{i}].name", "not a model reward the built-in service can load", t.name, f"use one of {', '.join(show(n) for n in MODEL_REWARDS)}")
-        r.local_path(f"rl.rewards[{i}].model", t.model, kind="folder")
-        if not t.reward_revision:
-            r.warn(f"rl.rewards[{i}].reward_revision", "not pinned: a changed model in the folder would pass as the same reward", "",
-                   "set it to the revision `cosmos-rl reward serve --revision REV --model NAME=FOLDER` prints for the folder")
-    elif t.name in MODEL_REWARDS:
-        r.error(f"rl.rewards[{i}].model", "required: the built-in service loads a model reward from a local folder", "", "set model to the folder, or url to a service that serves it")
-    elif t.name and t.name not in BUILTIN_REWARDS:
-        r.error(f"rl.rewards[{i}].name", "not a built-in reward", t.name, f"use one of {', '.join(show(n) for n in BUILTIN_REWARDS)}, a model reward with model, or a url")
-    if c.grid.nodes > 1:
-        r.error(f"rl.rewards[{i}].url", "the built-in reward service listens on 127.0.0.1 of the driver's node, which other nodes cannot reach", "",
-                "run `cosmos-rl reward serve --host 0.0.0.0 --token-env REWARD_TOKEN` where every node can reach it and set the url")
-
-
-def _nft(c: schema.RunConfig, rl: schema.NFTConfig, r: _Rules) -> None:
+def _nft(c: schema.RunConfig, rl: schema.NFTConfig, r: Rules) -> None:
     g = c.grid
     if g.backend != "ray":
         r.error("grid.backend", "NFT's five roles are one Ray actor group", g.backend, 'set grid.backend = "ray"')
@@ -410,77 +308,27 @@ def _nft(c: schema.RunConfig, rl: schema.NFTConfig, r: _Rules) -> None:
 
 
 # ---------------------------------------------------------------------------------------- DPO
-def _sources(data: schema.PreferenceDataConfig) -> list[str]:
-    used = []
-    if data.synthetic_pairs:
-        used.append("synthetic_pairs")
-    if data.jsonl:
-        used.append("jsonl")
-    if data.shards:
-        used.append("shards")
-    if data.factory:
-        used.append("factory")
-    return used
-
-
-def _data_source(prefix: str, data: schema.PreferenceDataConfig, r: _Rules, *, needs_membership: bool) -> None:
-    r.at_least(f"{prefix}.synthetic_pairs", data.synthetic_pairs, 0)
-    _seed(f"{prefix}.synthetic_seed", data.synthetic_seed, r)
-    used = _sources(data)
-    files = [s for s in used if s != "synthetic_pairs"]
-    if data.synthetic_pairs and files:
-        r.warn(f"{prefix}.synthetic_pairs", f"non-zero, so {', '.join(prefix + '.' + f for f in files)} is ignored", data.synthetic_pairs, "set it to 0 to train on the file source")
-    elif len(files) > 1:
-        r.error(prefix, "more than one data source", files, "keep exactly one of jsonl, shards, factory (or synthetic_pairs)")
-    if data.synthetic_pairs:
-        return
-    if data.jsonl:
-        r.local_path(f"{prefix}.jsonl", data.jsonl, kind="file")
-    for i, shard in enumerate(data.shards):
-        if "{" not in shard:  # brace-expanded shard patterns are checked when opened
-            r.local_path(f"{prefix}.shards[{i}]", shard, kind="file")
-    if data.factory:
-        _factory(f"{prefix}.factory", data.factory, r, needs_membership=needs_membership)
-
-
-def _factory(path: str, spec: str, r: _Rules, *, needs_membership: bool) -> None:
-    from cosmos_rl.data.factory_spec import (
-        FactorySpecError,
-        exposes_membership,
-        resolve_factory,
-    )
-
-    try:
-        factory = resolve_factory(spec, path)  # imports the user's module: the one import a manifest can cause
-    except FactorySpecError as exc:
-        if exc.kind == "format":
-            r.error(path, "must be module:function", spec, "e.g. my_data.pairs:make_source")
-        elif exc.kind in ("not_found", "import_failed"):
-            cause = exc.cause if exc.cause is not None else exc
-            r.error(path, f"cannot import module {exc.module!r}: {type(cause).__name__}: {cause}", spec, "make it importable (PYTHONPATH)")
-        else:
-            r.error(path, f"module {exc.module!r} has no function {exc.attr!r}", spec, "name a callable that returns a pair source")
-        return
-    if needs_membership and not exposes_membership(factory):
-        r.error(path, "used with validation, so it must expose a metadata-only membership_ids()", spec,
-                "give the returned source (or the factory) a membership_ids() method; see docs/dpo.md")
-
-
-def _dpo(c: schema.RunConfig, rl: schema.DPOConfig, r: _Rules) -> None:
-    g = c.grid
+def _data_parallel_grid(c: schema.RunConfig, r: Rules) -> None:
+    """DPO and SFT: every rank trains its share of the step (data parallel, FSDP2)."""
+    g, name = c.grid, c.rl.algorithm.upper()
     if g.grouping == "per_role" and g.backend != "ray":
         r.error("grid.grouping", "per_role needs grid.backend = \"ray\" (under local there is one process)", g.grouping, 'set grid.grouping = "single" or grid.backend = "ray"')
     if g.gpu_placement != "colocated":
-        r.error("grid.gpu_placement", "DPO runs its roles colocated", g.gpu_placement, 'set grid.gpu_placement = "colocated"')
+        r.error("grid.gpu_placement", f"{name} runs its roles colocated", g.gpu_placement, 'set grid.gpu_placement = "colocated"')
     for key in ("num_replicas", "ranks", "shapes", "gpus_per_role"):
         if getattr(g, key) is not None:
-            r.error(f"grid.{key}", "an NFT role-shape setting; DPO's width is model.config.parallelism.data_parallel_shard_degree", getattr(g, key), f"remove grid.{key}")
+            r.error(f"grid.{key}", f"an NFT role-shape setting; {name}'s width is model.config.parallelism.data_parallel_shard_degree", getattr(g, key), f"remove grid.{key}")
     dp = c.model.config.parallelism.data_parallel_shard_degree
     if dp != g.nodes * g.gpus_per_node:
         r.error("model.config.parallelism.data_parallel_shard_degree", f"must equal grid.nodes * grid.gpus_per_node = {g.nodes} * {g.gpus_per_node}", dp,
                 f"set it to {g.nodes * g.gpus_per_node} or change grid.nodes/grid.gpus_per_node")
     if g.backend == "local" and g.nodes > 1 and not (g.rdzv_endpoint or os.environ.get(RDZV_ENV)):
         r.error("grid.rdzv_endpoint", "multi-node torchrun needs the operator's rendezvous endpoint", "", f"set grid.rdzv_endpoint = \"host:port\" or export {RDZV_ENV}")
+
+
+def _dpo(c: schema.RunConfig, rl: schema.DPOConfig, r: Rules) -> None:
+    _data_parallel_grid(c, r)
+    dp = c.model.config.parallelism.data_parallel_shard_degree
     r.positive("rl.beta", rl.beta)
     r.at_least("rl.pairs_per_step", rl.pairs_per_step, 1)
     if rl.pairs_per_step >= 1 and dp >= 1 and rl.pairs_per_step % dp:
@@ -500,3 +348,29 @@ def _dpo(c: schema.RunConfig, rl: schema.DPOConfig, r: _Rules) -> None:
         if rl.data.synthetic_pairs and rl.validation.data.synthetic_pairs and rl.data.synthetic_seed == rl.validation.data.synthetic_seed:
             r.error("rl.validation.data.synthetic_seed", "equals rl.data.synthetic_seed, so validation pairs are training pairs", rl.validation.data.synthetic_seed,
                     "give the held-out generator another seed")
+
+
+# ---------------------------------------------------------------------------------------- SFT
+def _sft(c: schema.RunConfig, rl: schema.SFTConfig, r: Rules) -> None:
+    _data_parallel_grid(c, r)
+    if c.grid.backend != "local":
+        r.error("grid.backend", "SFT runs under torchrun only", c.grid.backend, 'set grid.backend = "local"')
+    dp = c.model.config.parallelism.data_parallel_shard_degree
+    r.at_least("rl.samples_per_step", rl.samples_per_step, 1)
+    if rl.samples_per_step >= 1 and dp >= 1 and rl.samples_per_step % dp:
+        r.error("rl.samples_per_step", f"must split evenly over the {dp} ranks", rl.samples_per_step, f"use a multiple of {dp}")
+    if not 0 <= rl.caption_dropout < 1:
+        r.error("rl.caption_dropout", "must be in [0, 1)", rl.caption_dropout, "use e.g. 0.1 (0 trains no unconditional prompt)")
+    if rl.train == "vae" and c.model.lora.rank > 0:
+        r.error("model.lora.rank", "rl.train = \"vae\" trains every VAE weight; LoRA adapts the transformer only", c.model.lora.rank,
+                "set model.lora.rank = 0")
+    data = rl.data
+    if not data.shards and not data.jsonl:
+        r.error("rl.data", "no image-caption data source", "", "set rl.data.shards or rl.data.jsonl")
+    elif data.shards and data.jsonl:
+        r.error("rl.data", "more than one data source", ["jsonl", "shards"], "keep exactly one of rl.data.jsonl and rl.data.shards")
+    if data.jsonl:
+        r.local_path("rl.data.jsonl", data.jsonl, kind="file")
+    for i, shard in enumerate(data.shards):
+        if "{" not in shard:  # brace-expanded shard patterns are checked when opened
+            r.local_path(f"rl.data.shards[{i}]", shard, kind="file")

@@ -30,7 +30,7 @@ def required(doc: str):
 frozen = attrs.frozen(kw_only=True)
 
 # Built-in model presets (`model.preset`, `rl.init_from = "preset:NAME"`).
-PresetName = Literal["tiny"]
+PresetName = Literal["tiny", "shapes"]
 
 
 # --------------------------------------------------------------------------------------------- job
@@ -75,7 +75,7 @@ class ModelConfig:
         "", "Local diffusers folder of the model (e.g. Cosmos3-Nano): architecture, VAE, tokenizer, scheduler and, unless `rl.init_from` says otherwise, weights. Name the model here or in `preset`, not both."
     )
     preset: Optional[PresetName] = knob(
-        None, "Built-in CPU-sized architecture with random weights seeded by job.seed, instead of `path` (no default: a manifest names its model)."
+        None, "Built-in model instead of `path` (no default: a manifest names its model): `tiny` (random weights from job.seed, CPU-sized) or `shapes` (the shipped base pretrained on the shapes world, docs/sft.md)."
     )
     dtype: Literal["float32", "bfloat16"] = knob(
         "float32", "Parameter compute dtype: bfloat16 enables FSDP2 mixed precision (GPU); float32 on CPU."
@@ -290,8 +290,39 @@ class NFTConfig:
     eval: EvalConfig = section(EvalConfig, "Evaluation during training on held-out prompts (`eval/` metrics).")
 
 
-RLConfig = Union[DPOConfig, NFTConfig]
-ALGORITHMS: dict[str, type] = {"dpo": DPOConfig, "nft": NFTConfig}
+# --------------------------------------------------------------------------------------------- SFT
+@frozen
+class CaptionDataConfig:
+    shards: list[str] = knob(
+        attrs.Factory(list),
+        "webdataset tar shards of image-caption samples (one `png`/`jpg`/`jpeg`/`webp` image, the caption in `txt` or in `json` as `caption` or `prompt`); entries may be brace patterns.",
+    )
+    jsonl: str = knob("", "Image-caption JSONL: rows `{\"image\": path, \"caption\": text}` (`prompt` is read for `caption`; optional `id`); image paths relative to the file.")
+    shuffle: bool = knob(True, "Shuffle sample order each epoch (seeded from job.seed).")
+
+
+@frozen
+class SFTConfig:
+    algorithm: Literal["sft"] = required("`sft` selects supervised flow matching on image-caption data.")
+    train: Literal["transformer", "vae"] = knob(
+        "transformer",
+        "What trains: `transformer` (flow matching on the frozen VAE's latents) or `vae` (the VAE as an autoencoder: pixel MSE of the decoded posterior mean; needs model.lora.rank = 0).",
+    )
+    max_steps: int = knob(1000, "Optimizer steps.")
+    samples_per_step: int = knob(32, "Image-caption samples per optimizer step, split evenly over the ranks.")
+    caption_dropout: float = knob(
+        0.1, "`transformer`: chance that a sample trains with the empty prompt, which classifier-free guidance samples with."
+    )
+    init_from: str = knob("", "Base checkpoint: diffusers folder, DCP folder, `s3://` (pulled once) or `preset:NAME`; empty = model.*.")
+    init_keys_to_skip_loading: list[str] = knob(
+        attrs.Factory(list), "Glob patterns (`*` crosses dots) of base-checkpoint keys the model does not build; any other extra or missing key fails the load."
+    )
+    optimizer: OptimizerConfig = section(OptimizerConfig, "Optimizer of the trained part.")
+    data: CaptionDataConfig = section(CaptionDataConfig, "Training image-caption samples.")
+
+
+RLConfig = Union[DPOConfig, NFTConfig, SFTConfig]
+ALGORITHMS: dict[str, type] = {"dpo": DPOConfig, "nft": NFTConfig, "sft": SFTConfig}
 
 
 # ---------------------------------------------------------------------------------------- checkpoint

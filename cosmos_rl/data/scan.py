@@ -22,6 +22,7 @@ from typing import Callable, Sequence
 from cosmos_rl.config import schema
 from cosmos_rl.config.preflight import resolve_path
 from cosmos_rl.config.problems import Problem
+from cosmos_rl.data.caption_index import index_caption_shards, read_caption_rows
 from cosmos_rl.data.image_files import check_image
 from cosmos_rl.data.jsonl_rows import PairRow, read_pair_rows
 from cosmos_rl.data.prompt_file import read_prompts
@@ -148,12 +149,44 @@ def _prompts(rl: schema.NFTConfig, base: Path) -> tuple[list[Problem], list[str]
     return source.finish(), [f"{source.key}: {len(prompts)} prompts, {len(bad)} bad rows"]
 
 
+def _captions(data: schema.CaptionDataConfig, base: Path, full: bool) -> tuple[list[Problem], list[str]]:
+    """SFT's image-caption source, read as `data.captions` reads it."""
+    if data.jsonl:
+        source, path = _Source("rl.data.jsonl"), Path(resolve_path(data.jsonl, base))
+        if not path.is_file():
+            return [], []  # preflight reports it
+        try:
+            rows, bad = read_caption_rows(path)
+        except UserError as exc:
+            source.add(exc)
+            return source.finish(), []
+        for exc in bad:
+            source.add(exc)
+        check = lambda row: _image_file(row.image, f"{path}:{row.line} (id {row.id!r}): {row.image}")  # noqa: E731
+        note = _open_images(source, rows, check, full)
+        return source.finish(), [f"{source.key}: {len(rows)} good rows, {len(bad)} bad; {note}"]
+    source = _Source("rl.data.shards")
+    try:
+        shards = shard_paths([resolve_path(entry, base) for entry in data.shards])
+    except UserError as exc:
+        source.add(exc)
+        return source.finish(), []
+    entries, bad = index_caption_shards(shards)
+    for exc in bad:
+        source.add(exc)
+    check = lambda entry: check_image(read_blob(entry, entry.image, entry.origin), entry.origin)  # noqa: E731
+    note = _open_images(source, entries, check, full)
+    return source.finish(), [f"{source.key}: {len(shards)} shard(s), {len(entries)} good samples, {len(bad)} problem(s); {note}"]
+
+
 def check_data(config: schema.RunConfig, base_dir: Path | str, *, full: bool = False) -> tuple[list[Problem], list[str]]:
     """(problems, one note per source read) for the data `config` names; paths relative to `base_dir`."""
     base = Path(base_dir)
     rl = config.rl
     if isinstance(rl, schema.NFTConfig):
         return _prompts(rl, base)
+    if isinstance(rl, schema.SFTConfig):
+        return _captions(rl.data, base, full) if (rl.data.jsonl or rl.data.shards) else ([], [])
     problems, notes = _pairs("rl.data", rl.data, base, full)
     if rl.validation.every > 0:
         more, more_notes = _pairs("rl.validation.data", rl.validation.data, base, full)

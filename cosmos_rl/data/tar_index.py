@@ -103,13 +103,14 @@ def _members_by_sample(shard: Path, members: list[tarfile.TarInfo]) -> list[tupl
     return samples
 
 
-def _side_blob(members: dict[str, tarfile.TarInfo], side: str, origin: str) -> Blob:
-    found = [ext for ext in (f"{side}.{e}" for e in IMAGE_EXTENSIONS) if ext in members]
+def side_blob(members: dict[str, tarfile.TarInfo], side: str, origin: str) -> Blob:
+    """The one ``<side>.<image ext>`` member's bytes (``side`` "" for a plain ``<image ext>``)."""
+    found = [ext for ext in (f"{side}.{e}" if side else e for e in IMAGE_EXTENSIONS) if ext in members]
     if len(found) != 1:
         problem = "no" if not found else f"{len(found)} ({', '.join(found)})"
         raise UserError(
-            f"{origin}: {problem} {side} image; expected exactly one of "
-            f"{', '.join(f'{side}.{e}' for e in IMAGE_EXTENSIONS)} (members: {', '.join(sorted(members))})"
+            f"{origin}: {problem} {side or 'sample'} image; expected exactly one of "
+            f"{', '.join(f'{side}.{e}' if side else e for e in IMAGE_EXTENSIONS)} (members: {', '.join(sorted(members))})"
         )
     member = members[found[0]]
     return Blob(member.offset_data, member.size)
@@ -147,18 +148,24 @@ def _sample_of(archive: tarfile.TarFile, key: str, members: dict[str, tarfile.Ta
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"{origin}: json member is not valid JSON ({exc})") from exc
     pair_id, prompt, winner_prompt, loser_prompt = parse_pair_metadata(row, origin)
-    winner = _side_blob(members, "winner", origin)
-    loser = _side_blob(members, "loser", origin)
+    winner = side_blob(members, "winner", origin)
+    loser = side_blob(members, "loser", origin)
     return TarSample(shard, key, pair_id, prompt, winner, loser, winner_prompt, loser_prompt)
 
 
 def index_shard(shard: Path) -> tuple[list[TarSample], list[UserError]]:
     """The shard's good samples and every sample's problem; damage to the shard itself is one problem."""
+    return index_members(shard, _sample_of)
+
+
+def index_members(shard: Path, sample_of) -> tuple[list, list[UserError]]:
+    """Any webdataset layout: ``sample_of(archive, key, members, shard)`` turns one sample's
+    members (extension -> TarInfo) into a record or raises a UserError naming the sample."""
     try:
         archive = tarfile.open(shard, mode="r:")
     except tarfile.TarError as exc:
         return [], [UserError(f"{shard}: not an uncompressed tar file ({exc}); re-pack it as a plain .tar")]
-    samples: list[TarSample] = []
+    samples: list = []
     problems: list[UserError] = []
     with archive:
         try:
@@ -171,7 +178,7 @@ def index_shard(shard: Path) -> tuple[list[TarSample], list[UserError]]:
             return [], [exc]
         for key, found in grouped:
             try:
-                samples.append(_sample_of(archive, key, found, shard))
+                samples.append(sample_of(archive, key, found, shard))
             except UserError as exc:
                 problems.append(exc)
             except (tarfile.TarError, EOFError) as exc:

@@ -1,14 +1,20 @@
 """Build, save and load the four parts of a Cosmos3 text-to-image model.
 
-A model is either a named preset built from a seed (random weights, for tests and CPU smoke runs)
-or a local diffusers-style folder with `transformer/`, `vae/`, `tokenizer/` (or
+A model is either a named preset (`tiny`: random weights built from a seed, for tests and CPU
+smoke runs; `shapes`: the pretrained shapes-world base shipped in the package, see
+`models/shapes_preset.py`) or a local diffusers-style folder with `transformer/`, `vae/`, `tokenizer/` (or
 `text_tokenizer/`), `scheduler/` subfolders, e.g. a Cosmos3-Nano pipeline folder. A folder's
 model is built for text-to-image: without the sound and action heads its transformer config may
 enable. Nothing is ever fetched from a hub.
+
+A model also names its prompt template (`models/text.py`): `chat` (the pipeline's, and what a
+folder without `cosmos_rl.json` uses) or `minimal`. `save_parts` writes it to
+`<folder>/cosmos_rl.json` so a model saved and loaded again is tokenized the same way.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -19,9 +25,11 @@ from transformers import PreTrainedTokenizerFast
 
 from cosmos_rl.errors import UserError
 from cosmos_rl.models.layout import PIPELINE_INDEX, PRESET_FLOW_SHIFT, read_json, scheduler_problem
+from cosmos_rl.models.text import PROMPT_TEMPLATES
 from cosmos_rl.models.tokenizer import build_tiny_tokenizer
 
 COMPONENTS = ("transformer", "vae", "tokenizer", "scheduler")
+MODEL_INFO = "cosmos_rl.json"  # {"prompt_template": ...}, written by save_parts
 
 # Key prefixes of the heads a Cosmos3-Nano checkpoint carries beyond what text-to-image builds.
 SOUND_HEAD_PREFIXES = ("audio_proj_in.", "audio_proj_out.", "audio_modality_embed")
@@ -39,6 +47,7 @@ class ModelParts:
     scheduler: UniPCMultistepScheduler
     # The pipeline's `use_native_flow_schedule` (model_index.json): explicit linear sigmas.
     native_flow_schedule: bool = False
+    prompt_template: str = "chat"  # one of models.text.PROMPT_TEMPLATES
 
 
 def flow_scheduler(shift: float = 1.0) -> UniPCMultistepScheduler:
@@ -100,11 +109,20 @@ def _build_tiny(with_extra_heads: bool) -> ModelParts:
     )
 
 
-PRESETS: dict[str, Callable[[bool], ModelParts]] = {"tiny": _build_tiny}
+def _build_shapes(with_extra_heads: bool) -> ModelParts:
+    from cosmos_rl.models.shapes_preset import load_shapes_base
+
+    if with_extra_heads:
+        raise ValueError("the shapes preset has no sound or action heads")
+    return load_shapes_base()
+
+
+PRESETS: dict[str, Callable[[bool], ModelParts]] = {"tiny": _build_tiny, "shapes": _build_shapes}
 
 
 def build_preset(name: str, seed: int, *, with_extra_heads: bool = False) -> ModelParts:
-    """Random-weight model `name`, identical for one seed in any process.
+    """Model `name`: `tiny` has random weights, identical for one seed in any process; `shapes`
+    is the shipped pretrained base (the seed plays no part).
 
     `with_extra_heads` adds the sound and action heads of a Cosmos3-Nano checkpoint (key prefixes
     in `EXTRA_HEAD_PREFIXES`), for testing that a base checkpoint's extra keys are skipped.
@@ -131,7 +149,25 @@ def save_parts(parts: ModelParts, folder: str | Path) -> Path:
     parts.vae.save_pretrained(folder / "vae")
     parts.tokenizer.save_pretrained(folder / "tokenizer")
     parts.scheduler.save_pretrained(folder / "scheduler")
+    (folder / MODEL_INFO).write_text(json.dumps({"prompt_template": parts.prompt_template}) + "\n", encoding="utf-8")
     return folder
+
+
+def read_prompt_template(folder: Path) -> str:
+    """The prompt template `<folder>/cosmos_rl.json` names; `chat` when the folder has none."""
+    info = Path(folder) / MODEL_INFO
+    if not info.is_file():
+        return "chat"
+    try:
+        template = json.loads(info.read_text(encoding="utf-8")).get("prompt_template", "chat")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise UserError(f"model.path: {str(info)!r} is not a JSON object ({exc}); write it again with save_parts or delete it") from None
+    if template not in PROMPT_TEMPLATES:
+        raise UserError(
+            f"model.path: {str(info)!r} names prompt template {template!r}; known templates: {list(PROMPT_TEMPLATES)}. "
+            "Fix the file or delete it (a folder without it uses the pipeline's chat template)."
+        )
+    return template
 
 
 def _component_folder(folder: Path, component: str) -> Path:
@@ -257,5 +293,5 @@ def load_parts(
     vae.eval()
     return ModelParts(
         transformer=transformer, vae=vae, tokenizer=tokenizer, scheduler=scheduler,
-        native_flow_schedule=native_flow_schedule,
+        native_flow_schedule=native_flow_schedule, prompt_template=read_prompt_template(folder),
     )  # fmt: skip

@@ -141,9 +141,13 @@ def _freeze(module: torch.nn.Module) -> torch.nn.Module:
 
 
 def build_trainable(
-    config: schema.RunConfig, device: torch.device, *, adapter_names: tuple[str, ...] = ("policy",)
+    config: schema.RunConfig, device: torch.device, *, adapter_names: tuple[str, ...] = ("policy",),
+    with_reference: bool = True,
 ) -> TrainableModel:
-    """Build the trainable model on `device` (identical on every rank), sharded when a process group exists."""
+    """Build the trainable model on `device` (identical on every rank), sharded when a process group exists.
+
+    `with_reference=False` (SFT, which has no reference) skips a full fine-tune's frozen copy;
+    `reference()` then must not be used."""
     parts = load_base(config)
     _freeze(parts.vae)
     rank = config.model.lora.rank
@@ -162,8 +166,12 @@ def build_trainable(
                 list(config.model.lora.target_modules) or None,
             )
     else:
-        frozen_ref = _freeze(copy.deepcopy(transformer))
+        frozen_ref = _freeze(copy.deepcopy(transformer)) if with_reference else None
         transformer.requires_grad_(True)
+        # The text head is on no path an image loss reaches: it would never get a gradient, so
+        # AdamW would hold no state for it and a checkpoint's optimizer state would miss it.
+        if getattr(transformer, "lm_head", None) is not None:
+            transformer.lm_head.requires_grad_(False)
 
     if config.model.gradient_checkpointing:
         transformer.enable_gradient_checkpointing()

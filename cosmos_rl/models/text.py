@@ -3,6 +3,13 @@
 The pipeline wraps each prompt in a chat (system turn + user turn + open assistant turn),
 optionally appends a resolution sentence (its negation for the unconditional prompt), and ends
 the ids with EOS then `<|vision_start|>`, after which the vision tokens follow.
+
+That is the `chat` prompt template. A model may name another one (`ModelParts.prompt_template`,
+saved with the model): `minimal` is the prompt's own bytes, then EOS and `<|vision_start|>` (no
+turns, no system prompt, no resolution sentence). For a small model the chat template's system
+prompt is most of the sequence (~164 tokens for a ~22-byte caption against ~27 with `minimal`),
+and every trainer and sampler tokenizes through `model_prompt_ids`, so a model is always fed the
+template it was trained with.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import _SYSTEM_PROMPT_IMAG
 from transformers import PreTrainedTokenizerBase
 
 VISION_START_TOKEN = "<|vision_start|>"
+PROMPT_TEMPLATES = ("chat", "minimal")
 
 
 def _with_sentence(text: str, sentence: str) -> str:
@@ -34,6 +42,31 @@ def _encode(tokenizer: PreTrainedTokenizerBase, text: str, use_system_prompt: bo
     )
     vision_start = tokenizer.convert_tokens_to_ids(VISION_START_TOKEN)
     return list(encoded["input_ids"]) + [tokenizer.eos_token_id, vision_start]
+
+
+def _minimal(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
+    return list(ids) + [tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids(VISION_START_TOKEN)]
+
+
+def model_prompt_ids(
+    tokenizer: PreTrainedTokenizerBase, template: str, prompts: list[str], image_size: int
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """(cond, uncond) ids of `prompts` under a model's prompt template, for square images.
+
+    `chat`: the pipeline's template with its system prompt and resolution sentence;
+    `minimal`: the prompt's bytes + EOS + `<|vision_start|>`, the unconditional prompt only the
+    last two (so "a circle" is 8 + 2 ids and its uncond 2 ids with the byte tokenizer).
+    """
+    if template == "chat":
+        return tokenize_prompts(tokenizer, prompts, resolution=(image_size, image_size))
+    if template != "minimal":
+        raise ValueError(f"unknown prompt template {template!r}; known: {PROMPT_TEMPLATES}")
+    if isinstance(prompts, str):
+        raise TypeError("prompts must be a list of strings, got a single string")
+    uncond = torch.tensor(_minimal(tokenizer, ""), dtype=torch.long)
+    cond = [torch.tensor(_minimal(tokenizer, prompt), dtype=torch.long) for prompt in prompts]
+    return cond, [uncond.clone() for _ in prompts]
 
 
 def tokenize_prompts(

@@ -53,7 +53,7 @@ from cosmos_rl.errors import UserError
 from cosmos_rl.flow import noisy_latents, velocity_target
 from cosmos_rl.models.packing import velocity
 from cosmos_rl.models.setup import TrainableModel, build_optimizer, build_trainable
-from cosmos_rl.models.text import tokenize_prompts
+from cosmos_rl.models.text import model_prompt_ids
 from cosmos_rl.models.vae import encode_images
 from cosmos_rl.preempt import StopFlag
 from cosmos_rl.seeds import derive_seed
@@ -159,7 +159,7 @@ class DPOTrainer:
         ids = self._ids_cache.get(prompt)
         if ids is None:
             size = self.config.model.image_size
-            cond, _ = tokenize_prompts(self.model.tokenizer, [prompt], resolution=(size, size))
+            cond, _ = model_prompt_ids(self.model.tokenizer, self.model.parts.prompt_template, [prompt], size)
             ids = self._ids_cache[prompt] = cond[0].to(self.device)
         return ids
 

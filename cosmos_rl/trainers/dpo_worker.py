@@ -1,6 +1,6 @@
-"""torchrun entry of a DPO run: `python -m cosmos_rl.trainers.dpo_worker <run_dir>/manifest.toml [--resume]`.
+"""torchrun entry of a DPO or SFT run: `python -m cosmos_rl.trainers.dpo_worker <run_dir>/manifest.toml [--resume]`.
 
-One process per rank. It joins the process group, runs `trainers.dpo`, and leaves through
+One process per rank. It joins the process group, runs `trainers.dpo` (or `trainers.sft`), and leaves through
 `dist.world.finish_worker` (never interpreter teardown: see docs/topology.md, "Platform traps"). Exit codes follow the
 CLI: 0 done, 2 a user mistake (UserError), 75 preempted after a committed checkpoint, 1 anything
 else. The one-line reason goes to stderr and to `<run_dir>/logs/rank<N>.status` (JSON: code,
@@ -61,11 +61,14 @@ def run_worker(manifest: Path, resume: bool) -> int:
     status.unlink(missing_ok=True)
     code, message = EXIT_OK, ""
     try:
-        from cosmos_rl.config import load
+        from cosmos_rl.config import load, schema
         from cosmos_rl.dist.world import init_process_group, pick_device
-        from cosmos_rl.trainers.dpo import train
 
         config = load.load(manifest)
+        if isinstance(config.rl, schema.SFTConfig):  # SFT ranks launch exactly as DPO ranks do
+            from cosmos_rl.trainers.sft import train
+        else:
+            from cosmos_rl.trainers.dpo import train
         device = pick_device(config.grid.device, me.local_rank)
         init_process_group(device, me.rank, me.world_size, config.grid.timeout_s)
         train(config, run_dir, device, resume=resume)

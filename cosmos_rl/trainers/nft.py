@@ -162,12 +162,12 @@ class NFTTrainer:
                 param.requires_grad_(True)
 
     def _tokens(self, rows: list[int]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        from cosmos_rl.models.text import tokenize_prompts
+        from cosmos_rl.models.text import model_prompt_ids
 
-        size = self.config.model.image_size
+        size, template = self.config.model.image_size, self.model.parts.prompt_template
         for row in rows:
             if row not in self._token_cache:
-                cond, uncond = tokenize_prompts(self.model.tokenizer, [self.prompts[row]], resolution=(size, size))
+                cond, uncond = model_prompt_ids(self.model.tokenizer, template, [self.prompts[row]], size)
                 self._token_cache[row] = (cond[0].to(self.device), uncond[0].to(self.device))
         return [self._token_cache[r][0] for r in rows], [self._token_cache[r][1] for r in rows]
 

@@ -1,0 +1,40 @@
+"""SFT losses: flow matching for the transformer, reconstruction for the VAE. Pure tensor functions.
+
+Flow matching (rectified flow, the convention of `cosmos_rl.flow`): for clean latents x0, noise eps
+and t in [0, 1], the network sees x_t = (1 - t) x0 + t eps and is trained to predict v = eps - x0;
+the loss is the mean squared error over every element of the batch.
+
+    x0 = [[1, 2]], eps = [[3, 2]] -> target v = [[2, 0]]; a prediction [[1, 0]] has loss
+    ((1 - 2)^2 + 0^2) / 2 = 0.5.
+
+The VAE is trained as an autoencoder on pixels in the VAE's [-1, 1] range (the decoded posterior
+mean against the input), and reports PSNR on the [0, 1] image range: an MSE of m on [-1, 1] is
+m / 4 on [0, 1], so PSNR = 10 log10(4 / m); m = 0.04 -> 10 log10(100) = 20 dB.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def flow_matching_loss(v_pred: torch.Tensor, x0: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+    """Mean squared error between the predicted velocity and eps - x0 (all [B, ...], same shape)."""
+    if not v_pred.shape == x0.shape == eps.shape:
+        raise ValueError(f"shapes differ: v_pred {tuple(v_pred.shape)}, x0 {tuple(x0.shape)}, eps {tuple(eps.shape)}")
+    return torch.mean((v_pred.float() - (eps - x0).float()) ** 2)
+
+
+def reconstruction_loss(decoded: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean squared error of a reconstruction, both in the VAE's [-1, 1] pixel range."""
+    if decoded.shape != target.shape:
+        raise ValueError(f"shapes differ: decoded {tuple(decoded.shape)}, target {tuple(target.shape)}")
+    return torch.mean((decoded.float() - target.float()) ** 2)
+
+
+def psnr_db(mse_signed: float) -> float:
+    """PSNR in dB on the [0, 1] range of an MSE measured on [-1, 1] (see the module docstring)."""
+    if mse_signed <= 0:
+        return math.inf
+    return 10.0 * math.log10(4.0 / mse_signed)

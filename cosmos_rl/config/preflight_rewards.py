@@ -1,0 +1,79 @@
+"""Preflight rules of the reward tables: `[rl.reward]` (one) and `[[rl.rewards]]` (several).
+
+Part of `config/preflight.py`, which calls these; torch-free like it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from cosmos_rl.config import schema
+from cosmos_rl.config.preflight_rules import Rules
+from cosmos_rl.config.problems import show
+
+BUILTIN_REWARDS = ("jpeg_compressibility", "jpeg_incompressibility", "brightness", "prompt_colour",
+                   "shapes_strict", "shapes_partial")
+MODEL_REWARDS = ("pickscore", "clipscore", "aesthetic")  # cosmos_rl.rewards.models.MODEL_KINDS, torch-free
+
+
+def _one_reward(rl: schema.NFTConfig, r: Rules) -> None:
+    if not rl.reward.revision:
+        r.error("rl.reward.revision", "required: the provider's revision is part of the run identity", "", "set rl.reward.revision to the revision the service declares")
+    if rl.reward.url and not re.match(r"https?://", rl.reward.url):
+        r.error("rl.reward.url", "must be an http:// or https:// URL", rl.reward.url, "e.g. http://127.0.0.1:8000, or empty for the built-in service")
+    if not rl.reward.url and rl.reward.name not in BUILTIN_REWARDS:
+        r.error("rl.reward.name", "not a built-in reward", rl.reward.name, f"use one of {', '.join(show(n) for n in BUILTIN_REWARDS)}")
+    r.positive("rl.reward.timeout_s", rl.reward.timeout_s)
+    r.at_least("rl.reward.max_retries", rl.reward.max_retries, 0)
+    r.at_least("rl.reward.backoff_s", rl.reward.backoff_s, 0)
+    if rl.reward.token_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", rl.reward.token_env):
+        r.error("rl.reward.token_env", "must be an environment variable name", rl.reward.token_env, "e.g. REWARD_TOKEN")
+    if rl.reward_combine != "weighted_sum":
+        r.warn("rl.reward_combine", "has no effect with one reward ([rl.reward]); it combines the [[rl.rewards]] tables", rl.reward_combine, "remove it")
+
+
+def _reward_terms(c: schema.RunConfig, rl: schema.NFTConfig, r: Rules) -> None:
+    """[[rl.rewards]]: several rewards, each its own service (or its own built-in one)."""
+    if rl.reward != schema.RewardConfig():
+        r.error("rl.rewards", "give either [rl.reward] (one reward) or [[rl.rewards]] (several), not both", "both",
+                "move the [rl.reward] settings into a [[rl.rewards]] table and remove [rl.reward]")
+    seen: set[str] = set()
+    for i, t in enumerate(rl.rewards):
+        if not t.name:
+            r.error(f"rl.rewards[{i}].name", "required: the reward the service computes", "", 'set e.g. name = "brightness"')
+        elif t.name in seen:
+            r.error(f"rl.rewards[{i}].name", "names a reward listed before; list each reward once", t.name, "remove the repeated table")
+        seen.add(t.name)
+        if not (math.isfinite(t.weight) and t.weight > 0):
+            r.error(f"rl.rewards[{i}].weight", "must be a finite number > 0", t.weight, "set e.g. weight = 1.0")
+        if not t.revision:
+            r.error(f"rl.rewards[{i}].revision", "required: the provider's revision is part of the run identity", "", "set it to the revision the service declares")
+        if t.url and not re.match(r"https?://", t.url):
+            r.error(f"rl.rewards[{i}].url", "must be an http:// or https:// URL", t.url, "e.g. http://127.0.0.1:8000, or empty for the built-in service")
+        if t.url and t.model:
+            r.error(f"rl.rewards[{i}].model", "only for the built-in service (empty url); a service at a URL loads its own models", t.model, "remove model, or clear url")
+        if not t.url:
+            _builtin_term(c, t, i, r)
+        r.positive(f"rl.rewards[{i}].timeout_s", t.timeout_s)
+        r.at_least(f"rl.rewards[{i}].max_retries", t.max_retries, 0)
+        r.at_least(f"rl.rewards[{i}].backoff_s", t.backoff_s, 0)
+        if t.token_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", t.token_env):
+            r.error(f"rl.rewards[{i}].token_env", "must be an environment variable name", t.token_env, "e.g. REWARD_TOKEN")
+
+
+def _builtin_term(c: schema.RunConfig, t: schema.WeightedRewardConfig, i: int, r: Rules) -> None:
+    if t.model:
+        if t.name not in MODEL_REWARDS:
+            r.error(f"rl.rewards[{i}].name", "not a model reward the built-in service can load", t.name, f"use one of {', '.join(show(n) for n in MODEL_REWARDS)}")
+        r.local_path(f"rl.rewards[{i}].model", t.model, kind="folder")
+        if not t.reward_revision:
+            r.warn(f"rl.rewards[{i}].reward_revision", "not pinned: a changed model in the folder would pass as the same reward", "",
+                   "set it to the revision `cosmos-rl reward serve --revision REV --model NAME=FOLDER` prints for the folder")
+    elif t.name in MODEL_REWARDS:
+        r.error(f"rl.rewards[{i}].model", "required: the built-in service loads a model reward from a local folder", "", "set model to the folder, or url to a service that serves it")
+    elif t.name and t.name not in BUILTIN_REWARDS:
+        r.error(f"rl.rewards[{i}].name", "not a built-in reward", t.name, f"use one of {', '.join(show(n) for n in BUILTIN_REWARDS)}, a model reward with model, or a url")
+    if c.grid.nodes > 1:
+        r.error(f"rl.rewards[{i}].url", "the built-in reward service listens on 127.0.0.1 of the driver's node, which other nodes cannot reach", "",
+                "run `cosmos-rl reward serve --host 0.0.0.0 --token-env REWARD_TOKEN` where every node can reach it and set the url")

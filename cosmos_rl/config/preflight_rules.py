@@ -1,0 +1,51 @@
+"""The problem collector every preflight module writes to, and the rule helpers they share."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cosmos_rl.config.problems import Problem
+
+# Seeds are TOML integers, 64-bit signed (tomllib reads larger ones anyway); the synthetic generator
+# needs them non-negative.
+SEED_MAX = 2**63 - 1
+
+
+class Rules:
+    """Collects problems; small helpers keep each rule one readable line."""
+
+    def __init__(self, base_dir: Path):
+        self.base_dir = base_dir
+        self.problems: list[Problem] = []
+
+    def error(self, path: str, problem: str, got=..., fix: str = "") -> None:
+        self.problems.append(Problem(path, problem, fix=fix) if got is ... else Problem(path, problem, got, fix))
+
+    def warn(self, path: str, problem: str, got=..., fix: str = "") -> None:
+        kw = {} if got is ... else {"got": got}
+        self.problems.append(Problem(path, problem, fix=fix, severity="warning", **kw))
+
+    def at_least(self, path: str, value, low, fix_hint: str = "") -> None:
+        if value < low:
+            self.error(path, f"must be >= {low}", value, fix_hint or f"set {path} to {low} or more")
+
+    def positive(self, path: str, value) -> None:
+        if not value > 0:
+            self.error(path, "must be > 0", value, f"set {path} to a positive number")
+
+    def local_path(self, path: str, value: str, *, kind: str) -> Path | None:
+        """Resolve a manifest path relative to the manifest's folder; report it when missing."""
+        if not value or "://" in value:
+            return None
+        resolved = Path(value) if os.path.isabs(value) else self.base_dir / value
+        exists = resolved.is_dir() if kind == "folder" else resolved.exists() if kind == "any" else resolved.is_file()
+        if not exists:
+            self.error(path, f"{kind} not found: {resolved}", value, "fix the path (relative paths are read from the manifest's folder)")
+            return None
+        return resolved
+
+
+def seed_rule(path: str, value: int, r: Rules) -> None:
+    if not 0 <= value <= SEED_MAX:
+        r.error(path, "must be in [0, 2**63 - 1], a non-negative 64-bit integer", value, "use e.g. 0")

@@ -1,0 +1,132 @@
+"""Reading image-caption metadata (shards and JSONL) without opening any image; torch-free.
+
+The one reader of the layouts :mod:`cosmos_rl.data.captions` documents: the run's source stops at
+the first problem these return, ``validate`` lists all of them.
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from cosmos_rl.data.tar_index import Blob, index_members, side_blob
+from cosmos_rl.data.textfile import read_lines
+from cosmos_rl.errors import UserError
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    shard: Path
+    key: str
+    id: str
+    caption: str
+    image: Blob
+
+    @property
+    def origin(self) -> str:
+        return f"{self.shard} sample {self.key!r}"
+
+
+@dataclass(frozen=True)
+class CaptionRow:
+    line: int
+    id: str
+    caption: str
+    image: Path
+
+
+def _text(value, origin: str, what: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise UserError(f"{origin}: {what} must be a non-empty string, found {value!r}; give every sample a caption")
+    return value.strip()
+
+
+def _caption_of(row: dict, origin: str) -> str:
+    key = "caption" if "caption" in row else "prompt"
+    if key not in row:
+        raise UserError(f"{origin}: no 'caption' (or 'prompt') field; every sample needs a caption")
+    return _text(row[key], origin, f"field {key!r}")
+
+
+def _shard_entry(archive: tarfile.TarFile, key: str, members: dict, shard: Path) -> ShardEntry:
+    origin = f"{shard} sample {key!r}"
+    row: dict = {}
+    if "json" in members:
+        try:
+            row = json.loads(archive.extractfile(members["json"]).read())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise UserError(f"{origin}: json member is not valid JSON ({exc})") from exc
+        if not isinstance(row, dict):
+            raise UserError(f"{origin}: json member holds a {type(row).__name__}, not an object")
+    if "txt" in members:
+        try:
+            caption = _text(archive.extractfile(members["txt"]).read().decode("utf-8"), origin, "the txt member")
+        except UnicodeDecodeError as exc:
+            raise UserError(f"{origin}: txt member is not UTF-8 ({exc})") from exc
+    elif row:
+        caption = _caption_of(row, origin)
+    else:
+        raise UserError(f"{origin}: no caption: give it a 'txt' member or a 'json' member with 'caption' (members: {', '.join(sorted(members))})")
+    return ShardEntry(shard, key, str(row.get("id", f"{shard.name}/{key}")), caption, side_blob(members, "", origin))
+
+
+def index_caption_shards(shards: Sequence[Path]) -> tuple[list[ShardEntry], list[UserError]]:
+    """Every shard's good samples in order (ids unique across shards) and every problem found."""
+    entries: list[ShardEntry] = []
+    problems: list[UserError] = []
+    seen: dict[str, str] = {}
+    for shard in shards:
+        found, bad = index_members(shard, _shard_entry)
+        problems += bad
+        for entry in found:
+            if entry.id in seen:
+                problems.append(UserError(f"{entry.origin}: duplicate id {entry.id!r} (first in {seen[entry.id]}); ids must be unique"))
+                continue
+            seen[entry.id] = entry.origin
+            entries.append(entry)
+    if not entries and not problems:
+        problems.append(UserError(f"{', '.join(map(str, shards))}: the shards hold no samples"))
+    return entries, problems
+
+
+def _row(text: str, line: int, path: Path) -> CaptionRow:
+    origin = f"{path}:{line}"
+    try:
+        row = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{origin}: malformed JSON ({exc.msg} at column {exc.colno}); fix the row") from exc
+    if not isinstance(row, dict):
+        raise UserError(f"{origin}: a row must be a JSON object, found {type(row).__name__}")
+    image = row.get("image")
+    if not isinstance(image, str) or not image:
+        raise UserError(f"{origin}: field 'image' must be an image path string, found {image!r}")
+    image_path = Path(image) if Path(image).is_absolute() else path.parent / image
+    if not image_path.is_file():
+        raise UserError(f"{origin}: image {image_path} does not exist; fix the path or add the file")
+    return CaptionRow(line, str(row.get("id", line)), _caption_of(row, origin), image_path)
+
+
+def read_caption_rows(path: Path) -> tuple[list[CaptionRow], list[UserError]]:
+    """Every good row in file order and every problem (bad rows, duplicate ids, an empty file)."""
+    rows: list[CaptionRow] = []
+    problems: list[UserError] = []
+    first: dict[str, int] = {}
+    for line, text in enumerate(read_lines(Path(path), "image-caption JSONL"), start=1):
+        if not text.strip():
+            continue
+        try:
+            row = _row(text, line, Path(path))
+        except UserError as exc:
+            problems.append(exc)
+            continue
+        if row.id in first:
+            problems.append(UserError(f"{path}:{line}: duplicate id {row.id!r} (first at line {first[row.id]}); ids must be unique"))
+            continue
+        first[row.id] = line
+        rows.append(row)
+    if not rows and not problems:
+        problems.append(UserError(f"{path}: no image-caption rows found; the file is empty"))
+    return rows, problems

@@ -1,0 +1,89 @@
+"""Image-caption samples for SFT: webdataset tar shards or a JSONL file.
+
+Shards (``rl.data.shards``; the layout ``python -m cosmos_rl.shapes shards`` writes): a sample is
+the run of members sharing a key (split as in :mod:`cosmos_rl.data.tar_index`) with exactly one
+image member (``png``, ``jpg``, ``jpeg`` or ``webp``) and a caption, taken from the ``txt``
+member (UTF-8) or else from the ``json`` member's ``caption`` (or ``prompt``) field. The id is the
+json ``id`` when given, else ``<shard file name>/<key>``. Other members are ignored.
+
+JSONL (``rl.data.jsonl``): one object per line, ``{"image": path, "caption": text}`` (``prompt``
+is read when ``caption`` is absent; optional ``id``, default the line number). Image paths are
+relative to the file's folder. Blank lines hold no row.
+
+Metadata is read by :mod:`cosmos_rl.data.caption_index` when the source is built (the first
+problem stops it); images are decoded only
+when a sample is read, with the resize rule of :mod:`cosmos_rl.data.images`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence, Union
+
+import torch
+
+from cosmos_rl.data.caption_index import index_caption_shards, read_caption_rows
+from cosmos_rl.data.images import ImageSize, as_height_width, decode_image, load_image
+from cosmos_rl.data.tar_index import read_blob, shard_paths
+from cosmos_rl.errors import UserError
+
+
+@dataclass(frozen=True)
+class CaptionSample:
+    id: str
+    caption: str
+    image: torch.Tensor  # [3, H, W] in [0, 1]
+
+
+class CaptionShards:
+    """Image-caption samples from webdataset tar shards (see the module docstring)."""
+
+    def __init__(self, urls_or_paths: Union[str, Path, Sequence[Union[str, Path]]], image_size: ImageSize):
+        self.image_size = as_height_width(image_size)
+        self.shards = shard_paths(urls_or_paths)
+        self._entries, problems = index_caption_shards(self.shards)
+        if problems:
+            raise problems[0]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def caption(self, index: int) -> str:
+        return self._entries[index].caption
+
+    def __getitem__(self, index: int) -> CaptionSample:
+        entry = self._entries[index]
+        data = read_blob(entry, entry.image, entry.origin)  # type: ignore[arg-type]
+        return CaptionSample(entry.id, entry.caption, decode_image(data, self.image_size, entry.origin))
+
+
+class CaptionJsonl:
+    """Image-caption samples listed in a JSONL file (see the module docstring)."""
+
+    def __init__(self, path: Union[str, Path], image_size: ImageSize):
+        self.path = Path(path)
+        self.image_size = as_height_width(image_size)
+        self._rows, problems = read_caption_rows(self.path)
+        if problems:
+            raise problems[0]
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def caption(self, index: int) -> str:
+        return self._rows[index].caption
+
+    def __getitem__(self, index: int) -> CaptionSample:
+        row = self._rows[index]
+        origin = f"{self.path}:{row.line} (id {row.id!r})"
+        return CaptionSample(row.id, row.caption, load_image(row.image, self.image_size, origin))
+
+
+def caption_source(shards: Sequence[str], jsonl: str, image_size: ImageSize) -> Union[CaptionShards, CaptionJsonl]:
+    """The source `rl.data` names (preflight allows exactly one)."""
+    if shards:
+        return CaptionShards(list(shards), image_size)
+    if jsonl:
+        return CaptionJsonl(jsonl, image_size)
+    raise UserError("rl.data: no image-caption source; set rl.data.shards or rl.data.jsonl")

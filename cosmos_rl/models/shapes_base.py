@@ -1,0 +1,194 @@
+"""Build the `shapes` preset with the project's own SFT: `python -m cosmos_rl.models.shapes_base build`.
+
+Deterministic from `--seed` (given the same torch build and thread count). Stages, each an SFT run
+directory under `--work` (a checkpoint every `--checkpoint-every` steps; running the command again
+continues every unfinished stage from its newest checkpoint, and larger `--vae-steps`/`--steps`
+extend finished ones, since `rl.max_steps` is not part of a run's identity):
+
+1. shards: `--samples` task-balanced training prompts of the shapes world (`split_prompts(0)`,
+   so the world's held-out prompts stay unseen) rendered into webdataset shards;
+2. `init/`: the preset's architecture with random weights from the seed;
+3. `runs/vae`: SFT with `rl.train = "vae"` (autoencoder), then the per-channel latent statistics
+   of the trained encoder over the first 2048 samples -> `vae_model/`;
+4. `runs/transformer`: SFT with `rl.train = "transformer"` (flow matching) on `vae_model/`;
+5. the result as float16 safetensors + `manifest.json` in `--out` (default: the package's
+   `cosmos_rl/models/presets/shapes/`), then its held-out scores (the shipped float16 weights,
+   `shapes_eval.held_out_scores`), written into the manifest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+from cosmos_rl.errors import UserError
+
+SPLIT_SEED = 0  # the world's standard split: the base never sees a held-out prompt
+LATENT_STAT_SAMPLES = 2048
+
+
+def _parser() -> argparse.ArgumentParser:
+    from cosmos_rl.models.shapes_preset import WEIGHTS_DIR
+
+    parser = argparse.ArgumentParser(prog="python -m cosmos_rl.models.shapes_base", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    build = commands.add_parser("build", help="train the base and write it (continues an interrupted build)")
+    build.add_argument("--work", type=Path, default=Path("shapes_base_work"), help="folder for shards and run directories")
+    build.add_argument("--out", type=Path, default=WEIGHTS_DIR, help="where the weights go; default the package's preset folder")
+    build.add_argument("--seed", type=int, default=0, help="weights, data order and noise; default 0")
+    build.add_argument("--samples", type=int, default=20000, help="rendered training samples; default 20000")
+    build.add_argument("--vae-steps", type=int, default=1500, help="VAE optimizer steps; default 1500")
+    build.add_argument("--vae-batch", type=int, default=32, help="VAE samples per step; default 32")
+    build.add_argument("--vae-lr", type=float, default=1e-3, help="VAE learning rate; default 1e-3")
+    build.add_argument("--steps", type=int, default=4000, help="transformer optimizer steps; default 4000")
+    build.add_argument("--batch", type=int, default=64, help="transformer samples per step; default 64")
+    build.add_argument("--lr", type=float, default=5e-4, help="transformer learning rate; default 5e-4")
+    build.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints; default 100")
+    build.add_argument("--eval-seeds", type=int, default=8, help="noise seeds per held-out prompt (319 prompts each); default 8; 0 skips it")
+    build.add_argument("--guidance", type=float, nargs="+", default=[1.0, 3.0], help="guidance scales to score; default 1 3")
+    build.add_argument("--threads", type=int, default=1, help="torch threads; default 1")
+    return parser
+
+
+def _stage_config(args, name: str, train: str, model_path: Path, shards: list[str]):
+    """The SFT run config of one stage, preflighted like a manifest."""
+    from cosmos_rl.config import load, preflight
+    from cosmos_rl.config.problems import ManifestError
+
+    vae = train == "vae"
+    raw = {
+        "job": {"name": name, "output_dir": str((args.work / "runs").resolve()), "seed": args.seed, "log_every": 10, "progress": False},
+        "model": {"path": str(model_path.resolve()), "image_size": 32, "lora": {"rank": 0}},
+        "grid": {"device": "cpu"},
+        "checkpoint": {"every": args.checkpoint_every, "keep": 1},
+        "rl": {
+            "algorithm": "sft", "train": train,
+            "max_steps": args.vae_steps if vae else args.steps,
+            "samples_per_step": args.vae_batch if vae else args.batch,
+            "optimizer": {"lr": args.vae_lr if vae else args.lr, "warmup_steps": 0 if vae else min(100, args.steps // 10)},
+            "data": {"shards": shards},
+        },
+    }
+    config = load.structure(raw, f"shapes_base stage {name}")
+    errors = [p for p in preflight.check(config, args.work) if p.severity == "error"]
+    if errors:
+        raise ManifestError(errors, f"shapes_base stage {name}")
+    return config
+
+
+def _train_stage(config):
+    """Run (or continue) one stage in this process; returns the trainer holding the trained model."""
+    import torch
+
+    from cosmos_rl import plan, run
+    from cosmos_rl.trainers.sft import SFTTrainer
+
+    run_dir = plan.run_dir(config)
+    resume = run.has_committed_checkpoint(run_dir)
+    if not resume:
+        run.prepare_new(config, run_dir)
+    trainer = SFTTrainer(config, run_dir, torch.device("cpu"), resume=resume)
+    if trainer.step > config.rl.max_steps:
+        raise UserError(
+            f"{run_dir} has trained {trainer.step} steps, more than the {config.rl.max_steps} asked for; "
+            "a build cannot go back: ask for at least as many steps, or use a new --work folder"
+        )
+    started, first = time.perf_counter(), trainer.step
+    rows = trainer.run()
+    seconds = time.perf_counter() - started
+    last = rows[-1] if rows else {}
+    print(f"{config.job.name}: steps {first} -> {trainer.step} in {seconds:.0f} s; "
+          + ", ".join(f"{k} {v:.4g}" for k, v in last.items() if k != "step"), flush=True)
+    _add_seconds(run_dir, seconds)
+    return trainer
+
+
+def _add_seconds(run_dir: Path, seconds: float) -> float:
+    """Wall-clock of a stage summed over the calls that trained it (kept beside its metrics)."""
+    path = Path(run_dir) / "wall_clock_s.json"
+    total = json.loads(path.read_text())["seconds"] if path.is_file() else 0.0
+    total += seconds
+    path.write_text(json.dumps({"seconds": total}))
+    return total
+
+
+def latent_stats(vae, source, count: int) -> tuple[list[float], list[float]]:
+    """Per-channel mean and std of the encoder's posterior means over the first `count` samples."""
+    import torch
+
+    chunks = []
+    with torch.no_grad():
+        for start in range(0, min(count, len(source)), 256):
+            images = torch.stack([source[i].image for i in range(start, min(start + 256, count, len(source)))])
+            chunks.append(vae.encode((images * 2 - 1).unsqueeze(2)).latent_dist.mode())
+    latents = torch.cat(chunks).transpose(0, 1).reshape(vae.config.z_dim, -1)
+    return latents.mean(dim=1).tolist(), latents.std(dim=1).tolist()
+
+
+def build(args) -> dict:
+    import torch
+
+    from cosmos_rl.models.build import save_parts
+    from cosmos_rl.models.shapes_eval import held_out_scores
+    from cosmos_rl.models.shapes_preset import load_shapes_base, set_latent_stats, shapes_architecture, write_weights
+    from cosmos_rl.shapes import balanced, split_prompts, write_shards
+
+    torch.set_num_threads(args.threads)
+    work = args.work
+    shard_dir = work / "shards"
+    if not any(shard_dir.glob("shapes-*.tar")):
+        write_shards(shard_dir, balanced(split_prompts(SPLIT_SEED).train, args.samples, args.seed), args.seed)
+    shards = [str(p.resolve()) for p in sorted(shard_dir.glob("shapes-*.tar"))]
+    init = work / "init"
+    if not (init / "transformer").is_dir():
+        save_parts(shapes_architecture(args.seed), init)
+
+    vae_trainer = _train_stage(_stage_config(args, "vae", "vae", init, shards))
+    parts = vae_trainer.parts
+    set_latent_stats(parts.vae, *latent_stats(parts.vae.eval(), vae_trainer.source, LATENT_STAT_SAMPLES))
+    save_parts(parts, work / "vae_model")
+
+    flow_trainer = _train_stage(_stage_config(args, "transformer", "transformer", work / "vae_model", shards))
+    parts = flow_trainer.parts
+    parts.transformer.eval()
+    runs = work / "runs"
+    info = {
+        "preset": "shapes",
+        "command": shlex.join(["python", "-m", "cosmos_rl.models.shapes_base", *sys.argv[1:]]),
+        "recipe": {k: v for k, v in vars(args).items() if k not in ("work", "out", "command")},
+        "split_seed": SPLIT_SEED,
+        "wall_clock_s": {s: round(json.loads((runs / s / "wall_clock_s.json").read_text())["seconds"]) for s in ("vae", "transformer")},
+        "torch": torch.__version__,
+    }
+    manifest = write_weights(parts, args.out, info)
+    if args.eval_seeds > 0:
+        shipped = load_shapes_base(args.out)
+        manifest["held_out"] = {
+            f"guidance_{g:g}": held_out_scores(shipped, seeds=range(args.eval_seeds), guidance=g) for g in args.guidance
+        }
+        (Path(args.out) / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return manifest
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        for name in ("samples", "vae_steps", "vae_batch", "steps", "batch", "checkpoint_every", "threads"):
+            if getattr(args, name) < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+        manifest = build(args)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({k: manifest[k] for k in ("files", "wall_clock_s", "held_out") if k in manifest}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
