@@ -130,8 +130,9 @@ def test_one_process_playing_every_rank_gives_the_numbers_of_four_actors(runs, t
     assert local[0]["train/reward_mean"] == ray_rows[0]["train/reward_mean"]
     keys = ("train/reward_mean", "train/loss", "train/policy_loss", "train/grad_norm", "train/positive_error")
     for step, (mine, theirs) in enumerate(zip(local, ray_rows), start=1):
-        # Measured: <= 1e-7 relative at step 1, growing to ~1.5e-5 by step 4 as the updates compound.
-        tolerance = 1e-6 if step == 1 else 1e-4
+        # Measured: <= 1e-7 relative at step 1; FSDP2's other summation order compounds through the
+        # updates, up to 1.4e-4 relative by step 4 (grad_norm).
+        tolerance = 1e-6 if step == 1 else 1e-3
         for key in keys:
             assert mine[key] == pytest.approx(theirs[key], rel=tolerance), (step, key)
     assert (tmp_path / "local" / "samples" / "step_2.png").is_file()
