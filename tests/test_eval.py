@@ -12,6 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import torch
 import pytest
 from rich.console import Console
 
@@ -275,3 +276,22 @@ def test_a_dpo_full_fine_tune_evaluates_while_training_and_against_its_frozen_ba
     assert result["sampler"] == {"steps": 20, "shift": tiny_shift, "guidance": 3.0}  # DPO has no sampler: the defaults
     assert result["score"] == pytest.approx(rows[-1]["eval/score"], abs=1e-3)
     assert result["base_score"] != result["score"]
+
+
+def test_prompts_are_tokenized_with_the_models_own_template():
+    """The shapes base was trained on the `minimal` template: evaluating it with the pipeline's chat
+    template would score a model fed prompts it never saw (measured: strict 0.01 instead of ~0.4)."""
+    from cosmos_rl.evaluation.evaluator import Evaluator
+    from cosmos_rl.evaluation.settings import default_settings
+    from cosmos_rl.models.text import model_prompt_ids
+
+    tiny = build_preset("tiny", 0)
+    minimal = SimpleNamespace(scheduler=tiny.scheduler, prompt_template="minimal")
+    captions = ["a red circle"]
+    for parts, template in ((minimal, "minimal"), (tiny, "chat")):
+        evaluator = Evaluator(captions, 1, "shapes_strict", default_settings(), tokenizer=tiny.tokenizer, vae=tiny.vae,
+                              image_size=32, latent_channels=4, device=torch.device("cpu"), model_parts=parts)
+        cond, uncond = model_prompt_ids(tiny.tokenizer, template, captions, 32)
+        got = evaluator._ids("a red circle")
+        assert got[0].tolist() == cond[0].tolist() and got[1].tolist() == uncond[0].tolist()
+    assert len(model_prompt_ids(tiny.tokenizer, "minimal", captions, 32)[0][0]) < len(cond[0])

@@ -59,11 +59,12 @@ class Evaluator:
         return torch.randn(1, *self.latent_shape, generator=gen).to(self.device)
 
     def _ids(self, caption: str) -> tuple[torch.Tensor, torch.Tensor]:
-        from cosmos_rl.models.text import tokenize_prompts
+        from cosmos_rl.models.text import model_prompt_ids
 
         if caption not in self._tokens:
-            size = self.image_size
-            cond, uncond = tokenize_prompts(self.tokenizer, [caption], resolution=(size, size))
+            # The model's own prompt template (e.g. the shapes base's `minimal`), as its training used.
+            template = getattr(self.model_parts, "prompt_template", "chat")
+            cond, uncond = model_prompt_ids(self.tokenizer, template, [caption], self.image_size)
             self._tokens[caption] = (cond[0].to(self.device), uncond[0].to(self.device))
         return self._tokens[caption]
 
