@@ -227,3 +227,23 @@ def build_optimizer(
     )
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_factor(cfg.warmup_steps))
     return optimizer, schedule
+
+
+def optimizer_step(
+    params: list[torch.nn.Parameter],
+    optimizer: torch.optim.Optimizer,
+    schedule: torch.optim.lr_scheduler.LRScheduler,
+    grad_clip: float,
+) -> tuple[torch.Tensor, float]:
+    """Clip (grad_clip > 0) or just measure the gradient norm, then step the optimizer and the LR
+    schedule. Returns (the norm before clipping, the LR the step used); shared by every trainer."""
+    if grad_clip > 0:
+        norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    else:
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+    if hasattr(norm, "full_tensor"):  # a DTensor under FSDP2
+        norm = norm.full_tensor()
+    lr = schedule.get_last_lr()[0]
+    optimizer.step()
+    schedule.step()
+    return norm, lr

@@ -328,15 +328,9 @@ class NFTTrainer:
         loss = losses[0] if len(losses) == 1 else torch.stack(losses).mean()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        params = self.model.trainable_parameters()
-        if self.rl.optimizer.grad_clip > 0:
-            norm = torch.nn.utils.clip_grad_norm_(params, self.rl.optimizer.grad_clip)
-        else:
-            norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
-        if hasattr(norm, "full_tensor"):
-            norm = norm.full_tensor()
-        self.optimizer.step()
-        self.schedule.step()
+        from cosmos_rl.models.setup import optimizer_step
+
+        norm, _ = optimizer_step(self.model.trainable_parameters(), self.optimizer, self.schedule, self.rl.optimizer.grad_clip)
         out = []
         for rank_metrics in metrics:
             row = {k: float(v) for k, v in rank_metrics.items() if k != "loss"}

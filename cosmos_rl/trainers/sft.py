@@ -46,7 +46,7 @@ from cosmos_rl.data.cursor import PairCursor
 from cosmos_rl.dist.world import process_group_active, rank_and_world
 from cosmos_rl.flow import noisy_latents
 from cosmos_rl.models.packing import velocity
-from cosmos_rl.models.setup import TrainableModel, build_optimizer, build_trainable, load_base
+from cosmos_rl.models.setup import TrainableModel, build_optimizer, build_trainable, load_base, optimizer_step
 from cosmos_rl.models.text import model_prompt_ids
 from cosmos_rl.models.vae import encode_images
 from cosmos_rl.preempt import StopFlag
@@ -181,16 +181,7 @@ class SFTTrainer:
             for p in self.params:
                 if p.grad is not None:
                     self._all_mean(p.grad)
-        clip = self.rl.optimizer.grad_clip
-        if clip > 0:
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, clip)
-        else:
-            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in self.params if p.grad is not None])
-        if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP2
-            grad_norm = grad_norm.full_tensor()
-        lr = self.schedule.get_last_lr()[0]
-        self.optimizer.step()
-        self.schedule.step()
+        grad_norm, lr = optimizer_step(self.params, self.optimizer, self.schedule, self.rl.optimizer.grad_clip)
         self.step += 1
 
         names = ["loss", *extra]
