@@ -27,6 +27,8 @@ app = typer.Typer(
 )
 reward_app = typer.Typer(no_args_is_help=True, help="The HTTP reward service.")
 app.add_typer(reward_app, name="reward")
+pairs_app = typer.Typer(no_args_is_help=True, help="Preference pairs from a model's own rollouts.")
+app.add_typer(pairs_app, name="pairs")
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
@@ -306,6 +308,52 @@ def reward_convert_head(
     except UserError as exc:
         _fail(exc)
     out.print(f"[bold green]wrote[/] {escape(str(target))} ({len(names)} tensors: {escape(', '.join(names))})", highlight=False)
+
+
+@pairs_app.command("mine")
+def pairs_mine(
+    target: str = typer.Argument(..., help="The model that samples: a run directory (its newest checkpoint), a diffusers model folder, or preset:NAME."),
+    reward: str = typer.Option(..., "--reward", help="Built-in weight-free reward that scores the samples (shapes_partial ranks by partial credit, shapes_strict by all-or-nothing)."),
+    prompts: Path = typer.Option(..., "--prompts", help="Prompt file (.txt or .jsonl): one pair at most per row."),
+    samples: int = typer.Option(4, "--samples", help="Samples per prompt row (K >= 2); the best and the worst make the pair."),
+    out_dir: Path = typer.Option(..., "--out", help="Folder for pairs-NNNNNN.tar and mine.json (must hold no pairs-*.tar yet)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the samples' noise; another seed mines other samples."),
+    batch_size: int = typer.Option(32, "--batch-size", help="Samples per sampler call."),
+    per_shard: int = typer.Option(1000, "--per-shard", help="Pairs per shard."),
+    device: str = typer.Option("auto", "--device", help="auto (CUDA when available), cpu or cuda."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object."),
+) -> None:
+    """Sample K images per prompt, score them, write best-vs-worst pairs (ties dropped) as webdataset shards for rl.data.shards."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from cosmos_rl.mining.command import run_mine
+
+    def warn(line: str) -> None:
+        err.print("[yellow]warning[/]: ", end="", highlight=False)
+        err.print(line, markup=False, highlight=False)
+
+    if device not in ("auto", "cpu", "cuda"):
+        _fail(UserError(f"--device: {device!r} is not one of auto, cpu, cuda"))
+    columns = (TextColumn("mining"), BarColumn(), MofNCompleteColumn(), TextColumn("prompt rows"), TimeRemainingColumn())
+    try:
+        with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as bar:
+            task = bar.add_task("mine", total=None)
+            summary = run_mine(
+                target, reward=reward, prompts=prompts, samples=samples, out_dir=out_dir, seed=seed,
+                batch_size=batch_size, per_shard=per_shard, device=device, warn=warn,
+                progress=lambda done, total: bar.update(task, completed=done, total=total),
+            )
+    except UserError as exc:
+        _fail(exc)
+    if as_json:
+        print(json.dumps(summary, indent=2))
+        return
+    out.print(
+        f"[bold green]wrote[/] {summary['pairs']} pairs from {summary['rows']} prompt rows "
+        f"({summary['ties_dropped']} tied and dropped) to {len(summary['shards'])} shard(s) in {escape(str(out_dir))}",
+        highlight=False,
+    )
+    out.print(f"  use them with: rl.data.shards = [\"{escape(str(out_dir))}/pairs-{{000000..{len(summary['shards']) - 1:06d}}}.tar\"]", highlight=False)
 
 
 def main() -> None:

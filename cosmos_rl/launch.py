@@ -41,7 +41,7 @@ def _saved(run_dir: Path) -> schema.RunConfig | None:
     from cosmos_rl.config import load
 
     try:
-        return load.load(Path(run_dir) / run_mod.MANIFEST)
+        return load.load(Path(run_dir) / run_mod.MANIFEST, saved_run=True)
     except Exception:  # noqa: BLE001 - load_for_resume names the problem right after
         return None
 

@@ -73,8 +73,8 @@ def load_for_resume(run_dir: Path, overrides: list[str], *, exact: bool) -> tupl
     run_dir = Path(run_dir)
     manifest = run_dir / MANIFEST
     check_run_dir(run_dir)
-    saved = load.load(manifest)
-    config, problems = load.load_all_problems(manifest, overrides)
+    saved = load.load(manifest, saved_run=True)
+    config, problems = load.load_all_problems(manifest, overrides, saved_run=True)
     if config is None or any(p.severity == "error" for p in problems):
         raise ManifestError(problems, f"{manifest} with overrides")
     # The run directory stays where it is even when the run was moved or job.* changed.

@@ -11,6 +11,7 @@ from cosmos_rl.algorithms.nft import (
     nft_loss,
     old_decay,
     optimality,
+    timestep_picks,
 )
 
 
@@ -174,6 +175,38 @@ def test_nft_loss_x0_weighting_flag():
     plain, _ = nft_loss(v_theta, zeros, zeros, zeros, torch.tensor([1.0]), beta=1.0,
                         policy_loss_scale=1.0, kl_beta=0.0)
     assert plain.item() == pytest.approx(5.0)
+
+
+def test_nft_loss_without_a_reference_reports_no_kl():
+    """v_ref = None (kl_beta = 0): the loss is the policy loss alone and no kl_loss is reported;
+    with v_ref given the same inputs report kl = mean((1 - 0)^2, (3 - 0)^2) = 5."""
+    v_theta = torch.tensor([[1.0, 3.0]])
+    zeros = torch.zeros(1, 2)
+    loss, m = nft_loss(v_theta, zeros, None, zeros, torch.tensor([1.0]), beta=1.0,
+                       policy_loss_scale=1.0, kl_beta=0.0, x0_weighting_t=None)
+    assert "kl_loss" not in m and loss.item() == pytest.approx(5.0)
+    _, m = nft_loss(v_theta, zeros, zeros, zeros, torch.tensor([1.0]), beta=1.0,
+                    policy_loss_scale=1.0, kl_beta=0.0)
+    assert m["kl_loss"].item() == pytest.approx(5.0)
+    with pytest.raises(ValueError, match="v_ref is needed"):
+        nft_loss(v_theta, zeros, None, zeros, torch.tensor([1.0]), beta=1.0, policy_loss_scale=1.0, kl_beta=0.1)
+
+
+def test_timestep_picks_draw_k_distinct_per_sample_and_leave_out_a_random_one():
+    """10 sampler timesteps, 0 = all but one: each row has 9 distinct indices, and over 200 rows
+    the left-out index is not always the last (the smallest sigma) but covers every position."""
+    gen = torch.Generator().manual_seed(0)
+    picks = timestep_picks(10, 200, 0, gen)
+    assert picks.shape == (200, 9)
+    assert all(len(set(row.tolist())) == 9 for row in picks)
+    left_out = {(set(range(10)) - set(row.tolist())).pop() for row in picks}
+    assert left_out == set(range(10))
+    three = timestep_picks(10, 50, 3, gen)
+    assert three.shape == (50, 3) and len({tuple(sorted(r.tolist())) for r in three}) > 1
+    assert timestep_picks(10, 4, 10, gen).sort(dim=1).values.tolist() == [list(range(10))] * 4
+    assert timestep_picks(1, 2, 0, gen).tolist() == [[0], [0]]
+    with pytest.raises(ValueError, match="per_sample"):
+        timestep_picks(10, 1, 11, gen)
 
 
 def test_nft_loss_rejects_bad_inputs():

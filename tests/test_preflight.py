@@ -84,7 +84,7 @@ NFT_CASES = [
     (["rl.prompts_per_step=0"], "rl.prompts_per_step", ">= 1"),
     (["rl.sample_steps=1"], "rl.sample_steps", ">= 2"),
     (["rl.sampler_shift=0.0"], "rl.sampler_shift", "> 0"),
-    (["rl.timesteps_per_sample=8"], "rl.timesteps_per_sample", "rl.sample_steps - 1"),
+    (["rl.timesteps_per_sample=9"], "rl.timesteps_per_sample", "rl.sample_steps = 8"),
     (['rl.prompts.file="missing.txt"'], "rl.prompts.file", "file not found"),
     (["model.config.parallelism.data_parallel_shard_degree=3"], "model.config.parallelism.data_parallel_shard_degree", "group_size (4)"),
     (["rl.beta=0.0"], "rl.beta", "> 0"),

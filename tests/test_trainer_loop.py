@@ -90,10 +90,15 @@ def test_a_resumed_loop_starts_after_its_checkpoint_and_drops_later_rows(tmp_pat
 
 
 def test_a_knob_added_later_leaves_the_identity_alone_at_its_default():
-    """rl.x0_weighting came after checkpoint format 1: at its default (off) older run directories keep
-    their identity; turned on, the run computes something else and its identity changes."""
+    """rl.x0_weighting came after checkpoint format 1, off; its default is now on (the official
+    release's choice). A run directory's saved manifest without the key (written before it existed)
+    loads it off, as that run computed, with the identity it always had; a new manifest without
+    the key gets today's default, which is part of the identity."""
     nft = Path(__file__).resolve().parents[1] / "manifests" / "nft_t2i_smoke.toml"
-    default, on = load.load(nft), load.load(nft, ["rl.x0_weighting=true"])
-    assert "rl.x0_weighting" not in plan.identity_fields(default)
-    assert plan.identity_fields(on)["rl.x0_weighting"] is True
-    assert plan.run_identity(default) != plan.run_identity(on)
+    assert "x0_weighting" not in nft.read_text()
+    saved, fresh = load.load(nft, saved_run=True), load.load(nft)
+    assert saved.rl.x0_weighting is False and fresh.rl.x0_weighting is True
+    assert "rl.x0_weighting" not in plan.identity_fields(saved)
+    assert plan.identity_fields(fresh)["rl.x0_weighting"] is True
+    assert plan.run_identity(saved) != plan.run_identity(fresh)
+    assert load.load(nft, ["rl.x0_weighting=true"], saved_run=True).rl.x0_weighting is True

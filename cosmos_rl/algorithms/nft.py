@@ -94,7 +94,7 @@ def _branch_error(
 def nft_loss(
     v_theta: torch.Tensor,
     v_old: torch.Tensor,
-    v_ref: torch.Tensor,
+    v_ref: torch.Tensor | None,
     v_target: torch.Tensor,
     r: torch.Tensor,
     beta: float,
@@ -110,23 +110,28 @@ def nft_loss(
         kl_loss     = mean((v_theta - v_ref)^2)
         loss        = policy_loss + kl_beta * kl_loss
     err() is the per-sample mean squared velocity error (MEAN reduction throughout).
-    v_old and v_ref are detached here: they are constants of the objective.
+    v_old and v_ref are detached here: they are constants of the objective. v_ref = None (only with
+    kl_beta = 0) leaves the KL term out, and `kl_loss` out of the metrics: a KL that was not
+    measured is never reported as 0.
 
     x0_weighting_t (shape [B], default None): when given, err() is the official release's
     stability variant instead - the squared error of x0_hat = x_t - t * v in x0 space, divided
     by a stop-gradient of that sample's mean absolute x0 error. Off by default because the
     spec's formula is the velocity-space one; turn it on to match the official numbers.
 
-    Metrics (detached 0-dim tensors, batch means): loss, policy_loss, kl_loss, positive_error,
+    Metrics (detached 0-dim tensors, batch means): loss, policy_loss, kl_loss (when v_ref), positive_error,
     negative_error, optimality_mean, optimality_second_moment.
     """
     if not beta > 0:
         raise ValueError(f"beta must be > 0 (the policy loss divides by it), got {beta}")
-    shapes = {tuple(v.shape) for v in (v_theta, v_old, v_ref, v_target)}
+    if v_ref is None and kl_beta != 0:
+        raise ValueError(f"v_ref is needed for kl_beta = {kl_beta}")
+    given = [v for v in (v_theta, v_old, v_ref, v_target) if v is not None]
+    shapes = {tuple(v.shape) for v in given}
     if len(shapes) != 1 or v_theta.dim() < 2:
         raise ValueError(
             "v_theta, v_old, v_ref, v_target must share one [B, ...] shape, got "
-            f"{[tuple(v.shape) for v in (v_theta, v_old, v_ref, v_target)]}"
+            f"{[tuple(v.shape) for v in given]}"
         )
     if r.shape != (v_theta.shape[0],):
         raise ValueError(f"r must be shaped [B]=[{v_theta.shape[0]}], got {tuple(r.shape)}")
@@ -136,7 +141,6 @@ def nft_loss(
             f"got {tuple(x0_weighting_t.shape)}"
         )
     v_old = v_old.detach()
-    v_ref = v_ref.detach()
     v_target = v_target.detach()
     r = r.detach().to(v_theta.dtype)
 
@@ -147,19 +151,40 @@ def nft_loss(
     policy_loss = (
         policy_loss_scale * (r * positive_error + (1 - r) * negative_error).mean() / beta
     )
-    kl_loss = (v_theta - v_ref).pow(2).mean()
-    loss = policy_loss + kl_beta * kl_loss
-
+    metrics = {"policy_loss": policy_loss.detach()}
+    loss = policy_loss
+    if v_ref is not None:
+        kl_loss = (v_theta - v_ref.detach()).pow(2).mean()
+        loss = policy_loss + kl_beta * kl_loss
+        metrics["kl_loss"] = kl_loss.detach()
     metrics = {
         "loss": loss.detach(),
-        "policy_loss": policy_loss.detach(),
-        "kl_loss": kl_loss.detach(),
+        **metrics,
         "positive_error": positive_error.detach().mean(),
         "negative_error": negative_error.detach().mean(),
         "optimality_mean": r.mean(),
         "optimality_second_moment": r.pow(2).mean(),
     }
     return loss, metrics
+
+
+def timestep_picks(
+    num_timesteps: int, rows: int, per_sample: int, generator: torch.Generator, device=None
+) -> torch.Tensor:
+    """Which of a rollout's `num_timesteps` sampler timesteps each of `rows` samples trains on.
+
+    Returns indices shaped [rows, k]: for every row, k distinct timesteps drawn at random (a fresh
+    permutation per row), as the official release draws them. `per_sample = 0` means all but one,
+    the one left out drawn at random per row; never "always drop the smallest".
+    """
+    if num_timesteps < 1:
+        raise ValueError(f"num_timesteps must be >= 1, got {num_timesteps}")
+    k = per_sample or max(num_timesteps - 1, 1)
+    if not 1 <= k <= num_timesteps:
+        raise ValueError(f"per_sample must be in [0, {num_timesteps}], got {per_sample}")
+    return torch.stack(
+        [torch.randperm(num_timesteps, generator=generator, device=device)[:k] for _ in range(rows)]
+    )
 
 
 def old_decay(step: int, cap: float = 0.5, rate: float = 0.001) -> float:

@@ -309,8 +309,37 @@ def read_manifest(path: str | Path) -> dict:
         raise ManifestError([Problem(str(path), "not UTF-8 text", fix="save the manifest as UTF-8 TOML")]) from None
 
 
-def load(path: str | Path, overrides: list[str] = ()) -> schema.RunConfig:
-    raw = apply_overrides(read_manifest(path), list(overrides))
+def with_later_knobs(raw: dict) -> dict:
+    """A run directory's saved manifest written before some knob existed: give that knob the value
+    that reproduces what the run computed then (schema.LATER_KNOB_DEFAULTS), not today's default."""
+    import copy
+
+    raw = copy.deepcopy(raw)
+    algorithm = raw.get("rl", {}).get("algorithm") if isinstance(raw.get("rl"), dict) else None
+    for key, value in schema.LATER_KNOB_DEFAULTS.items():
+        parts = key.split(".")
+        node = raw
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                break
+        else:
+            if parts[-1] not in node and _knob_applies(algorithm, key):
+                node[parts[-1]] = copy.deepcopy(value)
+    return raw
+
+
+def _knob_applies(algorithm, key: str) -> bool:
+    rl_class = {"nft": schema.NFTConfig, "dpo": schema.DPOConfig, "sft": schema.SFTConfig}.get(algorithm)
+    if rl_class is None or not key.startswith("rl.") or key.count(".") != 1:
+        return False
+    return key.split(".")[1] in {f.name for f in attrs.fields(rl_class)}
+
+
+def load(path: str | Path, overrides: list[str] = (), *, saved_run: bool = False) -> schema.RunConfig:
+    """Load a manifest; `saved_run` = it is a run directory's resolved manifest.toml (see with_later_knobs)."""
+    raw = read_manifest(path)
+    raw = apply_overrides(with_later_knobs(raw) if saved_run else raw, list(overrides))
     return structure(raw, str(path))
 
 
@@ -393,7 +422,9 @@ def _drop(raw: dict, path: str) -> bool:
     return False
 
 
-def load_all_problems(path: str | Path, overrides: list[str] = ()) -> tuple[schema.RunConfig | None, list[Problem]]:
+def load_all_problems(
+    path: str | Path, overrides: list[str] = (), *, saved_run: bool = False
+) -> tuple[schema.RunConfig | None, list[Problem]]:
     """Load and preflight in one pass, reporting every problem at once.
 
     When the manifest has structural problems (wrong types, unknown keys), those values are set
@@ -404,7 +435,8 @@ def load_all_problems(path: str | Path, overrides: list[str] = ()) -> tuple[sche
 
     from cosmos_rl.config import preflight
 
-    raw = apply_overrides(read_manifest(path), list(overrides))
+    raw = read_manifest(path)
+    raw = apply_overrides(with_later_knobs(raw) if saved_run else raw, list(overrides))
     base_dir = Path(path).resolve().parent
     try:
         config = structure(raw, str(path))

@@ -301,8 +301,8 @@ def _nft(c: schema.RunConfig, rl: schema.NFTConfig, r: Rules) -> None:
     r.at_least("rl.guidance", rl.guidance, 0)
     r.at_least("rl.prompts_per_step", rl.prompts_per_step, 1)
     r.at_least("rl.sample_grid_every", rl.sample_grid_every, 0)
-    if not 0 <= rl.timesteps_per_sample <= rl.sample_steps - 1:
-        r.error("rl.timesteps_per_sample", f"must be in [0, rl.sample_steps - 1 = {rl.sample_steps - 1}]", rl.timesteps_per_sample, "0 trains on every sampler timestep but the last")
+    if not 0 <= rl.timesteps_per_sample <= rl.sample_steps:
+        r.error("rl.timesteps_per_sample", f"must be in [0, rl.sample_steps = {rl.sample_steps}]", rl.timesteps_per_sample, "0 trains on all but one of the sampler's timesteps, the one left out drawn at random")
     if rl.prompts.file:
         r.local_path("rl.prompts.file", rl.prompts.file, kind="file")
 

@@ -261,11 +261,15 @@ class NFTConfig:
     r_map: Literal["linear", "sigmoid"] = knob("linear", "Optimality map from advantage to r in [0, 1].")
     r_tau: float = knob(0.5, "Temperature of the sigmoid map.")
     uniform_timestep: bool = knob(False, "Train at t ~ U(0, 1) instead of the sampler's timesteps.")
-    timesteps_per_sample: int = knob(0, "Training timesteps per sample; 0 = every sampler timestep but the last.")
+    timesteps_per_sample: int = knob(
+        0,
+        "Training timesteps per sample, drawn at random per sample from the rollout's sampler timesteps "
+        "(t ~ U(0, 1) with uniform_timestep); 0 = all but one, the one left out drawn at random.",
+    )
     x0_weighting: bool = knob(
-        False,
+        True,
         "Measure the implicit policies' errors in x0 space (x0 = x_t - t * v), each divided by a stop-gradient of "
-        "its mean absolute x0 error, as the official release does; false = the velocity-space error of the spec.",
+        "its mean absolute x0 error, as the official release does (the default); false = the velocity-space error of the spec.",
     )
     sample_steps: int = knob(20, "Sampler steps per generation.")
     sampler_shift: Optional[float] = knob(

@@ -83,7 +83,7 @@ def _open_run(run_dir: Path, device: torch.device, image_size: int | None, out_d
     from cosmos_rl.config import load, schema
     from cosmos_rl.models.setup import build_trainable
 
-    config = load.load(run_dir / "manifest.toml")
+    config = load.load(run_dir / "manifest.toml", saved_run=True)
     if image_size is not None and image_size != config.model.image_size:
         raise UserError(
             f"--image-size {image_size}: the run {run_dir} trains at model.image_size = {config.model.image_size}; "
@@ -122,9 +122,9 @@ def _policy_component(config, model):
     from cosmos_rl.config import schema
 
     if isinstance(config.rl, schema.NFTConfig):
-        from cosmos_rl.trainers.nft_state import AdapterState
+        from cosmos_rl.trainers.nft_state import policy_state
 
-        return AdapterState(model.transformer, "policy")
+        return policy_state(model)
     from cosmos_rl.checkpoint import ModelState
 
     return ModelState(model.state_module(), trainable_only=model.lora)

@@ -13,17 +13,14 @@ fixed member metadata (mtime 0, owner 0), so the same arguments write byte-ident
 
 from __future__ import annotations
 
-import io
 import json
-import os
-import tarfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Union
 
 import numpy as np
-from PIL import Image
 
+from cosmos_rl.data.tar_write import add_member, png_bytes, refuse_existing, shard
 from cosmos_rl.errors import UserError
 from cosmos_rl.shapes.scene import ImageSize, height_width, render
 from cosmos_rl.shapes.spec import Spec
@@ -32,20 +29,6 @@ from cosmos_rl.shapes.spec import Spec
 def sample_seed(seed: int, index: int) -> int:
     """The render seed of sample ``index`` in a set written with ``seed`` (a 32-bit integer)."""
     return int(np.random.SeedSequence([int(seed), int(index)]).generate_state(1)[0])
-
-
-def _member(tar: tarfile.TarFile, name: str, data: bytes) -> None:
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    info.mtime = 0
-    info.mode = 0o644
-    tar.addfile(info, io.BytesIO(data))
-
-
-def _png(image: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(image).save(buffer, format="PNG")
-    return buffer.getvalue()
 
 
 def write_shards(
@@ -68,22 +51,17 @@ def write_shards(
     height, width = height_width(size)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    old = sorted(out.glob(f"{prefix}-*.tar"))
-    if old:
-        raise UserError(f"{old[0]}: shards named {prefix}-*.tar already exist in {out}; "
-                        "write to an empty folder or delete the old set first")
+    refuse_existing(out, prefix)
     paths = []
     for first in range(0, len(specs), per_shard):
         path = out / f"{prefix}-{first // per_shard:06d}.tar"
-        partial = path.with_name(path.name + ".partial")
-        with tarfile.open(partial, "w", format=tarfile.USTAR_FORMAT) as tar:
+        with shard(path) as tar:
             for index in range(first, min(first + per_shard, len(specs))):
                 spec, key, image_seed = specs[index], f"{index:08d}", sample_seed(seed, index)
                 meta = {"caption": spec.caption(), "task": spec.task, "spec": spec.to_dict(),
                         "seed": image_seed, "size": [height, width]}
-                _member(tar, f"{key}.png", _png(render(spec, image_seed, (height, width))))
-                _member(tar, f"{key}.txt", spec.caption().encode("utf-8"))
-                _member(tar, f"{key}.json", json.dumps(meta, sort_keys=True).encode("utf-8"))
-        os.replace(partial, path)
+                add_member(tar, f"{key}.png", png_bytes(render(spec, image_seed, (height, width))))
+                add_member(tar, f"{key}.txt", spec.caption().encode("utf-8"))
+                add_member(tar, f"{key}.json", json.dumps(meta, sort_keys=True).encode("utf-8"))
         paths.append(path)
     return paths

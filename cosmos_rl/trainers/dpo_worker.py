@@ -64,7 +64,7 @@ def run_worker(manifest: Path, resume: bool) -> int:
         from cosmos_rl.config import load, schema
         from cosmos_rl.dist.world import init_process_group, pick_device
 
-        config = load.load(manifest)
+        config = load.load(manifest, saved_run=True)
         if isinstance(config.rl, schema.SFTConfig):  # SFT ranks launch exactly as DPO ranks do
             from cosmos_rl.trainers.sft import train
         else:

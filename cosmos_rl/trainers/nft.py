@@ -41,7 +41,7 @@ from cosmos_rl.errors import RewardUnavailable
 from cosmos_rl.rewards.multi import reward_terms
 from cosmos_rl.seeds import derive_seed
 from cosmos_rl.trainers.nft_collectives import LocalCollectives, RankCollectives
-from cosmos_rl.trainers.nft_state import SEED_CONTRACT_KEY, AdapterState
+from cosmos_rl.trainers.nft_state import SEED_CONTRACT_KEY, AdapterState, policy_state
 
 POLICY, OLD = "policy", "old"  # the two LoRA adapter names
 # What a rank's train_step returns when another rank's reward call failed for good (see train_step).
@@ -129,7 +129,7 @@ class NFTTrainer:
 
     def _components(self) -> dict[str, Any]:
         components: dict[str, Any] = {
-            layout.POLICY: AdapterState(self.transformer, POLICY),
+            layout.POLICY: policy_state(self.model),
             layout.OPTIMIZER: OptimizerState(self.transformer, self.optimizer),
             layout.LR_SCHEDULE: LRScheduleState(self.schedule),
             layout.DATA_CURSOR: _CursorState(self.cursor),
@@ -154,6 +154,9 @@ class NFTTrainer:
         """
         from cosmos_rl.models import lora
 
+        if not self.model.lora:  # a full fine-tune has one network and no old policy (preflight)
+            assert name == POLICY, name
+            return
         lora.set_active(self.transformer, name)
         if name != POLICY:
             for param in lora.adapter_tensors(self.transformer, name).values():
@@ -260,6 +263,8 @@ class NFTTrainer:
         if rl.rewards:  # several rewards: each one's own mean and std too
             metrics.update(reward_metrics(tables))
         metrics["train/advantage_mean"] = float(advantages.mean())
+        # near the clamp bound = the advantages are pinned there (rewards too spread for the range)
+        metrics["train/advantage_abs_mean"] = float(advantages.abs().mean())
         return metrics
 
     # ----------------------------------------------------------------- [rl.eval]
@@ -282,17 +287,16 @@ class NFTTrainer:
             per_sample = rl.timesteps_per_sample or max(rl.sample_steps - 1, 1)
             t = uniform_timesteps(rows * per_sample, gen, device=self.device)
         else:
-            candidates = sigmas[:-1] if sigmas.numel() > 1 else sigmas
-            per_sample = rl.timesteps_per_sample or candidates.numel()
-            picks = [torch.randperm(candidates.numel(), generator=gen, device=self.device)[:per_sample] for _ in range(rows)]
-            t = torch.cat([candidates[p] for p in picks])
+            picks = nft_math.timestep_picks(sigmas.numel(), rows, rl.timesteps_per_sample, gen, device=self.device)
+            per_sample = picks.shape[1]
+            t = sigmas[picks.flatten()]
         x0_rep = x0.repeat_interleave(per_sample, dim=0)
         ids = [ids for ids in cond for _ in range(per_sample)]
         r_rep = r.to(self.device).repeat_interleave(per_sample)
         eps = torch.randn(x0_rep.shape, generator=gen, device=self.device, dtype=x0_rep.dtype)
         return noisy_latents(x0_rep, eps, t), t, ids, velocity_target(x0_rep, eps), r_rep
 
-    def _rank_loss(self, x_t, t, ids, target, r_rep):
+    def _rank_loss(self, measure_kl: bool, x_t, t, ids, target, r_rep):
         from cosmos_rl.models.packing import velocity
 
         rl = self.rl
@@ -303,14 +307,14 @@ class NFTTrainer:
                 v_old = velocity(self.transformer, x_t, t, ids)
                 self._activate(POLICY)
             v_ref = None
-            if rl.kl_beta:
+            if rl.kl_beta or measure_kl:
                 with self.model.reference() as ref:
                     v_ref = velocity(ref, x_t, t, ids)
         v_theta = velocity(self.transformer, x_t, t, ids)
         if v_old is None:
             v_old = v_theta.detach()
         return nft_math.nft_loss(
-            v_theta, v_old, v_ref if v_ref is not None else v_theta.detach(), target, r_rep,
+            v_theta, v_old, v_ref, target, r_rep,
             rl.beta, rl.policy_loss_scale, rl.kl_beta, x0_weighting_t=t if rl.x0_weighting else None,
         )
 
@@ -320,9 +324,13 @@ class NFTTrainer:
         The loss is the mean of the played ranks' losses: FSDP averages gradients over ranks, so a
         process playing all G ranks takes the same step as G processes playing one each.
         """
+        # With kl_beta = 0 the KL is measured only on the steps whose metrics are logged (one
+        # no-grad reference forward more there), so train/kl_loss is never a number not computed.
+        job = self.config.job
+        measure_kl = step % job.log_every == 0 or step == self.rl.max_steps
         losses, metrics = [], []
         for rank, x0, sigmas, r in samples:
-            loss, rank_metrics = self._rank_loss(*self._training_inputs(step, rank, x0, sigmas, cond, r))
+            loss, rank_metrics = self._rank_loss(measure_kl, *self._training_inputs(step, rank, x0, sigmas, cond, r))
             losses.append(loss)
             metrics.append(rank_metrics)
         loss = losses[0] if len(losses) == 1 else torch.stack(losses).mean()

@@ -50,6 +50,16 @@ class AdapterState(Stateful):
                 param.copy_(state_dict[key])
 
 
+def policy_state(model) -> Stateful:
+    """What an NFT checkpoint's `policy` component is: the policy adapter with LoRA, every weight of
+    the transformer for a full fine-tune (which has no old adapter; preflight)."""
+    if model.lora:
+        return AdapterState(model.transformer, "policy")
+    from cosmos_rl.checkpoint import ModelState
+
+    return ModelState(model.state_module(), trainable_only=False)
+
+
 def contract_changes(saved: dict, current: dict) -> list[str]:
     keys = sorted(set(saved) | set(current))
     return [f"{k}: {saved.get(k)!r} -> {current.get(k)!r}" for k in keys if saved.get(k) != current.get(k)]

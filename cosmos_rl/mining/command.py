@@ -1,0 +1,148 @@
+"""`cosmos-rl pairs mine TARGET --reward NAME --prompts FILE --samples K --out DIR`.
+
+For every row of the prompt file the model (a run's newest checkpoint, a diffusers folder or
+`preset:NAME`, opened as `cosmos-rl eval` opens it) samples K images with its own sampler
+settings, a built-in reward scores them, and the best and the worst become one preference pair
+(`select.best_vs_worst`; a row whose K samples all score the same is dropped). Pairs go to
+webdataset shards (`shards.PairShardWriter`) with both scores in each pair's JSON, and
+`mine.json` records what was mined with what.
+
+Each sample's starting noise comes from a generator seeded by ("mine", --seed, the sample's
+index, its caption) on the CPU, so the same command writes the same pairs on any device or batch
+size, and a duplicated prompt row gets fresh samples.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+from cosmos_rl.errors import UserError
+
+SUMMARY_FILE = "mine.json"
+ROWS_PER_CHUNK = 64  # prompt rows sampled, scored and written per round (progress granularity)
+
+
+def check_options(samples: int, batch_size: int, per_shard: int, reward: str) -> None:
+    from cosmos_rl.evaluation.scores import reward_names
+
+    if samples < 2:
+        raise UserError(f"--samples: must be >= 2 (got {samples}); a pair is the best and the worst of K samples")
+    if batch_size < 1:
+        raise UserError(f"--batch-size: must be >= 1 (got {batch_size})")
+    if per_shard < 1:
+        raise UserError(f"--per-shard: must be >= 1 (got {per_shard})")
+    if reward not in reward_names():
+        raise UserError(f"--reward: {reward!r} is not a built-in weight-free reward; use one of {', '.join(reward_names())}")
+
+
+def _score_key(reward: str) -> str:
+    """Which number ranks the samples: the named reward's (shapes_partial ranks by partial credit)."""
+    return "partial" if reward == "shapes_partial" else "score"
+
+
+def run_mine(
+    target: str, *, reward: str, prompts: Path, samples: int, out_dir: Path, seed: int = 0,
+    batch_size: int = 32, per_shard: int = 1000, device: str = "auto",
+    warn: Callable[[str], None] = lambda line: None, progress: Callable[[int, int], None] = lambda done, total: None,
+) -> dict:  # fmt: skip
+    """Mine pairs into `out_dir` and return the summary written to `<out_dir>/mine.json`."""
+    check_options(samples, batch_size, per_shard, reward)
+    from cosmos_rl.data.prompt_file import load_prompts
+    from cosmos_rl.evaluation.prompts import held_out_captions, overlap
+    from cosmos_rl.evaluation.scores import caption_groups, uses_verifier
+
+    captions = load_prompts(prompts)
+    if not captions:
+        raise UserError(f"--prompts {prompts}: the file holds no prompt; pass a file with at least one")
+    groups = caption_groups(captions, reward, f"--prompts {prompts}")
+    if uses_verifier(reward):
+        seen = overlap(held_out_captions(0), captions)
+        if seen:
+            warn(f"{len(seen)} of the prompt rows are held-out evaluation prompts (e.g. {seen[0]!r}): a model trained on "
+                 "these pairs is then evaluated on what it trained on")  # fmt: skip
+    from cosmos_rl.evaluation.target import open_target, target_kind
+
+    target_kind(target)
+    from cosmos_rl.mining.shards import PairShardWriter
+
+    writer = PairShardWriter(out_dir, per_shard)  # refuses an old set before any sampling
+    from cosmos_rl.dist.world import pick_device
+
+    where = pick_device(device)
+    t = open_target(target, where, None, out_dir)
+    sampler = _sampler(t, captions, samples, reward, seed, where, batch_size)
+    key = _score_key(reward)
+    n, ties, kept = len(captions), 0, []
+    progress(0, n)
+    with t.policy() as network:
+        for first in range(0, n, ROWS_PER_CHUNK):
+            rows = range(first, min(first + ROWS_PER_CHUNK, n))
+            items = [sampler.items[k * n + row] for row in rows for k in range(samples)]
+            images = sampler.sample(network, items)
+            scores, partials = _scores(reward, images, [item.caption for item in items])
+            for offset, row in enumerate(rows):
+                span = slice(offset * samples, (offset + 1) * samples)
+                ranked = (partials if key == "partial" else scores)[span]
+                pick = _best_vs_worst(ranked)
+                if pick is None:
+                    ties += 1
+                    continue
+                w, l = pick
+                meta = {
+                    "id": f"mine-s{seed}-r{row:06d}", "prompt": captions[row], "task": groups[captions[row]],
+                    "reward": reward, "winner_score": ranked[w], "loser_score": ranked[l], "scores": list(ranked),
+                    "winner_sample": w, "loser_sample": l,
+                }  # fmt: skip
+                if partials is not None and key == "score":
+                    meta["partials"] = partials[span]
+                if partials is not None and key == "partial":
+                    meta["strict"] = scores[span]
+                writer.add(meta, images[span][w], images[span][l])
+                kept.append(ranked[w] - ranked[l])
+            progress(rows.stop, n)
+    paths = writer.close()
+    summary = {
+        "target": t.label, "kind": t.kind, "step": t.step, "reward": reward, "ranked_by": key,
+        "prompts": str(prompts), "rows": n, "samples": samples, "seed": seed,
+        "pairs": len(kept), "ties_dropped": ties, "mean_margin": (sum(kept) / len(kept)) if kept else None,
+        "sampler": t.settings.resolved(getattr(t.parts, "parts", t.parts)).as_json(), "image_size": t.image_size,
+        "shards": [str(p) for p in paths],
+    }  # fmt: skip
+    if not kept:
+        raise UserError(f"every one of the {n} prompt rows tied ({samples} samples scored alike under {reward}): "
+                        "no pair written; raise --samples or use a finer reward (e.g. shapes_partial)")  # fmt: skip
+    Path(out_dir, SUMMARY_FILE).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    return summary
+
+
+def _best_vs_worst(scores):
+    from cosmos_rl.mining.select import best_vs_worst
+
+    return best_vs_worst(scores)
+
+
+def _scores(reward: str, images, captions):
+    from cosmos_rl.evaluation.scores import score_images
+
+    scores, partials = score_images(reward, images, captions)
+    return [float(s) for s in scores], ([float(p) for p in partials] if partials is not None else None)
+
+
+def _sampler(t, captions, samples: int, reward: str, seed: int, device, batch_size: int):
+    import torch
+
+    from cosmos_rl.evaluation.evaluator import Evaluator
+    from cosmos_rl.seeds import derive_seed
+
+    class MineSampler(Evaluator):
+        def noise(self, item):  # by the sample's own index: duplicated rows get fresh noise
+            gen = torch.Generator().manual_seed(derive_seed("mine", seed, item.index, item.caption))
+            return torch.randn(1, *self.latent_shape, generator=gen).to(self.device)
+
+    return MineSampler(
+        captions, samples, reward, t.settings, tokenizer=t.parts.tokenizer, vae=t.parts.vae, image_size=t.image_size,
+        latent_channels=int(t.parts.transformer.config.latent_channel), device=device, batch_size=batch_size,
+        origin="--prompts", model_parts=getattr(t.parts, "parts", t.parts),
+    )  # fmt: skip
