@@ -235,6 +235,8 @@ def evaluate(
     image_size: Optional[int] = typer.Option(None, "--image-size", help="Image side for a bare model (default 32); a run uses its model.image_size."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder for the grid and eval.json; default RUN_DIR/eval, or eval/NAME for a model."),
     device: str = typer.Option("auto", "--device", help="auto (CUDA when available), cpu or cuda."),
+    sample_steps: Optional[int] = typer.Option(None, "--sample-steps", help="Sampler steps instead of the target's own (a run's rl.sample_steps, else 20)."),
+    guidance: Optional[float] = typer.Option(None, "--guidance", help="Guidance instead of the target's own (a run's rl.guidance, else 3.0)."),
 ) -> None:
     """Score a run's newest checkpoint and its base (or a model) on held-out prompts x fixed seeds; write a sample grid."""
     from cosmos_rl.evaluation.command import render, run_eval
@@ -248,7 +250,7 @@ def evaluate(
     try:
         result = run_eval(
             target, prompts=prompts, seeds=seeds, per_task=per_task, reward=reward, batch_size=batch_size,
-            image_size=image_size, out_dir=out_dir, device=device, warn=warn,
+            image_size=image_size, out_dir=out_dir, device=device, warn=warn, sample_steps=sample_steps, guidance=guidance,
         )
     except UserError as exc:
         _fail(exc)
@@ -322,6 +324,8 @@ def pairs_mine(
     per_shard: int = typer.Option(1000, "--per-shard", help="Pairs per shard."),
     device: str = typer.Option("auto", "--device", help="auto (CUDA when available), cpu or cuda."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object."),
+    sample_steps: Optional[int] = typer.Option(None, "--sample-steps", help="Sampler steps instead of the target's own (a run's [rl.eval] or rl.sample_steps, else 20)."),
+    guidance: Optional[float] = typer.Option(None, "--guidance", help="Guidance instead of the target's own (a run's [rl.eval] or rl.guidance, else 3.0)."),
 ) -> None:
     """Sample K images per prompt, score them, write best-vs-worst pairs (ties dropped) as webdataset shards for rl.data.shards."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -340,7 +344,7 @@ def pairs_mine(
             task = bar.add_task("mine", total=None)
             summary = run_mine(
                 target, reward=reward, prompts=prompts, samples=samples, out_dir=out_dir, seed=seed,
-                batch_size=batch_size, per_shard=per_shard, device=device, warn=warn,
+                batch_size=batch_size, per_shard=per_shard, device=device, warn=warn, sample_steps=sample_steps, guidance=guidance,
                 progress=lambda done, total: bar.update(task, completed=done, total=total),
             )
     except UserError as exc:

@@ -134,7 +134,7 @@ def build(config: schema.RunConfig, manifest_path: str = "MANIFEST", overrides: 
         "seed_contract": seed_contract(config),
         "launch": launch_argv(config, manifest_path, list(overrides)),
     }
-    out["eval"] = _eval_summary(rl.eval) if hasattr(rl, "eval") else "off (SFT has no [rl.eval] yet)"
+    out["eval"] = _eval_summary(config) if hasattr(rl, "eval") else "off (SFT has no [rl.eval] yet)"
     if isinstance(rl, schema.NFTConfig):
         shapes, _ = preflight.nft_shapes(config)
         out["shapes"] = shapes
@@ -160,7 +160,7 @@ def build(config: schema.RunConfig, manifest_path: str = "MANIFEST", overrides: 
     elif isinstance(rl, schema.SFTConfig):
         out["roles_per_process"] = ["data", "policy"]
         out["per_step"] = {"samples": rl.samples_per_step, "samples_per_rank": rl.samples_per_step // max(size, 1)}
-        out["data"] = f"{len(rl.data.shards)} webdataset shard(s)" if rl.data.shards else f"JSONL {rl.data.jsonl}"
+        out["data"] = f"{_shard_count(rl.data.shards)} webdataset shard(s)" if rl.data.shards else f"JSONL {rl.data.jsonl}"
         out["trains"] = "the VAE (autoencoder)" if rl.train == "vae" else "the transformer (flow matching)"
     else:
         ranks = size
@@ -194,7 +194,10 @@ def base_summary(config: schema.RunConfig, base_dir: Path) -> dict:
         out.update(kind="model.path", resolved=f"model.path's own weights, {Path(folder) / 'transformer'}")
     elif value == "" or value.startswith(layout.PRESET_SCHEME):
         name = value[len(layout.PRESET_SCHEME):] or model.preset
-        out.update(kind="preset", resolved=f"random weights of preset {name!r} seeded by job.seed = {config.job.seed}")
+        if name == "shapes":  # the one pretrained preset: its weights ship in the package
+            out.update(kind="preset", resolved="the shipped pretrained weights of preset 'shapes' (cosmos_rl/models/presets/shapes)")
+        else:
+            out.update(kind="preset", resolved=f"random weights of preset {name!r} seeded by job.seed = {config.job.seed}")
     elif value.startswith(layout.S3_SCHEME):
         cache = layout.s3_cache_dir(value, layout.init_cache_root(config.job.output_dir))
         state = "already pulled" if cache.is_dir() else "pulled once per node at start"
@@ -244,12 +247,25 @@ def _ray_layout(config: schema.RunConfig, actors: int) -> dict:
     }
 
 
-def _eval_summary(e: schema.EvalConfig) -> dict | str:
+def _eval_summary(config: schema.RunConfig) -> dict | str:
     """[rl.eval]: what is evaluated during training (cosmos_rl.evaluation), or "off"."""
+    from cosmos_rl.evaluation.settings import run_settings
+
+    e = config.rl.eval
     if e.every <= 0:
         return "off"
     prompts = e.prompts or ("shapes held-out prompts, all" if e.per_task <= 0 else f"shapes held-out prompts, up to {e.per_task} per task")
-    return {"every": e.every, "prompts": prompts, "seeds": e.seeds, "reward": e.reward, "hacking_window": e.hacking_window}
+    sampler = run_settings(config)
+    return {"every": e.every, "prompts": prompts, "seeds": e.seeds, "reward": e.reward, "hacking_window": e.hacking_window,
+            "sampler": f"{sampler.steps} steps, guidance {sampler.guidance:g}"}  # fmt: skip
+
+
+def _shard_count(entries: list[str]) -> int:
+    """Shard files the entries name as the reader expands them: brace patterns ("a-{0..2}.tar" is
+    three) and "::"-joined lists."""
+    from braceexpand import braceexpand
+
+    return sum(len(list(braceexpand(part))) for entry in entries for part in str(entry).split("::"))
 
 
 def _data_summary(data: schema.PreferenceDataConfig) -> str:
@@ -258,7 +274,7 @@ def _data_summary(data: schema.PreferenceDataConfig) -> str:
     if data.jsonl:
         return f"JSONL {data.jsonl}"
     if data.shards:
-        return f"{len(data.shards)} webdataset shard(s)"
+        return f"{_shard_count(data.shards)} webdataset shard(s)"
     if data.factory:
         return f"factory {data.factory}"
     return "none"

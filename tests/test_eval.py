@@ -153,6 +153,20 @@ def test_eval_preset_json_prints_the_documented_object(tmp_path):
     assert Path(out["grid"]) == tmp_path / "samples.png" and json.loads((tmp_path / "eval.json").read_text()) == out
 
 
+def test_eval_sampler_flags_replace_the_targets_own_settings(tmp_path):
+    from cosmos_rl.evaluation.command import run_eval
+
+    own = run_eval("preset:tiny", per_task=1, seeds=1, out_dir=tmp_path / "own")
+    other = run_eval("preset:tiny", per_task=1, seeds=1, out_dir=tmp_path / "other", sample_steps=4, guidance=1.0)
+    assert other["sampler"] == {**own["sampler"], "steps": 4, "guidance": 1.0}
+    assert other["score_partial"] != own["score_partial"] or other["tasks_partial"] != own["tasks_partial"] or \
+        (tmp_path / "other" / "samples.png").read_bytes() != (tmp_path / "own" / "samples.png").read_bytes()
+    with pytest.raises(UserError, match="--sample-steps: must be >= 1"):
+        run_eval("preset:tiny", sample_steps=0)
+    with pytest.raises(UserError, match="--guidance: must be >= 0"):
+        run_eval("preset:tiny", guidance=-1.0)
+
+
 def test_eval_refuses_bad_options_and_targets_naming_them(tmp_path):
     from cosmos_rl.evaluation.command import run_eval
 
@@ -235,7 +249,10 @@ def test_eval_config_defaults_are_off_and_not_part_of_the_run_identity():
     assert plan.run_identity(evaluated) == plan.run_identity(config)
     assert plan.build(config)["eval"] == "off"
     assert plan.build(evaluated)["eval"] == {"every": 10, "prompts": "shapes held-out prompts, up to 8 per task", "seeds": 4,
-                                             "reward": "shapes_strict", "hacking_window": 3}  # fmt: skip
+                                             "reward": "shapes_strict", "hacking_window": 3, "sampler": "8 steps, guidance 1"}  # fmt: skip
+    resampled = load.load(SMOKE, ["rl.eval.every=10", "rl.eval.sample_steps=4", "rl.eval.guidance=2.5"])
+    assert plan.run_identity(resampled) == plan.run_identity(config)
+    assert plan.build(resampled)["eval"]["sampler"] == "4 steps, guidance 2.5"
 
 
 def test_evaluating_changes_nothing_the_run_computes(nft_run, tmp_path):

@@ -97,7 +97,9 @@ def test_short_run_writes_every_metric_and_a_sample_grid(runs):
         missing = [name for name in METRIC_NAMES if name not in row]
         assert not missing, f"step {row['step']} lacks {missing}"
         assert 0.0 <= row["train/reward_mean"] <= 1.0  # brightness is a fraction
-        assert row["train/kl_loss"] == 0.0  # the smoke manifest has kl_beta = 0
+        # kl_beta = 0 in the smoke manifest: the KL is not in the loss but measured on logged steps;
+        # from step 2 the policy has moved off the reference (step 1 trains the base itself)
+        assert row["train/kl_loss"] > 0.0 if row["step"] > 1 else row["train/kl_loss"] == 0.0
         assert 0.0 <= row["train/optimality_mean"] <= 1.0
         assert all(row[k] >= 0 for k in METRIC_NAMES if k.startswith("time/"))
     # Different rollouts every step: the seeds advance with the source rows.

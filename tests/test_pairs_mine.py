@@ -83,9 +83,17 @@ def test_the_same_command_writes_byte_identical_shards_and_never_over_an_old_set
     assert refused.returncode == 2 and "already exist" in refused.stderr and "Traceback" not in refused.stderr
 
 
+def test_the_sampler_flags_replace_the_targets_settings_and_are_recorded(tmp_path):
+    done = _mine(tmp_path, "g1", "--sample-steps", "4", "--guidance", "1")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["sampler"] == {"steps": 4, "shift": 1.0, "guidance": 1.0}
+    assert json.loads((tmp_path / "g1" / "mine.json").read_text())["sampler"]["steps"] == 4
+
+
 @pytest.mark.parametrize("extra, needle", [
     (["--samples", "1"], "--samples: must be >= 2"),
     (["--reward", "nope"], "--reward: 'nope'"),
+    (["--sample-steps", "0"], "--sample-steps: must be >= 1"),
 ])  # fmt: skip
 def test_bad_options_are_one_line_errors(tmp_path, extra, needle):
     done = _mine(tmp_path, "x", *extra)

@@ -120,6 +120,8 @@ EVAL_CASES = [
     ([*EVAL_ON, "rl.eval.seeds=0"], "rl.eval.seeds", ">= 1"),
     ([*EVAL_ON, "rl.eval.per_task=-1"], "rl.eval.per_task", ">= 0"),
     ([*EVAL_ON, "rl.eval.hacking_window=1"], "rl.eval.hacking_window", ">= 2"),
+    ([*EVAL_ON, "rl.eval.sample_steps=-1"], "rl.eval.sample_steps", ">= 0"),
+    ([*EVAL_ON, "rl.eval.guidance=-0.5"], "rl.eval.guidance", ">= 0"),
     ([*EVAL_ON, 'rl.eval.reward="pickscore"'], "rl.eval.reward", "not a built-in weight-free reward"),
     ([*EVAL_ON, 'rl.eval.prompts="missing.txt"'], "rl.eval.prompts", "file not found"),
 ]

@@ -19,6 +19,7 @@ from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, Iterabl
 
 from cosmos_rl.config import schema
 from cosmos_rl.config.problems import ManifestError, Problem, show
+from cosmos_rl.config.saved_runs import with_later_knobs
 
 
 class _BadValue(Exception):
@@ -307,33 +308,6 @@ def read_manifest(path: str | Path) -> dict:
         raise ManifestError([Problem(str(path), "not valid TOML", fix=str(exc))]) from None
     except UnicodeDecodeError:
         raise ManifestError([Problem(str(path), "not UTF-8 text", fix="save the manifest as UTF-8 TOML")]) from None
-
-
-def with_later_knobs(raw: dict) -> dict:
-    """A run directory's saved manifest written before some knob existed: give that knob the value
-    that reproduces what the run computed then (schema.LATER_KNOB_DEFAULTS), not today's default."""
-    import copy
-
-    raw = copy.deepcopy(raw)
-    algorithm = raw.get("rl", {}).get("algorithm") if isinstance(raw.get("rl"), dict) else None
-    for key, value in schema.LATER_KNOB_DEFAULTS.items():
-        parts = key.split(".")
-        node = raw
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                break
-        else:
-            if parts[-1] not in node and _knob_applies(algorithm, key):
-                node[parts[-1]] = copy.deepcopy(value)
-    return raw
-
-
-def _knob_applies(algorithm, key: str) -> bool:
-    rl_class = {"nft": schema.NFTConfig, "dpo": schema.DPOConfig, "sft": schema.SFTConfig}.get(algorithm)
-    if rl_class is None or not key.startswith("rl.") or key.count(".") != 1:
-        return False
-    return key.split(".")[1] in {f.name for f in attrs.fields(rl_class)}
 
 
 def load(path: str | Path, overrides: list[str] = (), *, saved_run: bool = False) -> schema.RunConfig:

@@ -202,6 +202,9 @@ def _eval(c: schema.RunConfig, e: schema.EvalConfig, r: Rules) -> None:
     r.at_least("rl.eval.seeds", e.seeds, 1)
     r.at_least("rl.eval.per_task", e.per_task, 0, "set rl.eval.per_task to 0 (every held-out prompt) or more")
     r.at_least("rl.eval.hacking_window", e.hacking_window, 2, "set rl.eval.hacking_window to 2 or more (evaluations compared oldest to newest)")
+    r.at_least("rl.eval.sample_steps", e.sample_steps, 0, "set rl.eval.sample_steps to 0 (the run's own) or a number of sampler steps")
+    if e.guidance is not None:
+        r.at_least("rl.eval.guidance", e.guidance, 0, "set rl.eval.guidance to 1 (conditional only) or more, or remove it")
     if e.reward not in BUILTIN_REWARDS:
         r.error("rl.eval.reward", "not a built-in weight-free reward (evaluation scores in-process)", e.reward,
                 f"use one of {', '.join(show(n) for n in BUILTIN_REWARDS)}")

@@ -32,13 +32,25 @@ def check_options(seeds: int, per_task: int, reward: str, batch_size: int) -> No
         raise UserError(f"--reward: {reward!r} is not a built-in weight-free reward; use one of {', '.join(reward_names())}")
 
 
+def check_sampler_overrides(sample_steps: int | None, guidance: float | None) -> None:
+    if sample_steps is not None and sample_steps < 1:
+        raise UserError(f"--sample-steps: must be >= 1 (got {sample_steps})")
+    if guidance is not None and not guidance >= 0:
+        raise UserError(f"--guidance: must be >= 0 (got {guidance}); 1 is conditional only")
+
+
 def run_eval(
     target: str, *, prompts: Path | None = None, seeds: int = DEFAULT_SEEDS, per_task: int = DEFAULT_PER_TASK,
     reward: str = DEFAULT_REWARD, batch_size: int = DEFAULT_BATCH, image_size: int | None = None,
     out_dir: Path | None = None, device: str = "auto", warn: Callable[[str], None] = lambda line: None,
+    sample_steps: int | None = None, guidance: float | None = None,
 ) -> dict:  # fmt: skip
-    """Evaluate `target` and return the result object (see docs/eval.md); `warn` gets warning lines."""
+    """Evaluate `target` and return the result object (see docs/eval.md); `warn` gets warning lines.
+
+    `sample_steps` / `guidance` replace the target's own sampler settings (to compare models of
+    different runs under one sampler); None keeps them."""
     check_options(seeds, per_task, reward, batch_size)
+    check_sampler_overrides(sample_steps, guidance)
     captions, described = eval_captions(prompts, per_task)
     origin = f"--prompts {prompts}" if prompts else "the held-out prompts"
     caption_groups(captions, reward, origin)  # a bad prompt or TARGET fails before torch is even imported
@@ -50,6 +62,7 @@ def run_eval(
 
     where = pick_device(device)
     t = open_target(target, where, image_size, out_dir)
+    t.settings = t.settings.replaced(sample_steps, guidance)
     if t.train_prompts is not None:
         seen = overlap(t.train_prompts, captions)
         if seen:

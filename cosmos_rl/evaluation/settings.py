@@ -2,7 +2,8 @@
 
 An NFT run is evaluated with its own `rl.sample_steps`, `rl.sampler_shift` and `rl.guidance`. A
 DPO run (which never samples) and a bare model use NFT's defaults: 20 steps, guidance 3.0 and the
-model's own scheduler shift (read from the schema, so they cannot drift from it). A shift left
+model's own scheduler shift (read from the schema, so they cannot drift from it). A run's
+`rl.eval.sample_steps` / `rl.eval.guidance`, where set, replace the steps and the guidance. A shift left
 unset is the model's own; `resolved` fills it in for reporting.
 """
 
@@ -26,6 +27,10 @@ class SamplerSettings:
     def as_json(self) -> dict:
         return asdict(self)
 
+    def replaced(self, steps: int | None, guidance: float | None) -> "SamplerSettings":
+        """These settings with the steps and/or guidance given (not None) in their place."""
+        return SamplerSettings(self.steps if steps is None else steps, self.shift, self.guidance if guidance is None else guidance)
+
     def resolved(self, parts) -> "SamplerSettings":
         """The same settings with an unset shift replaced by the flow shift `parts.scheduler` declares."""
         if self.shift is not None:
@@ -41,7 +46,16 @@ def default_settings() -> SamplerSettings:
 
 
 def run_settings(config: schema.RunConfig) -> SamplerSettings:
+    """How a run is evaluated: its [rl.eval] sample_steps / guidance where set, else (NFT) its own
+    rollout settings, else the defaults."""
     rl = config.rl
     if isinstance(rl, schema.NFTConfig):
-        return SamplerSettings(steps=rl.sample_steps, shift=rl.sampler_shift, guidance=rl.guidance)
-    return default_settings()
+        own = SamplerSettings(steps=rl.sample_steps, shift=rl.sampler_shift, guidance=rl.guidance)
+    else:
+        own = default_settings()
+    e = getattr(rl, "eval", None)
+    if e is None:
+        return own
+    return SamplerSettings(
+        steps=e.sample_steps or own.steps, shift=own.shift, guidance=own.guidance if e.guidance is None else e.guidance
+    )

@@ -46,9 +46,16 @@ def run_mine(
     target: str, *, reward: str, prompts: Path, samples: int, out_dir: Path, seed: int = 0,
     batch_size: int = 32, per_shard: int = 1000, device: str = "auto",
     warn: Callable[[str], None] = lambda line: None, progress: Callable[[int, int], None] = lambda done, total: None,
+    sample_steps: int | None = None, guidance: float | None = None,
 ) -> dict:  # fmt: skip
-    """Mine pairs into `out_dir` and return the summary written to `<out_dir>/mine.json`."""
+    """Mine pairs into `out_dir` and return the summary written to `<out_dir>/mine.json`.
+
+    `sample_steps` / `guidance` replace the target's own sampler settings (as `cosmos-rl eval`'s
+    flags do); None keeps them."""
     check_options(samples, batch_size, per_shard, reward)
+    from cosmos_rl.evaluation.command import check_sampler_overrides
+
+    check_sampler_overrides(sample_steps, guidance)
     from cosmos_rl.data.prompt_file import load_prompts
     from cosmos_rl.evaluation.prompts import held_out_captions, overlap
     from cosmos_rl.evaluation.scores import caption_groups, uses_verifier
@@ -72,6 +79,7 @@ def run_mine(
 
     where = pick_device(device)
     t = open_target(target, where, None, out_dir)
+    t.settings = t.settings.replaced(sample_steps, guidance)
     sampler = _sampler(t, captions, samples, reward, seed, where, batch_size)
     key = _score_key(reward)
     n, ties, kept = len(captions), 0, []

@@ -1,0 +1,36 @@
+"""A run directory's saved manifest.toml read back as the run was: knobs added after it was written
+take the value that reproduces what the run computed then (schema.LATER_KNOB_DEFAULTS), not
+today's default."""
+
+from __future__ import annotations
+
+import attrs
+
+from cosmos_rl.config import schema
+
+
+def with_later_knobs(raw: dict) -> dict:
+    """A run directory's saved manifest written before some knob existed: give that knob the value
+    that reproduces what the run computed then (schema.LATER_KNOB_DEFAULTS), not today's default."""
+    import copy
+
+    raw = copy.deepcopy(raw)
+    algorithm = raw.get("rl", {}).get("algorithm") if isinstance(raw.get("rl"), dict) else None
+    for key, value in schema.LATER_KNOB_DEFAULTS.items():
+        parts = key.split(".")
+        node = raw
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                break
+        else:
+            if parts[-1] not in node and _knob_applies(algorithm, key):
+                node[parts[-1]] = copy.deepcopy(value)
+    return raw
+
+
+def _knob_applies(algorithm, key: str) -> bool:
+    rl_class = {"nft": schema.NFTConfig, "dpo": schema.DPOConfig, "sft": schema.SFTConfig}.get(algorithm)
+    if rl_class is None or not key.startswith("rl.") or key.count(".") != 1:
+        return False
+    return key.split(".")[1] in {f.name for f in attrs.fields(rl_class)}
