@@ -223,6 +223,17 @@ def report(
     out.print(f"[bold green]wrote[/] {escape(str(path))}", highlight=False)
 
 
+def warn(line: str) -> None:
+    """A warning line on stderr; `line` may hold outside text, so it is never parsed as markup."""
+    err.print("[yellow]warning[/]: ", end="", highlight=False)
+    err.print(line, markup=False, highlight=False)
+
+
+def _check_device(device: str) -> None:
+    if device not in ("auto", "cpu", "cuda"):
+        _fail(UserError(f"--device: {device!r} is not one of auto, cpu, cuda"))
+
+
 @app.command("eval")
 def evaluate(
     target: str = typer.Argument(..., help="A run directory (its newest checkpoint vs its base), a diffusers model folder, or preset:NAME."),
@@ -241,12 +252,7 @@ def evaluate(
     """Score a run's newest checkpoint and its base (or a model) on held-out prompts x fixed seeds; write a sample grid."""
     from cosmos_rl.evaluation.command import render, run_eval
 
-    def warn(line: str) -> None:
-        err.print("[yellow]warning[/]: ", end="", highlight=False)
-        err.print(line, markup=False, highlight=False)
-
-    if device not in ("auto", "cpu", "cuda"):
-        _fail(UserError(f"--device: {device!r} is not one of auto, cpu, cuda"))
+    _check_device(device)
     try:
         result = run_eval(
             target, prompts=prompts, seeds=seeds, per_task=per_task, reward=reward, batch_size=batch_size,
@@ -332,12 +338,7 @@ def pairs_mine(
 
     from cosmos_rl.mining.command import run_mine
 
-    def warn(line: str) -> None:
-        err.print("[yellow]warning[/]: ", end="", highlight=False)
-        err.print(line, markup=False, highlight=False)
-
-    if device not in ("auto", "cpu", "cuda"):
-        _fail(UserError(f"--device: {device!r} is not one of auto, cpu, cuda"))
+    _check_device(device)
     columns = (TextColumn("mining"), BarColumn(), MofNCompleteColumn(), TextColumn("prompt rows"), TimeRemainingColumn())
     try:
         with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as bar:

@@ -26,6 +26,11 @@ def check_options(seeds: int, per_task: int, reward: str, batch_size: int) -> No
         raise UserError(f"--seeds: must be >= 1 (got {seeds}); seeds 0 .. N-1 are used on every call")
     if per_task < 0:
         raise UserError(f"--per-task: must be >= 0 (got {per_task}); 0 takes every held-out prompt")
+    check_sampling_options(reward, batch_size)
+
+
+def check_sampling_options(reward: str, batch_size: int) -> None:
+    """The options every command that samples and scores with a built-in reward shares (eval, pairs mine)."""
     if batch_size < 1:
         raise UserError(f"--batch-size: must be >= 1 (got {batch_size})")
     if reward not in reward_names():

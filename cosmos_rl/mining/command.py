@@ -25,16 +25,13 @@ ROWS_PER_CHUNK = 64  # prompt rows sampled, scored and written per round (progre
 
 
 def check_options(samples: int, batch_size: int, per_shard: int, reward: str) -> None:
-    from cosmos_rl.evaluation.scores import reward_names
+    from cosmos_rl.evaluation.command import check_sampling_options
 
     if samples < 2:
         raise UserError(f"--samples: must be >= 2 (got {samples}); a pair is the best and the worst of K samples")
-    if batch_size < 1:
-        raise UserError(f"--batch-size: must be >= 1 (got {batch_size})")
     if per_shard < 1:
         raise UserError(f"--per-shard: must be >= 1 (got {per_shard})")
-    if reward not in reward_names():
-        raise UserError(f"--reward: {reward!r} is not a built-in weight-free reward; use one of {', '.join(reward_names())}")
+    check_sampling_options(reward, batch_size)
 
 
 def _score_key(reward: str) -> str:
