@@ -122,9 +122,9 @@ class MetadataUnpickler(pickle.Unpickler):
             ("builtins", "slice"),
         }
     )
-    # torch's own dtype/layout/memory-format singletons, by exact attribute name.
-    _TORCH_SCALARS = frozenset(
-        name
+    # torch's own dtype/layout/memory-format singletons, as exact ("torch", name) pairs too.
+    _ALLOWED = _ALLOWED | frozenset(
+        ("torch", name)
         for name, value in vars(torch).items()
         if isinstance(value, (torch.dtype, torch.layout, torch.memory_format))
     )
@@ -132,8 +132,6 @@ class MetadataUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
         if (module, name) in self._ALLOWED:
             return super().find_class(module, name)
-        if module == "torch" and name in self._TORCH_SCALARS:
-            return getattr(torch, name)
         raise pickle.UnpicklingError(f"refusing global {module}.{name} in a DCP .metadata file")
 
 

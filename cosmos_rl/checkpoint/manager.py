@@ -330,6 +330,38 @@ class CheckpointManager:
 
     # ----------------------------------------------------------------- resume
 
+    def resume_for_world(
+        self, world: int, build: Callable[[bool], dict[str, Component]], *, unmarked_ok: bool = False
+    ) -> tuple[int, dict[str, Component]]:
+        """``resume_latest`` for a trainer that may resume onto another world size (DPO, SFT).
+
+        A step must be this manager's ``algorithm`` (``unmarked_ok``: or record none, as DPO's
+        first checkpoints did) and, at the same world size, this run's identity: at another world
+        size the identity differs in the world fields only (``run.load_for_resume`` allowed that),
+        and ``build(same_world)`` leaves out what cannot carry over (per-rank RNG). Returns the
+        step and the loaded components, whose ``progress`` must say that step."""
+        components: dict[str, Component] = {}
+
+        def choose(step: int, meta: dict) -> Selection:
+            nonlocal components
+            where, found = self.step_dir(step), meta.get("algorithm")
+            if found != self.algorithm and not (unmarked_ok and found is None):
+                raise CheckpointError(f"{where} was written by a {found} run, not {self.algorithm}")
+            same_world = meta.get("world_size") == world
+            if same_world and meta.get("run_identity") != self.run_identity:
+                raise CheckpointError(
+                    f"{where}: run identity {meta.get('run_identity')!r} differs from this config's {self.run_identity!r}; "
+                    "resume with the run's own manifest.toml, or start a new run"
+                )
+            components = build(same_world)
+            return Selection(components, same_run=same_world)
+
+        step, _ = self.resume_latest(choose)
+        recorded = int(components[layout.PROGRESS].data["step"])
+        if recorded != step:
+            raise CheckpointError(f"{self.step_dir(step)}: progress says step {recorded}")
+        return step, components
+
     def resume_latest(self, components: dict[str, Component] | Choose) -> tuple[int, dict[str, Any]]:
         """Load the newest committed step that loads, in place (collective); returns (step, meta).
 

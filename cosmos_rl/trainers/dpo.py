@@ -28,14 +28,12 @@ import torch.distributed as dist
 from cosmos_rl import plan
 from cosmos_rl.algorithms.dpo import dpo_loss, per_sample_mse
 from cosmos_rl.checkpoint import (
-    CheckpointError,
     CheckpointManager,
     LRScheduleState,
     ModelState,
     OptimizerState,
     PlainState,
     RngStreams,
-    Selection,
     layout,
 )
 from cosmos_rl.config import schema
@@ -192,27 +190,11 @@ class DPOTrainer:
         that cannot be loaded and tries the next older one; when none loads, the run stops listing
         every reason.
         """
-        components: dict[str, Any] = {}
-
-        def choose(step: int, meta: dict) -> Selection:
-            nonlocal components
-            same_world = meta.get("world_size") == self.world
-            if meta.get("algorithm") not in (None, "dpo"):
-                raise CheckpointError(f"{self.checkpoints.step_dir(step)} was written by a {meta['algorithm']} run, not dpo")
-            if same_world and meta.get("run_identity") != self.identity:
-                raise CheckpointError(
-                    f"{self.checkpoints.step_dir(step)}: run identity {meta.get('run_identity')!r} differs from this "
-                    f"config's {self.identity!r}; resume with the run's own manifest.toml, or start a new run"
-                )
-            # A non-exact DPO resume may change the world size (run.load_for_resume allowed it);
-            # identity then differs only in the world fields, and per-rank RNG cannot carry over.
-            components = self._components(with_rng=same_world)
-            return Selection(components, same_run=same_world)
-
-        step, _ = self.checkpoints.resume_latest(choose)
-        self.step = int(components[layout.PROGRESS].data["step"])
-        if self.step != step:
-            raise CheckpointError(f"{self.checkpoints.step_dir(step)}: progress says step {self.step}")
+        # A non-exact DPO resume may change the world size; checkpoints from before the algorithm
+        # was recorded are DPO's.
+        self.step, components = self.checkpoints.resume_for_world(
+            self.world, lambda same_world: self._components(with_rng=same_world), unmarked_ok=True
+        )
         if self.rl.data.cursor_resume:
             self.cursor.load_state_dict(components[layout.DATA_CURSOR].data)
 

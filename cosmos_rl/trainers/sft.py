@@ -30,14 +30,12 @@ import torch.distributed as dist
 from cosmos_rl import plan
 from cosmos_rl.algorithms.sft import flow_matching_loss, psnr_db, reconstruction_loss
 from cosmos_rl.checkpoint import (
-    CheckpointError,
     CheckpointManager,
     LRScheduleState,
     ModelState,
     OptimizerState,
     PlainState,
     RngStreams,
-    Selection,
     layout,
 )
 from cosmos_rl.config import schema
@@ -106,26 +104,9 @@ class SFTTrainer:
 
     def _load_latest(self) -> None:
         """Continue from the newest loadable committed checkpoint (see DPOTrainer._load_latest)."""
-        components: dict[str, Any] = {}
-
-        def choose(step: int, meta: dict) -> Selection:
-            nonlocal components
-            where = self.checkpoints.step_dir(step)
-            if meta.get("algorithm") != "sft":
-                raise CheckpointError(f"{where} was written by a {meta.get('algorithm')} run, not sft")
-            same_world = meta.get("world_size") == self.world
-            if same_world and meta.get("run_identity") != self.identity:
-                raise CheckpointError(
-                    f"{where}: run identity {meta.get('run_identity')!r} differs from this config's {self.identity!r}; "
-                    "resume with the run's own manifest.toml, or start a new run"
-                )
-            components = self._components(with_rng=same_world)
-            return Selection(components, same_run=same_world)
-
-        step, _ = self.checkpoints.resume_latest(choose)
-        self.step = int(components[layout.PROGRESS].data["step"])
-        if self.step != step:
-            raise CheckpointError(f"{self.checkpoints.step_dir(step)}: progress says step {self.step}")
+        self.step, components = self.checkpoints.resume_for_world(
+            self.world, lambda same_world: self._components(with_rng=same_world)
+        )
         self.cursor.load_state_dict(components[layout.DATA_CURSOR].data)
 
     def save(self) -> Path:
