@@ -37,3 +37,11 @@ def ray_cluster():
         if started:
             ray.shutdown()
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def shipped_manifests(tmp_path_factory):
+    """A copy of manifests/ whose relative data paths find data written the way their headers say."""
+    from _shipped_data import shipped_checkout
+
+    return shipped_checkout(tmp_path_factory.mktemp("checkout")) / "manifests"

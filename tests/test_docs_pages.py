@@ -102,7 +102,7 @@ def user_model(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("page,command", quoted_commands())
-def test_quoted_command_parses_and_its_manifest_validates(page, command, monkeypatch, user_model):
+def test_quoted_command_parses_and_its_manifest_validates(page, command, monkeypatch, user_model, shipped_manifests):
     command, _, comment = command.partition(" #")
     refused = comment.strip() == "exits 2"
     words = shlex.split(command)
@@ -126,6 +126,8 @@ def test_quoted_command_parses_and_its_manifest_validates(page, command, monkeyp
     if names[0] in ("validate", "plan", "train"):
         manifest = ROOT / ctx.params["manifest"]
         assert manifest.is_file(), f"{page}: `{command}` names a manifest that does not exist"
+        if manifest.parent == ROOT / "manifests":  # beside the data its header says to write first
+            manifest = shipped_manifests / manifest.name
         overrides = [o.replace(USER_MODEL, str(user_model)) for o in ctx.params["overrides"] or []]
         config, problems = load.load_all_problems(manifest, overrides)
         errors = [p.render() for p in problems if p.severity == "error"]

@@ -1,5 +1,6 @@
 """Every preflight rule of the specs, each with a broken variant that must name its key."""
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -27,8 +28,21 @@ SMOKE = sorted(set((ROOT / "manifests").glob("*.toml")) - set(PUBLIC))
 
 
 @pytest.mark.parametrize("manifest", SMOKE, ids=lambda p: p.name)
-def test_shipped_smoke_manifests_pass_preflight(manifest):
-    assert errors(manifest, []) == {}
+def test_shipped_smoke_manifests_pass_preflight(manifest, shipped_manifests):
+    # From a copy beside the data the shapes manifests' headers say to write first.
+    assert errors(shipped_manifests / manifest.name, []) == {}
+
+
+@pytest.mark.parametrize("name", ["dpo_shapes_cpu.toml", "sft_shapes_cpu.toml"])
+def test_a_shapes_manifest_whose_shards_are_not_written_yet_is_refused_naming_them(name, tmp_path):
+    (tmp_path / "manifests").mkdir()
+    shutil.copy(ROOT / "manifests" / name, tmp_path / "manifests" / name)
+    found = errors(tmp_path / "manifests" / name, [])
+    assert list(found) == ["rl.data.shards[0]"], found
+    first = str(tmp_path / "shapes" / ("pairs/pairs-000000.tar" if name.startswith("dpo") else "sft/shapes-000000.tar"))
+    assert first in found["rl.data.shards[0]"] and "write the shards first" in found["rl.data.shards[0]"]
+    if name.startswith("sft"):
+        assert "20 of 20 shards not found" in found["rl.data.shards[0]"]
 
 
 ONE_OFF = ["rl.reward={}"]  # the smoke manifest's [rl.reward] set back to defaults: "not given"
@@ -233,9 +247,10 @@ def test_sft_rule(overrides, key, text):
     assert text in found[key]
 
 
-def test_sft_vae_mode_and_the_shapes_preset_pass():
-    assert errors(SFT, ['rl.train="vae"']) == {}
-    assert errors(SFT, ['model.preset="tiny"', 'rl.init_from="preset:shapes"']) == {}
+def test_sft_vae_mode_and_the_shapes_preset_pass(shipped_manifests):
+    sft = shipped_manifests / SFT.name
+    assert errors(sft, ['rl.train="vae"']) == {}
+    assert errors(sft, ['model.preset="tiny"', 'rl.init_from="preset:shapes"']) == {}
 
 
 @pytest.mark.parametrize("overrides, key, text", DPO_CASES, ids=[c[1] + ":" + c[0][-1] for c in DPO_CASES])

@@ -375,5 +375,4 @@ def _sft(c: schema.RunConfig, rl: schema.SFTConfig, r: Rules) -> None:
     if data.jsonl:
         r.local_path("rl.data.jsonl", data.jsonl, kind="file")
     for i, shard in enumerate(data.shards):
-        if "{" not in shard:  # brace-expanded shard patterns are checked when opened
-            r.local_path(f"rl.data.shards[{i}]", shard, kind="file")
+        r.shard_files(f"rl.data.shards[{i}]", shard)

@@ -36,8 +36,7 @@ def _data_source(prefix: str, data: schema.PreferenceDataConfig, r: Rules, *, ne
     if data.jsonl:
         r.local_path(f"{prefix}.jsonl", data.jsonl, kind="file")
     for i, shard in enumerate(data.shards):
-        if "{" not in shard:  # brace-expanded shard patterns are checked when opened
-            r.local_path(f"{prefix}.shards[{i}]", shard, kind="file")
+        r.shard_files(f"{prefix}.shards[{i}]", shard)
     if data.factory:
         _factory(f"{prefix}.factory", data.factory, r, needs_membership=needs_membership)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from braceexpand import braceexpand
+
 from cosmos_rl.config.problems import Problem
 
 # Seeds are TOML integers, 64-bit signed (tomllib reads larger ones anyway); the synthetic generator
@@ -45,7 +47,20 @@ class Rules:
             return None
         return resolved
 
+    def shard_files(self, path: str, value: str) -> None:
+        """Every local shard a path or brace pattern (``::`` joins several) names must be a file, so a
+        run whose shards were never written stops here rather than after its launch; URLs are opened later."""
+        names = [name for part in value.split("::") for name in braceexpand(part)]
+        local = [name.removeprefix("file:") for name in names if "://" not in name and not name.startswith("pipe:")]
+        resolved = [Path(os.path.normpath(name if os.path.isabs(name) else self.base_dir / name)) for name in local]
+        missing = [shard for shard in resolved if not shard.is_file()]
+        if not missing:
+            return
+        found = f"file not found: {missing[0]}" if len(names) == 1 else f"{len(missing)} of {len(names)} shards not found, the first {missing[0]}"
+        self.error(path, found, value, "write the shards first or fix the path (relative paths are read from the manifest's folder)")
+
 
 def seed_rule(path: str, value: int, r: Rules) -> None:
     if not 0 <= value <= SEED_MAX:
         r.error(path, "must be in [0, 2**63 - 1], a non-negative 64-bit integer", value, "use e.g. 0")
+

@@ -1,0 +1,28 @@
+"""A stand-in repository root for the shipped shapes manifests: a copy of manifests/ beside the data
+their header comments say to write first (git ignores shapes/, so a clean clone has none). The data
+come from the same commands at a few samples each, so the manifests validate as a user's would."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(args: list[str], cwd: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+
+
+def shipped_checkout(tmp: Path) -> Path:
+    """`tmp` holding manifests/ and shapes/{sft,pairs}/ as the shapes manifests' headers write them."""
+    shutil.copytree(ROOT / "manifests", tmp / "manifests")
+    _run(["cosmos_rl.shapes", "shards", "shapes/sft", "--samples", "40", "--per-shard", "2"], tmp)  # sft_shapes_cpu's 20 shards
+    prompts = tmp / "prompts.txt"
+    prompts.write_text("".join((ROOT / "manifests" / "shapes_train.txt").read_text().splitlines(keepends=True)[:8]))
+    _run(["cosmos_rl.cli", "pairs", "mine", "preset:shapes", "--reward", "shapes_strict", "--prompts", str(prompts),
+          "--samples", "3", "--sample-steps", "10", "--guidance", "1", "--out", "shapes/pairs", "--device", "cpu"], tmp)  # fmt: skip
+    return tmp
