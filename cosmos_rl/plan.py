@@ -134,7 +134,7 @@ def build(config: schema.RunConfig, manifest_path: str = "MANIFEST", overrides: 
         "seed_contract": seed_contract(config),
         "launch": launch_argv(config, manifest_path, list(overrides)),
     }
-    out["eval"] = _eval_summary(config) if hasattr(rl, "eval") else "off (SFT has no [rl.eval] yet)"
+    out["eval"] = _eval_summary(config)
     if isinstance(rl, schema.NFTConfig):
         shapes, _ = preflight.nft_shapes(config)
         out["shapes"] = shapes

@@ -162,6 +162,31 @@ def test_vae_mode_refuses_a_checkpoint_of_another_algorithm(tmp_path, shards):
         SFTTrainer(make_config(tmp_path, shards, max_steps=2), tmp_path / "run", CPU, resume=True)
 
 
+EVAL = {"every": 2, "per_task": 1, "seeds": 1, "reward": "brightness", "sample_steps": 4}
+
+
+@pytest.mark.parametrize("train", ["transformer", "vae"])
+def test_sft_evaluates_while_training_and_the_eval_command_scores_its_checkpoint_the_same(tmp_path, shards, train):
+    """[rl.eval] in both modes: eval/ rows on its steps, training numbers untouched; then `cosmos-rl
+    eval RUN_DIR` loads the checkpoint (the VAE, in vae mode) and compares it with the base."""
+    from cosmos_rl.evaluation.command import run_eval
+
+    config = make_config(tmp_path, shards, name="evaluated", train=train, eval=EVAL)
+    rows = SFTTrainer(config, tmp_path / "evaluated", CPU).run()
+    plain = SFTTrainer(make_config(tmp_path, shards, name="plain", train=train), tmp_path / "plain", CPU).run()
+    assert [("eval/score" in r) for r in rows] == [False, True, False, True]
+    for evaluated, alone in zip(rows, plain, strict=True):
+        assert {k: v for k, v in evaluated.items() if k.startswith("train/") and k != "train/samples_per_s"} == {
+            k: v for k, v in alone.items() if k.startswith("train/") and k != "train/samples_per_s"}
+    assert rows[1]["eval/score"] != rows[3]["eval/score"]  # the weights moved between the two evaluations
+    run_dir = tmp_path / "evaluated"
+    (run_dir / "manifest.toml").write_text(load.to_toml(config), encoding="utf-8")
+    result = run_eval(str(run_dir), reward="brightness", per_task=1, seeds=1, device="cpu")
+    assert result["step"] == 4 and result["sampler"]["steps"] == 4 and result["sampler"]["guidance"] == 3.0
+    assert result["score"] == pytest.approx(rows[-1]["eval/score"], abs=1e-3)
+    assert result["base_score"] != result["score"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("train, ranks", [("transformer", 1), ("vae", 2)])
 def test_cosmos_rl_train_runs_sft_under_torchrun(tmp_path, shards, train, ranks):
@@ -169,6 +194,8 @@ def test_cosmos_rl_train_runs_sft_under_torchrun(tmp_path, shards, train, ranks)
         'model.preset="tiny"', f"rl.data.shards={json.dumps(shards)}", "rl.max_steps=2", "rl.samples_per_step=2",
         f'job.output_dir="{tmp_path}"', "job.progress=false", "checkpoint.every=1", f'rl.train="{train}"',
         f"grid.gpus_per_node={ranks}", f"model.config.parallelism.data_parallel_shard_degree={ranks}",
+        "job.log_every=1", "rl.eval.every=2", "rl.eval.per_task=1", "rl.eval.seeds=1", 'rl.eval.reward="brightness"',
+        "rl.eval.sample_steps=2",
     ]
     done = subprocess.run(
         [sys.executable, "-m", "cosmos_rl.cli", "train", str(ROOT / "manifests" / "sft_shapes_cpu.toml"), *overrides],
@@ -179,7 +206,8 @@ def test_cosmos_rl_train_runs_sft_under_torchrun(tmp_path, shards, train, ranks)
     assert (run_dir / "checkpoints" / "step_2" / "COMMITTED").is_file()
     meta = json.loads((run_dir / "checkpoints" / "step_2" / "meta.json").read_text())
     assert meta["algorithm"] == "sft" and "policy" in meta["components"] and meta["world_size"] == ranks
-    assert [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()] == [2]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2] and "eval/score" in rows[1] and "eval/score" not in rows[0]
 
 
 def test_plan_of_an_sft_run_launches_the_torchrun_workers():

@@ -367,8 +367,7 @@ def with_absolute_paths(config: schema.RunConfig, base_dir: Path | str) -> schem
         return attrs.evolve(d, jsonl=resolve_path(d.jsonl, base), shards=[resolve_path(s, base) for s in d.shards])
 
     rl = attrs.evolve(config.rl, init_from=resolve_path(config.rl.init_from, base))
-    if not isinstance(rl, schema.SFTConfig):  # SFT has no [rl.eval] yet
-        rl = attrs.evolve(rl, eval=attrs.evolve(rl.eval, prompts=resolve_path(rl.eval.prompts, base)))
+    rl = attrs.evolve(rl, eval=attrs.evolve(rl.eval, prompts=resolve_path(rl.eval.prompts, base)))
     if isinstance(rl, schema.DPOConfig):
         rl = attrs.evolve(rl, data=data(rl.data), validation=attrs.evolve(rl.validation, data=data(rl.validation.data)))
     elif isinstance(rl, schema.SFTConfig):

@@ -51,8 +51,7 @@ def check(config: schema.RunConfig, base_dir: Path | str = ".") -> list[Problem]
         _sft(config, config.rl, rules)
     else:
         _dpo(config, config.rl, rules)
-    if not isinstance(config.rl, schema.SFTConfig):  # SFT has no [rl.eval] yet (docs/sft.md)
-        _eval(config, config.rl.eval, rules)
+    _eval(config, config.rl.eval, rules)
     return rules.problems
 
 
@@ -190,7 +189,7 @@ def _model_and_base(c: schema.RunConfig, r: Rules) -> None:
 
 # --------------------------------------------------------------------------------------- eval
 def _eval(c: schema.RunConfig, e: schema.EvalConfig, r: Rules) -> None:
-    """[rl.eval] (NFT and DPO): evaluation during training (docs/eval.md)."""
+    """[rl.eval] (every algorithm): evaluation during training (docs/eval.md)."""
     r.at_least("rl.eval.every", e.every, 0, "set rl.eval.every to 0 (off) or a number of steps")
     if e.every <= 0:
         return

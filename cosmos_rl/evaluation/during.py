@@ -17,7 +17,8 @@ from cosmos_rl.config import schema
 from cosmos_rl.evaluation.hacking import HackingWatch
 
 Metrics = dict[str, float]
-# The training reward each algorithm logs; DPO has no reward, its implicit one is the margin.
+# The training reward each algorithm logs; DPO has no reward, its implicit one is the margin. SFT has
+# none at all, so its watch sees no signal and never warns.
 TRAIN_SIGNAL = {"nft": "train/reward_mean", "dpo": "train/dpo_reward_margin"}
 
 

@@ -1,7 +1,7 @@
 """How an evaluation samples: the run's sampler settings, or documented defaults. Torch-free.
 
 An NFT run is evaluated with its own `rl.sample_steps`, `rl.sampler_shift` and `rl.guidance`. A
-DPO run (which never samples) and a bare model use NFT's defaults: 20 steps, guidance 3.0 and the
+DPO or SFT run (neither samples while training) and a bare model use NFT's defaults: 20 steps, guidance 3.0 and the
 model's own scheduler shift (read from the schema, so they cannot drift from it). A run's
 `rl.eval.sample_steps` / `rl.eval.guidance`, where set, replace the steps and the guidance. A shift left
 unset is the model's own; `resolved` fills it in for reporting.

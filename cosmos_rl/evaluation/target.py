@@ -6,7 +6,8 @@ adapter, or all weights for a full fine-tune), then its newest committed checkpo
 component is loaded into it (`checkpoint.CheckpointManager.load`, which checks the files and the
 run identity first). The base for comparison is the same network with adapters disabled (or the
 frozen copy of the base, for a full fine-tune): the trainer's reference. Only the policy is
-loaded, never the optimizer or the old policy.
+loaded, never the optimizer or the old policy. An SFT run that trained the VAE keeps the base
+transformer and compares the checkpoint's VAE with the base's.
 
 A model is `preset:NAME` (built from seed 0, as a run with job.seed 0 builds it) or a diffusers
 folder (`models.build.load_parts`); it has no base.
@@ -95,8 +96,10 @@ def _open_run(run_dir: Path, device: torch.device, image_size: int | None, out_d
             f"{run_dir}: no committed checkpoint to evaluate yet (checkpoints are committed every checkpoint.every "
             "steps and at the last one); wait for one, or evaluate the base model instead"
         )
-    model = build_trainable(config, device, adapter_names=("policy",))
     manager = CheckpointManager(run_dir, 0, run_identity=plan.run_identity(config), algorithm=config.rl.algorithm)
+    if isinstance(config.rl, schema.SFTConfig) and config.rl.train == "vae":
+        return _open_vae_run(run_dir, config, manager, step, device, out_dir)
+    model = build_trainable(config, device, adapter_names=("policy",))
     manager.load(step, {layout.POLICY: _policy_component(config, model)})
     model.transformer.eval()
 
@@ -114,6 +117,39 @@ def _open_run(run_dir: Path, device: torch.device, image_size: int | None, out_d
         label=str(run_dir), kind="run", parts=model, settings=run_settings(config), image_size=config.model.image_size,
         out_dir=Path(out_dir) if out_dir is not None else run_dir / "eval", step=step,
         policy=lambda: nullcontext(model.transformer), base=base, train_prompts=train_prompts,
+    )
+
+
+def _open_vae_run(run_dir: Path, config, manager, step: int, device: torch.device, out_dir: Path | None) -> Target:
+    """An SFT run that trained the VAE: the base transformer samples both times; the checkpoint's VAE
+    decodes the policy's images and the base's own VAE the base's (the evaluator holds one VAE
+    module, so each side loads its weights into it)."""
+    import torch
+
+    from cosmos_rl.checkpoint import ModelState, layout
+    from cosmos_rl.models.setup import load_base
+
+    parts = load_base(config)
+    parts.transformer.to(device).eval()
+    vae = parts.vae.to(device).eval()
+    base_weights = {k: v.clone() for k, v in vae.state_dict().items()}
+    manager.load(step, {layout.POLICY: ModelState(vae, trainable_only=False)})
+    trained_weights = {k: v.clone() for k, v in vae.state_dict().items()}
+
+    @contextmanager
+    def decoded_by(weights):
+        with torch.no_grad():
+            vae.load_state_dict(weights)
+        try:
+            yield parts.transformer
+        finally:
+            with torch.no_grad():
+                vae.load_state_dict(trained_weights)
+
+    return Target(
+        label=str(run_dir), kind="run", parts=parts, settings=run_settings(config), image_size=config.model.image_size,
+        out_dir=Path(out_dir) if out_dir is not None else run_dir / "eval", step=step,
+        policy=lambda: decoded_by(trained_weights), base=lambda: decoded_by(base_weights), train_prompts=None,
     )
 
 

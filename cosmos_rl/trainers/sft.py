@@ -14,6 +14,10 @@ Per step, on each rank: its share of the step's samples (a `PairCursor` over the
 -> backward, gradient averaging over ranks (FSDP2 for the transformer, an all-reduce for the VAE),
 clipping, AdamW, LR schedule.
 
+With `rl.eval.every`, the held-out prompts are sampled and scored every that many steps (`eval/`
+metrics, `evaluation.during`); in `vae` mode the frozen transformer samples and the VAE being trained
+decodes.
+
 A checkpoint holds the `policy` component (the trained transformer, LoRA tensors only with LoRA,
 or the trained VAE), optimizer, LR schedule, step, data cursor and every rank's RNG streams.
 """
@@ -81,6 +85,13 @@ class SFTTrainer:
             self.parts = self.model.parts
             self.module = self.model.state_module()
         self._ids: dict[str, torch.Tensor] = {}
+        self.evaluator = None
+        if self.rl.eval.every:  # [rl.eval]: held-out prompts sampled with the current weights and scored (eval/ metrics)
+            from cosmos_rl.evaluation.evaluator import Evaluator
+
+            if self.train_vae:  # the frozen transformer samples, the VAE being trained decodes
+                self.parts.transformer.to(device)
+            self.evaluator = Evaluator.for_run(config, self.model if self.model is not None else self.parts, device)
         self.params = [p for p in self.module.parameters() if p.requires_grad]
         self.optimizer, self.schedule = build_optimizer(self.params, self.rl.optimizer)
         self.identity = plan.run_identity(config)
@@ -180,17 +191,27 @@ class SFTTrainer:
         assert step == self.step + 1, f"the loop asked for step {step} after step {self.step}"
         return self.train_step()
 
+    def evaluate(self, step: int) -> dict[str, float]:
+        """[rl.eval] (collective): every rank samples its share of the items, one all-reduce sums the scores."""
+        from cosmos_rl.evaluation.evaluator import evaluate_all_reduce
+
+        transformer = self.parts.transformer if self.model is None else self.model.transformer
+        return evaluate_all_reduce(self.evaluator, transformer, self.rank, self.world)
+
     def run(self) -> list[dict[str, float]]:
         """Train to rl.max_steps, writing metrics and checkpoints; returns the rows this call wrote."""
+        from cosmos_rl.evaluation.during import with_eval
+
         spec = LoopSpec(
             run_dir=self.run_dir, start_step=self.step, resumed=self.resume, main=self.is_main,
             unit="samples", items_per_step=self.rl.samples_per_step,
             progress_fields=("train/loss", "train/psnr") if self.train_vae else ("train/loss",),
         )
+        step_fn, holdout_fn = with_eval(self.config, self._step, None, self.evaluate, main=self.is_main)
         stop = StopFlag().install()
         try:
             return run_steps(
-                self.config, spec, self._step, lambda step: self.save(), stop.should_stop,
+                self.config, spec, step_fn, lambda step: self.save(), stop.should_stop, holdout_fn,
                 stop_committed=stop.mark_committed,
             )
         finally:
