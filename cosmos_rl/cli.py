@@ -266,6 +266,26 @@ def evaluate(
     render(out, result)
 
 
+@app.command("export")
+def export(
+    run_dir: str = typer.Argument(..., help="A run directory (the folder `cosmos-rl train` created)."),
+    out_dir: Path = typer.Option(..., "--out", help="New folder for the model (diffusers pipeline layout); must not exist or be empty."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object."),
+) -> None:
+    """Write a run's newest committed checkpoint as a diffusers model folder (LoRA merged in)."""
+    from cosmos_rl.export import export_run
+
+    try:
+        summary = export_run(run_dir, out_dir, progress=lambda line: err.print(line, markup=False, highlight=False))
+    except UserError as exc:
+        _fail(exc)
+    if as_json:
+        print(json.dumps(summary, indent=2))
+        return
+    out.print(f"[bold green]exported[/] step {summary['step']} of {escape(run_dir)} ({summary['trained']}) to {escape(str(out_dir))}", highlight=False)
+    out.print(f"  use it with: model.path = \"{escape(str(out_dir))}\"  or  cosmos-rl eval {escape(str(out_dir))}", highlight=False)
+
+
 @reward_app.command("serve")
 def reward_serve(
     host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default); any other needs --token-env or --insecure."),

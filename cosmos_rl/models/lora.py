@@ -118,3 +118,18 @@ def blend_adapter(transformer: torch.nn.Module, dst: str, src: str, keep: float)
             dst_param.copy_(src_params[key])
         else:
             dst_param.mul_(keep).add_(src_params[key], alpha=1.0 - keep)
+
+
+@torch.no_grad()
+def merged_state_dict(transformer: torch.nn.Module, name: str) -> dict[str, torch.Tensor]:
+    """The plain (adapter-free) transformer's state dict with adapter `name` folded into its weights:
+    W + scaling * B @ A for every adapted layer (peft's own delta), the network left untouched."""
+    _check_known(transformer, name)
+    deltas = {f"{module_name}.base_layer.weight": layer.get_delta_weight(name) for module_name, layer in _lora_layers(transformer)}
+    merged = {}
+    for key, value in transformer.state_dict().items():
+        if ".lora_" in key:
+            continue
+        plain = key.replace(".base_layer.", ".")
+        merged[plain] = value + deltas[key].to(value.dtype) if key in deltas else value.clone()
+    return merged

@@ -1,0 +1,100 @@
+"""`cosmos-rl export RUN_DIR --out FOLDER`: a run's newest committed checkpoint as a model folder.
+
+The run is opened exactly as `cosmos-rl eval RUN_DIR` opens it (`evaluation.target`: the saved
+manifest's model with the checkpoint's `policy` loaded, files and run identity checked first). The
+folder is what diffusers' stock `Cosmos3OmniPipeline.save_pretrained` writes (model_index.json,
+transformer/, vae/, text_tokenizer/, scheduler/, safetensors weights), so diffusers loads it as a
+pipeline and a later run names it as `model.path` (or `rl.init_from`):
+
+- LoRA runs: the `policy` adapter is folded into the weights (W + scaling * B @ A), so the folder
+  holds a plain transformer with no peft state;
+- full fine-tunes: the trained transformer as it is;
+- SFT `vae` runs: the base transformer with the trained VAE.
+
+Besides, `cosmos_rl.json` keeps the model's prompt template (the shapes base's `minimal`) and
+where the folder came from (run, step, algorithm, run identity). The folder is written under a
+temporary name beside FOLDER and renamed when complete, so an interrupted export leaves no
+half-written model behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from cosmos_rl.errors import UserError
+
+
+def check_out_folder(out: Path) -> None:
+    """--out must be a new (or empty) folder whose parent exists: an export never overwrites a model."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"--out {str(out)!r}: already exists and is not an empty folder; pick a new folder or delete it")
+    if not out.parent.is_dir():
+        raise UserError(f"--out {str(out)!r}: its parent folder does not exist; create it first")
+
+
+def export_run(run_dir: str, out: Path, *, progress: Callable[[str], None] = lambda line: None) -> dict:
+    """Write the run's newest committed checkpoint to `out` as a model folder; returns the summary."""
+    out = Path(out)
+    if not (Path(run_dir) / "manifest.toml").is_file():
+        raise UserError(f"RUN_DIR {run_dir!r}: not a run directory (no manifest.toml); pass the folder `cosmos-rl train` created")
+    check_out_folder(out)
+
+    import torch
+    from diffusers import Cosmos3OmniPipeline
+
+    from cosmos_rl import plan
+    from cosmos_rl.config import load
+    from cosmos_rl.evaluation.target import open_target
+    from cosmos_rl.models.build import MODEL_INFO
+
+    config = load.load(Path(run_dir) / "manifest.toml", saved_run=True)
+    progress(f"loading the newest committed checkpoint of {run_dir}")
+    target = open_target(run_dir, torch.device("cpu"), None, None)
+    parts = getattr(target.parts, "parts", target.parts)
+    with target.policy() as network:
+        transformer, merged = _plain_transformer(network)
+    pipe = Cosmos3OmniPipeline(
+        transformer=transformer, text_tokenizer=parts.tokenizer, vae=parts.vae, scheduler=parts.scheduler,
+        enable_safety_checker=False, use_native_flow_schedule=parts.native_flow_schedule,
+    )  # fmt: skip
+    summary = {
+        "run": str(run_dir), "step": target.step, "algorithm": config.rl.algorithm, "run_identity": plan.run_identity(config),
+        "lora_merged": merged, "trained": _trained(config), "out": str(out),
+    }  # fmt: skip
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
+    try:
+        progress(f"writing the model folder (step {target.step}, {summary['trained']})")
+        pipe.save_pretrained(staging, safe_serialization=True)
+        info = {"prompt_template": parts.prompt_template, "exported_from": {k: summary[k] for k in ("run", "step", "algorithm", "run_identity")}}
+        (staging / MODEL_INFO).write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
+        if out.exists():
+            out.rmdir()  # empty (checked above)
+        os.replace(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return summary
+
+
+def _plain_transformer(network):
+    """(a transformer without peft state holding the policy's weights, whether LoRA was merged)."""
+    from cosmos_rl.models import lora
+
+    if not getattr(network, "peft_config", None):
+        return network, False
+    plain = type(network).from_config(network.config)
+    plain.load_state_dict(lora.merged_state_dict(network, "policy"), strict=True)
+    return plain.eval(), True
+
+
+def _trained(config) -> str:
+    from cosmos_rl.config import schema
+
+    if isinstance(config.rl, schema.SFTConfig) and config.rl.train == "vae":
+        return "the VAE (base transformer)"
+    return "LoRA merged into the transformer" if config.model.lora.rank > 0 else "the whole transformer"

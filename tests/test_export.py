@@ -1,0 +1,150 @@
+"""`cosmos-rl export`: a run's checkpoint as a model folder that diffusers' stock pipeline loads, that
+samples what the run's checkpoint samples, and that a new run or `cosmos-rl eval` names as a model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from _models_helpers import folder_pipeline
+
+from cosmos_rl.config import load
+from cosmos_rl.errors import UserError
+from cosmos_rl.evaluation.command import run_eval
+from cosmos_rl.export import export_run
+from cosmos_rl.models import lora
+from cosmos_rl.models.build import build_preset, load_parts
+
+CPU = torch.device("cpu")
+SMALL = {"per_task": 1, "seeds": 1, "reward": "brightness", "device": "cpu"}
+
+
+def _run(tmp_path: Path, name: str, rl: dict, lora_rank: int):
+    raw = {
+        "job": {"output_dir": str(tmp_path), "name": name, "progress": False},
+        "model": {"preset": "tiny", "lora": {"rank": lora_rank, "alpha": 2.0 * max(lora_rank, 1)}},
+        "checkpoint": {"every": 0, "keep": 0},
+        "rl": rl,
+    }
+    config = load.structure(raw)
+    run_dir = tmp_path / name
+    return config, run_dir
+
+
+@pytest.fixture(scope="module")
+def dpo_lora_run(tmp_path_factory):
+    """Two DPO steps with a rank-4 LoRA at a large learning rate, so the adapter is far from zero."""
+    from cosmos_rl.trainers.dpo import DPOTrainer
+
+    tmp = tmp_path_factory.mktemp("export")
+    config, run_dir = _run(tmp, "dpo", {"algorithm": "dpo", "max_steps": 2, "pairs_per_step": 2, "beta": 10.0,
+                                         "optimizer": {"lr": 5e-2}, "data": {"synthetic_pairs": 8}}, lora_rank=4)  # fmt: skip
+    trainer = DPOTrainer(config, run_dir, CPU)
+    trainer.run()
+    (run_dir / "manifest.toml").write_text(load.to_toml(config), encoding="utf-8")
+    return run_dir, trainer
+
+
+def test_merged_lora_weights_give_the_adapted_networks_velocity():
+    parts = build_preset("tiny", seed=0)
+    network = parts.transformer
+    lora.add_adapters(network, 4, 8.0, ["policy"])
+    with torch.no_grad():
+        for name, tensor in lora.adapter_tensors(network, "policy").items():
+            tensor.copy_(torch.randn_like(tensor) * 0.1)  # lora_B is zero when fresh: make the adapter matter
+    plain = build_preset("tiny", seed=0).transformer
+    plain.load_state_dict(lora.merged_state_dict(network, "policy"), strict=True)
+    latents = torch.randn(1, int(network.config.latent_channel), 4, 4)
+    from cosmos_rl.models.packing import velocity
+
+    ids = [torch.tensor([1, 2, 3, 4])]
+    t = torch.tensor([0.5])
+    with torch.no_grad():
+        adapted, merged = velocity(network, latents, t, ids), velocity(plain, latents, t, ids)
+        with lora.adapters_disabled(network):
+            base = velocity(network, latents, t, ids)
+    assert torch.allclose(adapted, merged, atol=1e-5)
+    assert not torch.allclose(adapted, base, atol=1e-3)  # the adapter changed the network, and the merge kept it
+
+
+def test_an_exported_lora_run_loads_in_diffusers_and_scores_as_its_checkpoint(dpo_lora_run, tmp_path):
+    run_dir, trainer = dpo_lora_run
+    done = subprocess.run([sys.executable, "-m", "cosmos_rl.cli", "export", str(run_dir), "--out", str(tmp_path / "model"), "--json"],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["step"] == 2 and summary["lora_merged"] and summary["algorithm"] == "dpo"
+    folder = tmp_path / "model"
+    pipe = folder_pipeline(folder)  # diffusers' stock pipeline, from the folder alone
+    assert not getattr(pipe.transformer, "peft_config", None)
+    info = json.loads((folder / "cosmos_rl.json").read_text())
+    assert info["exported_from"]["step"] == 2 and info["exported_from"]["run_identity"] == summary["run_identity"]
+    exported = run_eval(str(folder), out_dir=tmp_path / "e1", image_size=32, **SMALL)
+    checkpoint = run_eval(str(run_dir), out_dir=tmp_path / "e2", sample_steps=20, guidance=3.0, **SMALL)
+    assert exported["score"] == pytest.approx(checkpoint["score"], abs=1e-3)
+    assert checkpoint["base_score"] != pytest.approx(checkpoint["score"], abs=1e-3)  # the run moved off its base
+
+
+def test_an_exported_run_is_a_model_path_a_new_run_trains_from(dpo_lora_run, tmp_path):
+    run_dir, _ = dpo_lora_run
+    export_run(str(run_dir), tmp_path / "model")
+    parts = load_parts(tmp_path / "model")
+    raw = {
+        "job": {"output_dir": str(tmp_path), "name": "again", "progress": False},
+        "model": {"path": str(tmp_path / "model"), "lora": {"rank": 4}},
+        "checkpoint": {"every": 0, "keep": 0},
+        "rl": {"algorithm": "dpo", "max_steps": 1, "pairs_per_step": 2, "data": {"synthetic_pairs": 4}},
+    }
+    manifest = tmp_path / "again.toml"
+    manifest.write_text(load.to_toml(load.structure(raw)), encoding="utf-8")
+    config, problems = load.load_all_problems(manifest, [])
+    assert config is not None and not [p.render() for p in problems if p.severity == "error"]
+    from cosmos_rl.trainers.dpo import DPOTrainer
+
+    rows = DPOTrainer(config, tmp_path / "again", CPU).run()
+    assert rows[-1]["step"] == 1
+    assert parts.prompt_template == "chat"
+
+
+def test_an_sft_vae_run_exports_the_trained_vae_beside_the_base_transformer(tmp_path):
+    from cosmos_rl.shapes import Group, Spec, write_shards
+    from cosmos_rl.trainers.sft import SFTTrainer
+
+    specs = [Spec((Group("circle", "red"),)), Spec((Group("square", "blue", 2),))]
+    shards = [str(p) for p in write_shards(tmp_path / "shards", specs * 2, seed=0)]
+    config, run_dir = _run(tmp_path, "vae", {"algorithm": "sft", "train": "vae", "max_steps": 2, "samples_per_step": 2,
+                                             "optimizer": {"lr": 1e-2}, "data": {"shards": shards}}, lora_rank=0)  # fmt: skip
+    trainer = SFTTrainer(config, run_dir, CPU)
+    trainer.run()
+    (run_dir / "manifest.toml").write_text(load.to_toml(config), encoding="utf-8")
+    summary = export_run(str(run_dir), tmp_path / "model")
+    assert summary["trained"] == "the VAE (base transformer)" and not summary["lora_merged"]
+    parts = load_parts(tmp_path / "model")
+    for key, value in trainer.module.state_dict().items():
+        assert torch.equal(parts.vae.state_dict()[key], value), key
+    base = build_preset("tiny", seed=0)
+    for key, value in base.transformer.state_dict().items():
+        assert torch.equal(parts.transformer.state_dict()[key], value), key
+    assert any(not torch.equal(base.vae.state_dict()[k], v) for k, v in parts.vae.state_dict().items())
+
+
+def test_export_refuses_what_it_cannot_write_and_leaves_nothing(dpo_lora_run, tmp_path):
+    run_dir, _ = dpo_lora_run
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "keep.txt").write_text("mine")
+    with pytest.raises(UserError, match="already exists and is not an empty folder"):
+        export_run(str(run_dir), taken)
+    assert [p.name for p in taken.iterdir()] == ["keep.txt"]
+    with pytest.raises(UserError, match="not a run directory"):
+        export_run(str(tmp_path), tmp_path / "new")
+    with pytest.raises(UserError, match="parent folder does not exist"):
+        export_run(str(run_dir), tmp_path / "no" / "such")
+    done = subprocess.run([sys.executable, "-m", "cosmos_rl.cli", "export", str(run_dir), "--out", str(taken)],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr and "already exists" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]  # no staging folder left behind
