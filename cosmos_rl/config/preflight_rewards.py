@@ -17,6 +17,27 @@ BUILTIN_REWARDS = ("jpeg_compressibility", "jpeg_incompressibility", "brightness
 MODEL_REWARDS = ("pickscore", "clipscore", "aesthetic")  # cosmos_rl.rewards.models.MODEL_KINDS, torch-free
 
 
+# A reward call (one group's images) that takes longer than this is stuck, not slow; and a finite
+# bound keeps every wait of the client a deadline (an infinite one would hang the step for good).
+REWARD_TIMEOUT_MAX_S = 3600.0
+REWARD_BACKOFF_MAX_S = 600.0  # the first retry's wait; it doubles per retry
+
+
+def _client_limits(prefix: str, t, r: Rules) -> None:
+    """How the client talks to one reward service: deadline, retries, backoff, token variable."""
+    r.positive(f"{prefix}.timeout_s", t.timeout_s)
+    if t.timeout_s > 0 and not t.timeout_s <= REWARD_TIMEOUT_MAX_S:
+        r.error(f"{prefix}.timeout_s", f"must be finite and at most {REWARD_TIMEOUT_MAX_S:g} s", t.timeout_s,
+                "a reward call that takes longer is stuck; use e.g. 60, or 600 for slow model rewards")
+    r.at_least(f"{prefix}.max_retries", t.max_retries, 0)
+    r.at_least(f"{prefix}.backoff_s", t.backoff_s, 0)
+    if t.backoff_s >= 0 and not t.backoff_s <= REWARD_BACKOFF_MAX_S:
+        r.error(f"{prefix}.backoff_s", f"must be finite and at most {REWARD_BACKOFF_MAX_S:g} s (it doubles per retry)", t.backoff_s,
+                "use e.g. 0.5")
+    if t.token_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", t.token_env):
+        r.error(f"{prefix}.token_env", "must be an environment variable name", t.token_env, "e.g. REWARD_TOKEN")
+
+
 def _one_reward(rl: schema.NFTConfig, r: Rules) -> None:
     if not rl.reward.revision:
         r.error("rl.reward.revision", "required: the provider's revision is part of the run identity", "", "set rl.reward.revision to the revision the service declares")
@@ -24,11 +45,7 @@ def _one_reward(rl: schema.NFTConfig, r: Rules) -> None:
         r.error("rl.reward.url", "must be an http:// or https:// URL", rl.reward.url, "e.g. http://127.0.0.1:8000, or empty for the built-in service")
     if not rl.reward.url and rl.reward.name not in BUILTIN_REWARDS:
         r.error("rl.reward.name", "not a built-in reward", rl.reward.name, f"use one of {', '.join(show(n) for n in BUILTIN_REWARDS)}")
-    r.positive("rl.reward.timeout_s", rl.reward.timeout_s)
-    r.at_least("rl.reward.max_retries", rl.reward.max_retries, 0)
-    r.at_least("rl.reward.backoff_s", rl.reward.backoff_s, 0)
-    if rl.reward.token_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", rl.reward.token_env):
-        r.error("rl.reward.token_env", "must be an environment variable name", rl.reward.token_env, "e.g. REWARD_TOKEN")
+    _client_limits("rl.reward", rl.reward, r)
     if rl.reward_combine != "weighted_sum":
         r.warn("rl.reward_combine", "has no effect with one reward ([rl.reward]); it combines the [[rl.rewards]] tables", rl.reward_combine, "remove it")
 
@@ -55,11 +72,7 @@ def _reward_terms(c: schema.RunConfig, rl: schema.NFTConfig, r: Rules) -> None:
             r.error(f"rl.rewards[{i}].model", "only for the built-in service (empty url); a service at a URL loads its own models", t.model, "remove model, or clear url")
         if not t.url:
             _builtin_term(c, t, i, r)
-        r.positive(f"rl.rewards[{i}].timeout_s", t.timeout_s)
-        r.at_least(f"rl.rewards[{i}].max_retries", t.max_retries, 0)
-        r.at_least(f"rl.rewards[{i}].backoff_s", t.backoff_s, 0)
-        if t.token_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", t.token_env):
-            r.error(f"rl.rewards[{i}].token_env", "must be an environment variable name", t.token_env, "e.g. REWARD_TOKEN")
+        _client_limits(f"rl.rewards[{i}]", t, r)
 
 
 def _builtin_term(c: schema.RunConfig, t: schema.WeightedRewardConfig, i: int, r: Rules) -> None:
