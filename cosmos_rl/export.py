@@ -11,8 +11,10 @@ pipeline and a later run names it as `model.path` (or `rl.init_from`):
 - full fine-tunes: the trained transformer as it is;
 - SFT `vae` runs: the base transformer with the trained VAE.
 
-Besides, `cosmos_rl.json` keeps the model's prompt template (the shapes base's `minimal`) and
-where the folder came from (run, step, algorithm, run identity). The folder is written under a
+An NFT run that set `rl.sampler_shift` writes that shift into `scheduler/`: its rollouts, and so
+what it learned, used it. Besides, `cosmos_rl.json` keeps the model's prompt template (the shapes base's `minimal`) and
+where the folder came from (run, step, algorithm, run identity, and the sampler the run is
+evaluated with: steps and guidance are arguments of a pipeline call, not part of a folder). The folder is written under a
 temporary name beside FOLDER and renamed when complete, so an interrupted export leaves no
 half-written model behind.
 """
@@ -58,19 +60,22 @@ def export_run(run_dir: str, out: Path, *, progress: Callable[[str], None] = lam
     parts = getattr(target.parts, "parts", target.parts)
     with target.policy() as network:
         transformer, merged = _plain_transformer(network)
+    scheduler, sampler = parts.scheduler, target.settings.resolved(parts)
+    if sampler.shift != float(scheduler.config["flow_shift"]):  # an NFT run's rl.sampler_shift: what its rollouts used
+        scheduler = type(scheduler).from_config(scheduler.config, flow_shift=sampler.shift)
     pipe = Cosmos3OmniPipeline(
-        transformer=transformer, text_tokenizer=parts.tokenizer, vae=parts.vae, scheduler=parts.scheduler,
+        transformer=transformer, text_tokenizer=parts.tokenizer, vae=parts.vae, scheduler=scheduler,
         enable_safety_checker=False, use_native_flow_schedule=parts.native_flow_schedule,
     )  # fmt: skip
     summary = {
         "run": str(run_dir), "step": target.step, "algorithm": config.rl.algorithm, "run_identity": plan.run_identity(config),
-        "lora_merged": merged, "trained": _trained(config), "out": str(out),
+        "lora_merged": merged, "trained": _trained(config), "sampler": sampler.as_json(), "out": str(out),
     }  # fmt: skip
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
     try:
         progress(f"writing the model folder (step {target.step}, {summary['trained']})")
         pipe.save_pretrained(staging, safe_serialization=True)
-        info = {"prompt_template": parts.prompt_template, "exported_from": {k: summary[k] for k in ("run", "step", "algorithm", "run_identity")}}
+        info = {"prompt_template": parts.prompt_template, "exported_from": {k: summary[k] for k in ("run", "step", "algorithm", "run_identity", "sampler")}}
         (staging / MODEL_INFO).write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
         if out.exists():
             out.rmdir()  # empty (checked above)

@@ -225,6 +225,22 @@ def test_eval_of_the_finished_run_matches_its_last_eval_row_and_differs_from_its
         assert grid.size == (6 * 32 + 5 * 2, 2 * 32 + 2)  # six prompts (one per task), base above policy
 
 
+def test_an_exported_nft_run_samples_what_its_checkpoint_samples(nft_run, tmp_path):
+    """The folder carries the run's rollout shift (the smoke manifest's 3.0) and the merged adapter."""
+    from cosmos_rl.evaluation.command import run_eval
+    from cosmos_rl.export import export_run
+
+    run_dir, _ = nft_run
+    summary = export_run(str(run_dir), tmp_path / "model")
+    assert summary["sampler"] == {"steps": 6, "shift": 3.0, "guidance": 1.0} and summary["lora_merged"]
+    scheduler = json.loads((tmp_path / "model" / "scheduler" / "scheduler_config.json").read_text())
+    assert scheduler["flow_shift"] == 3.0
+    exported = run_eval(str(tmp_path / "model"), reward="brightness", image_size=32, sample_steps=6, guidance=1.0,
+                        out_dir=tmp_path / "e", device="cpu", **SMALL)  # fmt: skip
+    assert exported["sampler"] == summary["sampler"]
+    assert exported["score"] == pytest.approx(nft_run[1][-1]["eval/score"], abs=1e-3)
+
+
 def test_report_plots_eval_and_shows_the_before_after_grid(nft_run):
     from cosmos_rl.evaluation.command import run_eval
     from cosmos_rl.report import write_report
