@@ -255,8 +255,12 @@ def _eval_summary(config: schema.RunConfig) -> dict | str:
     if e.every <= 0:
         return "off"
     prompts = e.prompts or ("shapes held-out prompts, all" if e.per_task <= 0 else f"shapes held-out prompts, up to {e.per_task} per task")
+    from cosmos_rl.evaluation.during import TRAIN_SIGNAL
+
     sampler = run_settings(config)
-    return {"every": e.every, "prompts": prompts, "seeds": e.seeds, "reward": e.reward, "hacking_window": e.hacking_window,
+    # SFT trains on no reward: its watch has nothing to compare, so its window means nothing.
+    watch = e.hacking_window if config.rl.algorithm in TRAIN_SIGNAL else "none (no training reward)"
+    return {"every": e.every, "prompts": prompts, "seeds": e.seeds, "reward": e.reward, "hacking_window": watch,
             "sampler": f"{sampler.steps} steps, guidance {sampler.guidance:g}"}  # fmt: skip
 
 

@@ -222,6 +222,8 @@ def test_plan_of_an_sft_run_launches_the_torchrun_workers():
     assert resolved["trains"] == "the VAE (autoencoder)" and resolved["checkpoint"]["contents"][0] == "VAE weights"
     assert resolved["launch"][-2:] == ["cosmos_rl.trainers.dpo_worker", "runs/sft_shapes_cpu/manifest.toml"]
     assert resolved["seed_contract"] == {"job.seed": 0, "world_size": 1, "rl.data.shuffle": True}
+    assert resolved["eval"]["every"] == 100 and resolved["eval"]["sampler"] == "10 steps, guidance 1"
+    assert resolved["eval"]["hacking_window"] == "none (no training reward)"
     console = Console(record=True, width=200)
     render_plan(console, resolved)
     assert "the VAE (autoencoder)" in console.export_text()
