@@ -53,9 +53,8 @@ from cosmos_rl.models.packing import velocity
 from cosmos_rl.models.setup import TrainableModel, build_optimizer, build_trainable, optimizer_step
 from cosmos_rl.models.text import model_prompt_ids
 from cosmos_rl.models.vae import encode_images
-from cosmos_rl.preempt import StopFlag
 from cosmos_rl.seeds import derive_seed
-from cosmos_rl.trainers.loop import LoopSpec, run_steps
+from cosmos_rl.trainers.loop import LoopSpec, run_rank_steps
 
 log = logging.getLogger(__name__)
 
@@ -311,17 +310,7 @@ class DPOTrainer:
             unit="pairs", items_per_step=self.rl.pairs_per_step,
             progress_fields=("train/loss", "train/dpo_accuracy"),
         )
-        from cosmos_rl.evaluation.during import with_eval
-
-        step_fn, holdout_fn = with_eval(self.config, self._step, self._holdout, self.evaluate, main=self.is_main)
-        stop = StopFlag().install()
-        try:
-            return run_steps(
-                self.config, spec, step_fn, lambda step: self.save(), stop.should_stop, holdout_fn,
-                stop_committed=stop.mark_committed,
-            )
-        finally:
-            stop.uninstall()
+        return run_rank_steps(self.config, spec, self._step, lambda step: self.save(), self._holdout, self.evaluate)
 
 
 def train(config: schema.RunConfig, run_dir: Path, device: torch.device, *, resume: bool) -> list[dict]:

@@ -102,3 +102,21 @@ def run_steps(
         progress.close()
         writer.close()
     return rows
+
+
+def run_rank_steps(
+    config: schema.RunConfig, spec: LoopSpec, step_fn: Callable[[int], Metrics], save_fn: Callable[[int], object],
+    holdout_fn: Callable[[int], Metrics] | None, evaluate: Callable[[int], Metrics],
+) -> list[dict]:  # fmt: skip
+    """`run_steps` as each rank of a torchrun (or Ray-actor) world runs it, DPO's and SFT's: with
+    `[rl.eval]` added (`evaluate(step)` is collective) and the SIGTERM/SIGUSR1 flag installed for
+    the run's duration."""
+    from cosmos_rl.evaluation.during import with_eval
+    from cosmos_rl.preempt import StopFlag
+
+    step_fn, holdout_fn = with_eval(config, step_fn, holdout_fn, evaluate, main=spec.main)
+    stop = StopFlag().install()
+    try:
+        return run_steps(config, spec, step_fn, save_fn, stop.should_stop, holdout_fn, stop_committed=stop.mark_committed)
+    finally:
+        stop.uninstall()

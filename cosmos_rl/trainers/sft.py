@@ -51,9 +51,8 @@ from cosmos_rl.models.packing import velocity
 from cosmos_rl.models.setup import TrainableModel, build_optimizer, build_trainable, load_base, optimizer_step
 from cosmos_rl.models.text import model_prompt_ids
 from cosmos_rl.models.vae import encode_images
-from cosmos_rl.preempt import StopFlag
 from cosmos_rl.seeds import derive_seed
-from cosmos_rl.trainers.loop import LoopSpec, run_steps
+from cosmos_rl.trainers.loop import LoopSpec, run_rank_steps
 
 
 class SFTTrainer:
@@ -200,22 +199,12 @@ class SFTTrainer:
 
     def run(self) -> list[dict[str, float]]:
         """Train to rl.max_steps, writing metrics and checkpoints; returns the rows this call wrote."""
-        from cosmos_rl.evaluation.during import with_eval
-
         spec = LoopSpec(
             run_dir=self.run_dir, start_step=self.step, resumed=self.resume, main=self.is_main,
             unit="samples", items_per_step=self.rl.samples_per_step,
             progress_fields=("train/loss", "train/psnr") if self.train_vae else ("train/loss",),
         )
-        step_fn, holdout_fn = with_eval(self.config, self._step, None, self.evaluate, main=self.is_main)
-        stop = StopFlag().install()
-        try:
-            return run_steps(
-                self.config, spec, step_fn, lambda step: self.save(), stop.should_stop, holdout_fn,
-                stop_committed=stop.mark_committed,
-            )
-        finally:
-            stop.uninstall()
+        return run_rank_steps(self.config, spec, self._step, lambda step: self.save(), None, self.evaluate)
 
 
 def train(config: schema.RunConfig, run_dir: Path, device: torch.device, *, resume: bool) -> list[dict]:
