@@ -4,6 +4,7 @@ samples what the run's checkpoint samples, and that a new run or `cosmos-rl eval
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -144,6 +145,12 @@ def test_export_refuses_what_it_cannot_write_and_leaves_nothing(dpo_lora_run, tm
         export_run(str(tmp_path), tmp_path / "new")
     with pytest.raises(UserError, match="parent folder does not exist"):
         export_run(str(run_dir), tmp_path / "no" / "such")
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "manifest.toml").write_text((run_dir / "manifest.toml").read_text())
+    with pytest.raises(UserError, match="no committed checkpoint yet"):
+        export_run(str(fresh), tmp_path / "new")
+    shutil.rmtree(fresh)
     done = subprocess.run([sys.executable, "-m", "cosmos_rl.cli", "export", str(run_dir), "--out", str(taken)],
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 2 and "Traceback" not in done.stderr and "already exists" in done.stderr

@@ -93,8 +93,8 @@ def _open_run(run_dir: Path, device: torch.device, image_size: int | None, out_d
     step = layout.latest_committed(layout.checkpoints_root(run_dir))
     if step is None:
         raise UserError(
-            f"{run_dir}: no committed checkpoint to evaluate yet (checkpoints are committed every checkpoint.every "
-            "steps and at the last one); wait for one, or evaluate the base model instead"
+            f"{run_dir}: no committed checkpoint yet (checkpoints are committed every checkpoint.every "
+            "steps and at the last one); wait for one (to score the base instead, evaluate the base model)"
         )
     manager = CheckpointManager(run_dir, 0, run_identity=plan.run_identity(config), algorithm=config.rl.algorithm)
     if isinstance(config.rl, schema.SFTConfig) and config.rl.train == "vae":
