@@ -155,3 +155,30 @@ def test_export_refuses_what_it_cannot_write_and_leaves_nothing(dpo_lora_run, tm
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 2 and "Traceback" not in done.stderr and "already exists" in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]  # no staging folder left behind
+
+
+def test_a_run_on_a_nano_layout_folder_exports_a_folder_the_stock_pipeline_loads(tmp_path):
+    """The GPU user's path at tiny size: a Cosmos3-Nano-layout base folder (sound and action heads,
+    the native flow schedule), a LoRA run on it, and its export."""
+    from _models_helpers import nano_folder
+
+    from cosmos_rl.trainers.dpo import DPOTrainer
+
+    base = nano_folder(tmp_path / "nano", native_flow_schedule=True)
+    raw = {
+        "job": {"output_dir": str(tmp_path), "name": "run", "progress": False},
+        "model": {"path": str(base), "lora": {"rank": 4, "alpha": 8.0}},
+        "checkpoint": {"every": 0, "keep": 0},
+        "rl": {"algorithm": "dpo", "max_steps": 1, "pairs_per_step": 2, "optimizer": {"lr": 5e-2}, "data": {"synthetic_pairs": 4},
+               "init_keys_to_skip_loading": ["audio_*", "action_*"]},
+    }
+    config = load.structure(raw)
+    DPOTrainer(config, tmp_path / "run", CPU).run()
+    (tmp_path / "run" / "manifest.toml").write_text(load.to_toml(config), encoding="utf-8")
+    export_run(str(tmp_path / "run"), tmp_path / "model")
+    index = json.loads((tmp_path / "model" / "model_index.json").read_text())
+    assert index["_class_name"] == "Cosmos3OmniPipeline" and index["use_native_flow_schedule"] is True
+    pipe = folder_pipeline(tmp_path / "model")
+    assert not pipe.transformer.config.sound_gen and not pipe.transformer.config.action_gen  # T2I: the heads are not built
+    parts = load_parts(tmp_path / "model")
+    assert parts.native_flow_schedule and parts.prompt_template == "chat"
