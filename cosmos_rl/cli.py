@@ -236,7 +236,7 @@ def _check_device(device: str) -> None:
 
 @app.command("eval")
 def evaluate(
-    target: str = typer.Argument(..., help="A run directory (its newest checkpoint vs its base), a diffusers model folder, or preset:NAME."),
+    target: str = typer.Argument(..., help="A run directory (its newest checkpoint, or --step, vs its base), a diffusers model folder, or preset:NAME."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt file (.txt or .jsonl), every prompt in order; default: the shapes world's held-out prompts."),
     seeds: int = typer.Option(2, "--seeds", help="Seeds per prompt (0 .. N-1), the same on every call."),
@@ -248,6 +248,7 @@ def evaluate(
     device: str = typer.Option("auto", "--device", help="auto (CUDA when available), cpu or cuda."),
     sample_steps: Optional[int] = typer.Option(None, "--sample-steps", help="Sampler steps instead of the target's own (a run's rl.sample_steps, else 20)."),
     guidance: Optional[float] = typer.Option(None, "--guidance", help="Guidance instead of the target's own (a run's rl.guidance, else 3.0)."),
+    step: Optional[int] = typer.Option(None, "--step", help="A run's committed checkpoint step to use (default: the newest)."),
 ) -> None:
     """Score a run's newest checkpoint and its base (or a model) on held-out prompts x fixed seeds; write a sample grid."""
     from cosmos_rl.evaluation.command import render, run_eval
@@ -257,6 +258,7 @@ def evaluate(
         result = run_eval(
             target, prompts=prompts, seeds=seeds, per_task=per_task, reward=reward, batch_size=batch_size,
             image_size=image_size, out_dir=out_dir, device=device, warn=warn, sample_steps=sample_steps, guidance=guidance,
+            step=step,
         )
     except UserError as exc:
         _fail(exc)
@@ -271,12 +273,13 @@ def export(
     run_dir: str = typer.Argument(..., help="A run directory (the folder `cosmos-rl train` created)."),
     out_dir: Path = typer.Option(..., "--out", help="New folder for the model (diffusers pipeline layout); must not exist or be empty."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object."),
+    step: Optional[int] = typer.Option(None, "--step", help="A run's committed checkpoint step to use (default: the newest)."),
 ) -> None:
-    """Write a run's newest committed checkpoint as a diffusers model folder (LoRA merged in)."""
+    """Write a run's committed checkpoint (the newest by default) as a diffusers model folder (LoRA merged in)."""
     from cosmos_rl.export import export_run
 
     try:
-        summary = export_run(run_dir, out_dir, progress=lambda line: err.print(line, markup=False, highlight=False))
+        summary = export_run(run_dir, out_dir, step=step, progress=lambda line: err.print(line, markup=False, highlight=False))
     except UserError as exc:
         _fail(exc)
     if as_json:
@@ -340,7 +343,7 @@ def reward_convert_head(
 
 @pairs_app.command("mine")
 def pairs_mine(
-    target: str = typer.Argument(..., help="The model that samples: a run directory (its newest checkpoint), a diffusers model folder, or preset:NAME."),
+    target: str = typer.Argument(..., help="The model that samples: a run directory (its newest checkpoint, or --step), a diffusers model folder, or preset:NAME."),
     reward: str = typer.Option(..., "--reward", help="Built-in weight-free reward that scores the samples (shapes_partial ranks by partial credit, shapes_strict by all-or-nothing)."),
     prompts: Path = typer.Option(..., "--prompts", help="Prompt file (.txt or .jsonl): one pair at most per row."),
     samples: int = typer.Option(4, "--samples", help="Samples per prompt row (K >= 2); the best and the worst make the pair."),
@@ -352,6 +355,7 @@ def pairs_mine(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object."),
     sample_steps: Optional[int] = typer.Option(None, "--sample-steps", help="Sampler steps instead of the target's own (a run's [rl.eval] or rl.sample_steps, else 20)."),
     guidance: Optional[float] = typer.Option(None, "--guidance", help="Guidance instead of the target's own (a run's [rl.eval] or rl.guidance, else 3.0)."),
+    step: Optional[int] = typer.Option(None, "--step", help="A run's committed checkpoint step to use (default: the newest)."),
 ) -> None:
     """Sample K images per prompt, score them, write best-vs-worst pairs (ties dropped) as webdataset shards for rl.data.shards."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -365,7 +369,7 @@ def pairs_mine(
             task = bar.add_task("mine", total=None)
             summary = run_mine(
                 target, reward=reward, prompts=prompts, samples=samples, out_dir=out_dir, seed=seed,
-                batch_size=batch_size, per_shard=per_shard, device=device, warn=warn, sample_steps=sample_steps, guidance=guidance,
+                batch_size=batch_size, per_shard=per_shard, device=device, warn=warn, sample_steps=sample_steps, guidance=guidance, step=step,
                 progress=lambda done, total: bar.update(task, completed=done, total=total),
             )
     except UserError as exc:

@@ -1,4 +1,5 @@
-"""`cosmos-rl export RUN_DIR --out FOLDER`: a run's newest committed checkpoint as a model folder.
+"""`cosmos-rl export RUN_DIR --out FOLDER [--step N]`: a run's committed checkpoint (the newest by
+default) as a model folder.
 
 The run is opened exactly as `cosmos-rl eval RUN_DIR` opens it (`evaluation.target`: the saved
 manifest's model with the checkpoint's `policy` loaded, files and run identity checked first). The
@@ -39,13 +40,18 @@ def check_out_folder(out: Path) -> None:
         raise UserError(f"--out {str(out)!r}: its parent folder does not exist; create it first")
 
 
-def export_run(run_dir: str, out: Path, *, progress: Callable[[str], None] = lambda line: None) -> dict:
-    """Write the run's newest committed checkpoint to `out` as a model folder; returns the summary."""
+def export_run(
+    run_dir: str, out: Path, *, step: int | None = None, progress: Callable[[str], None] = lambda line: None
+) -> dict:
+    """Write the run's committed checkpoint `step` (None: the newest) to `out` as a model folder;
+    returns the summary."""
     out = Path(out)
     if not (Path(run_dir) / "manifest.toml").is_file():
         raise UserError(f"RUN_DIR {run_dir!r}: not a run directory (no manifest.toml); pass the folder `cosmos-rl train` created")
     check_out_folder(out)
+    from cosmos_rl.evaluation.target import check_step
 
+    check_step(run_dir, step)
     import torch
     from diffusers import Cosmos3OmniPipeline
 
@@ -55,8 +61,8 @@ def export_run(run_dir: str, out: Path, *, progress: Callable[[str], None] = lam
     from cosmos_rl.models.build import MODEL_INFO
 
     config = load.load(Path(run_dir) / "manifest.toml", saved_run=True)
-    progress(f"loading the newest committed checkpoint of {run_dir}")
-    target = open_target(run_dir, torch.device("cpu"), None, None)
+    progress(f"loading {'the newest committed checkpoint' if step is None else f'checkpoint step {step}'} of {run_dir}")
+    target = open_target(run_dir, torch.device("cpu"), None, None, step)
     parts = getattr(target.parts, "parts", target.parts)
     with target.policy() as network:
         transformer, merged = _plain_transformer(network)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 import torch
 from _models_helpers import folder_pipeline
@@ -182,3 +183,27 @@ def test_a_run_on_a_nano_layout_folder_exports_a_folder_the_stock_pipeline_loads
     assert not pipe.transformer.config.sound_gen and not pipe.transformer.config.action_gen  # T2I: the heads are not built
     parts = load_parts(tmp_path / "model")
     assert parts.native_flow_schedule and parts.prompt_template == "chat"
+
+
+def test_step_picks_a_committed_checkpoint_for_eval_and_export_and_names_the_ones_there_are(tmp_path):
+    from cosmos_rl.trainers.dpo import DPOTrainer
+
+    config, run_dir = _run(tmp_path, "steps", {"algorithm": "dpo", "max_steps": 2, "pairs_per_step": 2, "beta": 10.0,
+                                              "optimizer": {"lr": 5e-2}, "data": {"synthetic_pairs": 8}}, lora_rank=4)  # fmt: skip
+    config = attrs.evolve(config, checkpoint=attrs.evolve(config.checkpoint, every=1))
+    DPOTrainer(config, run_dir, CPU).run()
+    (run_dir / "manifest.toml").write_text(load.to_toml(config), encoding="utf-8")
+    first = run_eval(str(run_dir), out_dir=tmp_path / "e1", step=1, **SMALL)
+    last = run_eval(str(run_dir), out_dir=tmp_path / "e2", **SMALL)
+    assert (first["step"], last["step"]) == (1, 2) and first["score"] != last["score"]
+    assert first["base_score"] == last["base_score"]
+    assert export_run(str(run_dir), tmp_path / "model", step=1)["step"] == 1
+    exported = run_eval(str(tmp_path / "model"), out_dir=tmp_path / "e3", image_size=32, **SMALL)
+    assert exported["score"] == pytest.approx(first["score"], abs=1e-3)
+    with pytest.raises(UserError, match=r"--step 3: .* no committed checkpoint at that step; committed: 1, 2"):
+        run_eval(str(run_dir), step=3, **SMALL)
+    with pytest.raises(UserError, match="--step 3"):
+        export_run(str(run_dir), tmp_path / "other", step=3)
+    assert not (tmp_path / "other").exists()
+    with pytest.raises(UserError, match="is a model, which has no checkpoints"):
+        run_eval("preset:tiny", step=1, **SMALL)

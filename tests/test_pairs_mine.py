@@ -94,10 +94,12 @@ def test_the_sampler_flags_replace_the_targets_settings_and_are_recorded(tmp_pat
     (["--samples", "1"], "--samples: must be >= 2"),
     (["--reward", "nope"], "--reward: 'nope'"),
     (["--sample-steps", "0"], "--sample-steps: must be >= 1"),
+    (["--step", "5"], "--step 5: TARGET 'preset:shapes' is a model, which has no checkpoints"),
 ])  # fmt: skip
 def test_bad_options_are_one_line_errors(tmp_path, extra, needle):
     done = _mine(tmp_path, "x", *extra)
     assert done.returncode == 2 and needle in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "x").exists()  # refused before anything is written
     assert not (tmp_path / "x").exists()
 
 

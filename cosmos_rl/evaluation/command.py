@@ -48,7 +48,7 @@ def run_eval(
     target: str, *, prompts: Path | None = None, seeds: int = DEFAULT_SEEDS, per_task: int = DEFAULT_PER_TASK,
     reward: str = DEFAULT_REWARD, batch_size: int = DEFAULT_BATCH, image_size: int | None = None,
     out_dir: Path | None = None, device: str = "auto", warn: Callable[[str], None] = lambda line: None,
-    sample_steps: int | None = None, guidance: float | None = None,
+    sample_steps: int | None = None, guidance: float | None = None, step: int | None = None,
 ) -> dict:  # fmt: skip
     """Evaluate `target` and return the result object (see docs/eval.md); `warn` gets warning lines.
 
@@ -59,14 +59,15 @@ def run_eval(
     captions, described = eval_captions(prompts, per_task)
     origin = f"--prompts {prompts}" if prompts else "the held-out prompts"
     caption_groups(captions, reward, origin)  # a bad prompt or TARGET fails before torch is even imported
-    from cosmos_rl.evaluation.target import open_target, target_kind
+    from cosmos_rl.evaluation.target import check_step, open_target, target_kind
 
     target_kind(target)
+    check_step(target, step)
     from cosmos_rl.dist.world import pick_device
     from cosmos_rl.evaluation.evaluator import Evaluator
 
     where = pick_device(device)
-    t = open_target(target, where, image_size, out_dir)
+    t = open_target(target, where, image_size, out_dir, step)
     t.settings = t.settings.replaced(sample_steps, guidance)
     if t.train_prompts is not None:
         seen = overlap(t.train_prompts, captions)

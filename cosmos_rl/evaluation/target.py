@@ -72,13 +72,43 @@ def target_kind(text: str) -> str:
     return "model"
 
 
-def open_target(text: str, device: torch.device, image_size: int | None, out_dir: Path | None) -> Target:
+def open_target(
+    text: str, device: torch.device, image_size: int | None, out_dir: Path | None, step: int | None = None
+) -> Target:
+    """The target `text` names; `step` picks a run's committed checkpoint (None: the newest)."""
+    check_step(text, step)
     if target_kind(text) == "run":
-        return _open_run(Path(text), device, image_size, out_dir)
+        return _open_run(Path(text), device, image_size, out_dir, step)
     return _open_model(text, device, image_size or DEFAULT_IMAGE_SIZE, out_dir)
 
 
-def _open_run(run_dir: Path, device: torch.device, image_size: int | None, out_dir: Path | None) -> Target:
+def check_step(text: str, step: int | None) -> None:
+    """Refuse a `--step` the target cannot honour before any model loads or any file is written."""
+    if step is None:
+        return
+    if target_kind(text) == "model":
+        raise UserError(f"--step {step}: TARGET {text!r} is a model, which has no checkpoints; drop --step (it is for run directories)")
+    _pick_step(Path(text), step)
+
+
+def _pick_step(run_dir: Path, step: int | None) -> int:
+    """The committed checkpoint to open: `step`, or the newest when None."""
+    from cosmos_rl.checkpoint import layout
+
+    committed = layout.committed_steps(layout.checkpoints_root(run_dir))
+    if not committed:
+        raise UserError(
+            f"{run_dir}: no committed checkpoint yet (checkpoints are committed every checkpoint.every "
+            "steps and at the last one); wait for one (to score the base instead, evaluate the base model)"
+        )
+    if step is None:
+        return committed[-1]
+    if step not in committed:
+        raise UserError(f"--step {step}: {run_dir} has no committed checkpoint at that step; committed: {', '.join(map(str, committed))}")
+    return step
+
+
+def _open_run(run_dir: Path, device: torch.device, image_size: int | None, out_dir: Path | None, step: int | None) -> Target:
     from cosmos_rl import plan
     from cosmos_rl.checkpoint import CheckpointManager, layout
     from cosmos_rl.config import load, schema
@@ -90,12 +120,7 @@ def _open_run(run_dir: Path, device: torch.device, image_size: int | None, out_d
             f"--image-size {image_size}: the run {run_dir} trains at model.image_size = {config.model.image_size}; "
             "drop --image-size (it is for bare models)"
         )
-    step = layout.latest_committed(layout.checkpoints_root(run_dir))
-    if step is None:
-        raise UserError(
-            f"{run_dir}: no committed checkpoint yet (checkpoints are committed every checkpoint.every "
-            "steps and at the last one); wait for one (to score the base instead, evaluate the base model)"
-        )
+    step = _pick_step(run_dir, step)
     manager = CheckpointManager(run_dir, 0, run_identity=plan.run_identity(config), algorithm=config.rl.algorithm)
     if isinstance(config.rl, schema.SFTConfig) and config.rl.train == "vae":
         return _open_vae_run(run_dir, config, manager, step, device, out_dir)

@@ -43,7 +43,7 @@ def run_mine(
     target: str, *, reward: str, prompts: Path, samples: int, out_dir: Path, seed: int = 0,
     batch_size: int = 32, per_shard: int = 1000, device: str = "auto",
     warn: Callable[[str], None] = lambda line: None, progress: Callable[[int, int], None] = lambda done, total: None,
-    sample_steps: int | None = None, guidance: float | None = None,
+    sample_steps: int | None = None, guidance: float | None = None, step: int | None = None,
 ) -> dict:  # fmt: skip
     """Mine pairs into `out_dir` and return the summary written to `<out_dir>/mine.json`.
 
@@ -66,16 +66,17 @@ def run_mine(
         if seen:
             warn(f"{len(seen)} of the prompt rows are held-out evaluation prompts (e.g. {seen[0]!r}): a model trained on "
                  "these pairs is then evaluated on what it trained on")  # fmt: skip
-    from cosmos_rl.evaluation.target import open_target, target_kind
+    from cosmos_rl.evaluation.target import check_step, open_target, target_kind
 
     target_kind(target)
+    check_step(target, step)
     from cosmos_rl.mining.shards import PairShardWriter
 
     writer = PairShardWriter(out_dir, per_shard)  # refuses an old set before any sampling
     from cosmos_rl.dist.world import pick_device
 
     where = pick_device(device)
-    t = open_target(target, where, None, out_dir)
+    t = open_target(target, where, None, out_dir, step)
     t.settings = t.settings.replaced(sample_steps, guidance)
     sampler = _sampler(t, captions, samples, reward, seed, where, batch_size)
     key = _score_key(reward)
