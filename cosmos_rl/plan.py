@@ -162,6 +162,8 @@ def build(config: schema.RunConfig, manifest_path: str = "MANIFEST", overrides: 
         out["per_step"] = {"samples": rl.samples_per_step, "samples_per_rank": rl.samples_per_step // max(size, 1)}
         out["data"] = f"{_shard_count(rl.data.shards)} webdataset shard(s)" if rl.data.shards else f"JSONL {rl.data.jsonl}"
         out["trains"] = "the VAE (autoencoder)" if rl.train == "vae" else "the transformer (flow matching)"
+        if config.grid.backend == "ray":
+            out["ray"] = _ray_layout(config, size)
     else:
         ranks = size
         out["roles_per_process"] = (

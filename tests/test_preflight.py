@@ -226,7 +226,7 @@ DPO_CASES = [
 
 SFT = ROOT / "manifests" / "sft_shapes_cpu.toml"
 SFT_CASES = [
-    (['grid.backend="ray"'], "grid.backend", "SFT runs under torchrun only"),
+    (['grid.backend="ray"', 'grid.grouping="per_role"'], "grid.grouping", "SFT has no data role to place apart"),
     (['grid.gpu_placement="disaggregated"'], "grid.gpu_placement", "SFT runs its roles colocated"),
     (["grid.ranks=2"], "grid.ranks", "SFT's width is"),
     (["model.config.parallelism.data_parallel_shard_degree=2"], "model.config.parallelism.data_parallel_shard_degree", "grid.nodes * grid.gpus_per_node"),

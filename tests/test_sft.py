@@ -224,6 +224,8 @@ def test_plan_of_an_sft_run_launches_the_torchrun_workers():
     assert resolved["seed_contract"] == {"job.seed": 0, "world_size": 1, "rl.data.shuffle": True}
     assert resolved["eval"]["every"] == 100 and resolved["eval"]["sampler"] == "10 steps, guidance 1"
     assert resolved["eval"]["hacking_window"] == "none (no training reward)"
+    on_ray = plan.build(load.load(ROOT / "manifests" / "sft_shapes_cpu.toml", ['grid.backend="ray"']), "m.toml")
+    assert on_ray["launch"][:2] == ["cosmos-rl", "train"] and on_ray["ray"]["actors"] == 1
     console = Console(record=True, width=200)
     render_plan(console, resolved)
     assert "the VAE (autoencoder)" in console.export_text()
@@ -247,3 +249,36 @@ def test_validate_reads_caption_shards_and_names_the_bad_sample(tmp_path):
     assert [p.path for p in problems] == ["rl.data.shards"]
     assert "bad.tar sample 'k1': no caption" in problems[0].problem
     assert "3 good samples, 1 problem(s)" in notes[0]
+
+
+@pytest.mark.slow
+def test_sft_on_ray_actors_matches_torchrun(tmp_path, shards, ray_cluster):
+    """The same two 2-rank SFT steps under torchrun and in Ray actors (grid.backend = "ray") give the
+    same train/ and eval/ rows exactly (one thread per rank in both)."""
+    import io
+
+    from rich.console import Console
+
+    from cosmos_rl import launch
+
+    manifest = ROOT / "manifests" / "sft_shapes_cpu.toml"
+    overrides = [
+        'model.preset="tiny"', f"rl.data.shards={json.dumps(shards)}", "rl.max_steps=2", "rl.samples_per_step=2",
+        f'job.output_dir="{tmp_path}"', "job.progress=false", "grid.gpus_per_node=2",
+        "model.config.parallelism.data_parallel_shard_degree=2", "job.log_every=1", "rl.eval.every=2", "rl.eval.per_task=1",
+        "rl.eval.seeds=1", 'rl.eval.reward="brightness"', "rl.eval.sample_steps=2",
+    ]  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "cosmos_rl.cli", "train", str(manifest), *overrides, 'job.name="torchrun"'],
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    config = load.load(manifest, [*overrides, 'job.name="ray"', 'grid.backend="ray"'])
+    console = Console(file=io.StringIO())
+    assert launch.train(config, manifest, console) == 0  # in-process: joins the session's cluster
+    assert "sft: 2 Ray actors (single)" in console.file.getvalue()
+
+    def rows(name: str) -> list[dict]:
+        lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
+        return [{k: v for k, v in json.loads(line).items() if k != "train/samples_per_s"} for line in lines]
+
+    assert rows("ray") == rows("torchrun") and "eval/score" in rows("ray")[1]
+    assert (tmp_path / "ray" / "checkpoints" / "step_2" / "COMMITTED").is_file()

@@ -355,8 +355,9 @@ def _dpo(c: schema.RunConfig, rl: schema.DPOConfig, r: Rules) -> None:
 # ---------------------------------------------------------------------------------------- SFT
 def _sft(c: schema.RunConfig, rl: schema.SFTConfig, r: Rules) -> None:
     _data_parallel_grid(c, r)
-    if c.grid.backend != "local":
-        r.error("grid.backend", "SFT runs under torchrun only", c.grid.backend, 'set grid.backend = "local"')
+    if c.grid.grouping == "per_role" and c.grid.backend == "ray":
+        r.error("grid.grouping", "SFT has no data role to place apart: every rank reads its own share of the samples", c.grid.grouping,
+                'set grid.grouping = "single"')
     dp = c.model.config.parallelism.data_parallel_shard_degree
     r.at_least("rl.samples_per_step", rl.samples_per_step, 1)
     if rl.samples_per_step >= 1 and dp >= 1 and rl.samples_per_step % dp:

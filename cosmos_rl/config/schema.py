@@ -90,10 +90,10 @@ class ModelConfig:
 @frozen
 class GridConfig:
     backend: Literal["local", "ray"] = knob(
-        "local", "`local`: torchrun carries FSDP directly (DPO only). `ray`: a Ray actor group, one actor per rank (DPO may use it; NFT requires it)."
+        "local", "`local`: torchrun carries FSDP directly (DPO and SFT). `ray`: a Ray actor group, one actor per rank (DPO and SFT may use it; NFT requires it)."
     )
     grouping: Literal["single", "per_role"] = knob(
-        "single", "`single`: every role shares one process per rank. `per_role` (Ray only): a process per role."
+        "single", "`single`: every role shares one process per rank. `per_role` (DPO on Ray only): the data role in its own process."
     )
     gpu_placement: Literal["colocated", "disaggregated"] = knob(
         "colocated", "`colocated`: all roles share each rank's device and form one FSDP world."

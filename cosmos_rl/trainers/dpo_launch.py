@@ -14,7 +14,7 @@ they meet at the c10d rendezvous `grid.rdzv_endpoint` (or $COSMOS_RL_RDZV_ENDPOI
 `job.name`. The run directory must be on a filesystem every node shares (checkpoints are
 collective DCP writes).
 
-`grid.backend = "ray"`: `trainers.dpo_ray` runs the same trainer in Ray actors (this process is the driver).
+`grid.backend = "ray"`: `trainers.dpo_ray` runs the same trainer (DPO's or SFT's) in Ray actors (this process is the driver).
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
-"""DPO with `grid.backend = "ray"`: the torchrun trainer (`trainers.dpo`) inside Ray actors.
+"""DPO and SFT with `grid.backend = "ray"`: the torchrun trainer (`trainers.dpo`, `trainers.sft`)
+inside Ray actors.
 
 One policy actor per rank (world = data_parallel_shard_degree) from `dist.ray_group.ActorGroup`,
 which reserves the placement, forms the gloo/NCCL world and turns actor failures into RunFailed
-naming the rank. Each actor runs `DPOTrainer.run()` unchanged, so rank 0 writes metrics.jsonl and
+naming the rank. Each actor runs `DPOTrainer.run()` (or `SFTTrainer.run()`) unchanged, so rank 0 writes metrics.jsonl and
 every rank joins the DCP checkpoint exactly as under torchrun.
 
-`grid.grouping = "per_role"`: the data role (pair source + cursor) lives in its own actor
+`grid.grouping = "per_role"` (DPO only): the data role (pair source + cursor) lives in its own actor
 (`DPODataActor`, no placement bundle: it only indexes and decodes pairs). Each step every policy
 actor asks it for `next_batch(step, rank)` and receives only its own pairs; the first ask of a
 step advances the cursor, the others are answered from the cached split, so the ranks see the same
@@ -111,9 +112,13 @@ class DPORayWorker(RankActor):
         """Run the trainer to rl.max_steps; returns the last step."""
         from cosmos_rl.trainers.dpo import DPOTrainer
         from cosmos_rl.trainers.dpo_worker import _setup_logging
+        from cosmos_rl.trainers.sft import SFTTrainer
 
         _setup_logging(self.run_dir, self.rank)
-        cls = DPOTrainer if self.data_actor is None else _per_role_trainer(self.data_actor, DATA_TIMEOUT_S)
+        if isinstance(self.config.rl, schema.SFTConfig):
+            cls = SFTTrainer
+        else:
+            cls = DPOTrainer if self.data_actor is None else _per_role_trainer(self.data_actor, DATA_TIMEOUT_S)
         trainer = cls(self.config, self.run_dir, self.device, resume=resume)
         trainer.run()
         return trainer.step
@@ -173,9 +178,10 @@ def start(config: schema.RunConfig, run_dir: Path, resume: bool, console) -> int
         group.init_args = (config, str(run_dir), data_actor)
         group.start()
         group.write_placement(run_dir)  # where each rank landed: rank -> node id / node ip
-        console.print(f"[bold]dpo[/]: {escape(group.placement_summary())}", highlight=False, soft_wrap=True)
+        name = config.rl.algorithm
+        console.print(f"[bold]{name}[/]: {escape(group.placement_summary())}", highlight=False, soft_wrap=True)
         console.print(
-            f"[bold]dpo[/]: {world} Ray actors ({config.grid.grouping}) ready in {time.perf_counter() - t0:.1f} s",
+            f"[bold]{name}[/]: {world} Ray actors ({config.grid.grouping}) ready in {time.perf_counter() - t0:.1f} s",
             highlight=False,
         )
         here = socket.gethostname()
