@@ -74,7 +74,7 @@ def export_run(
         enable_safety_checker=False, use_native_flow_schedule=parts.native_flow_schedule,
     )  # fmt: skip
     summary = {
-        "run": str(run_dir), "step": target.step, "algorithm": config.rl.algorithm, "run_identity": plan.run_identity(config),
+        "run": str(Path(run_dir).resolve()), "step": target.step, "algorithm": config.rl.algorithm, "run_identity": plan.run_identity(config),
         "lora_merged": merged, "trained": _trained(config), "sampler": sampler.as_json(), "out": str(out),
     }  # fmt: skip
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
