@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-from cosmos_rl.dist.fsdp import shard_transformer
+from cosmos_rl.dist.fsdp import gathered_while_sampling, shard_transformer
 from cosmos_rl.models.build import build_preset
 from cosmos_rl.models.lora import adapter_tensors, adapters_disabled, add_adapters, blend_adapter
 from cosmos_rl.models.packing import velocity
@@ -92,7 +92,24 @@ def one_step(mixed_precision: bool) -> dict:
         blend_adapter(sharded, "old", "policy", keep=0.5)
         blend_adapter(reference, "old", "policy", keep=0.5)
         result["blend_diff"] = _max_diff(adapter_tensors(sharded, "old"), adapter_tensors(reference, "old"))
+        result.update(_sampling_keeps_the_gathered_weights(sharded, x_t, sigma, ids))
     return result
+
+
+def _sampling_keeps_the_gathered_weights(sharded, x_t, sigma, ids) -> dict:
+    """Inside gathered_while_sampling a layer's parameters stay the unsharded (plain) tensors after
+    its forward instead of going back to DTensor shards; outside, they are shards again."""
+    layer_params = lambda: [p for layer in sharded.layers for p in layer.parameters()]  # noqa: E731
+    plain = [velocity(sharded, x_t, sigma, ids) for _ in range(2)]
+    sharded_between = all(isinstance(p, DTensor) for p in layer_params())
+    with gathered_while_sampling(sharded):
+        kept = [velocity(sharded, x_t, sigma, ids) for _ in range(2)]
+        gathered_between = not any(isinstance(p, DTensor) for p in layer_params())
+    return {
+        "sampling_diff": max((a - b).abs().max().item() for a, b in zip(plain, kept)),
+        "sharded_between_plain_forwards": sharded_between, "gathered_between_kept_forwards": gathered_between,
+        "resharded_after": all(isinstance(p, DTensor) for p in layer_params()),
+    }
 
 
 def main(out_path: str) -> None:

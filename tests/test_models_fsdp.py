@@ -64,6 +64,14 @@ def test_fp32_sharded_step_matches_the_unsharded_step(two_rank_results):
 
 
 @pytest.mark.slow
+def test_sampling_keeps_each_layers_gathered_weights_and_reshards_after(two_rank_results):
+    result = two_rank_results["fp32"]
+    assert result["sharded_between_plain_forwards"]  # without it every forward gathers again
+    assert result["gathered_between_kept_forwards"] and result["resharded_after"]
+    assert result["sampling_diff"] == 0.0  # the same weights give the same velocities
+
+
+@pytest.mark.slow
 def test_bf16_mixed_precision_step_stays_close_to_fp32(two_rank_results):
     result = two_rank_results["bf16"]
     assert result["grad_keys_match"]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 import torch
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 
 def quiet_view_output_warning() -> None:
@@ -58,3 +61,20 @@ def shard_transformer(
         fully_shard(layer, mesh=mesh, mp_policy=layer_policy)
     fully_shard(transformer, mesh=mesh, mp_policy=root_policy)
     return transformer
+
+
+@contextmanager
+def gathered_while_sampling(transformer: torch.nn.Module) -> Iterator[None]:
+    """Keep each sharded layer's all-gathered weights between the forwards of a no-grad sampling
+    loop instead of gathering them again for every sampler step (the weights cannot change inside
+    it, so the forwards are the same); every layer is resharded at exit, before any training.
+    Costs one unsharded copy of the weights while it lasts. A no-op on an unsharded transformer."""
+    layers = [layer for layer in getattr(transformer, "layers", ()) if isinstance(layer, FSDPModule)]
+    for layer in layers:
+        layer.set_reshard_after_forward(False, recurse=False)
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.set_reshard_after_forward(True, recurse=False)
+            layer.reshard()

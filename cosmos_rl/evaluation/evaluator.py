@@ -71,6 +71,7 @@ class Evaluator:
     @torch.no_grad()
     def sample(self, transformer: torch.nn.Module, items: Sequence[Item]) -> np.ndarray:
         """uint8 [N, H, W, 3] images of `items` (in order), `batch_size` per sampler call."""
+        from cosmos_rl.dist.fsdp import gathered_while_sampling
         from cosmos_rl.models.packing import velocity
         from cosmos_rl.models.sampling import sample_latents
         from cosmos_rl.models.vae import decode_latents
@@ -78,17 +79,18 @@ class Evaluator:
 
         s = self.settings
         out = []
-        for start in range(0, len(items), self.batch_size):
-            batch = items[start : start + self.batch_size]
-            noise = torch.cat([self.noise(item) for item in batch])
-            ids = [self._ids(item.caption) for item in batch]
-            x0, _ = sample_latents(
-                lambda x, sigma, tokens: velocity(transformer, x, sigma, tokens),
-                noise, [c for c, _ in ids], [u for _, u in ids], s.steps, s.shift, s.guidance,
-                parts=self.model_parts,  # the training rollouts' scheduler (a folder's own config)
-            )
-            images = decode_latents(self.vae, x0)
-            out.append(to_uint8(images.permute(0, 2, 3, 1).float().cpu().numpy()))
+        with gathered_while_sampling(transformer):
+            for start in range(0, len(items), self.batch_size):
+                batch = items[start : start + self.batch_size]
+                noise = torch.cat([self.noise(item) for item in batch])
+                ids = [self._ids(item.caption) for item in batch]
+                x0, _ = sample_latents(
+                    lambda x, sigma, tokens: velocity(transformer, x, sigma, tokens),
+                    noise, [c for c, _ in ids], [u for _, u in ids], s.steps, s.shift, s.guidance,
+                    parts=self.model_parts,  # the training rollouts' scheduler (a folder's own config)
+                )
+                images = decode_latents(self.vae, x0)
+                out.append(to_uint8(images.permute(0, 2, 3, 1).float().cpu().numpy()))
         return np.concatenate(out)
 
     def totals(

@@ -184,6 +184,7 @@ class NFTTrainer:
         from their own generators), so the caller can still commit step - 1 exactly.
         """
         from cosmos_rl.data.images import save_image_grid
+        from cosmos_rl.dist.fsdp import gathered_while_sampling
         from cosmos_rl.models import lora
         from cosmos_rl.models.packing import velocity
         from cosmos_rl.models.sampling import sample_latents
@@ -201,7 +202,7 @@ class NFTTrainer:
         t0 = time.perf_counter()
         self._activate(OLD if rl.old.build_old else POLICY)
         rollouts = []
-        with torch.no_grad():
+        with torch.no_grad(), gathered_while_sampling(self.transformer):
             for rank in ranks:
                 noise = rollout_noise(rl, self.config.job.seed, rank, step, self.latent_shape, self.device)
                 x0, sigmas = sample_latents(
