@@ -269,9 +269,9 @@ def _eval_summary(config: schema.RunConfig) -> dict | str:
 def _shard_count(entries: list[str]) -> int:
     """Shard files the entries name as the reader expands them: brace patterns ("a-{0..2}.tar" is
     three) and "::"-joined lists."""
-    from braceexpand import braceexpand
+    from cosmos_rl.data.tar_index import shard_names
 
-    return sum(len(list(braceexpand(part))) for entry in entries for part in str(entry).split("::"))
+    return len(shard_names(entries))
 
 
 def _data_summary(data: schema.PreferenceDataConfig) -> str:

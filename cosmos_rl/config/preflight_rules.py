@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from braceexpand import braceexpand
-
 from cosmos_rl.config.problems import Problem
 
 # Seeds are TOML integers, 64-bit signed (tomllib reads larger ones anyway); the synthetic generator
@@ -50,7 +48,9 @@ class Rules:
     def shard_files(self, path: str, value: str) -> None:
         """Every local shard a path or brace pattern (``::`` joins several) names must be a file, so a
         run whose shards were never written stops here rather than after its launch; URLs are opened later."""
-        names = [name for part in value.split("::") for name in braceexpand(part)]
+        from cosmos_rl.data.tar_index import shard_names
+
+        names = shard_names([value])
         local = [name.removeprefix("file:") for name in names if "://" not in name and not name.startswith("pipe:")]
         resolved = [Path(os.path.normpath(name if os.path.isabs(name) else self.base_dir / name)) for name in local]
         missing = [shard for shard in resolved if not shard.is_file()]

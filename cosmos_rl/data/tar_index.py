@@ -56,11 +56,18 @@ def split_member_name(name: str) -> Optional[tuple[str, str]]:
     return folder + slash + stem, ext
 
 
+def shard_names(entries: Sequence[Union[str, Path]]) -> list[str]:
+    """Every shard name a shard list gives, in order: each entry's ``::``-joined parts, each part
+    brace-expanded (``pairs-{000..002}.tar`` is three). The one expansion the reader, preflight and
+    plan share."""
+    return [name for entry in entries for part in str(entry).split("::") for name in braceexpand(part)]
+
+
 def shard_paths(urls_or_paths: Union[str, Path, Sequence[Union[str, Path]]]) -> list[Path]:
     """Local shard paths from a path or a list of them; each may be a brace pattern
     (``pairs-{000..009}.tar``), and ``::`` joins patterns in one string."""
     entries = [urls_or_paths] if isinstance(urls_or_paths, (str, Path)) else list(urls_or_paths)
-    urls = [url for entry in entries for part in str(entry).split("::") for url in braceexpand(part)]
+    urls = shard_names(entries)
     if not urls:
         raise UserError("no tar shards given; pass shard paths or a brace pattern")
     paths = []
