@@ -56,13 +56,12 @@ def export_run(
     from diffusers import Cosmos3OmniPipeline
 
     from cosmos_rl import plan
-    from cosmos_rl.config import load
     from cosmos_rl.evaluation.target import open_target
     from cosmos_rl.models.build import MODEL_INFO
 
-    config = load.load(Path(run_dir) / "manifest.toml", saved_run=True)
     progress(f"loading {'the newest committed checkpoint' if step is None else f'checkpoint step {step}'} of {run_dir}")
     target = open_target(run_dir, torch.device("cpu"), None, None, step)
+    config = target.config  # the run's saved manifest, as open_target read it
     parts = getattr(target.parts, "parts", target.parts)
     with target.policy() as network:
         transformer, merged = _plain_transformer(network)

@@ -43,6 +43,7 @@ class Target:
     policy: Callable[[], ContextManager[torch.nn.Module]]
     base: Callable[[], ContextManager[torch.nn.Module]] | None
     train_prompts: list[str] | None  # what the run trained on, when it has a prompt list (NFT)
+    config: Any = None  # a run's saved manifest (schema.RunConfig); None for a model
 
 
 def target_kind(text: str) -> str:
@@ -76,9 +77,9 @@ def open_target(
     text: str, device: torch.device, image_size: int | None, out_dir: Path | None, step: int | None = None
 ) -> Target:
     """The target `text` names; `step` picks a run's committed checkpoint (None: the newest)."""
-    check_step(text, step)
     if target_kind(text) == "run":
-        return _open_run(Path(text), device, image_size, out_dir, step)
+        return _open_run(Path(text), device, image_size, out_dir, step)  # it checks the step itself
+    check_step(text, step)
     return _open_model(text, device, image_size or DEFAULT_IMAGE_SIZE, out_dir)
 
 
@@ -141,7 +142,7 @@ def _open_run(run_dir: Path, device: torch.device, image_size: int | None, out_d
     return Target(
         label=str(run_dir), kind="run", parts=model, settings=run_settings(config), image_size=config.model.image_size,
         out_dir=Path(out_dir) if out_dir is not None else run_dir / "eval", step=step,
-        policy=lambda: nullcontext(model.transformer), base=base, train_prompts=train_prompts,
+        policy=lambda: nullcontext(model.transformer), base=base, train_prompts=train_prompts, config=config,
     )
 
 
@@ -175,6 +176,7 @@ def _open_vae_run(run_dir: Path, config, manager, step: int, device: torch.devic
         label=str(run_dir), kind="run", parts=parts, settings=run_settings(config), image_size=config.model.image_size,
         out_dir=Path(out_dir) if out_dir is not None else run_dir / "eval", step=step,
         policy=lambda: decoded_by(trained_weights), base=lambda: decoded_by(base_weights), train_prompts=None,
+        config=config,
     )
 
 
