@@ -90,7 +90,7 @@ def _same(a, b) -> bool:
 def _diff_tree(a, b, where: str, out: list[str]) -> None:
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(set(a) | set(b)):
-            if _wall_clock(key) or key in ("out", "grid", "wall_s"):
+            if _wall_clock(key) or key in ("target", "grid"):  # where the capture ran
                 continue
             if key not in a or key not in b:
                 out.append(f"{where}.{key}: only in {'after' if key not in a else 'before'}")
