@@ -126,10 +126,10 @@ def measure(mode: str, steps: int, pairs: int, threads: int, data_pairs: int = 6
     trainer._draw = trainer_watch.wrap("noise", trainer._draw)
     trainer._objective = trainer_watch.wrap("forwards_and_loss", trainer._objective)
 
-    trainer.train_step()  # warm-ups
+    trainer.train_step(trainer.step + 1)  # warm-ups
     bare_step(*trainer._pair_tensors(drawn[-1]))
     for _ in range(steps):
-        trainer_watch.run("step", trainer.train_step)
+        trainer_watch.run("step", lambda: trainer.train_step(trainer.step + 1))
         latents, ids = trainer._pair_tensors(drawn[-1])  # untimed: the watch is off
         bare_watch.run("step", functools.partial(bare_step, latents, ids))
 

@@ -11,7 +11,7 @@ import typing
 
 import attrs
 
-from cosmos_rl.config import schema
+from cosmos_rl.config import algorithms, schema
 
 HEADER = """# Manifest reference
 
@@ -46,7 +46,8 @@ def _default(field: attrs.Attribute) -> str:
 
 def _rows(cls, prefix: str) -> list[tuple[str, str, str, str]]:
     rows, tables = [], []
-    for field in attrs.fields(cls):
+    # `algorithm` first: attrs lists the shared RLBase fields before an algorithm's own.
+    for field in sorted(attrs.fields(cls), key=lambda f: f.name != "algorithm"):
         path = f"{prefix}{field.name}"
         nested = [t for t in (typing.get_args(field.type) or (field.type,)) if attrs.has(t)]
         if nested:
@@ -71,12 +72,11 @@ def _table(rows) -> str:
 
 def generate() -> str:
     parts = [HEADER]
-    for title, cls, prefix in (
-        ("Common tables", schema.RunConfig, ""),
-        ("`rl` for Diffusion-DPO (`rl.algorithm = \"dpo\"`)", schema.DPOConfig, "rl."),
-        ("`rl` for DiffusionNFT (`rl.algorithm = \"nft\"`)", schema.NFTConfig, "rl."),
-        ("`rl` for supervised fine-tuning (`rl.algorithm = \"sft\"`)", schema.SFTConfig, "rl."),
-    ):
+    sections = [("Common tables", schema.RunConfig, "")]
+    for name in algorithms.names():
+        entry = algorithms.get(name)
+        sections.append((f"`rl` for {entry.title} (`rl.algorithm = \"{name}\"`)", entry.config, "rl."))
+    for title, cls, prefix in sections:
         parts.append(f"## {title}\n\n{_table(_rows(cls, prefix))}\n")
     profiles = "\n".join(f"- `{name}`: {p['description']} (image size {p['image_size']})" for name, p in schema.T2I_PROFILES.items())
     parts.append(f"## Known T2I profiles (`rl.profile`)\n\n{profiles}\n")

@@ -103,8 +103,8 @@ def _plain_transformer(network):
 
 
 def _trained(config) -> str:
-    from cosmos_rl.config import schema
+    from cosmos_rl.config import algorithms
 
-    if isinstance(config.rl, schema.SFTConfig) and config.rl.train == "vae":
+    if algorithms.of(config).trained_part(config.rl) == "vae":
         return "the VAE (base transformer)"
     return "LoRA merged into the transformer" if config.model.lora.rank > 0 else "the whole transformer"

@@ -61,10 +61,13 @@ def _locked(run_dir: Path, command: str, config: schema.RunConfig | None = None)
 
 
 def _backend(config: schema.RunConfig):
-    if isinstance(config.rl, schema.NFTConfig):
+    """The launcher of the run's algorithm kind (config/algorithms.py): a Ray driver, or rank processes."""
+    from cosmos_rl.config import algorithms
+
+    if algorithms.of(config).launcher == "driver":
         from cosmos_rl.trainers import nft_driver
 
         return nft_driver
-    from cosmos_rl.trainers import dpo_launch  # DPO and SFT: torchrun (or, for DPO, Ray) ranks
+    from cosmos_rl.trainers import dpo_launch  # torchrun ranks, or Ray actors that each run the loop
 
     return dpo_launch

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from cosmos_rl.config import load, preflight, schema
+from cosmos_rl.config import algorithms, load, preflight, schema
 from cosmos_rl.models import layout
 
 GUIDANCE_SEMANTICS = "v = v_uncond + g * (v_cond - v_uncond): g = 1 is conditional only, g = 0 unconditional"
@@ -23,29 +23,14 @@ def run_dir(config: schema.RunConfig) -> Path:
 
 
 def world_size(config: schema.RunConfig) -> tuple[int, str]:
-    if isinstance(config.rl, schema.NFTConfig):
-        return config.rl.group_size, f"rl.group_size = {config.rl.group_size}: one model rank per sample of a group"
-    g = config.grid
-    dp = config.model.config.parallelism.data_parallel_shard_degree
-    return dp, f"model.config.parallelism.data_parallel_shard_degree = {dp} (= grid.nodes {g.nodes} x grid.gpus_per_node {g.gpus_per_node})"
+    """(ranks, how the manifest fixes them): the algorithm's rule (registry entry `world_size`)."""
+    return algorithms.of(config).world_size(config)
 
 
 def seed_contract(config: schema.RunConfig) -> dict:
     """What fixes every random draw of a run; exact resume refuses any change to it."""
     contract = {"job.seed": config.job.seed, "world_size": world_size(config)[0]}
-    if isinstance(config.rl, schema.NFTConfig):
-        contract.update(
-            {
-                "rl.rollout_seed_clock": config.rl.rollout_seed_clock,
-                "rl.group_size": config.rl.group_size,
-                "rl.prompts_per_step": config.rl.prompts_per_step,
-                "rl.prompts.shuffle": config.rl.prompts.shuffle,
-            }
-        )
-    elif isinstance(config.rl, schema.SFTConfig):
-        contract.update({"rl.data.shuffle": config.rl.data.shuffle})
-    else:
-        contract.update({"rl.data.shuffle": config.rl.data.shuffle, "rl.data.synthetic_seed": config.rl.data.synthetic_seed})
+    contract.update(algorithms.seed_values(algorithms.of(config), config.rl))
     return contract
 
 
@@ -77,15 +62,28 @@ def _reward_summary(rl: schema.NFTConfig) -> dict:
     }  # fmt: skip
 
 
+def _weights(config: schema.RunConfig) -> str:
+    return "policy LoRA adapter" if config.model.lora.rank > 0 else "policy weights (full fine-tune)"
+
+
 def checkpoint_contents(config: schema.RunConfig) -> list[str]:
-    weights = "policy LoRA adapter" if config.model.lora.rank > 0 else "policy weights (full fine-tune)"
-    if isinstance(config.rl, schema.NFTConfig):
-        old = ["old-policy adapter" if config.model.lora.rank > 0 else "old-policy weights"] if config.rl.old.build_old else []
-        return [weights, *old, "optimizer", "step", "prompt cursor", "seed contract", "RNG streams"]
-    if isinstance(config.rl, schema.SFTConfig):
-        trained = "VAE weights" if config.rl.train == "vae" else weights
-        return [trained, "optimizer", "step", "sample cursor", "RNG streams"]
-    return [weights, "optimizer", "step", "pair cursor" if config.rl.data.cursor_resume else "step (pair cursor not resumed)", "RNG streams"]
+    contents = algorithms.of(config).resolve("checkpoint_contents")
+    return contents(config) if contents is not None else [_weights(config), "optimizer", "step", "RNG streams"]
+
+
+def nft_contents(config: schema.RunConfig) -> list[str]:
+    old = ["old-policy adapter" if config.model.lora.rank > 0 else "old-policy weights"] if config.rl.old.build_old else []
+    return [_weights(config), *old, "optimizer", "step", "prompt cursor", "seed contract", "RNG streams"]
+
+
+def sft_contents(config: schema.RunConfig) -> list[str]:
+    trained = "VAE weights" if config.rl.train == "vae" else _weights(config)
+    return [trained, "optimizer", "step", "sample cursor", "RNG streams"]
+
+
+def dpo_contents(config: schema.RunConfig) -> list[str]:
+    cursor = "pair cursor" if config.rl.data.cursor_resume else "step (pair cursor not resumed)"
+    return [_weights(config), "optimizer", "step", cursor, "RNG streams"]
 
 
 def torchrun_argv(config: schema.RunConfig, manifest_in_run_dir: str) -> list[str]:
@@ -135,18 +133,26 @@ def build(config: schema.RunConfig, manifest_path: str = "MANIFEST", overrides: 
         "launch": launch_argv(config, manifest_path, list(overrides)),
     }
     out["eval"] = _eval_summary(config)
-    if isinstance(rl, schema.NFTConfig):
-        shapes, _ = preflight.nft_shapes(config)
-        out["shapes"] = shapes
-        out["roles_per_process"] = ["data", "rollout", "reward", "replay", "policy"]
-        out["per_step"] = {
+    section = algorithms.of(config).resolve("plan_section")
+    if section is not None:
+        out.update(section(config, _base_dir(manifest_path)))
+    return out
+
+
+def nft_section(config: schema.RunConfig, base_dir: Path) -> dict:
+    rl = config.rl
+    shapes, _ = preflight.nft_shapes(config)
+    shift, shift_from = sampler_shift(config, base_dir)
+    return {
+        "shapes": shapes,
+        "roles_per_process": ["data", "rollout", "reward", "replay", "policy"],
+        "per_step": {
             "prompt_rows": rl.prompts_per_step,
             "samples": rl.prompts_per_step * rl.group_size,
             "samples_per_rank": rl.prompts_per_step,
             "train_timesteps_per_sample": rl.timesteps_per_sample or rl.sample_steps - 1,
-        }
-        shift, shift_from = sampler_shift(config, _base_dir(manifest_path))
-        out["sampler"] = {
+        },
+        "sampler": {
             "scheduler": rl.scheduler,
             "steps": rl.sample_steps,
             "shift": shift,
@@ -154,31 +160,40 @@ def build(config: schema.RunConfig, manifest_path: str = "MANIFEST", overrides: 
             "guidance": rl.guidance,
             "guidance_semantics": GUIDANCE_SEMANTICS,
             "seed_clock": rl.rollout_seed_clock,
-        }
-        out["reward"] = _reward_summary(rl)
-        out["ray"] = _ray_layout(config, rl.group_size)
-    elif isinstance(rl, schema.SFTConfig):
-        out["roles_per_process"] = ["data", "policy"]
-        out["per_step"] = {"samples": rl.samples_per_step, "samples_per_rank": rl.samples_per_step // max(size, 1)}
-        out["data"] = f"{_shard_count(rl.data.shards)} webdataset shard(s)" if rl.data.shards else f"JSONL {rl.data.jsonl}"
-        out["trains"] = "the VAE (autoencoder)" if rl.train == "vae" else "the transformer (flow matching)"
-        if config.grid.backend == "ray":
-            out["ray"] = _ray_layout(config, size)
-    else:
-        ranks = size
-        out["roles_per_process"] = (
-            ["policy (+ data in its own actor)"] if config.grid.grouping == "per_role" else ["data", "policy"]
-        )
-        out["per_step"] = {"pairs": rl.pairs_per_step, "pairs_per_rank": rl.pairs_per_step // max(ranks, 1)}
-        out["data"] = _data_summary(rl.data)
-        out["validation"] = (
+        },
+        "reward": _reward_summary(rl),
+        "ray": _ray_layout(config, rl.group_size),
+    }
+
+
+def sft_section(config: schema.RunConfig, base_dir: Path) -> dict:
+    rl, size = config.rl, world_size(config)[0]
+    out = {
+        "roles_per_process": ["data", "policy"],
+        "per_step": {"samples": rl.samples_per_step, "samples_per_rank": rl.samples_per_step // max(size, 1)},
+        "data": f"{_shard_count(rl.data.shards)} webdataset shard(s)" if rl.data.shards else f"JSONL {rl.data.jsonl}",
+        "trains": "the VAE (autoencoder)" if rl.train == "vae" else "the transformer (flow matching)",
+    }
+    if config.grid.backend == "ray":
+        out["ray"] = _ray_layout(config, size)
+    return out
+
+
+def dpo_section(config: schema.RunConfig, base_dir: Path) -> dict:
+    rl, ranks = config.rl, world_size(config)[0]
+    out = {
+        "roles_per_process": ["policy (+ data in its own actor)"] if config.grid.grouping == "per_role" else ["data", "policy"],
+        "per_step": {"pairs": rl.pairs_per_step, "pairs_per_rank": rl.pairs_per_step // max(ranks, 1)},
+        "data": _data_summary(rl.data),
+        "validation": (
             {"every": rl.validation.every, "max_pairs": rl.validation.max_pairs, "data": _data_summary(rl.validation.data)}
             if rl.validation.every
             else "off"
-        )
-        out["beta"] = rl.beta
-        if config.grid.backend == "ray":
-            out["ray"] = _ray_layout(config, ranks)
+        ),
+        "beta": rl.beta,
+    }
+    if config.grid.backend == "ray":
+        out["ray"] = _ray_layout(config, ranks)
     return out
 
 
@@ -251,17 +266,15 @@ def _ray_layout(config: schema.RunConfig, actors: int) -> dict:
 
 def _eval_summary(config: schema.RunConfig) -> dict | str:
     """[rl.eval]: what is evaluated during training (cosmos_rl.evaluation), or "off"."""
-    from cosmos_rl.evaluation.settings import run_settings
+    from cosmos_rl.config.sampler import run_settings
 
     e = config.rl.eval
     if e.every <= 0:
         return "off"
     prompts = e.prompts or ("shapes held-out prompts, all" if e.per_task <= 0 else f"shapes held-out prompts, up to {e.per_task} per task")
-    from cosmos_rl.evaluation.during import TRAIN_SIGNAL
-
     sampler = run_settings(config)
-    # SFT trains on no reward: its watch has nothing to compare, so its window means nothing.
-    watch = e.hacking_window if config.rl.algorithm in TRAIN_SIGNAL else "none (no training reward)"
+    # An algorithm with no training signal (SFT trains on no reward) has nothing to compare, so its window means nothing.
+    watch = e.hacking_window if algorithms.of(config).train_signal else "none (no training reward)"
     return {"every": e.every, "prompts": prompts, "seeds": e.seeds, "reward": e.reward, "hacking_window": watch,
             "sampler": f"{sampler.steps} steps, guidance {sampler.guidance:g}"}  # fmt: skip
 

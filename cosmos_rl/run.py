@@ -13,7 +13,7 @@ import attrs
 
 from cosmos_rl import plan
 from cosmos_rl.checkpoint import layout
-from cosmos_rl.config import load, schema
+from cosmos_rl.config import algorithms, load, schema
 from cosmos_rl.config.problems import ManifestError, Problem
 from cosmos_rl.errors import UserError
 
@@ -21,7 +21,8 @@ MANIFEST = "manifest.toml"
 METRICS = "metrics.jsonl"
 CHECKPOINTS = layout.CHECKPOINTS
 
-# Fields that decide the world size; a DPO run may change them on a non-exact resume (DCP reshards).
+# Fields that decide the world size; a run whose algorithm reshards (DPO, SFT) may change them on a
+# non-exact resume (DCP reshards).
 WORLD_FIELDS = frozenset(
     {"model.config.parallelism.data_parallel_shard_degree", "grid.nodes", "grid.gpus_per_node"}
 )
@@ -84,7 +85,7 @@ def load_for_resume(run_dir: Path, overrides: list[str], *, exact: bool) -> tupl
     blocking = [line for line in identity if line not in world_changes]
     if exact:
         blocking += world_changes
-    elif world_changes and isinstance(config.rl, schema.NFTConfig):
+    elif world_changes and not algorithms.of(config).reshards_world:
         blocking += world_changes
     if blocking:
         raise ManifestError(

@@ -37,7 +37,7 @@ def test_a_decompression_bomb_met_in_a_step_names_file_row_and_image(tmp_path):
     jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
     run = trainer(tmp_path, {"jsonl": str(jsonl)})
     with pytest.raises(UserError, match=r"pairs\.jsonl:2 \(id 'p1'\) winner: .*huge\.png: cannot decode image: too large to decode safely"):
-        run.train_step()
+        run.train_step(1)
 
 
 def test_a_truncated_shard_stops_the_run_before_training_naming_it(tmp_path):

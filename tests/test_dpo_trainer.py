@@ -45,7 +45,7 @@ def trainer(tmp_path: Path, resume: bool = False, **rl) -> DPOTrainer:
 
 @pytest.mark.parametrize("lora_rank", [8, 0], ids=["lora", "full"])
 def test_first_step_loss_is_log2_because_policy_equals_reference(tmp_path, lora_rank):
-    metrics = trainer(tmp_path, lora_rank=lora_rank).train_step()
+    metrics = trainer(tmp_path, lora_rank=lora_rank).train_step(1)
     assert metrics["train/loss"] == pytest.approx(math.log(2), abs=1e-6)
     assert metrics["train/dpo_accuracy"] == 0.5
     assert metrics["train/dpo_reward_margin"] == 0.0

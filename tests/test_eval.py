@@ -84,7 +84,7 @@ class _GroundTruth:
 
     def __init__(self):
         from cosmos_rl.evaluation.evaluator import Evaluator
-        from cosmos_rl.evaluation.settings import default_settings
+        from cosmos_rl.config.sampler import default_settings
 
         vae = SimpleNamespace(config=SimpleNamespace(scale_factor_spatial=4))
         self.evaluator = Evaluator(held_out_captions(1), 2, "shapes_strict", default_settings(), tokenizer=None, vae=vae,
@@ -315,7 +315,7 @@ def test_prompts_are_tokenized_with_the_models_own_template():
     """The shapes base was trained on the `minimal` template: evaluating it with the pipeline's chat
     template would score a model fed prompts it never saw (measured: strict 0.01 instead of ~0.4)."""
     from cosmos_rl.evaluation.evaluator import Evaluator
-    from cosmos_rl.evaluation.settings import default_settings
+    from cosmos_rl.config.sampler import default_settings
     from cosmos_rl.models.text import model_prompt_ids
 
     tiny = build_preset("tiny", 0)

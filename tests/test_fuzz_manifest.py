@@ -10,7 +10,7 @@ from cosmos_rl.config import load
 from cosmos_rl.config.problems import ManifestError
 
 ROOT = Path(__file__).resolve().parent.parent
-KNOWN_PATHS = sorted(load._EVERY_PATH)
+KNOWN_PATHS = sorted(load._every_path())
 
 scalars = st.one_of(
     st.integers(min_value=-10**6, max_value=10**6),

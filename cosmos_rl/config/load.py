@@ -8,6 +8,7 @@ bool) and nothing is dropped.
 from __future__ import annotations
 
 import difflib
+import functools
 import tomllib
 import typing
 from pathlib import Path
@@ -17,7 +18,7 @@ import attrs
 import cattrs
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 
-from cosmos_rl.config import schema
+from cosmos_rl.config import algorithms, schema
 from cosmos_rl.config.problems import ManifestError, Problem, show
 from cosmos_rl.config.saved_runs import with_later_knobs
 
@@ -111,14 +112,18 @@ def _rl_hook(converter: cattrs.Converter):
         if not isinstance(value, dict):
             raise _BadValue("expected a table", value, "write an [rl] table")
         algorithm = value.get("algorithm")
-        options = ", ".join(show(a) for a in schema.ALGORITHMS)
+        options = ", ".join(show(a) for a in algorithms.names())
         if algorithm is None:
             raise _Nested([(".algorithm", _BadValue("required key missing", _MISSING, f"set it to one of {options}"))])
         if not isinstance(algorithm, str):  # a list or table cannot even be looked up
             raise _Nested([(".algorithm", _BadValue("expected a string naming the algorithm", algorithm, f"use one of {options}"))])
-        if algorithm not in schema.ALGORITHMS:
-            raise _Nested([(".algorithm", _BadValue("unknown algorithm", algorithm, f"use one of {options}"))])
-        return converter.structure(value, schema.ALGORITHMS[algorithm])
+        try:
+            entry = algorithms.get(algorithm)
+        except algorithms.UnknownAlgorithm as exc:
+            if ":" not in algorithm:
+                raise _Nested([(".algorithm", _BadValue("unknown algorithm", algorithm, f"use one of {options}"))]) from None
+            raise _Nested([(".algorithm", _BadValue(str(exc), algorithm, "name a module:attribute holding an algorithms.Algorithm entry"))]) from None
+        return converter.structure(value, entry.config)
 
     return hook
 
@@ -152,7 +157,10 @@ def make_converter() -> cattrs.Converter:
     conv.register_structure_hook_func(lambda t: typing.get_origin(t) is dict, _make_dict_hook(conv))
     conv.register_structure_hook(Union[str, int, float, bool], _scalar_union_hook)
     conv.register_structure_hook_factory(attrs.has, _make_table_hook_factory(conv))
-    conv.register_structure_hook(schema.RLConfig, _rl_hook(conv))
+    # By identity, not by class: singledispatch would also send every algorithm's own class here.
+    conv.register_structure_hook_func(lambda t: t is schema.RLBase, _rl_hook(conv))
+    # Written out as what it is (the algorithm's own class), not as the base's shared fields.
+    conv.register_unstructure_hook_func(lambda t: t is schema.RLBase, lambda rl: conv.unstructure(rl, unstructure_as=type(rl)))
     return conv
 
 
@@ -171,29 +179,36 @@ def _all_paths(cls: type, prefix: str = "") -> list[str]:
     return paths
 
 
-_EVERY_PATH = sorted(set(_all_paths(schema.RunConfig)).union(*(_all_paths(cls, "rl.") for cls in schema.ALGORITHMS.values())))
-_PATHS_OF_ALGORITHM = {name: set(_all_paths(cls, "rl.")) for name, cls in schema.ALGORITHMS.items()}
+def _every_path() -> list[str]:
+    """Every manifest path of the schema and of every registered algorithm's `rl` table."""
+    return _paths_of(tuple(algorithms.get(name).config for name in algorithms.names()))
+
+
+@functools.lru_cache(maxsize=8)
+def _paths_of(classes: tuple[type, ...]) -> list[str]:
+    return sorted(set(_all_paths(schema.RunConfig)).union(*(_all_paths(cls, "rl.") for cls in classes)))
 
 
 def _other_algorithm(path: str, cls: type) -> str | None:
     """The algorithm whose `rl` table declares `path` when the manifest's own (`cls`) does not."""
-    mine = next((name for name, c in schema.ALGORITHMS.items() if c is cls), None)
-    if mine is None or path in _PATHS_OF_ALGORITHM[mine]:
+    named = {name: algorithms.get(name).config for name in algorithms.names()}
+    mine = next((name for name, c in named.items() if c is cls), None)
+    if mine is None or path in _all_paths(cls, "rl."):
         return None
-    return next((name for name, paths in _PATHS_OF_ALGORITHM.items() if path in paths), None)
+    return next((name for name, c in named.items() if path in _all_paths(c, "rl.")), None)
 
 
 def _did_you_mean(parent_path: str, key: str, cls: type) -> str:
     other = _other_algorithm(parent_path + key, cls)
     if other is not None:
-        mine = next(name for name, c in schema.ALGORITHMS.items() if c is cls)
+        mine = next(name for name in algorithms.names() if algorithms.get(name).config is cls)
         return (f"{parent_path}{key} belongs to {other.upper()}, and this manifest runs {mine.upper()}; "
                 f"remove it, or set rl.algorithm = {show(other)}")
     siblings = [f.name for f in attrs.fields(cls)]
     close = difflib.get_close_matches(key, siblings, n=1, cutoff=0.6)
     if close:
         return f"did you mean {parent_path}{close[0]}?"
-    elsewhere = [p for p in _EVERY_PATH if p.rsplit(".", 1)[-1] == key]
+    elsewhere = [p for p in _every_path() if p.rsplit(".", 1)[-1] == key]
     if elsewhere:
         return f"did you mean {elsewhere[0]}?"
     return f"remove it; {parent_path.rstrip('.') or 'the top level'} takes: {', '.join(siblings)}"
@@ -238,7 +253,7 @@ def _collect(exc: BaseException, path: str, out: list[Problem]) -> None:
 def structure(raw: dict, source: str = "") -> schema.RunConfig:
     """Raw TOML data -> RunConfig, or a ManifestError listing every structural problem."""
     if "rl" not in raw:
-        algos = " or ".join(show(a) for a in schema.ALGORITHMS)
+        algos = " or ".join(show(a) for a in algorithms.names())
         problems = [Problem("rl.algorithm", "required key missing", fix=f"add [rl] with algorithm = {algos}")]
         try:
             CONVERTER.structure({**raw, "rl": {"algorithm": "dpo"}}, schema.RunConfig)
@@ -354,7 +369,7 @@ def flatten(data: dict, prefix: str = "") -> dict[str, Any]:
 
 def _is_section(path: str) -> bool:
     # Sections are the paths whose schema type is an attrs class; user dict fields (shapes,...) are leaves.
-    return any(p.startswith(path + ".") for p in _EVERY_PATH)
+    return any(p.startswith(path + ".") for p in _every_path())
 
 
 def with_absolute_paths(config: schema.RunConfig, base_dir: Path | str) -> schema.RunConfig:
@@ -363,20 +378,10 @@ def with_absolute_paths(config: schema.RunConfig, base_dir: Path | str) -> schem
 
     base = Path(base_dir)
 
-    def data(d):  # PreferenceDataConfig or CaptionDataConfig
-        return attrs.evolve(d, jsonl=resolve_path(d.jsonl, base), shards=[resolve_path(s, base) for s in d.shards])
-
-    rl = attrs.evolve(config.rl, init_from=resolve_path(config.rl.init_from, base))
-    rl = attrs.evolve(rl, eval=attrs.evolve(rl.eval, prompts=resolve_path(rl.eval.prompts, base)))
-    if isinstance(rl, schema.DPOConfig):
-        rl = attrs.evolve(rl, data=data(rl.data), validation=attrs.evolve(rl.validation, data=data(rl.validation.data)))
-    elif isinstance(rl, schema.SFTConfig):
-        rl = attrs.evolve(rl, data=data(rl.data))
-    else:
-        rl = attrs.evolve(
-            rl, prompts=attrs.evolve(rl.prompts, file=resolve_path(rl.prompts.file, base)),
-            rewards=[attrs.evolve(r, model=resolve_path(r.model, base)) for r in rl.rewards],
-        )  # fmt: skip
+    pin = lambda value: resolve_path(value, base)  # noqa: E731
+    rl = attrs.evolve(config.rl, init_from=pin(config.rl.init_from))
+    rl = attrs.evolve(rl, eval=attrs.evolve(rl.eval, prompts=pin(rl.eval.prompts)))
+    rl = algorithms.with_paths(algorithms.of(config), rl, pin)
     model = attrs.evolve(config.model, path=resolve_path(config.model.path, base))
     return attrs.evolve(config, rl=rl, model=model)
 

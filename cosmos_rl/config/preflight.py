@@ -13,7 +13,7 @@ import re
 import typing
 from pathlib import Path
 
-from cosmos_rl.config import schema
+from cosmos_rl.config import algorithms, schema
 from cosmos_rl.config.preflight_data import _data_source, _sources
 from cosmos_rl.config.preflight_rules import Rules, seed_rule
 from cosmos_rl.config.preflight_rewards import BUILTIN_REWARDS, _one_reward, _reward_terms
@@ -45,12 +45,9 @@ def resolve_path(value: str, base_dir: Path) -> str:
 def check(config: schema.RunConfig, base_dir: Path | str = ".") -> list[Problem]:
     rules = Rules(Path(base_dir))
     _common(config, rules)
-    if isinstance(config.rl, schema.NFTConfig):
-        _nft(config, config.rl, rules)
-    elif isinstance(config.rl, schema.SFTConfig):
-        _sft(config, config.rl, rules)
-    else:
-        _dpo(config, config.rl, rules)
+    own_rules = algorithms.of(config).resolve("preflight")
+    if own_rules is not None:
+        own_rules(config, config.rl, rules)
     _eval(config, config.rl.eval, rules)
     return rules.problems
 
@@ -237,7 +234,8 @@ def nft_shapes(c: schema.RunConfig) -> tuple[dict[str, list[int]] | None, list[t
     return (None if bad else {"policy": [replicas, ranks], "rollout": [replicas, ranks]}), bad
 
 
-def _nft(c: schema.RunConfig, rl: schema.NFTConfig, r: Rules) -> None:
+def nft_rules(c: schema.RunConfig, rl: schema.NFTConfig, r: Rules) -> None:
+    """NFT's rules (nft.md): the one colocated Ray topology, role shapes, modality/profile, rewards, sampler, old/ref policy."""
     g = c.grid
     if g.backend != "ray":
         r.error("grid.backend", "NFT's five roles are one Ray actor group", g.backend, 'set grid.backend = "ray"')
@@ -310,7 +308,7 @@ def _nft(c: schema.RunConfig, rl: schema.NFTConfig, r: Rules) -> None:
 
 
 # ---------------------------------------------------------------------------------------- DPO
-def _data_parallel_grid(c: schema.RunConfig, r: Rules) -> None:
+def data_parallel_grid(c: schema.RunConfig, r: Rules) -> None:
     """DPO and SFT: every rank trains its share of the step (data parallel, FSDP2)."""
     g, name = c.grid, c.rl.algorithm.upper()
     if g.grouping == "per_role" and g.backend != "ray":
@@ -328,8 +326,9 @@ def _data_parallel_grid(c: schema.RunConfig, r: Rules) -> None:
         r.error("grid.rdzv_endpoint", "multi-node torchrun needs the operator's rendezvous endpoint", "", f"set grid.rdzv_endpoint = \"host:port\" or export {RDZV_ENV}")
 
 
-def _dpo(c: schema.RunConfig, rl: schema.DPOConfig, r: Rules) -> None:
-    _data_parallel_grid(c, r)
+def dpo_rules(c: schema.RunConfig, rl: schema.DPOConfig, r: Rules) -> None:
+    """DPO's rules (dpo.md): data-parallel grid, pairs per step, the data sources and explicit validation."""
+    data_parallel_grid(c, r)
     dp = c.model.config.parallelism.data_parallel_shard_degree
     r.positive("rl.beta", rl.beta)
     r.at_least("rl.pairs_per_step", rl.pairs_per_step, 1)
@@ -353,8 +352,9 @@ def _dpo(c: schema.RunConfig, rl: schema.DPOConfig, r: Rules) -> None:
 
 
 # ---------------------------------------------------------------------------------------- SFT
-def _sft(c: schema.RunConfig, rl: schema.SFTConfig, r: Rules) -> None:
-    _data_parallel_grid(c, r)
+def sft_rules(c: schema.RunConfig, rl: schema.SFTConfig, r: Rules) -> None:
+    """SFT's rules: data-parallel grid, samples per step, caption dropout, one image-caption source."""
+    data_parallel_grid(c, r)
     if c.grid.grouping == "per_role" and c.grid.backend == "ray":
         r.error("grid.grouping", "SFT has no data role to place apart: every rank reads its own share of the samples", c.grid.grouping,
                 'set grid.grouping = "single"')

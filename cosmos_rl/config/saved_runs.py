@@ -30,7 +30,12 @@ def with_later_knobs(raw: dict) -> dict:
 
 
 def _knob_applies(algorithm, key: str) -> bool:
-    rl_class = {"nft": schema.NFTConfig, "dpo": schema.DPOConfig, "sft": schema.SFTConfig}.get(algorithm)
-    if rl_class is None or not key.startswith("rl.") or key.count(".") != 1:
+    from cosmos_rl.config import algorithms
+
+    if not isinstance(algorithm, str) or not key.startswith("rl.") or key.count(".") != 1:
+        return False
+    try:
+        rl_class = algorithms.get(algorithm).config
+    except algorithms.UnknownAlgorithm:  # the loader reports it, with the options
         return False
     return key.split(".")[1] in {f.name for f in attrs.fields(rl_class)}

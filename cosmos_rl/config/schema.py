@@ -145,6 +145,22 @@ class EvalConfig:
     guidance: Optional[float] = knob(None, "Guidance of the evaluation (and of `cosmos-rl eval RUN_DIR`); unset = the run's own (NFT: rl.guidance; DPO and SFT: 3.0).")
 
 
+# ------------------------------------------------------------------------------ every algorithm
+@frozen
+class RLBase:
+    """The `rl` fields every algorithm has. Manifest paths stay flat (`rl.max_steps`, `rl.init_from`);
+    an algorithm restates a field here only to give it its own default or doc text."""
+
+    algorithm: str = required("The algorithm (config/algorithms.py registers the names); selects the rest of the table.")
+    max_steps: int = knob(100, "Optimizer steps.")
+    init_from: str = knob("", "Base weights: `model.path` itself, a weights or DCP folder, `s3://` (pulled once per node) or `preset:NAME`; empty = model.path's own weights (or the preset's).")
+    init_keys_to_skip_loading: list[str] = knob(
+        attrs.Factory(list), "Glob patterns (`*` crosses dots) of base-checkpoint keys the model does not build, e.g. the Nano sound and action heads `audio_*`, `action_*` (a T2I model never builds them); any other extra or missing key fails the load."
+    )
+    optimizer: OptimizerConfig = section(OptimizerConfig, "Optimizer of the policy.")
+    eval: EvalConfig = section(EvalConfig, "Evaluation during training on held-out prompts (`eval/` metrics).")
+
+
 # --------------------------------------------------------------------------------------------- DPO
 @frozen
 class PreferenceDataConfig:
@@ -172,24 +188,17 @@ class ValidationConfig:
 
 
 @frozen
-class DPOConfig:
+class DPOConfig(RLBase):
     algorithm: Literal["dpo"] = required("`dpo` selects offline Diffusion-DPO.")
     beta: float = knob(1000.0, "Preference sharpness; large because the MSE is a per-element mean.")
-    max_steps: int = knob(100, "Optimizer steps.")
     pairs_per_step: int = knob(8, "Preference pairs per optimizer step, split evenly over the ranks.")
-    init_from: str = knob("", "Base weights: `model.path` itself, a weights or DCP folder, `s3://` (pulled once per node) or `preset:NAME`; empty = model.path's own weights (or the preset's).")
-    init_keys_to_skip_loading: list[str] = knob(
-        attrs.Factory(list), "Glob patterns (`*` crosses dots) of base-checkpoint keys the model does not build, e.g. the Nano sound and action heads `audio_*`, `action_*` (a T2I model never builds them); any other extra or missing key fails the load."
-    )
     latent_cache: Literal["disk", "memory", "off"] = knob(
         "disk",
         "Encode each pair image with the VAE once: `disk` keeps the latents under `<job.output_dir>/.cache/latents/` "
         "(shared by ranks and by later runs on the same data and VAE), `memory` per process, `off` re-encodes every step.",
     )
-    optimizer: OptimizerConfig = section(OptimizerConfig, "Optimizer of the policy.")
     data: PreferenceDataConfig = section(PreferenceDataConfig, "Training preference pairs.")
     validation: ValidationConfig = section(ValidationConfig, "Held-out preference validation.")
-    eval: EvalConfig = section(EvalConfig, "Evaluation during training on held-out prompts (`eval/` metrics).")
 
 
 # --------------------------------------------------------------------------------------------- NFT
@@ -240,7 +249,7 @@ class WeightedRewardConfig:
 
 
 @frozen
-class NFTConfig:
+class NFTConfig(RLBase):
     algorithm: Literal["nft"] = required("`nft` selects online DiffusionNFT.")
     modality: Literal["image", "video"] = knob("video", "Decoded media type; video is not in this release.")
     profile: str = knob("", "Known T2I profile (image only); sets the production coordinates.")
@@ -248,7 +257,6 @@ class NFTConfig:
     init_keys_to_skip_loading: list[str] = knob(
         attrs.Factory(list), "Glob patterns of base-checkpoint keys the model does not build (`audio_*`, `action_*`); must be empty for video."
     )
-    max_steps: int = knob(100, "Optimizer steps.")
     group_size: int = knob(4, "Samples per prompt, and the model rank count (one sample per rank).")
     prompts_per_step: int = knob(1, "Prompt rows per step; every rank samples one image per row.")
     prompts: PromptSourceConfig = section(PromptSourceConfig, "Where prompts come from.")
@@ -292,8 +300,6 @@ class NFTConfig:
     reward_combine: Literal["weighted_sum", "normalised_sum"] = knob(
         "weighted_sum", "With rl.rewards: advantages of the weighted sum of rewards, or the weighted sum of each reward's own advantages (normalised per group first, so no reward's scale drowns another)."
     )
-    optimizer: OptimizerConfig = section(OptimizerConfig, "Optimizer of the policy.")
-    eval: EvalConfig = section(EvalConfig, "Evaluation during training on held-out prompts (`eval/` metrics).")
 
 
 # --------------------------------------------------------------------------------------------- SFT
@@ -308,7 +314,7 @@ class CaptionDataConfig:
 
 
 @frozen
-class SFTConfig:
+class SFTConfig(RLBase):
     algorithm: Literal["sft"] = required("`sft` selects supervised flow matching on image-caption data.")
     train: Literal["transformer", "vae"] = knob(
         "transformer",
@@ -325,11 +331,6 @@ class SFTConfig:
     )
     optimizer: OptimizerConfig = section(OptimizerConfig, "Optimizer of the trained part.")
     data: CaptionDataConfig = section(CaptionDataConfig, "Training image-caption samples.")
-    eval: EvalConfig = section(EvalConfig, "Evaluation during training on held-out prompts (`eval/` metrics).")
-
-
-RLConfig = Union[DPOConfig, NFTConfig, SFTConfig]
-ALGORITHMS: dict[str, type] = {"dpo": DPOConfig, "nft": NFTConfig, "sft": SFTConfig}
 
 
 # ---------------------------------------------------------------------------------------- checkpoint
@@ -342,7 +343,9 @@ class CheckpointConfig:
 # ------------------------------------------------------------------------------------------- root
 @frozen
 class RunConfig:
-    rl: RLConfig = required("The algorithm and its knobs; `rl.algorithm` selects the rest of the table.")
+    # One subclass of RLBase per algorithm, chosen by `rl.algorithm` through the registry
+    # (config/algorithms.py) when the manifest is read.
+    rl: RLBase = required("The algorithm and its knobs; `rl.algorithm` selects the rest of the table.")
     job: JobConfig = section(JobConfig, "Run naming, seeding and logging.")
     model: ModelConfig = section(ModelConfig, "The Cosmos3 model.")
     grid: GridConfig = section(GridConfig, "Topology and launch.")

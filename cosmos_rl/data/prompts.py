@@ -12,12 +12,17 @@ from cosmos_rl.data.cursor import ShuffledStream
 from cosmos_rl.data.prompt_file import load_prompts
 from cosmos_rl.data.vocab import COLOUR_RGB, SHAPES
 
-__all__ = ["BUILTIN_PROMPTS", "PromptCursor", "load_prompts"]
+__all__ = ["BUILTIN_PROMPTS", "PromptCursor", "load_prompts", "run_prompts"]
 
 # Colour words a colour/brightness reward can respond to; for smoke runs without a file.
 BUILTIN_PROMPTS: tuple[str, ...] = tuple(
     f"a {colour} {shape}" for colour in COLOUR_RGB for shape in SHAPES[:2]
 )
+
+
+def run_prompts(rl) -> list[str]:
+    """The prompts an online run walks: its `rl.prompts.file`, else the built-in list."""
+    return load_prompts(rl.prompts.file) if rl.prompts.file else list(BUILTIN_PROMPTS)
 
 
 class PromptCursor:

@@ -180,13 +180,28 @@ def _captions(data: schema.CaptionDataConfig, base: Path, full: bool) -> tuple[l
 
 
 def check_data(config: schema.RunConfig, base_dir: Path | str, *, full: bool = False) -> tuple[list[Problem], list[str]]:
-    """(problems, one note per source read) for the data `config` names; paths relative to `base_dir`."""
-    base = Path(base_dir)
+    """(problems, one note per source read) for the data `config` names; paths relative to `base_dir`.
+    Which data that is, the algorithm's registry entry says (`data_check`; none: nothing to read)."""
+    from cosmos_rl.config import algorithms
+
+    check = algorithms.of(config).resolve("data_check")
+    return check(config, Path(base_dir), full) if check is not None else ([], [])
+
+
+def prompt_data(config: schema.RunConfig, base: Path, full: bool) -> tuple[list[Problem], list[str]]:
+    """An online run's prompt file (NFT)."""
+    return _prompts(config.rl, base)
+
+
+def caption_data(config: schema.RunConfig, base: Path, full: bool) -> tuple[list[Problem], list[str]]:
+    """SFT's image-caption source."""
     rl = config.rl
-    if isinstance(rl, schema.NFTConfig):
-        return _prompts(rl, base)
-    if isinstance(rl, schema.SFTConfig):
-        return _captions(rl.data, base, full) if (rl.data.jsonl or rl.data.shards) else ([], [])
+    return _captions(rl.data, base, full) if (rl.data.jsonl or rl.data.shards) else ([], [])
+
+
+def pair_data(config: schema.RunConfig, base: Path, full: bool) -> tuple[list[Problem], list[str]]:
+    """DPO's training pairs and, when validating, its held-out pairs."""
+    rl = config.rl
     problems, notes = _pairs("rl.data", rl.data, base, full)
     if rl.validation.every > 0:
         more, more_notes = _pairs("rl.validation.data", rl.validation.data, base, full)

@@ -14,7 +14,7 @@ from typing import Callable
 from cosmos_rl.errors import UserError
 from cosmos_rl.evaluation.prompts import DEFAULT_PER_TASK, DEFAULT_SEEDS, eval_captions, overlap, spread
 from cosmos_rl.evaluation.scores import EvalScores, caption_groups, reward_names
-from cosmos_rl.evaluation.settings import DEFAULT_BATCH
+from cosmos_rl.config.sampler import DEFAULT_BATCH
 
 DEFAULT_REWARD = "shapes_strict"
 GRID_COLUMNS = 8  # prompts shown in the grid (seed 0), evenly spread over the evaluation's prompts

@@ -13,20 +13,19 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from cosmos_rl.config import schema
+from cosmos_rl.config import algorithms, schema
 from cosmos_rl.evaluation.hacking import HackingWatch
 
 Metrics = dict[str, float]
-# The training reward each algorithm logs; DPO has no reward, its implicit one is the margin. SFT has
-# none at all, so its watch sees no signal and never warns.
-TRAIN_SIGNAL = {"nft": "train/reward_mean", "dpo": "train/dpo_reward_margin"}
 
 
 class TrainingEval:
     def __init__(self, config: schema.RunConfig, evaluate: Callable[[int], Metrics], *, main: bool, console=None):
         cfg = config.rl.eval
         self.every, self.evaluate, self.main = cfg.every, evaluate, main
-        self.signal_name = TRAIN_SIGNAL.get(config.rl.algorithm, "")
+        # The training reward the algorithm logs (its registry entry's train_signal): DPO's implicit
+        # one is the margin; SFT has none, so its watch sees no signal and never warns.
+        self.signal_name = algorithms.of(config).train_signal
         self.watch = HackingWatch(cfg.hacking_window, self.signal_name)
         self.warnings: list[str] = []
         self._since: list[float] = []
@@ -84,15 +83,15 @@ def with_eval(
 
 
 def overlap_note(config: schema.RunConfig) -> str | None:
-    """A warning when an NFT run's training prompts include evaluation prompts (rewordings count)."""
+    """A warning when a run's training prompts (an online run's: NFT's) include evaluation prompts
+    (rewordings count)."""
     from cosmos_rl.evaluation.prompts import eval_captions, overlap
 
     rl = config.rl
-    if not isinstance(rl, schema.NFTConfig):
+    prompts_of = algorithms.of(config).resolve("train_prompts")
+    if prompts_of is None:
         return None
-    from cosmos_rl.data.prompts import BUILTIN_PROMPTS, load_prompts
-
-    train = load_prompts(rl.prompts.file) if rl.prompts.file else list(BUILTIN_PROMPTS)
+    train = prompts_of(rl)
     captions, _ = eval_captions(rl.eval.prompts, rl.eval.per_task)
     seen = overlap(train, captions)
     if not seen:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from cosmos_rl.errors import UserError
-from cosmos_rl.evaluation.settings import SamplerSettings, default_settings, run_settings
+from cosmos_rl.config.sampler import SamplerSettings, default_settings, run_settings
 
 if TYPE_CHECKING:
     import torch
@@ -112,7 +112,7 @@ def _pick_step(run_dir: Path, step: int | None) -> int:
 def _open_run(run_dir: Path, device: torch.device, image_size: int | None, out_dir: Path | None, step: int | None) -> Target:
     from cosmos_rl import plan
     from cosmos_rl.checkpoint import CheckpointManager, layout
-    from cosmos_rl.config import load, schema
+    from cosmos_rl.config import algorithms, load
     from cosmos_rl.models.setup import build_trainable
 
     config = load.load(run_dir / "manifest.toml", saved_run=True)
@@ -123,10 +123,11 @@ def _open_run(run_dir: Path, device: torch.device, image_size: int | None, out_d
         )
     step = _pick_step(run_dir, step)
     manager = CheckpointManager(run_dir, 0, run_identity=plan.run_identity(config), algorithm=config.rl.algorithm)
-    if isinstance(config.rl, schema.SFTConfig) and config.rl.train == "vae":
+    entry = algorithms.of(config)
+    if entry.trained_part(config.rl) == "vae":
         return _open_vae_run(run_dir, config, manager, step, device, out_dir)
     model = build_trainable(config, device, adapter_names=("policy",))
-    manager.load(step, {layout.POLICY: _policy_component(config, model)})
+    manager.load(step, {layout.POLICY: _policy_component(entry, model)})
     model.transformer.eval()
 
     @contextmanager
@@ -134,11 +135,8 @@ def _open_run(run_dir: Path, device: torch.device, image_size: int | None, out_d
         with model.reference() as reference:
             yield reference
 
-    train_prompts = None
-    if isinstance(config.rl, schema.NFTConfig):
-        from cosmos_rl.data.prompts import BUILTIN_PROMPTS, load_prompts
-
-        train_prompts = load_prompts(config.rl.prompts.file) if config.rl.prompts.file else list(BUILTIN_PROMPTS)
+    prompts_of = entry.resolve("train_prompts")
+    train_prompts = prompts_of(config.rl) if prompts_of is not None else None
     return Target(
         label=str(run_dir), kind="run", parts=model, settings=run_settings(config), image_size=config.model.image_size,
         out_dir=Path(out_dir) if out_dir is not None else run_dir / "eval", step=step,
@@ -180,13 +178,11 @@ def _open_vae_run(run_dir: Path, config, manager, step: int, device: torch.devic
     )
 
 
-def _policy_component(config, model):
-    """The Stateful the run's trainer saved its `policy` component as (NFT: the named adapter)."""
-    from cosmos_rl.config import schema
-
-    if isinstance(config.rl, schema.NFTConfig):
-        from cosmos_rl.trainers.nft_state import policy_state
-
+def _policy_component(entry, model):
+    """The Stateful the run's trainer saved its `policy` component as (its registry entry's
+    `policy_state`; NFT: the named adapter)."""
+    policy_state = entry.resolve("policy_state")
+    if policy_state is not None:
         return policy_state(model)
     from cosmos_rl.checkpoint import ModelState
 

@@ -20,22 +20,10 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any
 
 import torch
-import torch.distributed as dist
 
-from cosmos_rl import plan
 from cosmos_rl.algorithms.dpo import dpo_loss, per_sample_mse
-from cosmos_rl.checkpoint import (
-    CheckpointManager,
-    LRScheduleState,
-    ModelState,
-    OptimizerState,
-    PlainState,
-    RngStreams,
-    layout,
-)
 from cosmos_rl.config import schema
 from cosmos_rl.data.audit import leakage_audit
 from cosmos_rl.data.cursor import PairCursor
@@ -46,15 +34,14 @@ from cosmos_rl.data.pairs import (
     check_source_symmetry,
     factory_source,
 )
-from cosmos_rl.dist.world import process_group_active, rank_and_world
 from cosmos_rl.errors import UserError
 from cosmos_rl.flow import noisy_latents, velocity_target
 from cosmos_rl.models.packing import velocity
-from cosmos_rl.models.setup import TrainableModel, build_optimizer, build_trainable, optimizer_step
+from cosmos_rl.models.setup import TrainableModel, build_trainable, optimizer_step
 from cosmos_rl.models.text import model_prompt_ids
 from cosmos_rl.models.vae import encode_images
 from cosmos_rl.seeds import derive_seed
-from cosmos_rl.trainers.loop import LoopSpec, run_rank_steps
+from cosmos_rl.trainers.spmd import SPMDTrainer
 
 log = logging.getLogger(__name__)
 
@@ -95,43 +82,29 @@ def _latent_cache(mode: str, vae, output_dir: str):
 
 
 # ----------------------------------------------------------------------------------------- trainer
-class DPOTrainer:
-    """One rank's share of a DPO run. `run()` trains to rl.max_steps; `train_step()` does one step."""
+class DPOTrainer(SPMDTrainer):
+    """One rank's share of a DPO run (the calls: trainers/spmd.py)."""
 
-    def __init__(
-        self,
-        config: schema.RunConfig,
-        run_dir: Path,
-        device: torch.device,
-        *,
-        resume: bool = False,
-    ):
+    unit = "pairs"
+    progress_fields = ("train/loss", "train/dpo_accuracy")
+    unmarked_ok = True  # checkpoints from before the algorithm was recorded are DPO's
+
+    def setup(self) -> None:
+        config = self.config
         if not isinstance(config.rl, schema.DPOConfig):
             raise TypeError("DPOTrainer needs a DPO config")
-        self.config = config
-        self.rl: schema.DPOConfig = config.rl
-        self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.device = device
-        self.resume = resume
-        self.distributed = process_group_active()
-        self.rank, self.world = rank_and_world()
-        self.is_main = self.rank == 0
-        self.step = 0  # optimizer steps completed
-
         size = config.model.image_size
         self.train_source = build_source(self.rl.data, size, config.job.seed, "rl.data")
         self.val_source = None
         if self.rl.validation.every > 0:
             self.val_source = build_source(self.rl.validation.data, size, config.job.seed, "rl.validation.data")
 
-        self.model: TrainableModel = build_trainable(config, device)
+        self.model: TrainableModel = build_trainable(config, self.device)
         self.latents = _latent_cache(self.rl.latent_cache, self.model.vae, config.job.output_dir)
-        self.evaluator = None
         if self.rl.eval.every:  # [rl.eval]: sampled held-out prompts scored by a reward (eval/ metrics)
             from cosmos_rl.evaluation.evaluator import Evaluator
 
-            self.evaluator = Evaluator.for_run(config, self.model, device)
+            self.evaluator = Evaluator.for_run(config, self.model, self.device)
         self._ids_cache: dict[str, torch.Tensor] = {}
         self._check_data()
         self.cursor = PairCursor(
@@ -142,14 +115,17 @@ class DPOTrainer:
             self.rank,
             shuffle=self.rl.data.shuffle,
         )
+        self.module, self.lora = self.model.state_module(), self.model.lora
         self.params = self.model.trainable_parameters()
-        self.optimizer, self.schedule = build_optimizer(self.params, self.rl.optimizer)
-        self.identity = plan.run_identity(config)
-        self.checkpoints = CheckpointManager(
-            self.run_dir, config.checkpoint.keep, run_identity=self.identity, algorithm="dpo"
-        )
-        if resume:
-            self._load_latest()
+
+    def items_per_step(self) -> int:
+        return self.rl.pairs_per_step
+
+    def sampling_transformer(self) -> torch.nn.Module:
+        return self.model.transformer
+
+    def cursor_state(self):
+        return super().cursor_state() if self.rl.data.cursor_resume else None
 
     # -------------------------------------------------------------------------------- set-up
     def prompt_ids(self, prompt: str) -> torch.Tensor:
@@ -167,38 +143,6 @@ class DPOTrainer:
         if self.val_source is not None:
             check_source_symmetry(self.val_source, tokenize)
             leakage_audit(self.train_source.membership_ids(), self.val_source.membership_ids())
-
-    def _components(self, *, with_rng: bool = True) -> dict[str, Any]:
-        transformer = self.model.state_module()
-        components: dict[str, Any] = {
-            layout.POLICY: ModelState(transformer, trainable_only=self.model.lora),
-            layout.OPTIMIZER: OptimizerState(transformer, self.optimizer),
-            layout.LR_SCHEDULE: LRScheduleState(self.schedule),
-            layout.PROGRESS: PlainState({"step": self.step}),
-        }
-        if self.rl.data.cursor_resume:
-            components[layout.DATA_CURSOR] = PlainState(self.cursor.state_dict())
-        if with_rng:
-            components[layout.RNG] = RngStreams()
-        return components
-
-    def _load_latest(self) -> None:
-        """Continue from the newest loadable committed checkpoint, or fail saying why (never restart from base).
-
-        `CheckpointManager.resume_latest` skips (with a warning naming why) a committed checkpoint
-        that cannot be loaded and tries the next older one; when none loads, the run stops listing
-        every reason.
-        """
-        # A non-exact DPO resume may change the world size; checkpoints from before the algorithm
-        # was recorded are DPO's.
-        self.step, components = self.checkpoints.resume_for_world(
-            self.world, lambda same_world: self._components(with_rng=same_world), unmarked_ok=True
-        )
-        if self.rl.data.cursor_resume:
-            self.cursor.load_state_dict(components[layout.DATA_CURSOR].data)
-
-    def save(self) -> Path:
-        return self.checkpoints.save(self.step, self._components())
 
     # -------------------------------------------------------------------------------- math
     def _pair_tensors(self, pairs) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -230,24 +174,13 @@ class DPOTrainer:
         t = torch.rand(shape[0], generator=generator)
         return eps.to(self.device), t.to(self.device)
 
-    def _all_sum(self, values: torch.Tensor) -> torch.Tensor:
-        """`values` summed over the ranks, on the CPU. The collective runs on the rank's device:
-        NCCL takes only CUDA tensors (gloo reduces a CPU tensor in place, the same numbers)."""
-        if not self.distributed:
-            return values
-        on_device = values.to(self.device)
-        dist.all_reduce(on_device, op=dist.ReduceOp.SUM)
-        return on_device.cpu()
-
-    def _all_mean(self, values: torch.Tensor) -> torch.Tensor:
-        return self._all_sum(values) / self.world if self.distributed else values
-
     def next_pairs(self) -> list:
         """This rank's pairs for the next step (the Ray per_role trainer fetches them from its data actor)."""
         return [self.train_source[i] for i in self.cursor.next_batch()]
 
-    def train_step(self) -> dict[str, float]:
-        """One optimizer step; returns the rank-averaged train/ metrics."""
+    def train_step(self, step: int) -> dict[str, float]:
+        """Optimizer step `step` (= self.step + 1); returns the rank-averaged train/ metrics."""
+        self._next(step)
         started = time.perf_counter()
         pairs = self.next_pairs()
         latents, ids = self._pair_tensors(pairs)
@@ -287,32 +220,8 @@ class DPOTrainer:
         return {f"val/{k}": float(v) for k, v in zip(VAL_METRICS, sums[:-1] / sums[-1])}
 
     # -------------------------------------------------------------------------------- loop
-    def _holdout(self, step: int) -> dict[str, float]:
+    def holdout(self, step: int) -> dict[str, float]:
         every = self.rl.validation.every
         if self.val_source is None or every <= 0 or step % every:
             return {}
         return self.validate()
-
-    def evaluate(self, step: int) -> dict[str, float]:
-        """[rl.eval] (collective): every rank samples its share of the items, one all-reduce sums the scores."""
-        from cosmos_rl.evaluation.evaluator import evaluate_all_reduce
-
-        return evaluate_all_reduce(self.evaluator, self.model.transformer, self.rank, self.world)
-
-    def _step(self, step: int) -> dict[str, float]:
-        assert step == self.step + 1, f"the loop asked for step {step} after step {self.step}"
-        return self.train_step()
-
-    def run(self) -> list[dict[str, float]]:
-        """Train to rl.max_steps, writing metrics and checkpoints; returns the rows this call wrote."""
-        spec = LoopSpec(
-            run_dir=self.run_dir, start_step=self.step, resumed=self.resume, main=self.is_main,
-            unit="pairs", items_per_step=self.rl.pairs_per_step,
-            progress_fields=("train/loss", "train/dpo_accuracy"),
-        )
-        return run_rank_steps(self.config, spec, self._step, lambda step: self.save(), self._holdout, self.evaluate)
-
-
-def train(config: schema.RunConfig, run_dir: Path, device: torch.device, *, resume: bool) -> list[dict]:
-    """Build the trainer for this rank and run it to the end."""
-    return DPOTrainer(config, run_dir, device, resume=resume).run()

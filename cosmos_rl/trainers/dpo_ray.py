@@ -110,15 +110,13 @@ class DPORayWorker(RankActor):
 
     def train(self, resume: bool) -> int:
         """Run the trainer to rl.max_steps; returns the last step."""
-        from cosmos_rl.trainers.dpo import DPOTrainer
+        from cosmos_rl.config import algorithms
         from cosmos_rl.trainers.dpo_worker import _setup_logging
-        from cosmos_rl.trainers.sft import SFTTrainer
 
         _setup_logging(self.run_dir, self.rank)
-        if isinstance(self.config.rl, schema.SFTConfig):
-            cls = SFTTrainer
-        else:
-            cls = DPOTrainer if self.data_actor is None else _per_role_trainer(self.data_actor, DATA_TIMEOUT_S)
+        cls = algorithms.of(self.config).resolve("trainer")
+        if self.data_actor is not None:  # grid.grouping = "per_role" (DPO only: preflight)
+            cls = _per_role_trainer(self.data_actor, DATA_TIMEOUT_S)
         trainer = cls(self.config, self.run_dir, self.device, resume=resume)
         trainer.run()
         return trainer.step

@@ -61,17 +61,14 @@ def run_worker(manifest: Path, resume: bool) -> int:
     status.unlink(missing_ok=True)
     code, message = EXIT_OK, ""
     try:
-        from cosmos_rl.config import load, schema
+        from cosmos_rl.config import algorithms, load
         from cosmos_rl.dist.world import init_process_group, pick_device
 
         config = load.load(manifest, saved_run=True)
-        if isinstance(config.rl, schema.SFTConfig):  # SFT ranks launch exactly as DPO ranks do
-            from cosmos_rl.trainers.sft import train
-        else:
-            from cosmos_rl.trainers.dpo import train
+        trainer = algorithms.of(config).resolve("trainer")  # DPO's, SFT's: any "ranks" algorithm's
         device = pick_device(config.grid.device, me.local_rank)
         init_process_group(device, me.rank, me.world_size, config.grid.timeout_s)
-        train(config, run_dir, device, resume=resume)
+        trainer(config, run_dir, device, resume=resume).run()
     except BaseException as exc:  # noqa: BLE001 - every failure must become an exit code and a line
         from cosmos_rl.errors import Preempted, UserError
 

@@ -87,7 +87,7 @@ class NFTTrainer:
     # ----------------------------------------------------------------- build / resume
     def build(self, resume: bool) -> int:
         """Model, optimizer, prompts; on resume load the newest checkpoint. Returns the step."""
-        from cosmos_rl.data.prompts import BUILTIN_PROMPTS, PromptCursor, load_prompts
+        from cosmos_rl.data.prompts import PromptCursor, run_prompts
         from cosmos_rl.models import lora
         from cosmos_rl.models.setup import build_optimizer, build_trainable
 
@@ -100,7 +100,7 @@ class NFTTrainer:
         self._activate(POLICY)
         self.optimizer, self.schedule = build_optimizer(self.model.trainable_parameters(), rl.optimizer)
 
-        self.prompts = load_prompts(rl.prompts.file) if rl.prompts.file else list(BUILTIN_PROMPTS)
+        self.prompts = run_prompts(rl)
         self.cursor = PromptCursor(len(self.prompts), rl.prompts_per_step, config.job.seed, rl.prompts.shuffle)
         self._token_cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         vae_cfg = self.model.vae.config

@@ -1,0 +1,195 @@
+"""The algorithm registry: every place that differs per algorithm asks its entry here.
+
+One `Algorithm` entry per `rl.algorithm` value holds its config class and, as "module:attr" import
+strings resolved only when used (so this module stays torch-free and imports nothing above
+`config/`), the code each layer runs for it: preflight rules, the plan section, the data check,
+the rank trainer. Plain values say the rest: the launcher kind, the seed-contract keys, which
+fields are paths, the training signal the reward-hacking watch reads, the sampler fields.
+
+An unknown name is an error, never a fallback to another algorithm. A manifest may name an
+algorithm outside the package as an import string, `rl.algorithm = "package.module:ENTRY"`, where
+ENTRY is an `Algorithm`; or code may call `register()` first. docs/architecture.md ("Adding an
+algorithm") lists the files a new entry needs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable, Literal
+
+import attrs
+
+from cosmos_rl.config import schema
+
+# "ranks": every rank runs the step loop (torchrun workers, or Ray actors); any world size.
+# "driver": a Ray driver runs the loop and calls every actor (rollouts need the reward services it starts).
+Launcher = Literal["ranks", "driver"]
+
+
+def data_parallel_world(config: schema.RunConfig) -> tuple[int, str]:
+    """(world size, how it was derived) for algorithms whose ranks split each step's data."""
+    g, dp = config.grid, config.model.config.parallelism.data_parallel_shard_degree
+    return dp, f"model.config.parallelism.data_parallel_shard_degree = {dp} (= grid.nodes {g.nodes} x grid.gpus_per_node {g.gpus_per_node})"
+
+
+def group_world(config: schema.RunConfig) -> tuple[int, str]:
+    """(world size, derivation) for one model rank per sample of a prompt's group."""
+    size = config.rl.group_size
+    return size, f"rl.group_size = {size}: one model rank per sample of a group"
+
+
+@attrs.frozen(kw_only=True)
+class Algorithm:
+    """What one `rl.algorithm` value means to every layer (import strings are "module:attr")."""
+
+    name: str  # the `rl.algorithm` value
+    config: type  # its `rl` table: a subclass of schema.RLBase
+    title: str  # its name in prose (docs/manifest.md headings)
+    launcher: Launcher
+    trainer: str  # the rank trainer class (trainers/rank.py protocol)
+    preflight: str = ""  # (config, rl, rules) -> None: its rules beyond the common ones
+    plan_section: str = ""  # (config, base_dir) -> dict merged into `plan`
+    checkpoint_contents: str = ""  # (config) -> list of what a checkpoint holds, for `plan`
+    data_check: str = ""  # (config, base_dir, full) -> (problems, notes) for `validate --data`
+    train_prompts: str = ""  # (rl) -> the prompt list the run trains on, when it has one
+    policy_state: str = ""  # (model) -> the Stateful its checkpoints' policy component is; "" = ModelState
+    world_size: Callable[[schema.RunConfig], tuple[int, str]] = data_parallel_world
+    seed_keys: tuple[str, ...] = ()  # rl fields (dotted, below rl.) that fix its random draws
+    path_fields: tuple[str, ...] = ()  # rl fields holding local paths ("data.shards[]": each list item)
+    train_signal: str = ""  # the metric the reward-hacking watch compares with eval/score; "" = none
+    sampler_fields: tuple[str, str, str] | None = None  # its own (steps, shift, guidance) fields, if it samples
+    part_field: str = ""  # an rl field naming what trains ("transformer" or "vae"); "" = the transformer
+    reshards_world: bool = True  # a non-exact resume may change the world size (DCP reshards)
+    unit: str = "samples"  # what the progress bar counts
+
+    def resolve(self, what: str) -> Any:
+        """The object one of the import-string fields names (None when the field is empty)."""
+        return load_attr(getattr(self, what)) if getattr(self, what) else None
+
+    def trained_part(self, rl) -> str:
+        return getattr(rl, self.part_field) if self.part_field else "transformer"
+
+
+def load_attr(spec: str) -> Any:
+    module, _, attr = spec.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+_REGISTRY: dict[str, Algorithm] = {}
+
+
+def register(entry: Algorithm) -> Algorithm:
+    """Add an algorithm; registering a different entry under a taken name is an error."""
+    if not issubclass(entry.config, schema.RLBase):
+        raise TypeError(f"algorithm {entry.name!r}: its config must subclass schema.RLBase")
+    known = _REGISTRY.get(entry.name)
+    if known is not None and known != entry:
+        raise ValueError(f"algorithm {entry.name!r} is already registered")
+    _REGISTRY[entry.name] = entry
+    return entry
+
+
+class UnknownAlgorithm(LookupError):
+    """`rl.algorithm` names nothing registered and no importable entry."""
+
+
+def names() -> list[str]:
+    """The registered names, built-ins first."""
+    return list(_REGISTRY)
+
+
+def get(name: str) -> Algorithm:
+    """The entry for `name`; an import string ("module:ENTRY") is imported and registered under it."""
+    entry = _REGISTRY.get(name)
+    if entry is not None:
+        return entry
+    if ":" not in name:
+        raise UnknownAlgorithm(f"unknown algorithm {name!r}")
+    try:
+        found = load_attr(name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise UnknownAlgorithm(f"cannot import algorithm {name!r}: {exc}") from None
+    if not isinstance(found, Algorithm):
+        raise UnknownAlgorithm(f"{name!r} is not a cosmos_rl.config.algorithms.Algorithm")
+    if found.name != name:
+        found = attrs.evolve(found, name=name)  # the manifest's spelling is its name everywhere (checkpoints, plan)
+    return register(found)
+
+
+def of(config: schema.RunConfig) -> Algorithm:
+    """The entry of a loaded config (its name was looked up when the manifest was read)."""
+    return get(config.rl.algorithm)
+
+
+def seed_values(entry: Algorithm, rl) -> dict[str, Any]:
+    """{"rl.KEY": value} for the entry's seed-contract keys."""
+    return {f"rl.{key}": _get_path(rl, key) for key in entry.seed_keys}
+
+
+def _get_path(obj, dotted: str):
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def with_paths(entry: Algorithm, rl, pin: Callable[[str], str]):
+    """`rl` with `pin` applied to each of the entry's path fields."""
+    for field in entry.path_fields:
+        rl = _evolve_path(rl, field.split("."), pin)
+    return rl
+
+
+def _evolve_path(obj, parts: list[str], pin: Callable[[str], str]):
+    head, rest = parts[0], parts[1:]
+    each = head.endswith("[]")
+    name = head[:-2] if each else head
+    value = getattr(obj, name)
+    if each:
+        new = [pin(v) for v in value] if not rest else [_evolve_path(v, rest, pin) for v in value]
+    else:
+        new = pin(value) if not rest else _evolve_path(value, rest, pin)
+    return attrs.evolve(obj, **{name: new})
+
+
+# ------------------------------------------------------------------------------- the built-ins
+register(Algorithm(
+    name="dpo", config=schema.DPOConfig, title="Diffusion-DPO", launcher="ranks",
+    trainer="cosmos_rl.trainers.dpo:DPOTrainer",
+    preflight="cosmos_rl.config.preflight:dpo_rules",
+    plan_section="cosmos_rl.plan:dpo_section",
+    checkpoint_contents="cosmos_rl.plan:dpo_contents",
+    data_check="cosmos_rl.data.scan:pair_data",
+    seed_keys=("data.shuffle", "data.synthetic_seed"),
+    path_fields=("data.jsonl", "data.shards[]", "validation.data.jsonl", "validation.data.shards[]"),
+    train_signal="train/dpo_reward_margin", unit="pairs",
+))  # fmt: skip
+register(Algorithm(
+    name="nft", config=schema.NFTConfig, title="DiffusionNFT", launcher="driver",
+    trainer="cosmos_rl.trainers.nft:NFTTrainer",
+    preflight="cosmos_rl.config.preflight:nft_rules",
+    plan_section="cosmos_rl.plan:nft_section",
+    checkpoint_contents="cosmos_rl.plan:nft_contents",
+    data_check="cosmos_rl.data.scan:prompt_data",
+    train_prompts="cosmos_rl.data.prompts:run_prompts",
+    policy_state="cosmos_rl.trainers.nft_state:policy_state",
+    world_size=group_world,
+    seed_keys=("rollout_seed_clock", "group_size", "prompts_per_step", "prompts.shuffle"),
+    path_fields=("prompts.file", "rewards[].model"),
+    train_signal="train/reward_mean",
+    sampler_fields=("sample_steps", "sampler_shift", "guidance"),
+    reshards_world=False,
+))  # fmt: skip
+register(Algorithm(
+    name="sft", config=schema.SFTConfig, title="supervised fine-tuning", launcher="ranks",
+    trainer="cosmos_rl.trainers.sft:SFTTrainer",
+    preflight="cosmos_rl.config.preflight:sft_rules",
+    plan_section="cosmos_rl.plan:sft_section",
+    checkpoint_contents="cosmos_rl.plan:sft_contents",
+    data_check="cosmos_rl.data.scan:caption_data",
+    seed_keys=("data.shuffle",),
+    path_fields=("data.jsonl", "data.shards[]"),
+    part_field="train",
+))  # fmt: skip
