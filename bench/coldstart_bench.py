@@ -7,7 +7,7 @@
                    start-up; `without_scipy` is the same imports with scipy hidden.
   concurrent       `--ranks` such processes started together: the wall time until the last is
                    done, beside `--ranks` x one process's import time over the machine's cores.
-  actors           a real ActorGroup of `--ranks` NFTWorker actors (the smoke manifest) on a fresh
+  actors           a real ActorGroup of `--ranks` RankWorker actors (the smoke manifest's NFT) on a fresh
                    local Ray cluster, each actor stamping the wall clock as it goes: Ray start,
                    actor processes up with the worker class imported, process group formed, and
                    the build (its own imports, then model + LoRA + FSDP2 + optimizer). `ready_s`
@@ -49,7 +49,8 @@ STAGES = (
     ]),
     ("diffusers_pipeline_module", ["diffusers.pipelines.cosmos.pipeline_cosmos3_omni"]),
     ("cosmos_rl", [
-        "cosmos_rl.trainers.nft", "cosmos_rl.models.setup", "cosmos_rl.models.lora", "cosmos_rl.models.packing",
+        "cosmos_rl.trainers.ray_driver", "cosmos_rl.trainers.dpo_worker", "cosmos_rl.trainers.online",
+        "cosmos_rl.trainers.nft", "cosmos_rl.config.algorithms", "cosmos_rl.models.setup", "cosmos_rl.models.lora", "cosmos_rl.models.packing",
         "cosmos_rl.models.sampling", "cosmos_rl.models.text", "cosmos_rl.models.vae", "cosmos_rl.rewards.client",
         "cosmos_rl.rewards.functions", "cosmos_rl.data.prompts", "cosmos_rl.data.images", "cosmos_rl.flow",
         "cosmos_rl.dist.world", "cosmos_rl.dist.fsdp", "cosmos_rl.evaluation.evaluator",
@@ -133,15 +134,15 @@ BUILD_IMPORTS = (
 
 
 def _timed_worker_class():
-    """NFTWorker stamping the wall clock at each start-up stage (time.time: one clock for the host's
+    """The Ray driver's RankWorker stamping the wall clock at each start-up stage (time.time: one clock for the host's
     processes). Made inside a function so Ray ships it by value; its base is imported by name."""
     import importlib
 
     import psutil
 
-    from cosmos_rl.trainers.nft import NFTWorker
+    from cosmos_rl.trainers.ray_driver import RankWorker
 
-    class TimedNFTWorker(NFTWorker):
+    class TimedNFTWorker(RankWorker):
         def __init__(self, *args):
             self.marks = {"process_started": psutil.Process().create_time()}
             self._mark("class_imported")  # the CPU clock so far: Ray's worker start-up and this class's imports
@@ -181,7 +182,8 @@ def actors(ranks: int) -> dict:
     out_dir = tempfile.mkdtemp(prefix="coldstart-")
     overrides = [f'job.output_dir="{out_dir}"', f"rl.group_size={ranks}", "job.progress=false"]
     config = load.load(SMOKE, overrides)
-    group = ActorGroup(config.grid, ranks, worker, (config, str(Path(out_dir) / "run"), "http://127.0.0.1:9", None))
+    context = {"reward_urls": {config.rl.reward.name: "http://127.0.0.1:9"}, "reward_tokens": {config.rl.reward.name: None}}
+    group = ActorGroup(config.grid, ranks, worker, (config, str(Path(out_dir) / "run"), context))
     try:
         t0 = time.time()
         group.cluster.connect()

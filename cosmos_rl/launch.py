@@ -61,13 +61,12 @@ def _locked(run_dir: Path, command: str, config: schema.RunConfig | None = None)
 
 
 def _backend(config: schema.RunConfig):
-    """The launcher of the run's algorithm kind (config/algorithms.py): a Ray driver, or rank processes."""
-    from cosmos_rl.config import algorithms
+    """On Ray this process drives every algorithm's actors; under torchrun the ranks run the loop
+    (preflight allows torchrun only for an algorithm whose registry launcher kind is "ranks")."""
+    if config.grid.backend == "ray":
+        from cosmos_rl.trainers import ray_driver
 
-    if algorithms.of(config).launcher == "driver":
-        from cosmos_rl.trainers import nft_driver
-
-        return nft_driver
-    from cosmos_rl.trainers import dpo_launch  # torchrun ranks, or Ray actors that each run the loop
+        return ray_driver
+    from cosmos_rl.trainers import dpo_launch
 
     return dpo_launch

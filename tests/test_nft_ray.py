@@ -21,7 +21,7 @@ from rich.console import Console
 from cosmos_rl import launch
 from cosmos_rl.config import load
 from cosmos_rl.rewards.server import RewardServer
-from cosmos_rl.trainers.nft_driver import METRIC_NAMES
+from cosmos_rl.trainers.nft import METRIC_NAMES
 
 pytestmark = pytest.mark.slow
 

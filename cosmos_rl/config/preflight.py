@@ -235,28 +235,8 @@ def nft_shapes(c: schema.RunConfig) -> tuple[dict[str, list[int]] | None, list[t
 
 
 def nft_rules(c: schema.RunConfig, rl: schema.NFTConfig, r: Rules) -> None:
-    """NFT's rules (nft.md): the one colocated Ray topology, role shapes, modality/profile, rewards, sampler, old/ref policy."""
-    g = c.grid
-    if g.backend != "ray":
-        r.error("grid.backend", "NFT's five roles are one Ray actor group", g.backend, 'set grid.backend = "ray"')
-    if g.grouping != "single":
-        r.error("grid.grouping", "NFT shares one process per rank among all roles", g.grouping, 'set grid.grouping = "single"')
-    if g.gpu_placement != "colocated":
-        r.error("grid.gpu_placement", "NFT's actors form one colocated FSDP world", g.gpu_placement, 'set grid.gpu_placement = "colocated"')
-    if g.gpus_per_role is not None:
-        r.error("grid.gpus_per_role", "colocated NFT takes no per-role GPU overrides", g.gpus_per_role, "remove grid.gpus_per_role")
-    r.at_least("rl.group_size", rl.group_size, 2, "set rl.group_size to 2 or more (advantages compare samples within a group)")
-    for path, problem, got, fix in nft_shapes(c)[1]:
-        r.error(path, problem, got, fix)
-    if g.device == "cuda" and g.nodes * g.gpus_per_node != rl.group_size:
-        r.error("grid.gpus_per_node", f"NFT puts one rank on each GPU, so grid.nodes * grid.gpus_per_node must equal rl.group_size ({rl.group_size})",
-                g.gpus_per_node, f"use {g.nodes} node(s) x {rl.group_size / g.nodes:g} GPUs, or change rl.group_size")
-    if g.nodes > 1 and not rl.reward.url and not rl.rewards:
-        r.error("rl.reward.url", "the built-in reward service listens on 127.0.0.1 of the driver's node, which other nodes cannot reach", "",
-                "run `cosmos-rl reward serve --host 0.0.0.0 --token-env REWARD_TOKEN` (or your own service) where every node can reach it and set rl.reward.url")
-    dp = c.model.config.parallelism.data_parallel_shard_degree
-    if dp not in (1, rl.group_size):
-        r.error("model.config.parallelism.data_parallel_shard_degree", f"NFT shards over its group_size ({rl.group_size}) ranks", dp, "remove it (derived) or set it to rl.group_size")
+    """NFT's rules (nft.md): the online rules, then modality/profile, the sampler type and the objective's knobs."""
+    online_rules(c, rl, r)
     if rl.modality == "video":
         if rl.profile:
             r.error("rl.profile", "video NFT takes no profile", rl.profile, "remove rl.profile")
@@ -270,16 +250,50 @@ def nft_rules(c: schema.RunConfig, rl: schema.NFTConfig, r: Rules) -> None:
         elif schema.T2I_PROFILES[rl.profile]["image_size"] != c.model.image_size:
             size = schema.T2I_PROFILES[rl.profile]["image_size"]
             r.error("model.image_size", f"profile {show(rl.profile)} fixes the image size at {size}", c.model.image_size, f"set model.image_size = {size}")
+    if rl.scheduler != "unipc":
+        r.error("rl.scheduler", "only the UniPC sampler is supported", rl.scheduler, 'set rl.scheduler = "unipc"')
+    if not rl.advantage_low < rl.advantage_high:
+        r.error("rl.advantage_low", f"must be below rl.advantage_high ({rl.advantage_high})", rl.advantage_low, "e.g. -5.0 and 5.0")
+    r.positive("rl.r_tau", rl.r_tau)
+    r.positive("rl.beta", rl.beta)
+    r.at_least("rl.kl_beta", rl.kl_beta, 0)
+    r.positive("rl.policy_loss_scale", rl.policy_loss_scale)
+    if not 0 <= rl.timesteps_per_sample <= rl.sample_steps:
+        r.error("rl.timesteps_per_sample", f"must be in [0, rl.sample_steps = {rl.sample_steps}]", rl.timesteps_per_sample, "0 trains on all but one of the sampler's timesteps, the one left out drawn at random")
+
+
+def online_rules(c: schema.RunConfig, rl: schema.OnlineRLBase, r: Rules) -> None:
+    """Every online algorithm's rules (nft.md section 4 and its reward, old/ref and sampler rules):
+    one colocated Ray actor group, one sample per rank, a base checkpoint, pinned reward services."""
+    g, name = c.grid, _name(rl)
+    if g.backend != "ray":
+        r.error("grid.backend", f"{name}'s five roles are one Ray actor group", g.backend, 'set grid.backend = "ray"')
+    if g.grouping != "single":
+        r.error("grid.grouping", f"{name} shares one process per rank among all roles", g.grouping, 'set grid.grouping = "single"')
+    if g.gpu_placement != "colocated":
+        r.error("grid.gpu_placement", f"{name}'s actors form one colocated FSDP world", g.gpu_placement, 'set grid.gpu_placement = "colocated"')
+    if g.gpus_per_role is not None:
+        r.error("grid.gpus_per_role", f"colocated {name} takes no per-role GPU overrides", g.gpus_per_role, "remove grid.gpus_per_role")
+    r.at_least("rl.group_size", rl.group_size, 2, "set rl.group_size to 2 or more (advantages compare samples within a group)")
+    for path, problem, got, fix in nft_shapes(c)[1]:
+        r.error(path, problem, got, fix)
+    if g.device == "cuda" and g.nodes * g.gpus_per_node != rl.group_size:
+        r.error("grid.gpus_per_node", f"{name} puts one rank on each GPU, so grid.nodes * grid.gpus_per_node must equal rl.group_size ({rl.group_size})",
+                g.gpus_per_node, f"use {g.nodes} node(s) x {rl.group_size / g.nodes:g} GPUs, or change rl.group_size")
+    if g.nodes > 1 and not rl.reward.url and not rl.rewards:
+        r.error("rl.reward.url", "the built-in reward service listens on 127.0.0.1 of the driver's node, which other nodes cannot reach", "",
+                "run `cosmos-rl reward serve --host 0.0.0.0 --token-env REWARD_TOKEN` (or your own service) where every node can reach it and set rl.reward.url")
+    dp = c.model.config.parallelism.data_parallel_shard_degree
+    if dp not in (1, rl.group_size):
+        r.error("model.config.parallelism.data_parallel_shard_degree", f"{name} shards over its group_size ({rl.group_size}) ranks", dp, "remove it (derived) or set it to rl.group_size")
     if not rl.init_from:
-        r.error("rl.init_from", "required: NFT always starts from a base checkpoint", "", "set rl.init_from to a diffusers folder, DCP folder or s3:// URL")
+        r.error("rl.init_from", f"required: {name} always starts from a base checkpoint", "", "set rl.init_from to a diffusers folder, DCP folder or s3:// URL")
     if rl.rewards:
         _reward_terms(c, rl, r)
     else:
         _one_reward(rl, r)
-    if rl.scheduler != "unipc":
-        r.error("rl.scheduler", "only the UniPC sampler is supported", rl.scheduler, 'set rl.scheduler = "unipc"')
     if rl.old.build_old and c.model.lora.rank == 0:
-        r.error("model.lora.rank", "NFT keeps the moving old policy as a second LoRA adapter, so it needs LoRA", 0,
+        r.error("model.lora.rank", f"{name} keeps the moving old policy as a second LoRA adapter, so it needs LoRA", 0,
                 "set model.lora.rank > 0 (or rl.old.build_old = false)")
     if rl.old.build_old and rl.old.update_every < 1:
         r.error("rl.old.update_every", "must be >= 1 when rl.old.build_old is on", rl.old.update_every, "set rl.old.update_every = 1 or more")
@@ -289,28 +303,25 @@ def nft_rules(c: schema.RunConfig, rl: schema.NFTConfig, r: Rules) -> None:
         r.error("rl.old.decay_cap", "must be in [0, 1)", rl.old.decay_cap, "use e.g. 0.5")
     if rl.ref.update_every != 0:
         r.error("rl.ref.update_every", "the reference is frozen", rl.ref.update_every, "set rl.ref.update_every = 0")
-    if not rl.advantage_low < rl.advantage_high:
-        r.error("rl.advantage_low", f"must be below rl.advantage_high ({rl.advantage_high})", rl.advantage_low, "e.g. -5.0 and 5.0")
-    r.positive("rl.r_tau", rl.r_tau)
-    r.positive("rl.beta", rl.beta)
-    r.at_least("rl.kl_beta", rl.kl_beta, 0)
-    r.positive("rl.policy_loss_scale", rl.policy_loss_scale)
     r.at_least("rl.sample_steps", rl.sample_steps, 2)
     if rl.sampler_shift is not None:
         r.positive("rl.sampler_shift", rl.sampler_shift)
     r.at_least("rl.guidance", rl.guidance, 0)
     r.at_least("rl.prompts_per_step", rl.prompts_per_step, 1)
     r.at_least("rl.sample_grid_every", rl.sample_grid_every, 0)
-    if not 0 <= rl.timesteps_per_sample <= rl.sample_steps:
-        r.error("rl.timesteps_per_sample", f"must be in [0, rl.sample_steps = {rl.sample_steps}]", rl.timesteps_per_sample, "0 trains on all but one of the sampler's timesteps, the one left out drawn at random")
     if rl.prompts.file:
         r.local_path("rl.prompts.file", rl.prompts.file, kind="file")
+
+
+def _name(rl) -> str:
+    """How a rule names the algorithm: "NFT", "DPO" (an entry named by import string, as written)."""
+    return rl.algorithm.upper() if ":" not in rl.algorithm else rl.algorithm
 
 
 # ---------------------------------------------------------------------------------------- DPO
 def data_parallel_grid(c: schema.RunConfig, r: Rules) -> None:
     """DPO and SFT: every rank trains its share of the step (data parallel, FSDP2)."""
-    g, name = c.grid, c.rl.algorithm.upper()
+    g, name = c.grid, _name(c.rl)
     if g.grouping == "per_role" and g.backend != "ray":
         r.error("grid.grouping", "per_role needs grid.backend = \"ray\" (under local there is one process)", g.grouping, 'set grid.grouping = "single" or grid.backend = "ray"')
     if g.gpu_placement != "colocated":

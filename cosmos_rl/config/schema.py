@@ -249,17 +249,42 @@ class WeightedRewardConfig:
 
 
 @frozen
-class NFTConfig(RLBase):
-    algorithm: Literal["nft"] = required("`nft` selects online DiffusionNFT.")
-    modality: Literal["image", "video"] = knob("video", "Decoded media type; video is not in this release.")
-    profile: str = knob("", "Known T2I profile (image only); sets the production coordinates.")
+class OnlineRLBase(RLBase):
+    """The `rl` fields of an online algorithm (trainers/online.py): a group of samples per prompt
+    row, one per model rank, scored by reward services; the rollout's sampler; the old policy."""
+
     init_from: str = knob("", "Base weights (required): `model.path` itself, a weights or DCP folder, `s3://` URL (pulled once per node) or `preset:tiny`.")
-    init_keys_to_skip_loading: list[str] = knob(
-        attrs.Factory(list), "Glob patterns of base-checkpoint keys the model does not build (`audio_*`, `action_*`); must be empty for video."
-    )
     group_size: int = knob(4, "Samples per prompt, and the model rank count (one sample per rank).")
     prompts_per_step: int = knob(1, "Prompt rows per step; every rank samples one image per row.")
     prompts: PromptSourceConfig = section(PromptSourceConfig, "Where prompts come from.")
+    sample_steps: int = knob(20, "Sampler steps per generation.")
+    sampler_shift: Optional[float] = knob(
+        None, "Rectified-flow sampler shift; unset = the model's own (`flow_shift` in model.path's scheduler/scheduler_config.json, or the preset's)."
+    )
+    guidance: float = knob(3.0, "Native CFG: v_uncond + g * (v_cond - v_uncond); 1 = conditional only, 0 = unconditional.")
+    rollout_seed_clock: Literal["source_row", "optimizer_step"] = knob(
+        "source_row", "Rank-local rollout seeds advance per prompt row (`source_row`) or per optimizer step."
+    )
+    sample_grid_every: int = knob(10, "Save a PNG grid of the step's samples every this many steps; 0 = never.")
+    old: OldPolicyConfig = section(OldPolicyConfig, "Moving old policy.")
+    ref: RefPolicyConfig = section(RefPolicyConfig, "Frozen reference policy.")
+    reward: RewardConfig = section(RewardConfig, "The HTTP reward service (one reward; for several use `[[rl.rewards]]` instead).")
+    rewards: list[WeightedRewardConfig] = knob(
+        attrs.Factory(list), "Several rewards at once, one `[[rl.rewards]]` table each; empty = the one `[rl.reward]`. Not both."
+    )
+    reward_combine: Literal["weighted_sum", "normalised_sum"] = knob(
+        "weighted_sum", "With rl.rewards: advantages of the weighted sum of rewards, or the weighted sum of each reward's own advantages (normalised per group first, so no reward's scale drowns another)."
+    )
+
+
+@frozen
+class NFTConfig(OnlineRLBase):
+    algorithm: Literal["nft"] = required("`nft` selects online DiffusionNFT.")
+    modality: Literal["image", "video"] = knob("video", "Decoded media type; video is not in this release.")
+    profile: str = knob("", "Known T2I profile (image only); sets the production coordinates.")
+    init_keys_to_skip_loading: list[str] = knob(
+        attrs.Factory(list), "Glob patterns of base-checkpoint keys the model does not build (`audio_*`, `action_*`); must be empty for video."
+    )
     beta: float = knob(1.0, "Objective sharpness (implicit policies' step away from the old policy).")
     kl_beta: float = knob(1.0, "KL penalty weight against the frozen reference.")
     policy_loss_scale: float = knob(5.0, "Scale on the policy loss term.")
@@ -281,25 +306,7 @@ class NFTConfig(RLBase):
         "Measure the implicit policies' errors in x0 space (x0 = x_t - t * v), each divided by a stop-gradient of "
         "its mean absolute x0 error, as the official release does (the default); false = the velocity-space error of the spec.",
     )
-    sample_steps: int = knob(20, "Sampler steps per generation.")
-    sampler_shift: Optional[float] = knob(
-        None, "Rectified-flow sampler shift; unset = the model's own (`flow_shift` in model.path's scheduler/scheduler_config.json, or the preset's)."
-    )
-    guidance: float = knob(3.0, "Native CFG: v_uncond + g * (v_cond - v_uncond); 1 = conditional only, 0 = unconditional.")
     scheduler: str = knob("unipc", "Sampler; only `unipc` is supported.")
-    rollout_seed_clock: Literal["source_row", "optimizer_step"] = knob(
-        "source_row", "Rank-local rollout seeds advance per prompt row (`source_row`) or per optimizer step."
-    )
-    sample_grid_every: int = knob(10, "Save a PNG grid of the step's samples every this many steps; 0 = never.")
-    old: OldPolicyConfig = section(OldPolicyConfig, "Moving old policy.")
-    ref: RefPolicyConfig = section(RefPolicyConfig, "Frozen reference policy.")
-    reward: RewardConfig = section(RewardConfig, "The HTTP reward service (one reward; for several use `[[rl.rewards]]` instead).")
-    rewards: list[WeightedRewardConfig] = knob(
-        attrs.Factory(list), "Several rewards at once, one `[[rl.rewards]]` table each; empty = the one `[rl.reward]`. Not both."
-    )
-    reward_combine: Literal["weighted_sum", "normalised_sum"] = knob(
-        "weighted_sum", "With rl.rewards: advantages of the weighted sum of rewards, or the weighted sum of each reward's own advantages (normalised per group first, so no reward's scale drowns another)."
-    )
 
 
 # --------------------------------------------------------------------------------------------- SFT

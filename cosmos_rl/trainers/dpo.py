@@ -118,6 +118,17 @@ class DPOTrainer(SPMDTrainer):
         self.module, self.lora = self.model.state_module(), self.model.lora
         self.params = self.model.trainable_parameters()
 
+    @classmethod
+    def on_ray(cls, config, run_dir, device, rank, world, resume, context):
+        if context.get("data_actor") is not None:  # grid.grouping = "per_role": pairs come from the data actor
+            from cosmos_rl.trainers.dpo_ray import per_role_trainer
+
+            cls = per_role_trainer(context["data_actor"])
+        return cls(config, run_dir, device, resume=resume)
+
+    def has_holdout(self) -> bool:
+        return self.val_source is not None and self.rl.validation.every > 0
+
     def items_per_step(self) -> int:
         return self.rl.pairs_per_step
 

@@ -1,4 +1,4 @@
-"""Start a DPO run: `start(config, run_dir, resume, console) -> exit code`.
+"""Start a run under torchrun (DPO, SFT: any algorithm of launcher kind "ranks"): `start(config, run_dir, resume, console) -> exit code`.
 
 `grid.backend = "local"`: run `plan.torchrun_argv` (plus `--resume` on resume) as a child
 process, print the command first, forward SIGTERM/SIGINT/SIGUSR1 to it, and turn the workers'
@@ -14,7 +14,7 @@ they meet at the c10d rendezvous `grid.rdzv_endpoint` (or $COSMOS_RL_RDZV_ENDPOI
 `job.name`. The run directory must be on a filesystem every node shares (checkpoints are
 collective DCP writes).
 
-`grid.backend = "ray"`: `trainers.dpo_ray` runs the same trainer (DPO's or SFT's) in Ray actors (this process is the driver).
+`grid.backend = "ray"` runs the same rank trainers from a Ray driver instead (`trainers/ray_driver.py`).
 """
 
 from __future__ import annotations
@@ -137,10 +137,6 @@ def _run_forwarding_signals(argv: list[str], env: dict[str, str], forwarded: lis
 
 
 def start(config: schema.RunConfig, run_dir: Path, resume: bool, console) -> int:
-    if config.grid.backend == "ray":
-        from cosmos_rl.trainers import dpo_ray
-
-        return dpo_ray.start(config, Path(run_dir), resume, console)
     run_dir = Path(run_dir)
     for stale in (run_dir / "logs").glob("rank*.status"):
         stale.unlink(missing_ok=True)

@@ -1,16 +1,8 @@
 """The rank trainer of an algorithm whose ranks each train their share of a step's data (DPO, SFT).
 
-Every rank trainer (this one, and the online one in `trainers/online.py`) answers the same calls,
-which is all a launcher needs (`trainers/rank.py`):
-
-    trainer = Trainer(config, run_dir, device, resume=...)   # built; trainer.step = steps done
-    trainer.train_step(step) -> metrics      # step = trainer.step + 1; collective
-    trainer.holdout(step)    -> metrics      # its own held-out pass on its steps ({} otherwise)
-    trainer.evaluate(step)   -> metrics      # [rl.eval] (collective)
-    trainer.save(step)       -> path         # commit a checkpoint of step = trainer.step (collective)
-
-Under torchrun every rank runs `trainers.loop.run_rank_steps` over those calls; on Ray the driver
-runs the loop and calls every actor's trainer (`trainers/ray_driver.py`).
+It answers the calls of every rank trainer (`trainers/rank.py`). Under torchrun every rank runs
+`trainers.loop.run_rank_steps` over them (`run()`); on Ray the driver runs the loop and calls every
+actor's trainer (`trainers/ray_driver.py`).
 
 This base holds what DPO and SFT share: the rank's place in the world, the optimizer, the
 checkpoint manager and components, resume (a non-exact resume may change the world size: DCP
@@ -62,6 +54,14 @@ class SPMDTrainer:
         )
         if resume:
             self._load_latest()
+
+    @classmethod
+    def on_ray(cls, config, run_dir: Path, device, rank: int, world: int, resume: bool, context: dict):
+        """One rank of a Ray run (the process group is already formed: rank and world come from it)."""
+        return cls(config, run_dir, device, resume=resume)
+
+    def has_holdout(self) -> bool:
+        return False
 
     # ---------------------------------------------------------------- what a subclass provides
     module: torch.nn.Module  # saved as the `policy` component

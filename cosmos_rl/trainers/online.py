@@ -1,0 +1,331 @@
+"""The online step every online algorithm shares: rollout -> score -> gather -> the reward-failure rule.
+
+Every model rank holds the whole (FSDP2-sharded) network with two LoRA adapters, "policy" (trained)
+and "old" (the moving old policy, used for rollouts and the algorithm's old-policy forwards);
+adapters disabled give the frozen reference. Per step every rank walks the same prompt rows and
+makes ONE sample per row, so a prompt's group is the row's samples across the ranks (group_size =
+world size).
+
+`OnlineTrainer` is one process's share of that work, and an algorithm's rank trainer subclasses it
+with its training half, `learn(step, rollouts, tables, cond)` (NFT: `trainers/nft.py`). In a run,
+each Ray actor (`trainers.ray_driver.RankWorker`) holds one and plays one rank; the ranks meet
+through `RankCollectives` (gloo/NCCL). For fast tests, one trainer can play every rank of a group in
+one process (`LocalCollectives`) and give the same numbers; no manifest reaches that (the spec's
+one-sample-per-rank rule stands for runs).
+
+Reward: each rank scores its own images (the service sees group_size concurrent requests; no rank
+waits on another rank's decoding), then one all_gather gives every rank the [rows, group_size]
+reward table, so every rank computes the same advantages.
+
+Determinism: every random draw comes from a generator seeded by a hash of (job.seed, purpose,
+rank, counter): rollout noise from the source-row counter (`rollout_seed_clock = "source_row"`:
+the n-th prompt row the run visits) or the optimizer step (`"optimizer_step"`), training
+timesteps and noise from the step. A rerun therefore reproduces every sample, and a resumed run
+continues exactly.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from cosmos_rl import plan
+from cosmos_rl.algorithms.multi_reward import reward_metrics, weighted_reward
+from cosmos_rl.checkpoint import CheckpointManager, LRScheduleState, OptimizerState, PlainState, RngStreams, layout
+from cosmos_rl.config import schema
+from cosmos_rl.errors import RewardUnavailable
+from cosmos_rl.rewards.multi import reward_terms
+from cosmos_rl.seeds import derive_seed
+from cosmos_rl.trainers.nft_collectives import RankCollectives
+from cosmos_rl.trainers.nft_state import SEED_CONTRACT_KEY, AdapterState, policy_state
+
+POLICY, OLD = "policy", "old"  # the two LoRA adapter names
+# What a rank's train_step returns when another rank's reward call failed for good (see train_step).
+REWARD_FAILED = "reward_failed"
+
+# (rank, uint8 images [rows, H, W, 3], prompts) -> {reward name: one score per image}
+ScoreFn = Callable[[int, np.ndarray, Sequence[str]], dict[str, list[float]]]
+# One played rank's rollout: (x0 latents, the sampler's sigmas, decoded images [rows, 3, H, W])
+Rollout = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def _generator(seed: int, device: torch.device) -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def rollout_noise(
+    rl: schema.OnlineRLBase, job_seed: int, rank: int, step: int, latent_shape: tuple[int, ...], device: torch.device
+) -> torch.Tensor:
+    """Rank `rank`'s initial noise for the rows of `step` (1-based); see the module docstring for the clock."""
+    rows = rl.prompts_per_step
+    if rl.rollout_seed_clock == "source_row":
+        first = (step - 1) * rows  # rows visited before this step
+        return torch.cat([
+            torch.randn(1, *latent_shape, generator=_generator(derive_seed(job_seed, "rollout-row", rank, first + j), device), device=device)
+            for j in range(rows)
+        ])
+    gen = _generator(derive_seed(job_seed, "rollout-step", rank, step), device)
+    return torch.randn(rows, *latent_shape, generator=gen, device=device)
+
+
+class OnlineTrainer:
+    """The online state of one process (model, adapters, optimizer, prompts, checkpoints) and the
+    shared half of its step; a subclass adds `learn` (and its own state in `_components`).
+
+    It plays the ranks `comm.ranks`: one in a Ray run, all of a group in a single-process test group.
+    """
+
+    progress_fields: tuple[str, ...] = ("train/reward_mean",)
+
+    def __init__(self, config: schema.RunConfig, run_dir: Path, device: torch.device, comm, score: ScoreFn):
+        self.config, self.rl = config, config.rl
+        self.run_dir = Path(run_dir)
+        self.device, self.comm, self.score = device, comm, score
+        self.reward_weights = {term.name: term.weight for term in reward_terms(config.rl)}
+        self.step = 0
+
+    @classmethod
+    def on_ray(cls, config, run_dir: Path, device, rank: int, world: int, resume: bool, context: dict):
+        """One rank of a Ray run, scoring through the services the driver started (`context`)."""
+        from cosmos_rl.rewards.multi import MultiRewardClient
+
+        client = MultiRewardClient.from_config(config.rl, context["reward_urls"], context["reward_tokens"])
+        trainer = cls(config, run_dir, device, RankCollectives(rank, world, device), _scored_by(client))
+        trainer.build(resume)
+        return trainer
+
+    def has_holdout(self) -> bool:
+        return False
+
+    def items_per_step(self) -> int:
+        return self.rl.group_size * self.rl.prompts_per_step
+
+    def holdout(self, step: int) -> dict[str, float]:
+        return {}
+
+    # ----------------------------------------------------------------- build / resume
+    def build(self, resume: bool) -> int:
+        """Model, optimizer, prompts; on resume load the newest checkpoint. Returns the step."""
+        from cosmos_rl.data.prompts import PromptCursor, run_prompts
+        from cosmos_rl.models import lora
+        from cosmos_rl.models.setup import build_optimizer, build_trainable
+
+        rl, config = self.rl, self.config
+        names = (POLICY, OLD) if rl.old.build_old else (POLICY,)
+        self.model = build_trainable(config, self.device, adapter_names=names)
+        self.transformer = self.model.transformer
+        if rl.old.build_old:
+            lora.copy_adapter(self.transformer, POLICY, OLD)  # the old policy starts as the policy, exactly
+        self._activate(POLICY)
+        self.optimizer, self.schedule = build_optimizer(self.model.trainable_parameters(), rl.optimizer)
+
+        self.prompts = run_prompts(rl)
+        self.cursor = PromptCursor(len(self.prompts), rl.prompts_per_step, config.job.seed, rl.prompts.shuffle)
+        self._token_cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        vae_cfg = self.model.vae.config
+        side = config.model.image_size // int(vae_cfg.scale_factor_spatial)
+        self.latent_shape = (int(self.transformer.config.latent_channel), side, side)
+
+        self.evaluator = None
+        if rl.eval.every:  # [rl.eval]: built now, so a bad evaluation prompt stops the run before step 1
+            from cosmos_rl.evaluation.evaluator import Evaluator
+
+            self.evaluator = Evaluator.for_run(config, self.model, self.device)
+
+        self.seed_contract = plan.seed_contract(config)
+        self.progress = {"step": 0}
+        self.checkpoints = CheckpointManager(
+            self.run_dir, config.checkpoint.keep, run_identity=plan.run_identity(config), algorithm=config.rl.algorithm
+        )
+        if not resume:
+            return 0
+        # The caller has refused a changed seed contract (nft_state.check_seed_contract) before
+        # anything was built; here the newest loadable checkpoint is loaded (damaged newer ones are
+        # warned about and set aside, never deleted).
+        step, _ = self.checkpoints.resume_latest(self._components())
+        assert self.progress["step"] == step, f"checkpoint step_{step} records step {self.progress['step']}"
+        self.step = step
+        return step
+
+    def _components(self) -> dict[str, Any]:
+        components: dict[str, Any] = {
+            layout.POLICY: policy_state(self.model),
+            layout.OPTIMIZER: OptimizerState(self.transformer, self.optimizer),
+            layout.LR_SCHEDULE: LRScheduleState(self.schedule),
+            layout.DATA_CURSOR: _CursorState(self.cursor),
+            layout.PROGRESS: PlainState(self.progress),
+            layout.RNG: RngStreams(),
+        }
+        if self.rl.old.build_old:
+            components[layout.OLD] = AdapterState(self.transformer, OLD)
+        return components
+
+    def save(self, step: int) -> str:
+        self.progress["step"] = step
+        path = self.checkpoints.save(step, self._components(), extra_meta={SEED_CONTRACT_KEY: self.seed_contract})
+        return str(path)
+
+    # ----------------------------------------------------------------- helpers
+    def _activate(self, name: str) -> None:
+        """Run forwards with adapter `name` while only the policy adapter stays trainable.
+
+        peft's set_adapter also flips requires_grad; FSDP2 built its gradient plan from the
+        policy-trainable state, so that is put back at once.
+        """
+        from cosmos_rl.models import lora
+
+        if not self.model.lora:  # a full fine-tune has one network and no old policy (preflight)
+            assert name == POLICY, name
+            return
+        lora.set_active(self.transformer, name)
+        if name != POLICY:
+            for param in lora.adapter_tensors(self.transformer, name).values():
+                param.requires_grad_(False)
+            for param in lora.adapter_tensors(self.transformer, POLICY).values():
+                param.requires_grad_(True)
+
+    def _tokens(self, rows: list[int]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        from cosmos_rl.models.text import model_prompt_ids
+
+        size, template = self.config.model.image_size, self.model.parts.prompt_template
+        for row in rows:
+            if row not in self._token_cache:
+                cond, uncond = model_prompt_ids(self.model.tokenizer, template, [self.prompts[row]], size)
+                self._token_cache[row] = (cond[0].to(self.device), uncond[0].to(self.device))
+        return [self._token_cache[r][0] for r in rows], [self._token_cache[r][1] for r in rows]
+
+    # ----------------------------------------------------------------- the step
+    def train_step(self, step: int) -> dict[str, float]:
+        """Rollout, reward, the algorithm's training half (`learn`) for `step` (1-based).
+
+        If the reward service fails for good on any rank, every rank puts its prompt cursor back
+        and stops before training: the rank(s) that failed raise `RewardUnavailable`, the others
+        return `{REWARD_FAILED: 1}`. Nothing else of the step has changed state (rollout draws come
+        from their own generators), so the caller can still commit step - 1 exactly.
+        """
+        from cosmos_rl.data.images import save_image_grid
+
+        rl = self.rl
+        cursor_before = self.cursor.state_dict()
+        batch = self.cursor.next_batch(self.prompts)
+        rows = [row for row, _ in batch]
+        texts = [text for _, text in batch]
+        cond, uncond = self._tokens(rows)
+
+        t0 = time.perf_counter()
+        rollouts = self.rollout(step, cond, uncond)
+        t1 = time.perf_counter()
+        try:
+            tables = self._scores(rollouts, texts)
+        except RewardUnavailable:
+            self.cursor.load_state_dict(cursor_before)  # nothing of this step happened
+            raise
+        if tables is None:
+            self.cursor.load_state_dict(cursor_before)
+            return {REWARD_FAILED: 1.0}  # another rank raises the reason; this one only stops
+        rewards = weighted_reward(tables, self.reward_weights)
+        t2 = time.perf_counter()
+        per_rank, extra = self.learn(step, rollouts, tables, cond)
+        t3 = time.perf_counter()
+
+        if rl.sample_grid_every and step % rl.sample_grid_every == 0:
+            everyone = self.comm.gather([images.contiguous() for _, _, images in rollouts])  # [G, rows, 3, H, W]
+            if 0 in self.comm.ranks:
+                grid = everyone.transpose(0, 1).reshape(-1, *everyone.shape[2:])  # row-major: one prompt per line
+                save_image_grid(grid, self.run_dir / "samples" / f"step_{step}.png", nrow=self.comm.world_size)
+
+        timings = {"time/rollout_s": t1 - t0, "time/reward_s": t2 - t1, "time/train_s": t3 - t2}
+        metrics = self.comm.mean([{**{f"train/{k}": v for k, v in m.items()}, **timings} for m in per_rank])
+        metrics["train/reward_mean"] = float(rewards.mean())
+        metrics["train/reward_std"] = float(rewards.std(unbiased=False))
+        if rl.rewards:  # several rewards: each one's own mean and std too
+            metrics.update(reward_metrics(tables))
+        metrics.update(extra)
+        self.step = step
+        return metrics
+
+    def learn(self, step: int, rollouts: list[Rollout], tables: dict[str, torch.Tensor], cond: list[torch.Tensor]):
+        """The algorithm's training half: (one metrics dict per played rank, step metrics to add)."""
+        raise NotImplementedError
+
+    def rollout(self, step: int, cond: list[torch.Tensor], uncond: list[torch.Tensor]) -> list[Rollout]:
+        """One sample per row for each rank this process plays, with the old policy (or the policy)."""
+        from cosmos_rl.dist.fsdp import gathered_while_sampling
+        from cosmos_rl.models.packing import velocity
+        from cosmos_rl.models.sampling import sample_latents
+        from cosmos_rl.models.vae import decode_latents
+
+        rl = self.rl
+        self._activate(OLD if rl.old.build_old else POLICY)
+        rollouts = []
+        with torch.no_grad(), gathered_while_sampling(self.transformer):
+            for rank in self.comm.ranks:
+                noise = rollout_noise(rl, self.config.job.seed, rank, step, self.latent_shape, self.device)
+                x0, sigmas = sample_latents(
+                    lambda x, s, ids: velocity(self.transformer, x, s, ids),
+                    noise, cond, uncond, rl.sample_steps, rl.sampler_shift, rl.guidance,
+                    parts=self.model.parts,  # the model's own scheduler; rl.sampler_shift None keeps its shift
+                )
+                rollouts.append((x0, sigmas, decode_latents(self.model.vae, x0)))
+        self._activate(POLICY)
+        return rollouts
+
+    def _scores(self, rollouts: list[Rollout], texts: list[str]) -> dict[str, torch.Tensor] | None:
+        """Each reward's [rows, G] table, every rank's images scored; None when another rank's
+        reward call failed for good (this rank's own failure raises RewardUnavailable)."""
+        from cosmos_rl.rewards.functions import to_uint8
+
+        own, failures = [], {}
+        names = sorted(self.reward_weights)
+        for rank, (_, _, images) in zip(self.comm.ranks, rollouts):
+            pixels = to_uint8(images.permute(0, 2, 3, 1).cpu().numpy())
+            try:
+                by_name = self.score(rank, pixels, texts)
+                scores = [by_name[name] for name in names]
+            except RewardUnavailable as exc:
+                # Not raised here: the other ranks are about to wait in the gather. NaN (never a
+                # score: the client admits finite numbers only) tells every rank at once.
+                failures[rank], scores = str(exc), [[float("nan")] * len(texts) for _ in names]
+            own.append(torch.tensor(scores, dtype=torch.float64, device=self.device))  # [rewards, rows]
+        everyone = self.comm.gather(own).cpu()  # [G, rewards, rows]
+        if torch.isnan(everyone).any():
+            if failures:
+                raise RewardUnavailable(next(iter(failures.values())))
+            return None
+        return {name: everyone[:, k, :].T for k, name in enumerate(names)}  # each [rows, G]
+
+    # ----------------------------------------------------------------- [rl.eval]
+    def evaluate(self, step: int) -> dict[str, float]:
+        """The policy on the `[rl.eval]` items, split over the ranks; the group's `eval/` metrics on every rank."""
+        from cosmos_rl.evaluation.evaluator import evaluate_ranks
+
+        self._activate(POLICY)
+        return evaluate_ranks(self.evaluator, self.transformer, self.comm.ranks, self.comm.world_size, self.comm.mean)
+
+
+def _scored_by(client) -> ScoreFn:
+    from cosmos_rl.rewards.client import RewardServiceError
+
+    def score(rank: int, pixels: np.ndarray, prompts: Sequence[str]) -> dict[str, list[float]]:
+        try:
+            return client.score(pixels, prompts)
+        except RewardServiceError as exc:
+            raise RewardUnavailable(f"rank {rank}: {exc}") from None  # the message names the service
+
+    return score
+
+
+class _CursorState(PlainState):
+    def __init__(self, cursor):
+        super().__init__()
+        self.cursor = cursor
+
+    def capture(self) -> dict[str, Any]:
+        return self.cursor.state_dict()
+
+    def restore(self, data: dict[str, Any]) -> None:
+        self.cursor.load_state_dict(data)
