@@ -73,7 +73,7 @@ def _table(rows) -> str:
 def generate() -> str:
     parts = [HEADER]
     sections = [("Common tables", schema.RunConfig, "")]
-    for name in algorithms.names():
+    for name in algorithms.BUILT_IN:
         entry = algorithms.get(name)
         sections.append((f"`rl` for {entry.title} (`rl.algorithm = \"{name}\"`)", entry.config, "rl."))
     for title, cls, prefix in sections:

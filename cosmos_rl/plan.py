@@ -15,6 +15,14 @@ from pathlib import Path
 from cosmos_rl.config import algorithms, load, preflight, schema
 from cosmos_rl.models import layout
 
+# nft.md section 4's five roles of one colocated process per rank, and the code that plays each.
+ONLINE_ROLES = {
+    "data": "data.prompts.PromptCursor (every rank walks the same prompt rows)",
+    "rollout": "trainers.online.OnlineTrainer.rollout (one sample per row, the old policy)",
+    "reward": "trainers.online.OnlineTrainer._scores (own images to the reward services, then one all_gather)",
+    "replay": "the step's own rollout batch, kept in memory until its training half (on-policy, no buffer)",
+    "policy": "the algorithm's training half, then AdamW",
+}
 GUIDANCE_SEMANTICS = "v = v_uncond + g * (v_cond - v_uncond): g = 1 is conditional only, g = 0 unconditional"
 
 
@@ -71,7 +79,7 @@ def checkpoint_contents(config: schema.RunConfig) -> list[str]:
     return contents(config) if contents is not None else [_weights(config), "optimizer", "step", "RNG streams"]
 
 
-def nft_contents(config: schema.RunConfig) -> list[str]:
+def online_contents(config: schema.RunConfig) -> list[str]:
     old = ["old-policy adapter" if config.model.lora.rank > 0 else "old-policy weights"] if config.rl.old.build_old else []
     return [_weights(config), *old, "optimizer", "step", "prompt cursor", "seed contract", "RNG streams"]
 
@@ -139,18 +147,19 @@ def build(config: schema.RunConfig, manifest_path: str = "MANIFEST", overrides: 
     return out
 
 
-def nft_section(config: schema.RunConfig, base_dir: Path) -> dict:
+def online_section(config: schema.RunConfig, base_dir: Path) -> dict:
+    """An online run: role shapes, the five roles of one process, the rollout sampler, the rewards."""
     rl = config.rl
     shapes, _ = preflight.nft_shapes(config)
     shift, shift_from = sampler_shift(config, base_dir)
     return {
         "shapes": shapes,
-        "roles_per_process": ["data", "rollout", "reward", "replay", "policy"],
+        "roles_per_process": list(ONLINE_ROLES),
+        "roles": {**ONLINE_ROLES, "policy": f"{algorithms.of(config).resolve_name('trainer')}.learn, then AdamW"},
         "per_step": {
             "prompt_rows": rl.prompts_per_step,
             "samples": rl.prompts_per_step * rl.group_size,
             "samples_per_rank": rl.prompts_per_step,
-            "train_timesteps_per_sample": rl.timesteps_per_sample or rl.sample_steps - 1,
         },
         "sampler": {
             "scheduler": rl.scheduler,
@@ -164,6 +173,13 @@ def nft_section(config: schema.RunConfig, base_dir: Path) -> dict:
         "reward": _reward_summary(rl),
         "ray": _ray_layout(config, rl.group_size),
     }
+
+
+def nft_section(config: schema.RunConfig, base_dir: Path) -> dict:
+    out = online_section(config, base_dir)
+    rl = config.rl
+    out["per_step"]["train_timesteps_per_sample"] = rl.timesteps_per_sample or rl.sample_steps - 1
+    return out
 
 
 def sft_section(config: schema.RunConfig, base_dir: Path) -> dict:

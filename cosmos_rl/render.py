@@ -41,7 +41,10 @@ def render_plan(console: Console, plan: dict) -> None:
     ]
     if "shapes" in plan:
         rows.append(("role shapes", _value(plan["shapes"])))
-    rows.append(("roles per process", _value(plan["roles_per_process"])))
+    if "roles" in plan:  # online: the spec's five roles, each with the code that plays it
+        rows.append(("roles per process", "; ".join(f"{role}: {who}" for role, who in plan["roles"].items())))
+    else:
+        rows.append(("roles per process", _value(plan["roles_per_process"])))
     rows.append(("per step", _value(plan["per_step"])))
     for key in ("trains", "data", "validation", "eval", "beta"):
         if key in plan:

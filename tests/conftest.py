@@ -30,6 +30,10 @@ def ray_cluster():
     started = False
     try:
         if not ray.is_initialized():
+            # Actors import the stand-in algorithms of tests/ by module name, as a user's own
+            # algorithm module must be importable on every node; workers take the env of ray.init.
+            here = os.path.dirname(os.path.abspath(__file__))
+            os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
             ray.init(**local_ray_init_kwargs(temp_dir, num_cpus=RAY_SESSION_CPUS))
             started = True
         yield ray

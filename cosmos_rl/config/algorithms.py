@@ -2,7 +2,7 @@
 
 One `Algorithm` entry per `rl.algorithm` value holds its config class and, as "module:attr" import
 strings resolved only when used (so this module stays torch-free and imports nothing above
-`config/`), the code each layer runs for it: preflight rules, the plan section, the data check,
+`config/`; an entry defined outside the package may hold the objects themselves), the code each layer runs for it: preflight rules, the plan section, the data check,
 the rank trainer. Plain values say the rest: the launcher kind, the seed-contract keys, which
 fields are paths, the training signal the reward-hacking watch reads, the sampler fields.
 
@@ -24,6 +24,8 @@ from cosmos_rl.config import schema
 # "ranks": every rank runs the step loop (torchrun workers, or Ray actors); any world size.
 # "driver": a Ray driver runs the loop and calls every actor (rollouts need the reward services it starts).
 Launcher = Literal["ranks", "driver"]
+# Code an entry runs: a "module:attr" import string, or (outside the package) the object itself.
+Code = Any
 
 
 def data_parallel_world(config: schema.RunConfig) -> tuple[int, str]:
@@ -46,13 +48,13 @@ class Algorithm:
     config: type  # its `rl` table: a subclass of schema.RLBase
     title: str  # its name in prose (docs/manifest.md headings)
     launcher: Launcher
-    trainer: str  # the rank trainer class (trainers/rank.py protocol)
-    preflight: str = ""  # (config, rl, rules) -> None: its rules beyond the common ones
-    plan_section: str = ""  # (config, base_dir) -> dict merged into `plan`
-    checkpoint_contents: str = ""  # (config) -> list of what a checkpoint holds, for `plan`
-    data_check: str = ""  # (config, base_dir, full) -> (problems, notes) for `validate --data`
-    train_prompts: str = ""  # (rl) -> the prompt list the run trains on, when it has one
-    policy_state: str = ""  # (model) -> the Stateful its checkpoints' policy component is; "" = ModelState
+    trainer: Code  # the rank trainer class (trainers/rank.py protocol)
+    preflight: Code = ""  # (config, rl, rules) -> None: its rules beyond the common ones
+    plan_section: Code = ""  # (config, base_dir) -> dict merged into `plan`
+    checkpoint_contents: Code = ""  # (config) -> list of what a checkpoint holds, for `plan`
+    data_check: Code = ""  # (config, base_dir, full) -> (problems, notes) for `validate --data`
+    train_prompts: Code = ""  # (rl) -> the prompt list the run trains on, when it has one
+    policy_state: Code = ""  # (model) -> the Stateful its checkpoints' policy component is; "" = ModelState
     world_size: Callable[[schema.RunConfig], tuple[int, str]] = data_parallel_world
     seed_keys: tuple[str, ...] = ()  # rl fields (dotted, below rl.) that fix its random draws
     path_fields: tuple[str, ...] = ()  # rl fields holding local paths ("data.shards[]": each list item)
@@ -63,8 +65,18 @@ class Algorithm:
     unit: str = "samples"  # what the progress bar counts
 
     def resolve(self, what: str) -> Any:
-        """The object one of the import-string fields names (None when the field is empty)."""
-        return load_attr(getattr(self, what)) if getattr(self, what) else None
+        """The object one of the code fields names (None when the field is empty)."""
+        value = getattr(self, what)
+        if not value:
+            return None
+        return load_attr(value) if isinstance(value, str) else value
+
+    def resolve_name(self, what: str) -> str:
+        """A code field as a dotted name for people (`plan`): "cosmos_rl.trainers.nft.NFTTrainer"."""
+        value = getattr(self, what)
+        if isinstance(value, str):
+            return value.replace(":", ".")
+        return f"{value.__module__}.{value.__qualname__}"
 
     def trained_part(self, rl) -> str:
         return getattr(rl, self.part_field) if self.part_field else "transformer"
@@ -154,6 +166,29 @@ def _evolve_path(obj, parts: list[str], pin: Callable[[str], str]):
     return attrs.evolve(obj, **{name: new})
 
 
+def online(**fields) -> Algorithm:
+    """An entry for an online algorithm (config subclassing schema.OnlineRLBase, trainer subclassing
+    trainers.online.OnlineTrainer): launched from the Ray driver with reward services, one rank per
+    sample of a group, the online seed contract, prompts, checkpoints and sampler of NFT's
+    machinery. `fields` gives the rest (name, config, title, trainer, ...) and may override these."""
+    shared = dict(
+        launcher="driver",
+        preflight="cosmos_rl.config.preflight:online_rules",
+        plan_section="cosmos_rl.plan:online_section",
+        checkpoint_contents="cosmos_rl.plan:online_contents",
+        data_check="cosmos_rl.data.scan:prompt_data",
+        train_prompts="cosmos_rl.data.prompts:run_prompts",
+        policy_state="cosmos_rl.trainers.nft_state:policy_state",
+        world_size=group_world,
+        seed_keys=("rollout_seed_clock", "group_size", "prompts_per_step", "prompts.shuffle"),
+        path_fields=("prompts.file", "rewards[].model"),
+        train_signal="train/reward_mean",
+        sampler_fields=("sample_steps", "sampler_shift", "guidance"),
+        reshards_world=False,
+    )
+    return Algorithm(**{**shared, **fields})
+
+
 # ------------------------------------------------------------------------------- the built-ins
 register(Algorithm(
     name="dpo", config=schema.DPOConfig, title="Diffusion-DPO", launcher="ranks",
@@ -166,21 +201,11 @@ register(Algorithm(
     path_fields=("data.jsonl", "data.shards[]", "validation.data.jsonl", "validation.data.shards[]"),
     train_signal="train/dpo_reward_margin", unit="pairs",
 ))  # fmt: skip
-register(Algorithm(
-    name="nft", config=schema.NFTConfig, title="DiffusionNFT", launcher="driver",
+register(online(
+    name="nft", config=schema.NFTConfig, title="DiffusionNFT",
     trainer="cosmos_rl.trainers.nft:NFTTrainer",
     preflight="cosmos_rl.config.preflight:nft_rules",
     plan_section="cosmos_rl.plan:nft_section",
-    checkpoint_contents="cosmos_rl.plan:nft_contents",
-    data_check="cosmos_rl.data.scan:prompt_data",
-    train_prompts="cosmos_rl.data.prompts:run_prompts",
-    policy_state="cosmos_rl.trainers.nft_state:policy_state",
-    world_size=group_world,
-    seed_keys=("rollout_seed_clock", "group_size", "prompts_per_step", "prompts.shuffle"),
-    path_fields=("prompts.file", "rewards[].model"),
-    train_signal="train/reward_mean",
-    sampler_fields=("sample_steps", "sampler_shift", "guidance"),
-    reshards_world=False,
 ))  # fmt: skip
 register(Algorithm(
     name="sft", config=schema.SFTConfig, title="supervised fine-tuning", launcher="ranks",
@@ -193,3 +218,6 @@ register(Algorithm(
     path_fields=("data.jsonl", "data.shards[]"),
     part_field="train",
 ))  # fmt: skip
+
+# The names this package ships (docs/manifest.md documents these tables; others are the user's own).
+BUILT_IN = tuple(_REGISTRY)

@@ -265,6 +265,7 @@ class OnlineRLBase(RLBase):
     rollout_seed_clock: Literal["source_row", "optimizer_step"] = knob(
         "source_row", "Rank-local rollout seeds advance per prompt row (`source_row`) or per optimizer step."
     )
+    scheduler: str = knob("unipc", "Sampler; only `unipc` is supported.")
     sample_grid_every: int = knob(10, "Save a PNG grid of the step's samples every this many steps; 0 = never.")
     old: OldPolicyConfig = section(OldPolicyConfig, "Moving old policy.")
     ref: RefPolicyConfig = section(RefPolicyConfig, "Frozen reference policy.")
@@ -306,7 +307,6 @@ class NFTConfig(OnlineRLBase):
         "Measure the implicit policies' errors in x0 space (x0 = x_t - t * v), each divided by a stop-gradient of "
         "its mean absolute x0 error, as the official release does (the default); false = the velocity-space error of the spec.",
     )
-    scheduler: str = knob("unipc", "Sampler; only `unipc` is supported.")
 
 
 # --------------------------------------------------------------------------------------------- SFT
