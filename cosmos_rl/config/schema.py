@@ -222,9 +222,10 @@ class RefPolicyConfig:
 
 
 @frozen
-class RewardConfig:
-    url: str = knob("", "Reward service URL; empty = start the built-in service on a free loopback port.")
-    name: str = knob("jpeg_compressibility", "Reward function the service computes.")
+class RewardClientConfig:
+    """How the run reaches one reward service (shared by `[rl.reward]` and each `[[rl.rewards]]`)."""
+
+    url: str = knob("", "Reward service URL; empty = start a built-in service for this reward on a free loopback port.")
     revision: str = knob("", "Provider revision the service must declare (required; part of the run identity).")
     timeout_s: float = knob(30.0, "Seconds to wait for one scoring request.")
     max_retries: int = knob(3, "Retries after a failed request before the run stops.")
@@ -233,19 +234,18 @@ class RewardConfig:
 
 
 @frozen
-class WeightedRewardConfig:
+class RewardConfig(RewardClientConfig):
+    name: str = knob("jpeg_compressibility", "Reward function the service computes.")
+
+
+@frozen
+class WeightedRewardConfig(RewardClientConfig):
     name: str = knob("", "Reward the service computes (required), e.g. `pickscore` or `brightness`; unique within rl.rewards.")
     weight: float = knob(1.0, "Weight of this reward in the combined advantage (> 0); see rl.reward_combine.")
-    url: str = knob("", "Reward service URL; empty = a built-in service for this reward on a free loopback port.")
-    revision: str = knob("", "Revision the service must declare (required; part of the run identity).")
     reward_revision: str = knob(
         "", "The reward's own revision as the service's /info lists it under `revisions` (model rewards: a hash of the weights); empty = not pinned."
     )
     model: str = knob("", "Built-in service only (url empty): local folder of a model reward (`pickscore`, `clipscore`, `aesthetic`) to load.")
-    timeout_s: float = knob(30.0, "Seconds to wait for one scoring request.")
-    max_retries: int = knob(3, "Retries after a failed request before the run stops.")
-    backoff_s: float = knob(0.5, "First retry delay; doubles on each retry.")
-    token_env: str = knob("", "Environment variable holding a bearer token for the service; empty = none.")
 
 
 @frozen
