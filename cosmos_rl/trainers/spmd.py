@@ -117,8 +117,8 @@ class SPMDTrainer:
         if layout.DATA_CURSOR in components:
             self.restore_cursor(components)
 
-    def save(self, step: int | None = None) -> Path:
-        assert step is None or step == self.step, f"asked to save step {step} at step {self.step}"
+    def save(self, step: int) -> Path:
+        assert step == self.step, f"asked to save step {step} at step {self.step}"
         return self.checkpoints.save(self.step, self._components())
 
     # ---------------------------------------------------------------- collectives
