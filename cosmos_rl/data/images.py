@@ -24,14 +24,14 @@ from cosmos_rl.errors import UserError
 ImageSize = Union[int, tuple[int, int]]
 
 
-def as_height_width(image_size: ImageSize) -> tuple[int, int]:
+def as_height_width(size: ImageSize) -> tuple[int, int]:
     """``32`` -> ``(32, 32)``; ``(h, w)`` is checked and returned as is."""
-    if isinstance(image_size, int):
-        height, width = image_size, image_size
+    if isinstance(size, int):
+        height, width = size, size
     else:
-        height, width = image_size
+        height, width = size
     if height <= 0 or width <= 0:
-        raise UserError(f"image_size must be positive, got {image_size!r}")
+        raise UserError(f"image size must be positive, got {size!r}")
     return int(height), int(width)
 
 
@@ -53,13 +53,13 @@ def _to_tensor(image: Image.Image) -> torch.Tensor:
     return torch.from_numpy(array.copy()).permute(2, 0, 1).float().div_(255.0)
 
 
-def decode_image(data: bytes, image_size: ImageSize, origin: str) -> torch.Tensor:
+def decode_image(data: bytes, size: ImageSize, origin: str) -> torch.Tensor:
     """Decode encoded image bytes (PNG, JPEG, WebP, ...) to float [3, H, W] in [0, 1].
 
     ``origin`` says where the bytes came from (file:line, shard and key) and is put in
     the error raised for undecodable data.
     """
-    height, width = as_height_width(image_size)
+    height, width = as_height_width(size)
     with open_image(data, origin) as image:
         try:
             image = image.convert("RGB")
@@ -68,14 +68,14 @@ def decode_image(data: bytes, image_size: ImageSize, origin: str) -> torch.Tenso
     return _to_tensor(_fit_and_crop(image, height, width))
 
 
-def load_image(path: Union[str, Path], image_size: ImageSize, origin: str = "") -> torch.Tensor:
+def load_image(path: Union[str, Path], size: ImageSize, origin: str = "") -> torch.Tensor:
     """Read and decode an image file; errors name ``origin`` (if given) and the path."""
     where = f"{origin}: {path}" if origin else str(path)
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise UserError(f"{where}: cannot read image file ({exc.strerror}); check the path") from exc
-    return decode_image(data, image_size, where)
+    return decode_image(data, size, where)
 
 
 def save_image_grid(

@@ -89,6 +89,7 @@ class NFTTrainer:
         """Model, optimizer, prompts; on resume load the newest checkpoint. Returns the step."""
         from cosmos_rl.data.prompts import BUILTIN_PROMPTS, PromptCursor, load_prompts
         from cosmos_rl.models import lora
+        from cosmos_rl.models.media import MediaSpec, latent_shape
         from cosmos_rl.models.setup import build_optimizer, build_trainable
 
         rl, config = self.rl, self.config
@@ -103,9 +104,8 @@ class NFTTrainer:
         self.prompts = load_prompts(rl.prompts.file) if rl.prompts.file else list(BUILTIN_PROMPTS)
         self.cursor = PromptCursor(len(self.prompts), rl.prompts_per_step, config.job.seed, rl.prompts.shuffle)
         self._token_cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        vae_cfg = self.model.vae.config
-        side = config.model.image_size // int(vae_cfg.scale_factor_spatial)
-        self.latent_shape = (int(self.transformer.config.latent_channel), side, side)
+        self.media = MediaSpec.from_model_config(config.model)
+        self.latent_shape = latent_shape(self.media, self.model.vae.config, self.transformer.config)
 
         self.evaluator = None
         if rl.eval.every:  # [rl.eval]: built now, so a bad evaluation prompt stops the run before step 1
@@ -167,10 +167,10 @@ class NFTTrainer:
     def _tokens(self, rows: list[int]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         from cosmos_rl.models.text import model_prompt_ids
 
-        size, template = self.config.model.image_size, self.model.parts.prompt_template
+        template = self.model.parts.prompt_template
         for row in rows:
             if row not in self._token_cache:
-                cond, uncond = model_prompt_ids(self.model.tokenizer, template, [self.prompts[row]], size)
+                cond, uncond = model_prompt_ids(self.model.tokenizer, template, [self.prompts[row]], self.media)
                 self._token_cache[row] = (cond[0].to(self.device), uncond[0].to(self.device))
         return [self._token_cache[r][0] for r in rows], [self._token_cache[r][1] for r in rows]
 
