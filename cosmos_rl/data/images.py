@@ -19,6 +19,7 @@ import torch
 from PIL import Image
 
 from cosmos_rl.data.image_files import FIX, open_image
+from cosmos_rl.data.pixels import to_unit_float
 from cosmos_rl.errors import UserError
 
 ImageSize = Union[int, tuple[int, int]]
@@ -50,7 +51,7 @@ def _fit_and_crop(image: Image.Image, height: int, width: int) -> Image.Image:
 
 def _to_tensor(image: Image.Image) -> torch.Tensor:
     array = np.asarray(image, dtype=np.uint8)  # [H, W, 3]
-    return torch.from_numpy(array.copy()).permute(2, 0, 1).float().div_(255.0)
+    return torch.from_numpy(to_unit_float(array)).permute(2, 0, 1)
 
 
 def decode_image(data: bytes, size: ImageSize, origin: str) -> torch.Tensor:
@@ -100,6 +101,8 @@ def save_image_grid(
         top = (index // cols) * (height + gap)
         left = (index % cols) * (width + gap)
         grid[:, top : top + height, left : left + width] = image
+    # float32 x * 255, rounded: not data.pixels.to_uint8 (float64), which would move ~6e-6 of the
+    # pixels of a grid of decoded samples by one level; grids of uint8 images come back exact.
     pixels = grid.mul(255.0).round().to(torch.uint8).permute(1, 2, 0).numpy()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -121,13 +121,14 @@ def write_grid(path: Path, rows: list[dict], columns: list[int]) -> Path:
     import torch
 
     from cosmos_rl.data.images import save_image_grid
+    from cosmos_rl.data.pixels import to_unit_float
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"{path.parent}: cannot create the evaluation folder ({exc.strerror}); pass a writable --out") from None
     pixels = np.stack([row[i] for row in rows for i in columns])  # uint8 [rows * columns, H, W, 3]
-    return save_image_grid(torch.from_numpy(pixels).permute(0, 3, 1, 2).float() / 255.0, path, nrow=len(columns))
+    return save_image_grid(torch.from_numpy(to_unit_float(pixels)).permute(0, 3, 1, 2), path, nrow=len(columns))
 
 
 def render(console, result: dict) -> None:

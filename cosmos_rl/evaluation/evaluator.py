@@ -76,7 +76,7 @@ class Evaluator:
         from cosmos_rl.models.packing import velocity
         from cosmos_rl.models.sampling import sample_latents
         from cosmos_rl.models.vae import decode_latents
-        from cosmos_rl.rewards.functions import to_uint8
+        from cosmos_rl.data.pixels import to_uint8
 
         s = self.settings
         out = []

@@ -189,7 +189,7 @@ class NFTTrainer:
         from cosmos_rl.models.packing import velocity
         from cosmos_rl.models.sampling import sample_latents
         from cosmos_rl.models.vae import decode_latents
-        from cosmos_rl.rewards.functions import to_uint8
+        from cosmos_rl.data.pixels import to_uint8
 
         rl, ranks = self.rl, self.comm.ranks
         cursor_before = self.cursor.state_dict()
