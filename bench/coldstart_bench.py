@@ -52,7 +52,8 @@ STAGES = (
         "cosmos_rl.trainers.ray_driver", "cosmos_rl.trainers.dpo_worker", "cosmos_rl.trainers.online",
         "cosmos_rl.trainers.nft", "cosmos_rl.config.algorithms", "cosmos_rl.models.setup", "cosmos_rl.models.lora", "cosmos_rl.models.packing",
         "cosmos_rl.models.sampling", "cosmos_rl.models.text", "cosmos_rl.models.vae", "cosmos_rl.rewards.client",
-        "cosmos_rl.rewards.functions", "cosmos_rl.data.prompts", "cosmos_rl.data.images", "cosmos_rl.flow",
+        "cosmos_rl.rewards.functions", "cosmos_rl.data.prompts", "cosmos_rl.data.images", "cosmos_rl.data.pixels",
+        "cosmos_rl.models.media", "cosmos_rl.flow",
         "cosmos_rl.dist.world", "cosmos_rl.dist.fsdp", "cosmos_rl.evaluation.evaluator",
     ]),
 )  # fmt: skip

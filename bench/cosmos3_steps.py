@@ -34,7 +34,7 @@ from cosmos_rl.algorithms.nft import nft_loss
 from cosmos_rl.config import schema
 from cosmos_rl.dist.world import process_group_active
 from cosmos_rl.flow import noisy_latents, velocity_target
-from cosmos_rl.models import lora
+from cosmos_rl.models import lora, media
 from cosmos_rl.models.build import ModelParts, build_preset, flow_scheduler, load_parts
 from cosmos_rl.models.packing import velocity
 from cosmos_rl.models.sampling import sample_latents
@@ -199,13 +199,12 @@ class Batch:
         return [int(i.numel()) for i in self.ids]
 
 
-def latent_shape(parts: ModelParts, image: int) -> tuple[int, int, int]:
-    side = image // int(parts.vae.config.scale_factor_spatial)
-    return int(parts.transformer.config.latent_channel), side, side
+def latent_shape(parts: ModelParts, image: int) -> tuple[int, int, int, int]:
+    return media.latent_shape(media.MediaSpec.image(image), parts.vae.config, parts.transformer.config)
 
 
 def vision_tokens(parts: ModelParts, image: int) -> int:
-    _, h, w = latent_shape(parts, image)
+    _, _, h, w = latent_shape(parts, image)
     patch = int(parts.transformer.config.latent_patch_size)
     return -(-h // patch) * -(-w // patch)
 
@@ -317,7 +316,7 @@ def pipeline_rollout(parts: ModelParts, transformer, spec: Size, noise: torch.Te
             pipe(
                 prompt=prompt, num_frames=1, height=spec.image, width=spec.image,
                 num_inference_steps=spec.sample_steps, guidance_scale=spec.guidance,
-                latents=latent[None, :, None], output_type="pt", enable_safety_check=False,
+                latents=latent[None], output_type="pt", enable_safety_check=False,
             )  # fmt: skip
 
 

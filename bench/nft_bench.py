@@ -42,6 +42,7 @@ import torch
 from cosmos3_steps import stock_attention
 
 from cosmos_rl.models.build import build_preset, flow_scheduler
+from cosmos_rl.models.media import MediaSpec, latent_shape
 from cosmos_rl.models.packing import velocity
 from cosmos_rl.models.sampling import sample_latents
 from cosmos_rl.models.text import tokenize_prompts
@@ -74,7 +75,7 @@ def _pipeline(parts, prompts, noise, args) -> tuple[float, float]:
         for prompt, latent in zip(prompts, noise):
             pipe(
                 prompt=prompt, num_frames=1, height=args.size, width=args.size, num_inference_steps=args.steps,
-                guidance_scale=args.guidance, latents=latent[None, :, None], output_type="pt",
+                guidance_scale=args.guidance, latents=latent[None], output_type="pt",
                 enable_safety_check=False,
             )  # fmt: skip
     return time.perf_counter() - start, time.process_time() - cpu
@@ -172,9 +173,8 @@ def main() -> None:
     parts.transformer.to(device)
     parts.vae.to(device)
     prompts = [PROMPTS[i % len(PROMPTS)] for i in range(args.samples)]
-    side = args.size // int(parts.vae.config.scale_factor_spatial)
-    noise = torch.randn(args.samples, parts.transformer.config.latent_channel, side, side,
-                        generator=torch.Generator().manual_seed(0)).to(device)  # fmt: skip
+    shape = latent_shape(MediaSpec.image(args.size), parts.vae.config, parts.transformer.config)
+    noise = torch.randn(args.samples, *shape, generator=torch.Generator().manual_seed(0)).to(device)
 
     _packed(parts, prompts[:1], noise[:1], args)  # warm-up (first-call allocations, caches)
     _pipeline(parts, prompts[:1], noise[:1], args)

@@ -35,8 +35,8 @@ def _max_diff(a: dict, b: dict) -> float:
 
 def _batch(tokenizer):
     generator = torch.Generator().manual_seed(11)
-    x0 = torch.randn(4, 4, 8, 8, generator=generator)
-    noise = torch.randn(4, 4, 8, 8, generator=generator)
+    x0 = torch.randn(4, 4, 1, 8, 8, generator=generator)
+    noise = torch.randn(4, 4, 1, 8, 8, generator=generator)
     sigma = torch.tensor([0.9, 0.6, 0.3, 0.1])
     s = sigma.view(-1, 1, 1, 1)
     ids, _ = tokenize_prompts(tokenizer, PROMPTS)

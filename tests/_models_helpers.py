@@ -25,18 +25,21 @@ def stock_pipeline(parts: ModelParts, shift: float = 1.0, transformer=None) -> C
     return pipe
 
 
-def stock_velocity(pipe: Cosmos3OmniPipeline, x_t: torch.Tensor, timestep: float, ids: list[int]) -> torch.Tensor:
-    """One transformer call for one image exactly as the pipeline's denoising loop makes it.
+def stock_velocity(
+    pipe: Cosmos3OmniPipeline, x_t: torch.Tensor, timestep: float, ids: list[int], fps: float = 24.0
+) -> torch.Tensor:
+    """One transformer call for one sample exactly as the pipeline's denoising loop makes it.
 
-    x_t: [1, C, h, w]; timestep in the pipeline's units (about 1000 * sigma). Returns [1, C, h, w].
+    x_t: [1, C, T, h, w]; timestep in the pipeline's units (about 1000 * sigma); fps the pipeline's
+    `fps` (its default 24). Returns [1, C, T, h, w].
     """
-    latents = x_t[:, :, None]  # the pipeline's [1, C, T=1, h, w]
+    latents = x_t
     text = pipe._prepare_text_segment(ids, device="cpu")
     vision = pipe._prepare_vision_segment(
         input_vision_tokens=latents,
         has_image_condition=False,
         mrope_offset=text["vision_start_temporal_offset"],
-        vision_fps=24.0,
+        vision_fps=fps,
         curr=text["und_len"],
         device="cpu",
     )
@@ -54,7 +57,7 @@ def stock_velocity(pipe: Cosmos3OmniPipeline, x_t: torch.Tensor, timestep: float
         vision_noisy_frame_indexes=vision["vision_noisy_frame_indexes"],
         return_dict=False,
     )[0]
-    return predictions[0][:, :, 0]
+    return predictions[0]
 
 
 def nano_folder(folder: Path, *, seed: int = 0, native_flow_schedule: bool = False, **scheduler_config) -> Path:

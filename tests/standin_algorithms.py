@@ -17,6 +17,7 @@ import torch
 from cosmos_rl.config import algorithms, schema
 from cosmos_rl.config.preflight import data_parallel_grid, online_rules
 from cosmos_rl.flow import noisy_latents, velocity_target
+from cosmos_rl.models.media import latent_shape
 from cosmos_rl.models.packing import velocity
 from cosmos_rl.models.setup import build_trainable, optimizer_step
 from cosmos_rl.models.text import model_prompt_ids
@@ -60,17 +61,13 @@ def weighted_velocity_mse(v: torch.Tensor, target: torch.Tensor, weights: torch.
 
 
 # ----------------------------------------------------------------------------------------- steps
-def _latent_shape(model, config) -> tuple[int, ...]:
-    side = config.model.image_size // int(model.vae.config.scale_factor_spatial)
-    return int(model.transformer.config.latent_channel), side, side
-
-
 class PlainFlowTrainer(SPMDTrainer):
     def setup(self) -> None:
         self.model = build_trainable(self.config, self.device, with_reference=False)
         self.module, self.lora, self.params = self.model.state_module(), self.model.lora, self.model.trainable_parameters()
-        cond, _ = model_prompt_ids(self.model.tokenizer, self.model.parts.prompt_template, ["a red square"], self.config.model.image_size)
-        self.ids, self.shape = cond[0].to(self.device), _latent_shape(self.model, self.config)
+        cond, _ = model_prompt_ids(self.model.tokenizer, self.model.parts.prompt_template, ["a red square"], self.media)
+        self.ids = cond[0].to(self.device)
+        self.shape = latent_shape(self.media, self.model.vae.config, self.model.transformer.config)  # (C, T, h, w)
 
     def cursor_state(self):
         return None  # no data source: every draw comes from (seed, step, rank)

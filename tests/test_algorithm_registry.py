@@ -88,7 +88,7 @@ def test_the_stand_in_module_is_exactly_the_pieces_adding_an_algorithm_lists():
     assert defined == {
         "PlainFlowConfig", "RewardWeightedConfig",  # configs
         "plain_rules", "weighted_rules",  # preflight rules
-        "weighted_velocity_mse", "_latent_shape",  # the loss (and a shape helper)
+        "weighted_velocity_mse",  # the loss
         "PlainFlowTrainer", "RewardWeightedTrainer",  # steps
         "RANKS", "ONLINE",  # entries
     }

@@ -58,7 +58,8 @@ def _fixed_objective(t: DPOTrainer, pairs, repeats: int = 4) -> dict[str, float]
     """The DPO objective on `pairs` under fixed noise (each pair at `repeats` noise/time draws)."""
     latents, ids = t._pair_tensors(pairs)
     half = len(pairs)
-    latents = torch.cat([latents[:half].repeat(repeats, 1, 1, 1), latents[half:].repeat(repeats, 1, 1, 1)])
+    ones = [1] * (latents.dim() - 1)
+    latents = torch.cat([latents[:half].repeat(repeats, *ones), latents[half:].repeat(repeats, *ones)])
     ids = ids[:half] * repeats * 2
     gen = torch.Generator().manual_seed(1234)
     eps = torch.randn((half * repeats, *latents.shape[1:]), generator=gen)
@@ -168,7 +169,7 @@ def test_full_finetune_trains_every_weight_and_keeps_the_reference_frozen(tmp_pa
     assert any(k.startswith("layers.0.") for k in changed) and any(k.startswith("proj_in") for k in changed)
 
     # The reference is what the policy was at setup: same outputs as a fresh base.
-    latents = torch.randn(1, 4, 8, 8)
+    latents = torch.randn(1, 4, 1, 8, 8)
     ids = [t.prompt_ids("a red square")]
     fresh = trainer(tmp_path / "fresh", lora_rank=0)
     with torch.no_grad():

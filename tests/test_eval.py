@@ -20,6 +20,7 @@ from cosmos_rl.config import load, schema
 from cosmos_rl.errors import UserError
 from cosmos_rl.evaluation.during import TrainingEval
 from cosmos_rl.models.build import build_preset
+from cosmos_rl.models.media import MediaSpec
 from cosmos_rl.evaluation.hacking import HackingWatch, hacking
 from cosmos_rl.evaluation.prompts import held_out_captions, make_items, overlap, rank_share, spread
 from cosmos_rl.evaluation.scores import Totals, caption_groups
@@ -88,7 +89,7 @@ class _GroundTruth:
 
         vae = SimpleNamespace(config=SimpleNamespace(scale_factor_spatial=4))
         self.evaluator = Evaluator(held_out_captions(1), 2, "shapes_strict", default_settings(), tokenizer=None, vae=vae,
-                                   image_size=32, latent_channels=4, device=None)  # fmt: skip
+                                   media=MediaSpec.image(32), latent_shape=(4, 1, 8, 8), device=None)  # fmt: skip
         self.evaluator.sample = self.sample
         self.calls: list[int] = []
 
@@ -323,8 +324,8 @@ def test_prompts_are_tokenized_with_the_models_own_template():
     captions = ["a red circle"]
     for parts, template in ((minimal, "minimal"), (tiny, "chat")):
         evaluator = Evaluator(captions, 1, "shapes_strict", default_settings(), tokenizer=tiny.tokenizer, vae=tiny.vae,
-                              image_size=32, latent_channels=4, device=torch.device("cpu"), model_parts=parts)
-        cond, uncond = model_prompt_ids(tiny.tokenizer, template, captions, 32)
+                              media=MediaSpec.image(32), latent_shape=(4, 1, 8, 8), device=torch.device("cpu"), model_parts=parts)
+        cond, uncond = model_prompt_ids(tiny.tokenizer, template, captions, MediaSpec.image(32))
         got = evaluator._ids("a red circle")
         assert got[0].tolist() == cond[0].tolist() and got[1].tolist() == uncond[0].tolist()
-    assert len(model_prompt_ids(tiny.tokenizer, "minimal", captions, 32)[0][0]) < len(cond[0])
+    assert len(model_prompt_ids(tiny.tokenizer, "minimal", captions, MediaSpec.image(32))[0][0]) < len(cond[0])

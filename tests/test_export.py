@@ -60,7 +60,7 @@ def test_merged_lora_weights_give_the_adapted_networks_velocity():
             tensor.copy_(torch.randn_like(tensor) * 0.1)  # lora_B is zero when fresh: make the adapter matter
     plain = build_preset("tiny", seed=0).transformer
     plain.load_state_dict(lora.merged_state_dict(network, "policy"), strict=True)
-    latents = torch.randn(1, int(network.config.latent_channel), 4, 4)
+    latents = torch.randn(1, int(network.config.latent_channel), 1, 4, 4)
     from cosmos_rl.models.packing import velocity
 
     ids = [torch.tensor([1, 2, 3, 4])]

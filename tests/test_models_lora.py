@@ -23,7 +23,7 @@ from cosmos_rl.models.text import tokenize_prompts
 def setup():
     parts = build_preset("tiny", seed=0)
     ids, _ = tokenize_prompts(parts.tokenizer, ["a cat", "a dog on a sofa"])
-    x_t = torch.randn(2, 4, 8, 8, generator=torch.Generator().manual_seed(0))
+    x_t = torch.randn(2, 4, 1, 8, 8, generator=torch.Generator().manual_seed(0))
     sigma = torch.tensor([0.7, 0.3])
     transformer = parts.transformer
     with torch.no_grad():

@@ -8,7 +8,8 @@ from _models_helpers import stock_pipeline, stock_velocity
 
 from cosmos_rl.models.build import build_preset
 from cosmos_rl.models.lora import add_adapters
-from cosmos_rl.models.packing import velocity
+from cosmos_rl.models.media import vae_temporal_factor
+from cosmos_rl.models.packing import packed_inputs, velocity
 from cosmos_rl.models.text import tokenize_prompts
 
 PROMPTS = ["a cat", "a much longer prompt about a dog on a red sofa", "x"]
@@ -23,7 +24,7 @@ def parts():
 def batch(parts):
     cond, _ = tokenize_prompts(parts.tokenizer, PROMPTS, resolution=(32, 32))
     generator = torch.Generator().manual_seed(7)
-    x_t = torch.randn(3, 4, 8, 8, generator=generator)
+    x_t = torch.randn(3, 4, 1, 8, 8, generator=generator)
     sigma = torch.tensor([0.9, 0.5, 0.1])
     return x_t, sigma, cond
 
@@ -69,7 +70,7 @@ def test_interleaved_equal_lengths_batch_together_and_come_back_in_order(parts, 
 def test_a_sample_does_not_see_its_neighbours(parts, batch):
     x_t, sigma, ids = batch
     other_x = x_t.clone()
-    other_x[1:] = torch.randn(2, 4, 8, 8, generator=torch.Generator().manual_seed(99))
+    other_x[1:] = torch.randn(2, 4, 1, 8, 8, generator=torch.Generator().manual_seed(99))
     other_ids = [ids[0], ids[2], ids[1]]
     with torch.no_grad():
         first = velocity(parts.transformer, x_t, sigma, ids)[0]
@@ -182,3 +183,80 @@ def test_mismatched_inputs_are_rejected(parts, batch):
         velocity(parts.transformer, x_t, sigma, ids[:2])
     with pytest.raises(ValueError, match="sigma"):
         velocity(parts.transformer, x_t, sigma[:2], ids)
+
+
+# ------------------------------------------------------------------------- time and size of the grid
+FPS = 16.0  # not the tiny model's base_fps (24): latent frames are 24 / 16 = 1.5 time steps apart
+
+
+def _pipeline_segments(pipe, ids: list[int], latents: torch.Tensor, fps: float) -> tuple[dict, dict]:
+    text = pipe._prepare_text_segment(ids, device="cpu")
+    vision = pipe._prepare_vision_segment(
+        input_vision_tokens=latents, has_image_condition=False, mrope_offset=text["vision_start_temporal_offset"],
+        vision_fps=fps, curr=text["und_len"], device="cpu",
+    )  # fmt: skip
+    return text, vision
+
+
+def _same(got, expected, what: str) -> None:
+    assert got.dtype == expected.dtype, f"{what}: {got.dtype} vs the pipeline's {expected.dtype}"
+    assert torch.equal(got, expected), what
+
+
+def test_two_latent_frames_are_laid_out_as_the_pipeline_lays_them_out_at_another_fps(parts, batch):
+    _, _, ids = batch
+    pipe = stock_pipeline(parts)
+    temporal = vae_temporal_factor(parts.vae.config)
+    assert temporal == pipe.vae_scale_factor_temporal  # the pipeline's factor: the preset's config is true
+    assert parts.transformer.config.base_fps != FPS and parts.transformer.config.enable_fps_modulation
+    x_t = torch.randn(2, 4, 2, 8, 12, generator=torch.Generator().manual_seed(5))  # T = 2, non-square
+    sigma = torch.tensor([0.7, 0.3])
+    lengths = [ids[0], ids[2]]
+    inputs, _ = packed_inputs(parts.transformer.config, x_t[:1], sigma[:1], lengths[:1], fps=FPS, temporal_factor=temporal)
+    text, vision = _pipeline_segments(pipe, lengths[0].tolist(), x_t[:1], FPS)
+    pipeline_positions = torch.cat([text["text_mrope_ids"], vision["vision_mrope_ids"]], dim=1)
+    _same(inputs["position_ids"], pipeline_positions, "position_ids")
+    frame_step = vision["vision_mrope_ids"][0, 24] - vision["vision_mrope_ids"][0, 0]  # 4 x 6 patches per frame
+    assert frame_step == 1.5  # fractional: the fps modulation is really exercised
+    _same(inputs["text_indexes"], text["text_indexes"], "text_indexes")
+    _same(inputs["vision_sequence_indexes"], vision["vision_sequence_indexes"], "vision_sequence_indexes")
+    _same(inputs["vision_mse_loss_indexes"], vision["vision_mse_loss_indexes"], "vision_mse_loss_indexes")
+    _same(inputs["vision_noisy_frame_indexes"][0], vision["vision_noisy_frame_indexes"][0], "vision_noisy_frame_indexes")
+    _same(inputs["input_ids"], text["input_ids"], "input_ids")
+    assert inputs["vision_token_shapes"] == vision["vision_token_shapes"] == [(2, 4, 6)]
+    assert inputs["und_len"] == text["und_len"]
+    assert inputs["sequence_length"] == text["und_len"] + vision["num_vision_tokens"]
+    assert inputs["vision_timesteps"].numel() == vision["num_noisy_vision_tokens"]
+
+    # Packed: the samples' text segments, then their vision segments, each positioned as alone.
+    packed, _ = packed_inputs(parts.transformer.config, x_t, sigma, lengths, fps=FPS, temporal_factor=temporal)
+    segments = [_pipeline_segments(pipe, i.tolist(), x_t[:1], FPS) for i in lengths]
+    expected = torch.cat([t["text_mrope_ids"] for t, _ in segments] + [v["vision_mrope_ids"] for _, v in segments], dim=1)
+    _same(packed["position_ids"], expected, "packed position_ids")
+    assert packed["vision_token_shapes"] == [(2, 4, 6)] * 2
+
+
+def test_a_two_frame_sample_at_another_fps_equals_the_stock_pipeline_transformer_call(parts, batch):
+    _, _, ids = batch
+    reference = build_preset("tiny", seed=0)  # keeps the stock attention processor
+    pipe = stock_pipeline(reference)
+    x_t = torch.randn(2, 4, 2, 8, 12, generator=torch.Generator().manual_seed(6))
+    sigma = torch.tensor([0.9, 0.5])
+    temporal = vae_temporal_factor(parts.vae.config)
+    with torch.no_grad():
+        packed = velocity(parts.transformer, x_t, sigma, [ids[0], ids[1]], fps=FPS, temporal_factor=temporal)
+        for i in range(2):
+            expected = stock_velocity(pipe, x_t[i : i + 1], PIPELINE_TIMESTEPS[i], ids[i].tolist(), fps=FPS)
+            torch.testing.assert_close(packed[i : i + 1], expected, atol=2e-6, rtol=0)
+        at_base_fps = velocity(parts.transformer, x_t[:1], sigma[:1], ids[:1], fps=24.0, temporal_factor=temporal)
+    assert (at_base_fps - packed[:1]).abs().max() > 1e-4  # the frame rate reaches the model
+
+
+def test_an_image_is_never_modulated_by_fps(parts, batch):
+    x_t, sigma, ids = batch
+    with torch.no_grad():
+        plain = velocity(parts.transformer, x_t, sigma, ids)
+        at_fps = velocity(parts.transformer, x_t, sigma, ids, fps=FPS, temporal_factor=1)
+    assert torch.equal(plain, at_fps)
+    with pytest.raises(ValueError, match="together"):
+        velocity(parts.transformer, x_t, sigma, ids, fps=FPS)

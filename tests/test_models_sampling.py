@@ -24,7 +24,7 @@ def parts():
 
 @pytest.fixture(scope="module")
 def noise():
-    return torch.randn(2, 4, 8, 8, generator=torch.Generator().manual_seed(3))
+    return torch.randn(2, 4, 1, 8, 8, generator=torch.Generator().manual_seed(3))
 
 
 class CountingVelocity:
@@ -46,9 +46,9 @@ PARITY = 2e-6
 def _pipeline_latents(pipe, prompt, noise, guidance, steps=STEPS):
     out = pipe(
         prompt=prompt, num_frames=1, height=32, width=32, num_inference_steps=steps,
-        guidance_scale=guidance, latents=noise[None, :, None], output_type="latent",
+        guidance_scale=guidance, latents=noise[None], output_type="latent",
     ).video  # fmt: skip
-    return out[:, :, 0]
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def test_packed_rollouts_match_the_stock_pipeline_from_the_folder(nano, nano_par
     # weights in a T2I model without the heads, the pipeline's integer timesteps: the stock
     # pipeline loaded from the same folder, one prompt per call, gives the same latents.
     parts, pipe = nano_parts, folder_pipeline(nano)
-    noise = torch.randn(prompts, 4, 8, 8, generator=torch.Generator().manual_seed(11))
+    noise = torch.randn(prompts, 4, 1, 8, 8, generator=torch.Generator().manual_seed(11))
     cond, uncond = tokenize_prompts(parts.tokenizer, PROMPTS[:prompts], resolution=(32, 32))
     got, _ = sample_latents(
         functools.partial(velocity, parts.transformer), noise, cond, uncond, STEPS, None, guidance, parts=parts
@@ -89,7 +89,7 @@ def test_rollouts_match_where_float32_sigmas_floor_to_another_integer(tmp_path, 
     assert parts.native_flow_schedule is native
     raw = rollout_scheduler(9, None, parts)
     assert not torch.equal(model_timesteps(raw.sigmas[:9], 1000), raw.timesteps)  # the case is real
-    noise = torch.randn(1, 4, 8, 8, generator=torch.Generator().manual_seed(4))
+    noise = torch.randn(1, 4, 1, 8, 8, generator=torch.Generator().manual_seed(4))
     cond, uncond = tokenize_prompts(parts.tokenizer, PROMPTS[:1], resolution=(32, 32))
     got, sigmas = sample_latents(
         functools.partial(velocity, parts.transformer), noise, cond, uncond, 9, None, 3.0, parts=parts

@@ -23,7 +23,7 @@ def images():
 def test_encode_gives_8x8x4_latents_deterministically(parts, images):
     with torch.no_grad():
         first, second = encode_images(parts.vae, images), encode_images(parts.vae, images)
-    assert first.shape == (2, 4, 8, 8)
+    assert first.shape == (2, 4, 1, 8, 8)
     assert torch.equal(first, second)
 
 
@@ -31,7 +31,7 @@ def test_encode_matches_the_pipeline_normalised_encoding(parts, images):
     pipe = stock_pipeline(parts)
     with torch.no_grad():
         # The pipeline encodes videos in [-1, 1], [B, 3, T, H, W].
-        expected = pipe._encode_video(images[:, :, None] * 2 - 1)[:, :, 0]
+        expected = pipe._encode_video(images[:, :, None] * 2 - 1)
         got = encode_images(parts.vae, images)
     torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
 
@@ -50,7 +50,7 @@ def test_decode_matches_the_pipeline_image_output(parts):
     with torch.no_grad():
         latents = pipe(output_type="latent", **common).video  # [1, C, 1, h, w]
         image = pipe(output_type="pt", **common).video  # [T=1, 3, H, W] in [0, 1]
-        got = decode_latents(parts.vae, latents[:, :, 0])
+        got = decode_latents(parts.vae, latents)
     assert got.shape == (1, 3, 32, 32)
     assert got.min() >= 0 and got.max() <= 1
     torch.testing.assert_close(got, image, atol=1e-6, rtol=0)
@@ -59,5 +59,5 @@ def test_decode_matches_the_pipeline_image_output(parts):
 def test_wrong_shapes_are_rejected(parts):
     with pytest.raises(ValueError, match=r"\[B, 3, H, W\]"):
         encode_images(parts.vae, torch.rand(3, 32, 32))
-    with pytest.raises(ValueError, match=r"\[B, C, h, w\]"):
-        decode_latents(parts.vae, torch.rand(1, 4, 1, 8, 8))
+    with pytest.raises(ValueError, match=r"\[B, C, T=1, h, w\]"):
+        decode_latents(parts.vae, torch.rand(1, 4, 8, 8))

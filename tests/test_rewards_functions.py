@@ -95,3 +95,26 @@ def test_registry_names_and_signature():
     for name, fn in REWARDS.items():
         scores = fn(images, ["a red circle", "two blue squares"])
         assert len(scores) == 2 and all(isinstance(s, float) for s in scores), name
+
+
+def test_the_one_pixel_conversion_rounds_the_exact_x255_and_comes_back_exactly():
+    # The reward wire, eval and mining samples all cross data.pixels.to_uint8: a float32 pixel is
+    # scaled exactly (float64), then rounded to nearest, here checked against exact fractions at
+    # the float32 neighbours of every half level, where float32 scaling would round wrongly.
+    from fractions import Fraction
+
+    import torch
+
+    from cosmos_rl.data.pixels import to_uint8 as one_conversion
+    from cosmos_rl.data.pixels import to_unit_float
+
+    assert to_uint8 is one_conversion
+    halves = np.array([(k + 0.5) / 255 for k in range(255)], dtype=np.float32)
+    near = np.concatenate([np.nextafter(halves, 0), halves, np.nextafter(halves, 1)]).astype(np.float32)
+    exact = [min(255, max(0, round(Fraction(float(x)) * 255))) for x in near]
+    assert one_conversion(near).tolist() == exact
+    levels = np.arange(256, dtype=np.uint8)
+    back = to_unit_float(levels)
+    assert back.dtype == np.float32
+    assert np.array_equal(back, (torch.from_numpy(levels).float() / 255).numpy())
+    assert np.array_equal(one_conversion(back), levels)

@@ -21,6 +21,7 @@ from cosmos_rl.config import load
 from cosmos_rl.data.captions import CaptionJsonl, CaptionShards
 from cosmos_rl.errors import UserError
 from cosmos_rl.models.build import build_preset, load_parts, save_parts
+from cosmos_rl.models.media import MediaSpec
 from cosmos_rl.models.text import model_prompt_ids, tokenize_prompts
 from cosmos_rl.shapes import Group, Spec, render, write_shards
 from cosmos_rl.trainers.sft import SFTTrainer
@@ -48,7 +49,7 @@ def test_reconstruction_loss_and_psnr_by_hand():
 # ----------------------------------------------------------------------------------- prompts
 def test_minimal_template_is_the_bytes_then_eos_and_vision_start():
     tokenizer = build_preset("tiny", 0).tokenizer
-    cond, uncond = model_prompt_ids(tokenizer, "minimal", ["a circle", "two red squares"], 32)
+    cond, uncond = model_prompt_ids(tokenizer, "minimal", ["a circle", "two red squares"], MediaSpec.image(32))
     eos, vision = tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|vision_start|>")
     assert [len(c) for c in cond] == [8 + 2, 15 + 2]
     assert cond[0][-2:].tolist() == [eos, vision] and uncond[0].tolist() == [eos, vision]
@@ -57,7 +58,7 @@ def test_minimal_template_is_the_bytes_then_eos_and_vision_start():
 
 def test_chat_template_is_the_pipelines_with_the_resolution_sentence():
     tokenizer = build_preset("tiny", 0).tokenizer
-    ours = model_prompt_ids(tokenizer, "chat", ["a circle"], 32)
+    ours = model_prompt_ids(tokenizer, "chat", ["a circle"], MediaSpec.image(32))
     theirs = tokenize_prompts(tokenizer, ["a circle"], resolution=(32, 32))
     assert [t.tolist() for t in ours[0] + ours[1]] == [t.tolist() for t in theirs[0] + theirs[1]]
     assert len(ours[0][0]) > 100  # the system prompt: why small models use `minimal`

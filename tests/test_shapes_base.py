@@ -15,6 +15,7 @@ from cosmos_rl.errors import UserError
 from cosmos_rl.flow import noisy_latents
 from cosmos_rl.models import shapes_base
 from cosmos_rl.models.build import build_preset, load_parts
+from cosmos_rl.models.media import MediaSpec
 from cosmos_rl.models.packing import velocity
 from cosmos_rl.models.shapes_preset import WEIGHTS_DIR, load_shapes_base, read_manifest
 from cosmos_rl.models.text import model_prompt_ids
@@ -49,7 +50,7 @@ def _fixed_flow_loss(transformer, vae, tokenizer, images, captions) -> float:
         x0 = encode_images(vae, images)
         eps = torch.randn(x0.shape, generator=generator)
         t = torch.rand(x0.shape[0], generator=generator)
-        ids, _ = model_prompt_ids(tokenizer, "minimal", captions, 32)
+        ids, _ = model_prompt_ids(tokenizer, "minimal", captions, MediaSpec.image(32))
         return float(flow_matching_loss(velocity(transformer, noisy_latents(x0, eps, t), t, ids), x0, eps))
 
 

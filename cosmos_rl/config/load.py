@@ -112,7 +112,7 @@ def _rl_hook(converter: cattrs.Converter):
         if not isinstance(value, dict):
             raise _BadValue("expected a table", value, "write an [rl] table")
         algorithm = value.get("algorithm")
-        options = ", ".join(show(a) for a in algorithms.names())
+        options = ", ".join(show(a) for a in algorithms.BUILT_IN)
         if algorithm is None:
             raise _Nested([(".algorithm", _BadValue("required key missing", _MISSING, f"set it to one of {options}"))])
         if not isinstance(algorithm, str):  # a list or table cannot even be looked up
@@ -253,7 +253,7 @@ def _collect(exc: BaseException, path: str, out: list[Problem]) -> None:
 def structure(raw: dict, source: str = "") -> schema.RunConfig:
     """Raw TOML data -> RunConfig, or a ManifestError listing every structural problem."""
     if "rl" not in raw:
-        algos = " or ".join(show(a) for a in algorithms.names())
+        algos = " or ".join(show(a) for a in algorithms.BUILT_IN)
         problems = [Problem("rl.algorithm", "required key missing", fix=f"add [rl] with algorithm = {algos}")]
         try:
             CONVERTER.structure({**raw, "rl": {"algorithm": "dpo"}}, schema.RunConfig)

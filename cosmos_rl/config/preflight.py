@@ -85,8 +85,7 @@ def _common(c: schema.RunConfig, r: Rules) -> None:
     r.at_least("model.lora.rank", c.model.lora.rank, 0)
     if c.model.lora.rank > 0:
         r.positive("model.lora.alpha", c.model.lora.alpha)
-    if c.model.image_size < 16 or c.model.image_size % 16:
-        r.error("model.image_size", "must be a multiple of 16, at least 16", c.model.image_size, "use e.g. 32 or 512")
+    _media_size(c.model, r)
     if c.model.dtype == "bfloat16" and c.grid.device == "cpu":
         r.error("model.dtype", "bfloat16 mixed precision needs a GPU; CPU runs train in float32", "bfloat16", 'set model.dtype = "float32" or grid.device = "cuda"')
     r.at_least("model.config.parallelism.data_parallel_shard_degree", c.model.config.parallelism.data_parallel_shard_degree, 1)
@@ -103,6 +102,25 @@ def _common(c: schema.RunConfig, r: Rules) -> None:
     for i, key in enumerate(c.rl.init_keys_to_skip_loading):
         if not key.strip():
             r.error(f"rl.init_keys_to_skip_loading[{i}]", "empty key pattern", key, "remove it")
+
+
+def _frame_size(m: schema.ModelConfig) -> tuple[int | None, int | None]:
+    return (m.height if m.height is not None else m.image_size, m.width if m.width is not None else m.image_size)
+
+
+def _media_size(m: schema.ModelConfig, r: Rules) -> None:
+    # image_size is the square shorthand for height = width: one or the other, each a multiple of 16.
+    given = [k for k, v in (("model.height", m.height), ("model.width", m.width)) if v is not None]
+    if m.image_size is not None and given:
+        r.error("model.image_size", f"given together with {' and '.join(given)}", m.image_size,
+                f"give model.image_size (a square) or model.height and model.width, not both: remove model.image_size or {' and '.join(given)}")
+    elif m.image_size is None and len(given) == 1:
+        missing = "model.width" if given == ["model.height"] else "model.height"
+        r.error(missing, f"missing: {given[0]} is set, and the size needs both sides",
+                fix=f"set {missing} too (or only model.image_size, for a square image)")
+    for key, value in (("model.image_size", m.image_size), ("model.height", m.height), ("model.width", m.width)):
+        if value is not None and (value < 16 or value % 16):
+            r.error(key, "must be a multiple of 16, at least 16", value, "use e.g. 32 or 512")
 
 
 def _optimizer(o: schema.OptimizerConfig, r: Rules) -> None:
@@ -247,9 +265,10 @@ def nft_rules(c: schema.RunConfig, rl: schema.NFTConfig, r: Rules) -> None:
         known = ", ".join(show(p) for p in schema.T2I_PROFILES)
         if rl.profile not in schema.T2I_PROFILES:
             r.error("rl.profile", "image NFT needs a known T2I profile", rl.profile, f"use one of {known}")
-        elif schema.T2I_PROFILES[rl.profile]["image_size"] != c.model.image_size:
+        elif _frame_size(c.model) != (schema.T2I_PROFILES[rl.profile]["image_size"],) * 2:
             size = schema.T2I_PROFILES[rl.profile]["image_size"]
-            r.error("model.image_size", f"profile {show(rl.profile)} fixes the image size at {size}", c.model.image_size, f"set model.image_size = {size}")
+            key, got = ("model.image_size", c.model.image_size) if c.model.image_size is not None else ("model.height", [c.model.height, c.model.width])
+            r.error(key, f"profile {show(rl.profile)} fixes the image size at {size}", got, f"set model.image_size = {size}")
     if rl.scheduler != "unipc":
         r.error("rl.scheduler", "only the UniPC sampler is supported", rl.scheduler, 'set rl.scheduler = "unipc"')
     if not rl.advantage_low < rl.advantage_high:

@@ -69,6 +69,12 @@ class ModelInnerConfig:
     parallelism: ParallelismConfig = section(ParallelismConfig, "Sharding layout of the model.")
 
 
+def _square_default(model=None) -> Optional[int]:
+    # `model.image_size` left out: 32, unless `height` or `width` name the size. Called without a
+    # model (docs_gen reads the default that way) it is the plain default.
+    return 32 if model is None or (model.height is None and model.width is None) else None
+
+
 @frozen
 class ModelConfig:
     path: str = knob(
@@ -80,7 +86,17 @@ class ModelConfig:
     dtype: Literal["float32", "bfloat16"] = knob(
         "float32", "Parameter compute dtype: bfloat16 enables FSDP2 mixed precision (GPU); float32 on CPU."
     )
-    image_size: int = knob(32, "Square image side in pixels for training and sampling (multiple of 16).")
+    height: Optional[int] = knob(
+        None, "Image height in pixels for training and sampling (multiple of 16); with `width`, instead of `image_size`. Unset: `image_size`."
+    )
+    width: Optional[int] = knob(
+        None, "Image width in pixels for training and sampling (multiple of 16); with `height`, instead of `image_size`. Unset: `image_size`."
+    )
+    # Declared after height and width: its default (32) applies only when neither of them is set.
+    image_size: Optional[int] = knob(
+        attrs.Factory(_square_default, takes_self=True),
+        "Square image side in pixels for training and sampling (multiple of 16): the shorthand for `height` = `width`. Give it or `height` and `width`, not both; 32 when none of the three is set.",
+    )
     gradient_checkpointing: bool = knob(False, "Recompute decoder activations in backward to save memory.")
     lora: LoraConfig = section(LoraConfig, "Policy adapter; rank 0 means full fine-tuning.")
     config: ModelInnerConfig = section(ModelInnerConfig, "Model-parallel layout.")

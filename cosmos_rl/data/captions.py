@@ -39,8 +39,8 @@ class CaptionSample:
 class CaptionShards:
     """Image-caption samples from webdataset tar shards (see the module docstring)."""
 
-    def __init__(self, urls_or_paths: Union[str, Path, Sequence[Union[str, Path]]], image_size: ImageSize):
-        self.image_size = as_height_width(image_size)
+    def __init__(self, urls_or_paths: Union[str, Path, Sequence[Union[str, Path]]], size: ImageSize):
+        self.size = as_height_width(size)
         self.shards = shard_paths(urls_or_paths)
         self._entries, problems = index_caption_shards(self.shards)
         if problems:
@@ -55,15 +55,15 @@ class CaptionShards:
     def __getitem__(self, index: int) -> CaptionSample:
         entry = self._entries[index]
         data = read_blob(entry, entry.image, entry.origin)  # type: ignore[arg-type]
-        return CaptionSample(entry.id, entry.caption, decode_image(data, self.image_size, entry.origin))
+        return CaptionSample(entry.id, entry.caption, decode_image(data, self.size, entry.origin))
 
 
 class CaptionJsonl:
     """Image-caption samples listed in a JSONL file (see the module docstring)."""
 
-    def __init__(self, path: Union[str, Path], image_size: ImageSize):
+    def __init__(self, path: Union[str, Path], size: ImageSize):
         self.path = Path(path)
-        self.image_size = as_height_width(image_size)
+        self.size = as_height_width(size)
         self._rows, problems = read_caption_rows(self.path)
         if problems:
             raise problems[0]
@@ -77,13 +77,13 @@ class CaptionJsonl:
     def __getitem__(self, index: int) -> CaptionSample:
         row = self._rows[index]
         origin = f"{self.path}:{row.line} (id {row.id!r})"
-        return CaptionSample(row.id, row.caption, load_image(row.image, self.image_size, origin))
+        return CaptionSample(row.id, row.caption, load_image(row.image, self.size, origin))
 
 
-def caption_source(shards: Sequence[str], jsonl: str, image_size: ImageSize) -> Union[CaptionShards, CaptionJsonl]:
+def caption_source(shards: Sequence[str], jsonl: str, size: ImageSize) -> Union[CaptionShards, CaptionJsonl]:
     """The source `rl.data` names (preflight allows exactly one)."""
     if shards:
-        return CaptionShards(list(shards), image_size)
+        return CaptionShards(list(shards), size)
     if jsonl:
-        return CaptionJsonl(jsonl, image_size)
+        return CaptionJsonl(jsonl, size)
     raise UserError("rl.data: no image-caption source; set rl.data.shards or rl.data.jsonl")

@@ -25,9 +25,9 @@ from cosmos_rl.data.pair_record import PreferencePair, PromptSides
 class JsonlPairs:
     """Preference pairs from a JSONL file; see the module docstring for the format."""
 
-    def __init__(self, path: Union[str, Path], image_size: ImageSize):
+    def __init__(self, path: Union[str, Path], size: ImageSize):
         self.path = Path(path)
-        self.image_size = as_height_width(image_size)
+        self.size = as_height_width(size)
         rows, problems = read_pair_rows(self.path)
         if problems:
             raise problems[0]
@@ -44,8 +44,8 @@ class JsonlPairs:
         return PreferencePair(
             id=row.id,
             prompt=row.prompt,
-            winner=load_image(row.winner, self.image_size, f"{origin} winner"),
-            loser=load_image(row.loser, self.image_size, f"{origin} loser"),
+            winner=load_image(row.winner, self.size, f"{origin} winner"),
+            loser=load_image(row.loser, self.size, f"{origin} loser"),
         )
 
     def membership_ids(self) -> list[str]:

@@ -1,7 +1,7 @@
 """Preference pairs for Diffusion-DPO: the record, the source protocol, and the sources.
 
 Every source returns :class:`PreferencePair` records with images at the requested
-``image_size`` (resize rule in :mod:`cosmos_rl.data.images`) and lists its ids with
+``size`` (a side or (height, width); resize rule in :mod:`cosmos_rl.data.images`) and lists its ids with
 ``membership_ids()`` without decoding any image, for the train/val leakage audit.
 
 - :class:`SyntheticPairs` - generated in memory (smoke runs, CI)

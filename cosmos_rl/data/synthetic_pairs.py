@@ -57,15 +57,15 @@ def _paint(mask: torch.Tensor, background: torch.Tensor, colour: str) -> torch.T
 
 
 class SyntheticPairs:
-    """``n`` generated pairs of size ``image_size``; see the module docstring for the rule."""
+    """``n`` generated pairs of ``size`` pixels (a side or (height, width)); see the module docstring for the rule."""
 
-    def __init__(self, n: int, image_size: ImageSize, seed: int):
+    def __init__(self, n: int, size: ImageSize, seed: int):
         if n <= 0:
             raise ValueError(f"SyntheticPairs needs n > 0, got {n}")
         if seed < 0:
             raise ValueError(f"SyntheticPairs needs seed >= 0, got {seed}")
         self.n = n
-        self.image_size = as_height_width(image_size)
+        self.size = as_height_width(size)
         self.seed = seed
 
     def __len__(self) -> int:
@@ -83,7 +83,7 @@ class SyntheticPairs:
         colour = _COLOURS[_pick(generator, len(_COLOURS))]
         shape = SHAPES[_pick(generator, len(SHAPES))]
         other = [c for c in _COLOURS if c != colour][_pick(generator, len(_COLOURS) - 1)]
-        height, width = self.image_size
+        height, width = self.size
         mask = _shape_mask(shape, height, width, generator)
         gradient = torch.linspace(0.35, 0.65, height).view(1, height, 1).expand(3, height, width)
         winner = _paint(mask, gradient, colour)

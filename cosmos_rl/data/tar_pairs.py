@@ -32,8 +32,8 @@ __all__ = ["IMAGE_EXTENSIONS", "TarShardPairs"]
 class TarShardPairs:
     """Preference pairs from webdataset tar shards; see the module docstring for the layout."""
 
-    def __init__(self, urls_or_paths: Union[str, Path, Sequence[Union[str, Path]]], image_size: ImageSize):
-        self.image_size = as_height_width(image_size)
+    def __init__(self, urls_or_paths: Union[str, Path, Sequence[Union[str, Path]]], size: ImageSize):
+        self.size = as_height_width(size)
         self.shards = shard_paths(urls_or_paths)
         samples, problems = index_shards(self.shards)
         if problems:
@@ -45,7 +45,7 @@ class TarShardPairs:
 
     def _read(self, sample: TarSample, blob: Blob, side: str):
         origin = f"{sample.origin} (id {sample.id!r}) {side}"
-        return decode_image(read_blob(sample, blob, origin), self.image_size, origin)
+        return decode_image(read_blob(sample, blob, origin), self.size, origin)
 
     def __getitem__(self, index: int) -> PreferencePair:
         if not 0 <= index < len(self._samples):

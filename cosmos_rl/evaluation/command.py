@@ -56,6 +56,8 @@ def run_eval(
     different runs under one sampler); None keeps them."""
     check_options(seeds, per_task, reward, batch_size)
     check_sampler_overrides(sample_steps, guidance)
+    if image_size is not None and image_size < 1:
+        raise UserError(f"--image-size: must be >= 1 (got {image_size})")
     captions, described = eval_captions(prompts, per_task)
     origin = f"--prompts {prompts}" if prompts else "the held-out prompts"
     caption_groups(captions, reward, origin)  # a bad prompt or TARGET fails before torch is even imported
@@ -67,7 +69,9 @@ def run_eval(
     from cosmos_rl.evaluation.evaluator import Evaluator
 
     where = pick_device(device)
-    t = open_target(target, where, image_size, out_dir, step)
+    from cosmos_rl.models.media import MediaSpec, latent_shape
+
+    t = open_target(target, where, MediaSpec.image(image_size) if image_size is not None else None, out_dir, step)
     t.settings = t.settings.replaced(sample_steps, guidance)
     if t.train_prompts is not None:
         seen = overlap(t.train_prompts, captions)
@@ -75,8 +79,8 @@ def run_eval(
             warn(f"{len(seen)} of the {len(captions)} evaluation prompts are training prompts of the run (e.g. {seen[0]!r}): "
                  "their scores measure memory, not generalisation")  # fmt: skip
     evaluator = Evaluator(
-        captions, seeds, reward, t.settings, tokenizer=t.parts.tokenizer, vae=t.parts.vae, image_size=t.image_size,
-        latent_channels=int(t.parts.transformer.config.latent_channel), device=where, batch_size=batch_size, origin=origin,
+        captions, seeds, reward, t.settings, tokenizer=t.parts.tokenizer, vae=t.parts.vae, media=t.media,
+        latent_shape=latent_shape(t.media, t.parts.vae.config, t.parts.transformer.config), device=where, batch_size=batch_size, origin=origin,
         model_parts=getattr(t.parts, "parts", t.parts),
     )  # fmt: skip
     columns = [item.index for item in spread(evaluator.items[: len(captions)], GRID_COLUMNS)]
@@ -95,7 +99,7 @@ def run_eval(
         "target": t.label, "kind": t.kind, "step": t.step, "reward": reward,
         **_scores_json(scores, ""), **(_scores_json(base, "base_") if base else _scores_json(None, "base_")),
         "n_prompts": len(captions), "seeds": list(range(seeds)), "n_images": len(evaluator.items),
-        "prompts": described, "sampler": t.settings.resolved(getattr(t.parts, "parts", t.parts)).as_json(), "image_size": t.image_size,
+        "prompts": described, "sampler": t.settings.resolved(getattr(t.parts, "parts", t.parts)).as_json(), "image_size": t.media.size_json(),
         "grid": str(grid), "grid_prompts": [evaluator.items[i].caption for i in columns],
     }  # fmt: skip
     (t.out_dir / RESULT_FILE).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
@@ -117,13 +121,14 @@ def write_grid(path: Path, rows: list[dict], columns: list[int]) -> Path:
     import torch
 
     from cosmos_rl.data.images import save_image_grid
+    from cosmos_rl.data.pixels import to_unit_float
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"{path.parent}: cannot create the evaluation folder ({exc.strerror}); pass a writable --out") from None
     pixels = np.stack([row[i] for row in rows for i in columns])  # uint8 [rows * columns, H, W, 3]
-    return save_image_grid(torch.from_numpy(pixels).permute(0, 3, 1, 2).float() / 255.0, path, nrow=len(columns))
+    return save_image_grid(torch.from_numpy(to_unit_float(pixels)).permute(0, 3, 1, 2), path, nrow=len(columns))
 
 
 def render(console, result: dict) -> None:

@@ -18,6 +18,7 @@ import torch
 from cosmos_rl.evaluation.prompts import Item, eval_captions, make_items, rank_share
 from cosmos_rl.evaluation.scores import EvalScores, Totals, caption_groups, score_images
 from cosmos_rl.config.sampler import DEFAULT_BATCH, SamplerSettings, run_settings
+from cosmos_rl.models.media import MediaSpec, latent_shape
 from cosmos_rl.seeds import derive_seed
 
 
@@ -26,7 +27,7 @@ class Evaluator:
 
     def __init__(
         self, captions: Sequence[str], seeds: int, reward: str, settings: SamplerSettings, *,
-        tokenizer, vae, image_size: int, latent_channels: int, device: torch.device,
+        tokenizer, vae, media: MediaSpec, latent_shape: tuple[int, ...], device: torch.device,
         batch_size: int = DEFAULT_BATCH, origin: str = "the evaluation prompts", model_parts=None,
     ):  # fmt: skip
         self.groups = caption_groups(captions, reward, origin)
@@ -35,9 +36,8 @@ class Evaluator:
         self.reward, self.settings = reward, settings
         self.tokenizer, self.vae, self.device = tokenizer, vae, device
         self.model_parts = model_parts  # the ModelParts whose scheduler config rollouts use (None: default UniPC)
-        self.image_size, self.batch_size = image_size, batch_size
-        side = image_size // int(vae.config.scale_factor_spatial)
-        self.latent_shape = (latent_channels, side, side)
+        self.media, self.batch_size = media, batch_size
+        self.latent_shape = tuple(latent_shape)  # one sample's (C, T, h, w), from models.media.latent_shape
         self._tokens: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
     @classmethod
@@ -46,9 +46,10 @@ class Evaluator:
         .vae and .tokenizer, e.g. a TrainableModel)."""
         cfg = config.rl.eval
         captions, _ = eval_captions(cfg.prompts, cfg.per_task)
+        media = MediaSpec.from_model_config(config.model)
         return cls(
             captions, cfg.seeds, cfg.reward, run_settings(config), tokenizer=parts.tokenizer, vae=parts.vae,
-            image_size=config.model.image_size, latent_channels=int(parts.transformer.config.latent_channel),
+            media=media, latent_shape=latent_shape(media, parts.vae.config, parts.transformer.config),
             device=device, origin=f"rl.eval.prompts {cfg.prompts}" if cfg.prompts else "rl.eval",
             model_parts=getattr(parts, "parts", parts),
         )
@@ -64,7 +65,7 @@ class Evaluator:
         if caption not in self._tokens:
             # The model's own prompt template (e.g. the shapes base's `minimal`), as its training used.
             template = getattr(self.model_parts, "prompt_template", "chat")
-            cond, uncond = model_prompt_ids(self.tokenizer, template, [caption], self.image_size)
+            cond, uncond = model_prompt_ids(self.tokenizer, template, [caption], self.media)
             self._tokens[caption] = (cond[0].to(self.device), uncond[0].to(self.device))
         return self._tokens[caption]
 
@@ -75,7 +76,7 @@ class Evaluator:
         from cosmos_rl.models.packing import velocity
         from cosmos_rl.models.sampling import sample_latents
         from cosmos_rl.models.vae import decode_latents
-        from cosmos_rl.rewards.functions import to_uint8
+        from cosmos_rl.data.pixels import to_uint8
 
         s = self.settings
         out = []

@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from cosmos_rl.errors import UserError
 from cosmos_rl.config.sampler import SamplerSettings, default_settings, run_settings
+from cosmos_rl.models.media import MediaSpec
 
 if TYPE_CHECKING:
     import torch
 
 PRESET = "preset:"
-DEFAULT_IMAGE_SIZE = 32  # a bare model's image side unless --image-size says otherwise (the shapes world's)
+DEFAULT_MEDIA = MediaSpec.image(32)  # a bare model's images unless --image-size says otherwise (the shapes world's)
 
 
 @dataclass
@@ -37,7 +38,7 @@ class Target:
     kind: str  # "run" or "model"
     parts: Any  # .transformer, .vae, .tokenizer
     settings: SamplerSettings
-    image_size: int
+    media: MediaSpec  # what it samples: a run's model size, or a bare model's
     out_dir: Path  # where the grid and eval.json go
     step: int | None  # the checkpoint's step (runs only)
     policy: Callable[[], ContextManager[torch.nn.Module]]
@@ -74,13 +75,14 @@ def target_kind(text: str) -> str:
 
 
 def open_target(
-    text: str, device: torch.device, image_size: int | None, out_dir: Path | None, step: int | None = None
+    text: str, device: torch.device, media: MediaSpec | None, out_dir: Path | None, step: int | None = None
 ) -> Target:
-    """The target `text` names; `step` picks a run's committed checkpoint (None: the newest)."""
+    """The target `text` names; `step` picks a run's committed checkpoint (None: the newest);
+    `media` is what a bare model samples (`--image-size`; None: DEFAULT_MEDIA), a run samples its own."""
     if target_kind(text) == "run":
-        return _open_run(Path(text), device, image_size, out_dir, step)  # it checks the step itself
+        return _open_run(Path(text), device, media, out_dir, step)  # it checks the step itself
     check_step(text, step)
-    return _open_model(text, device, image_size or DEFAULT_IMAGE_SIZE, out_dir)
+    return _open_model(text, device, media or DEFAULT_MEDIA, out_dir)
 
 
 def check_step(text: str, step: int | None) -> None:
@@ -109,17 +111,20 @@ def _pick_step(run_dir: Path, step: int | None) -> int:
     return step
 
 
-def _open_run(run_dir: Path, device: torch.device, image_size: int | None, out_dir: Path | None, step: int | None) -> Target:
+def _open_run(run_dir: Path, device: torch.device, media: MediaSpec | None, out_dir: Path | None, step: int | None) -> Target:
     from cosmos_rl import plan
     from cosmos_rl.checkpoint import CheckpointManager, layout
     from cosmos_rl.config import algorithms, load
     from cosmos_rl.models.setup import build_trainable
 
     config = load.load(run_dir / "manifest.toml", saved_run=True)
-    if image_size is not None and image_size != config.model.image_size:
+    trained = MediaSpec.from_model_config(config.model)
+    if media is not None and media != trained:
         raise UserError(
-            f"--image-size {image_size}: the run {run_dir} trains at model.image_size = {config.model.image_size}; "
-            "drop --image-size (it is for bare models)"
+            f"--image-size {media.size_json()}: the run {run_dir} trains at "
+            + (f"model.image_size = {trained.height}" if trained.height == trained.width
+               else f"model.height x model.width = {trained.height}x{trained.width}")
+            + "; drop --image-size (it is for bare models)"
         )
     step = _pick_step(run_dir, step)
     manager = CheckpointManager(run_dir, 0, run_identity=plan.run_identity(config), algorithm=config.rl.algorithm)
@@ -138,7 +143,7 @@ def _open_run(run_dir: Path, device: torch.device, image_size: int | None, out_d
     prompts_of = entry.resolve("train_prompts")
     train_prompts = prompts_of(config.rl) if prompts_of is not None else None
     return Target(
-        label=str(run_dir), kind="run", parts=model, settings=run_settings(config), image_size=config.model.image_size,
+        label=str(run_dir), kind="run", parts=model, settings=run_settings(config), media=trained,
         out_dir=Path(out_dir) if out_dir is not None else run_dir / "eval", step=step,
         policy=lambda: nullcontext(model.transformer), base=base, train_prompts=train_prompts, config=config,
     )
@@ -171,7 +176,7 @@ def _open_vae_run(run_dir: Path, config, manager, step: int, device: torch.devic
                 vae.load_state_dict(trained_weights)
 
     return Target(
-        label=str(run_dir), kind="run", parts=parts, settings=run_settings(config), image_size=config.model.image_size,
+        label=str(run_dir), kind="run", parts=parts, settings=run_settings(config), media=MediaSpec.from_model_config(config.model),
         out_dir=Path(out_dir) if out_dir is not None else run_dir / "eval", step=step,
         policy=lambda: decoded_by(trained_weights), base=lambda: decoded_by(base_weights), train_prompts=None,
         config=config,
@@ -189,7 +194,7 @@ def _policy_component(entry, model):
     return ModelState(model.state_module(), trainable_only=model.lora)
 
 
-def _open_model(text: str, device: torch.device, image_size: int, out_dir: Path | None) -> Target:
+def _open_model(text: str, device: torch.device, media: MediaSpec, out_dir: Path | None) -> Target:
     from cosmos_rl.models.build import build_preset, load_parts
 
     if text.startswith(PRESET):
@@ -201,7 +206,7 @@ def _open_model(text: str, device: torch.device, image_size: int, out_dir: Path 
     parts.transformer.to(device)
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", label)
     return Target(
-        label=text, kind="model", parts=parts, settings=default_settings(), image_size=image_size,
+        label=text, kind="model", parts=parts, settings=default_settings(), media=media,
         out_dir=Path(out_dir) if out_dir is not None else Path("eval") / safe, step=None,
         policy=lambda: nullcontext(parts.transformer), base=None, train_prompts=None,
     )

@@ -113,7 +113,7 @@ def run_mine(
         "target": t.label, "kind": t.kind, "step": t.step, "reward": reward, "ranked_by": key,
         "prompts": str(prompts), "rows": n, "samples": samples, "seed": seed,
         "pairs": len(kept), "ties_dropped": ties, "mean_margin": (sum(kept) / len(kept)) if kept else None,
-        "sampler": t.settings.resolved(getattr(t.parts, "parts", t.parts)).as_json(), "image_size": t.image_size,
+        "sampler": t.settings.resolved(getattr(t.parts, "parts", t.parts)).as_json(), "image_size": t.media.size_json(),
         "shards": [str(p) for p in paths],
     }  # fmt: skip
     if not kept:
@@ -140,6 +140,7 @@ def _sampler(t, captions, samples: int, reward: str, seed: int, device, batch_si
     import torch
 
     from cosmos_rl.evaluation.evaluator import Evaluator
+    from cosmos_rl.models.media import latent_shape
     from cosmos_rl.seeds import derive_seed
 
     class MineSampler(Evaluator):
@@ -148,7 +149,7 @@ def _sampler(t, captions, samples: int, reward: str, seed: int, device, batch_si
             return torch.randn(1, *self.latent_shape, generator=gen).to(self.device)
 
     return MineSampler(
-        captions, samples, reward, t.settings, tokenizer=t.parts.tokenizer, vae=t.parts.vae, image_size=t.image_size,
-        latent_channels=int(t.parts.transformer.config.latent_channel), device=device, batch_size=batch_size,
+        captions, samples, reward, t.settings, tokenizer=t.parts.tokenizer, vae=t.parts.vae, media=t.media,
+        latent_shape=latent_shape(t.media, t.parts.vae.config, t.parts.transformer.config), device=device, batch_size=batch_size,
         origin="--prompts", model_parts=getattr(t.parts, "parts", t.parts),
     )  # fmt: skip

@@ -94,7 +94,7 @@ def _tiny_vae() -> AutoencoderKLWan:
         latents_mean=[0.1, -0.2, 0.05, 0.0],
         latents_std=[0.9, 1.1, 1.2, 0.8],
         scale_factor_spatial=4,
-        scale_factor_temporal=4,
+        scale_factor_temporal=1,  # what the network does: no temporal_downsample stage is set
     )
 
 

@@ -24,11 +24,15 @@ from safetensors.torch import load_file, save_file
 from cosmos_rl.models.vae import encode_images
 
 _KEY = "latent"
+# The stored tensors' layout, part of the identity: entries written as [C, h, w] before latents
+# carried their time axis are never served as [C, 1, h, w] ones.
+_LAYOUT = "latent [C, T, h, w]"
 
 
 def vae_identity(vae: torch.nn.Module) -> str:
-    """A short hash of the VAE's config and every weight (computed once per run)."""
-    digest = hashlib.sha256(json.dumps(dict(vae.config), sort_keys=True, default=str).encode())
+    """A short hash of the entry layout, the VAE's config and every weight (computed once per run)."""
+    digest = hashlib.sha256(_LAYOUT.encode())
+    digest.update(json.dumps(dict(vae.config), sort_keys=True, default=str).encode())
     for name, tensor in sorted(vae.state_dict().items()):
         digest.update(name.encode())
         digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
@@ -83,7 +87,7 @@ class LatentCache:
 
     @torch.no_grad()
     def encode(self, images: torch.Tensor) -> torch.Tensor:
-        """Normalised latents [B, C, h, w] of images [B, 3, H, W] (see the module docstring)."""
+        """Normalised latents [B, C, 1, h, w] of images [B, 3, H, W] (see the module docstring)."""
         keys = [image_key(image) for image in images]
         found = [self._lookup(key) for key in keys]
         if all(latent is not None for latent in found):

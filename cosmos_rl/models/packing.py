@@ -46,11 +46,11 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
 class _Segments(NamedTuple):
     """How the packed sequence splits into samples: `groups` is ((count, text_len), ...) in packed
     order, each a run of `count` adjacent samples whose prompts have `text_len` tokens; every
-    sample has `tokens_per_image` vision tokens. Plain ints, so mixed-precision casts and
+    sample has `tokens_per_sample` vision tokens. Plain ints, so mixed-precision casts and
     checkpoint recompute carry it unchanged."""
 
     groups: tuple[tuple[int, int], ...]
-    tokens_per_image: int
+    tokens_per_sample: int
 
 
 def _run(x: torch.Tensor, start: int, count: int, tokens: int) -> torch.Tensor:
@@ -84,9 +84,9 @@ class PackedAttnProcessor:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         cos_und, sin_und, cos_gen, sin_gen = rotary_emb[:4]
         if len(rotary_emb) == 5:
-            groups, per_image = rotary_emb[4]
+            groups, per_sample = rotary_emb[4]
         else:  # one sample: all text, then all vision
-            groups, per_image = ((1, und_seq.shape[0]),), gen_seq.shape[0]
+            groups, per_sample = ((1, und_seq.shape[0]),), gen_seq.shape[0]
         heads, kv_heads, dim = attn.num_attention_heads, attn.num_key_value_heads, attn.head_dim
 
         q_und = attn.norm_q(attn.to_q(und_seq).view(-1, heads, dim))
@@ -105,12 +105,12 @@ class PackedAttnProcessor:
         text_at = vision_at = 0
         for count, length in groups:
             text = partial(_run, start=text_at, count=count, tokens=length)
-            vision = partial(_run, start=vision_at, count=count, tokens=per_image)
+            vision = partial(_run, start=vision_at, count=count, tokens=per_sample)
             und_outs.append(_attend(text(q_und), text(k_und), text(v_und), causal=True))
             keys = torch.cat([text(k_und_for_gen), vision(k_gen)], dim=1)
             values = torch.cat([text(v_und), vision(v_gen)], dim=1)
             gen_outs.append(_attend(vision(q_gen), keys, values, causal=False))
-            text_at, vision_at = text_at + count * length, vision_at + count * per_image
+            text_at, vision_at = text_at + count * length, vision_at + count * per_sample
         if (text_at, vision_at) != (und_seq.shape[0], gen_seq.shape[0]):
             raise RuntimeError(
                 f"segments cover {text_at} text / {vision_at} vision tokens, the forward has "
@@ -131,38 +131,57 @@ def install_packed_attention(transformer: Cosmos3OmniTransformer) -> None:
 
 
 class _Layout(NamedTuple):
-    """Everything about a packed forward that depends only on prompt lengths and latent size."""
+    """Everything about a packed forward that depends only on prompt lengths and the latent grid."""
 
-    position_ids: torch.Tensor  # [3, U + G], integer positions (mixed-precision casts leave them alone)
+    # [3, U + G] mRoPE positions, as the pipeline builds them: float32 when the model modulates
+    # time by fps (`enable_fps_modulation`; text positions are then float even for one frame),
+    # else integers. The rotary embedding reads both as float32, so equal values give equal
+    # outputs; the sharded root takes its inputs uncast (dist.fsdp), so they arrive as built.
+    position_ids: torch.Tensor
     und_len: int
-    tokens_per_image: int
     segments: _Segments
+
+
+class _Timing(NamedTuple):
+    """The pipeline's fps modulation of vision time positions: `fps` of the clip, `base_fps` of the
+    model, the VAE's temporal compression; `fps` None = no modulation (integer steps)."""
+
+    float_positions: bool
+    fps: float | None
+    base_fps: float
+    temporal_factor: int
 
 
 @lru_cache(maxsize=16)
 def _layout(
     lengths: tuple[int, ...],
-    patch_grid: tuple[int, int],
+    grid: tuple[int, int, int],
     modality_margin: int,
     reset_spatial_ids: bool,
+    timing: _Timing,
     device: torch.device,
 ) -> _Layout:
-    grid_h, grid_w = patch_grid
-    tokens_per_image = grid_h * grid_w
+    grid_t, grid_h, grid_w = grid
+    tokens_per_sample = grid_t * grid_h * grid_w
     text_positions, vision_positions = [], []
     for length in lengths:
-        text, next_offset = get_3d_mrope_ids_text_tokens(length, temporal_offset=0)
-        # Images carry no fps modulation (one latent frame), so all positions are integers.
+        # What Cosmos3OmniPipeline._prepare_text_segment / _prepare_vision_segment build per prompt.
+        text, next_offset = get_3d_mrope_ids_text_tokens(
+            length, temporal_offset=0, use_float_positions=timing.float_positions
+        )
         vision, _ = get_3d_mrope_ids_vae_tokens(
-            grid_t=1,
+            grid_t=grid_t,
             grid_h=grid_h,
             grid_w=grid_w,
             temporal_offset=next_offset + modality_margin,
             reset_spatial_indices=reset_spatial_ids,
+            fps=timing.fps,  # one latent frame: no modulation whatever it says
+            base_fps=timing.base_fps,
+            temporal_compression_factor=timing.temporal_factor,
         )
         text_positions.append(text)
         vision_positions.append(vision)
-    position_ids = torch.cat(text_positions + vision_positions, dim=1).to(device=device, dtype=torch.long)
+    position_ids = torch.cat(text_positions + vision_positions, dim=1).to(device=device)
 
     groups: list[list[int]] = []  # runs of adjacent samples with equal text length
     for length in lengths:
@@ -173,8 +192,7 @@ def _layout(
     return _Layout(
         position_ids=position_ids,
         und_len=sum(lengths),
-        tokens_per_image=tokens_per_image,
-        segments=_Segments(tuple((count, length) for count, length in groups), tokens_per_image),
+        segments=_Segments(tuple((count, length) for count, length in groups), tokens_per_sample),
     )
 
 
@@ -205,8 +223,8 @@ def timesteps_per_unit(config) -> int:
 
 
 def _check_inputs(x_t: torch.Tensor, sigma: torch.Tensor, prompt_ids: list[torch.Tensor], channels: int) -> None:
-    if x_t.dim() != 4 or x_t.shape[1] != channels:
-        raise ValueError(f"x_t must have shape [B, {channels}, h, w], got {tuple(x_t.shape)}")
+    if x_t.dim() != 5 or x_t.shape[1] != channels:
+        raise ValueError(f"x_t must have shape [B, {channels}, T, h, w], got {tuple(x_t.shape)}")
     batch = x_t.shape[0]
     if sigma.shape != (batch,):
         raise ValueError(f"sigma must have shape [{batch}], got {tuple(sigma.shape)}")
@@ -219,18 +237,84 @@ def _check_inputs(x_t: torch.Tensor, sigma: torch.Tensor, prompt_ids: list[torch
             )
 
 
+def _timing(config, fps: float | None, temporal_factor: int | None) -> _Timing:
+    if (fps is None) != (temporal_factor is None):
+        raise ValueError(f"give fps and temporal_factor together (got fps {fps}, temporal_factor {temporal_factor})")
+    modulated = bool(config.enable_fps_modulation)
+    return _Timing(
+        float_positions=modulated,
+        fps=float(fps) if modulated and fps is not None else None,
+        base_fps=float(config.base_fps),
+        temporal_factor=int(temporal_factor) if temporal_factor is not None else 1,
+    )
+
+
+def packed_inputs(
+    config,
+    x_t: torch.Tensor,
+    sigma: torch.Tensor,
+    prompt_ids: list[torch.Tensor],
+    *,
+    fps: float | None = None,
+    temporal_factor: int | None = None,
+) -> tuple[dict, _Layout]:
+    """The transformer's keyword arguments for the samples in the order given, and their layout.
+
+    Every sample is laid out as `Cosmos3OmniPipeline._prepare_text_segment` and
+    `_prepare_vision_segment` lay out one prompt and its latents [1, C, T, h, w]: a (t, h, w) patch
+    grid, positions modulated by `fps` (see `velocity`), every latent frame noisy and predicted.
+    """
+    patch = config.latent_patch_size
+    grid = (int(x_t.shape[2]), -(-x_t.shape[3] // patch), -(-x_t.shape[4] // patch))
+    layout = _layout(
+        tuple(int(ids.numel()) for ids in prompt_ids),
+        grid,
+        int(config.unified_3d_mrope_temporal_modality_margin),
+        bool(config.unified_3d_mrope_reset_spatial_ids),
+        _timing(config, fps, temporal_factor),
+        x_t.device,
+    )
+    batch, per_sample = x_t.shape[0], layout.segments.tokens_per_sample
+    vision_len = batch * per_sample
+    vision_indexes = torch.arange(layout.und_len, layout.und_len + vision_len, device=x_t.device)
+    # Integer timesteps, as the stock pipeline passes them (the model multiplies by timestep_scale).
+    # Integers also pass FSDP2's mixed-precision input cast untouched.
+    timesteps = model_timesteps(sigma, timesteps_per_unit(config)).repeat_interleave(per_sample)
+    noisy_frames = torch.arange(grid[0], device=x_t.device)  # no frame is a clean condition
+    return dict(
+        input_ids=torch.cat([ids.to(x_t.device) for ids in prompt_ids]),
+        text_indexes=torch.arange(layout.und_len, device=x_t.device),
+        position_ids=layout.position_ids,
+        und_len=layout.und_len,
+        sequence_length=layout.und_len + vision_len,
+        vision_tokens=[sample[None] for sample in x_t],  # [1, C, T, h, w] each
+        vision_token_shapes=[grid] * batch,
+        vision_sequence_indexes=vision_indexes,
+        vision_mse_loss_indexes=vision_indexes,
+        vision_timesteps=timesteps,
+        vision_noisy_frame_indexes=[noisy_frames] * batch,
+    ), layout
+
+
 def velocity(
     transformer: Cosmos3OmniTransformer,
     x_t: torch.Tensor,
     sigma: torch.Tensor,
     prompt_ids: list[torch.Tensor],
+    *,
+    fps: float | None = None,
+    temporal_factor: int | None = None,
 ) -> torch.Tensor:
     """Predicted flow velocity v = noise - x0 for each sample, in one forward.
 
-    x_t: [B, C, h, w] noisy latents; sigma: [B] flow times in [0, 1] (x_t = (1 - s) x0 + s noise);
-    prompt_ids: B 1-D LongTensors (lengths may differ), e.g. from `tokenize_prompts`. The model
-    sees the time `flow.model_timesteps(sigma)` * timestep_scale, exactly as the stock pipeline
-    feeds it.
+    x_t: [B, C, T, h, w] noisy latents (T = 1 for images); sigma: [B] flow times in [0, 1]
+    (x_t = (1 - s) x0 + s noise); prompt_ids: B 1-D LongTensors (lengths may differ), e.g. from
+    `tokenize_prompts`. The model sees the time `flow.model_timesteps(sigma)` * timestep_scale,
+    exactly as the stock pipeline feeds it. `fps` (the clip's frame rate) and `temporal_factor`
+    (the VAE's temporal compression, the pipeline's `vae_scale_factor_temporal`), given together,
+    space latent frames in time as the pipeline does when the model has `enable_fps_modulation`:
+    frame k at k * base_fps / fps; None = one step per frame, and a single frame is never modulated.
+    Returns [B, C, T, h, w].
     """
     config = transformer.config
     sigma = torch.as_tensor(sigma, device=x_t.device)
@@ -244,43 +328,12 @@ def velocity(
     reordered = order != list(range(len(lengths)))
     if reordered:
         x_t, sigma, prompt_ids = x_t[order], sigma[order], [prompt_ids[index] for index in order]
-
-    patch = config.latent_patch_size
-    grid = (-(-x_t.shape[2] // patch), -(-x_t.shape[3] // patch))
-    layout = _layout(
-        tuple(lengths[index] for index in order),
-        grid,
-        int(config.unified_3d_mrope_temporal_modality_margin),
-        bool(config.unified_3d_mrope_reset_spatial_ids),
-        x_t.device,
-    )
-    batch = x_t.shape[0]
-    vision_len = batch * layout.tokens_per_image
-    vision_indexes = torch.arange(layout.und_len, layout.und_len + vision_len, device=x_t.device)
-    input_ids = torch.cat([ids.to(x_t.device) for ids in prompt_ids])
-    # Integer timesteps, as the stock pipeline passes them (the model multiplies by timestep_scale).
-    # Integers also pass FSDP2's mixed-precision input cast untouched.
-    timesteps = model_timesteps(sigma, timesteps_per_unit(config)).repeat_interleave(layout.tokens_per_image)
-    one_frame = torch.zeros(1, dtype=torch.long, device=x_t.device)
-
+    inputs, layout = packed_inputs(config, x_t, sigma, prompt_ids, fps=fps, temporal_factor=temporal_factor)
     with _segments_in_rotary_tuple(transformer, layout):
-        predictions = transformer(
-            input_ids=input_ids,
-            text_indexes=torch.arange(layout.und_len, device=x_t.device),
-            position_ids=layout.position_ids,
-            und_len=layout.und_len,
-            sequence_length=layout.und_len + vision_len,
-            vision_tokens=[sample[None, :, None] for sample in x_t],  # [1, C, T=1, h, w] each
-            vision_token_shapes=[(1, *grid)] * batch,
-            vision_sequence_indexes=vision_indexes,
-            vision_mse_loss_indexes=vision_indexes,
-            vision_timesteps=timesteps,
-            vision_noisy_frame_indexes=[one_frame] * batch,
-            return_dict=False,
-        )[0]
+        predictions = transformer(**inputs, return_dict=False)[0]
     if reordered:
-        restored = [None] * batch
+        restored = [None] * len(order)
         for position, index in enumerate(order):
             restored[index] = predictions[position]
         predictions = restored
-    return torch.cat(predictions)[:, :, 0].to(x_t.dtype)
+    return torch.cat(predictions).to(x_t.dtype)

@@ -85,7 +85,7 @@ def sample_latents(
     *,
     parts: "ModelParts | None" = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Integrate from `noise` (sigma = 1) to clean latents; returns (x0 [B, C, h, w], sigmas [steps]).
+    """Integrate from `noise` (sigma = 1) to clean latents; returns (x0 [B, C, T, h, w], sigmas [steps]).
 
     `velocity_fn(x_t, sigma[B], ids)` is e.g. `functools.partial(velocity, transformer)`.
     `parts` gives the scheduler (see `rollout_scheduler`; `shift` None keeps the model's own).

@@ -122,11 +122,13 @@ def latent_stats(vae, source, count: int) -> tuple[list[float], list[float]]:
     """Per-channel mean and std of the encoder's posterior means over the first `count` samples."""
     import torch
 
+    from cosmos_rl.models.vae import raw_latents
+
     chunks = []
     with torch.no_grad():
         for start in range(0, min(count, len(source)), 256):
             images = torch.stack([source[i].image for i in range(start, min(start + 256, count, len(source)))])
-            chunks.append(vae.encode((images * 2 - 1).unsqueeze(2)).latent_dist.mode())
+            chunks.append(raw_latents(vae, images))
     latents = torch.cat(chunks).transpose(0, 1).reshape(vae.config.z_dim, -1)
     return latents.mean(dim=1).tolist(), latents.std(dim=1).tolist()
 

@@ -14,7 +14,10 @@ from typing import Iterable
 import torch
 
 from cosmos_rl.models.build import ModelParts
+from cosmos_rl.models.media import MediaSpec, latent_shape
 from cosmos_rl.seeds import derive_seed
+
+SHAPES_MEDIA = MediaSpec.image(32)  # the shapes world's images
 
 
 def _noise(seed: int, index: int, shape: tuple[int, ...]) -> torch.Tensor:
@@ -23,8 +26,8 @@ def _noise(seed: int, index: int, shape: tuple[int, ...]) -> torch.Tensor:
 
 @torch.no_grad()
 def sample_images(parts: ModelParts, prompts: list[str], noise: torch.Tensor, *, guidance: float, steps: int, shift: float,
-                  image_size: int = 32, batch: int = 128) -> "torch.Tensor":
-    """uint8 images [N, H, W, 3] for `prompts` from `noise` [N, C, h, w] (UniPC, native CFG)."""
+                  media: MediaSpec = SHAPES_MEDIA, batch: int = 128) -> "torch.Tensor":
+    """uint8 images [N, H, W, 3] for `prompts` from `noise` [N, C, 1, h, w] (UniPC, native CFG)."""
     from cosmos_rl.models.packing import velocity
     from cosmos_rl.models.sampling import sample_latents
     from cosmos_rl.models.text import model_prompt_ids
@@ -33,33 +36,34 @@ def sample_images(parts: ModelParts, prompts: list[str], noise: torch.Tensor, *,
     out = []
     for start in range(0, len(prompts), batch):
         chunk = prompts[start : start + batch]
-        cond, uncond = model_prompt_ids(parts.tokenizer, parts.prompt_template, chunk, image_size)
+        cond, uncond = model_prompt_ids(parts.tokenizer, parts.prompt_template, chunk, media)
         x0, _ = sample_latents(
             lambda x, s, ids: velocity(parts.transformer, x, s, ids),
             noise[start : start + len(chunk)], cond, uncond, steps, shift, guidance,
         )
         images = decode_latents(parts.vae, x0)
+        # float32 x * 255, rounded: not data.pixels.to_uint8 (float64), which puts ~6e-6 of the
+        # pixels one level apart and so could move the held-out scores the base build recorded.
         out.append(images.mul(255).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1))
     return torch.cat(out)
 
 
 def held_out_scores(parts: ModelParts, *, seeds: Iterable[int] = (0, 1), guidance: float = 3.0, steps: int = 20,
-                    shift: float = 1.0, image_size: int = 32, split_seed: int = 0) -> dict:
+                    shift: float = 1.0, media: MediaSpec = SHAPES_MEDIA, split_seed: int = 0) -> dict:
     """{"strict", "partial": overall scores, "strict_by_task", "partial_by_task", "images", sampler settings}."""
     from cosmos_rl.shapes import split_prompts
 
     seeds = list(seeds)
     held_out = split_prompts(split_seed).held_out_captions()
-    channels = parts.transformer.config.latent_channel
-    side = image_size // parts.vae.config.scale_factor_spatial
+    shape = latent_shape(media, parts.vae.config, parts.transformer.config)
     prompts, noise = [], []
     for seed in seeds:
         for index, prompt in enumerate(held_out):
             prompts.append(prompt)
-            noise.append(_noise(seed, index, (channels, side, side)))
+            noise.append(_noise(seed, index, shape))
     parts.transformer.eval()
     parts.vae.eval()
-    images = sample_images(parts, prompts, torch.stack(noise), guidance=guidance, steps=steps, shift=shift, image_size=image_size)
+    images = sample_images(parts, prompts, torch.stack(noise), guidance=guidance, steps=steps, shift=shift, media=media)
     return {**score_images(images.numpy(), prompts), "sampler": {"steps": steps, "shift": shift, "guidance": guidance, "seeds": seeds}}
 
 

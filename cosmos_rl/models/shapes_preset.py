@@ -68,7 +68,7 @@ def _vae() -> AutoencoderKLWan:
         latents_mean=[0.0] * 4,  # measured after the VAE is trained (set_latent_stats)
         latents_std=[1.0] * 4,
         scale_factor_spatial=4,
-        scale_factor_temporal=4,
+        scale_factor_temporal=1,  # what the network does: no temporal_downsample stage is set
     )
 
 

@@ -18,6 +18,8 @@ import torch
 from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import _SYSTEM_PROMPT_IMAGE
 from transformers import PreTrainedTokenizerBase
 
+from cosmos_rl.models.media import MediaSpec
+
 VISION_START_TOKEN = "<|vision_start|>"
 PROMPT_TEMPLATES = ("chat", "minimal")
 
@@ -50,16 +52,16 @@ def _minimal(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
 
 
 def model_prompt_ids(
-    tokenizer: PreTrainedTokenizerBase, template: str, prompts: list[str], image_size: int
+    tokenizer: PreTrainedTokenizerBase, template: str, prompts: list[str], media: MediaSpec
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """(cond, uncond) ids of `prompts` under a model's prompt template, for square images.
+    """(cond, uncond) ids of `prompts` under a model's prompt template, for images of `media`'s size.
 
     `chat`: the pipeline's template with its system prompt and resolution sentence;
     `minimal`: the prompt's bytes + EOS + `<|vision_start|>`, the unconditional prompt only the
     last two (so "a circle" is 8 + 2 ids and its uncond 2 ids with the byte tokenizer).
     """
     if template == "chat":
-        return tokenize_prompts(tokenizer, prompts, resolution=(image_size, image_size))
+        return tokenize_prompts(tokenizer, prompts, resolution=media.size)
     if template != "minimal":
         raise ValueError(f"unknown prompt template {template!r}; known: {PROMPT_TEMPLATES}")
     if isinstance(prompts, str):

@@ -1,4 +1,8 @@
-"""Images <-> normalised latents with the Wan VAE, which works on videos ([B, C, T, H, W])."""
+"""Pixels <-> normalised latents with the Wan VAE, which works on videos ([B, C, T, H, W]).
+
+Latents are [B, C, T, h, w] everywhere in the project (T = 1 for an image). Images are
+[B, 3, H, W]: this module is where an image gains and loses its one-frame time axis.
+"""
 
 from __future__ import annotations
 
@@ -18,22 +22,39 @@ def _check_images(images: torch.Tensor) -> None:
         raise ValueError(f"images must have shape [B, 3, H, W], got {tuple(images.shape)}")
 
 
-def encode_images(vae: AutoencoderKLWan, images: torch.Tensor) -> torch.Tensor:
-    """[B, 3, H, W] in [0, 1] -> normalised latents [B, C, h, w] (posterior mean, so deterministic)."""
+def _as_clip(images: torch.Tensor) -> torch.Tensor:
     _check_images(images)
+    return images.unsqueeze(2)  # [B, 3, T=1, H, W]
+
+
+def encode_images(vae: AutoencoderKLWan, images: torch.Tensor) -> torch.Tensor:
+    """[B, 3, H, W] in [0, 1] -> normalised latents [B, C, 1, h, w] (posterior mean, so deterministic)."""
+    clip = _as_clip(images)
     vae_dtype = next(vae.parameters()).dtype
-    video = (images.to(vae_dtype) * 2.0 - 1.0).unsqueeze(2)  # one frame, in the VAE's [-1, 1] range
-    raw = vae.encode(video).latent_dist.mode()
+    raw = vae.encode(clip.to(vae_dtype) * 2.0 - 1.0).latent_dist.mode()  # in the VAE's [-1, 1] range
     mean, std = _latent_stats(vae, raw)
-    return ((raw - mean) / std).squeeze(2).to(images.dtype)
+    return ((raw - mean) / std).to(images.dtype)
 
 
 def decode_latents(vae: AutoencoderKLWan, latents: torch.Tensor) -> torch.Tensor:
-    """Normalised latents [B, C, h, w] -> images [B, 3, H, W] in [0, 1]."""
-    if latents.dim() != 4:
-        raise ValueError(f"latents must have shape [B, C, h, w], got {tuple(latents.shape)}")
+    """Normalised latents of single frames [B, C, 1, h, w] -> images [B, 3, H, W] in [0, 1]."""
+    if latents.dim() != 5 or latents.shape[2] != 1:
+        raise ValueError(f"latents must have shape [B, C, T=1, h, w], got {tuple(latents.shape)}")
     vae_dtype = next(vae.parameters()).dtype
-    z = latents.to(vae_dtype).unsqueeze(2)
+    z = latents.to(vae_dtype)
     mean, std = _latent_stats(vae, z)
-    video = vae.decode(z * std + mean).sample  # [B, 3, 1, H, W], clamped to [-1, 1]
-    return ((video.squeeze(2) + 1.0) / 2.0).clamp(0.0, 1.0).to(latents.dtype)
+    clip = vae.decode(z * std + mean).sample  # [B, 3, 1, H, W], clamped to [-1, 1]
+    return ((clip.squeeze(2) + 1.0) / 2.0).clamp(0.0, 1.0).to(latents.dtype)
+
+
+def raw_latents(vae: AutoencoderKLWan, images: torch.Tensor) -> torch.Tensor:
+    """[B, 3, H, W] in [0, 1] -> the encoder's posterior mean [B, C, 1, h, w] before normalisation
+    (what the latent statistics `latents_mean` / `latents_std` are measured on)."""
+    return vae.encode(_as_clip(images) * 2 - 1).latent_dist.mode()
+
+
+def reconstruction(vae: AutoencoderKLWan, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the VAE's reconstruction, its input) of [B, 3, H, W] images in [0, 1], both [B, 3, 1, H, W]
+    in the VAE's [-1, 1] range; differentiable (what VAE training compares)."""
+    clip = _as_clip(images * 2.0 - 1.0)
+    return vae.decode(vae.encode(clip).latent_dist.mode()).sample, clip

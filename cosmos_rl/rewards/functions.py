@@ -14,19 +14,13 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from PIL import Image
 
+from cosmos_rl.data.pixels import to_uint8  # noqa: F401  (the conversion reward authors are pointed to)
 from cosmos_rl.data.vocab import COLOUR_RGB255
 from cosmos_rl.shapes.verifier import shapes_partial, shapes_strict
 
 RewardFn = Callable[[np.ndarray, Sequence[str]], list[float]]
 
 JPEG_QUALITY = 95
-
-
-def to_uint8(images: np.ndarray) -> np.ndarray:
-    """Float images in [0, 1] -> uint8, rounding to nearest (as DDPO does before JPEG encoding)."""
-    if images.dtype == np.uint8:
-        return images
-    return np.clip(np.rint(np.asarray(images, dtype=np.float64) * 255.0), 0, 255).astype(np.uint8)
 
 
 def check_images(images: np.ndarray, prompts: Sequence[str]) -> None:

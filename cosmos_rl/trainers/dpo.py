@@ -36,6 +36,7 @@ from cosmos_rl.data.pairs import (
 )
 from cosmos_rl.errors import UserError
 from cosmos_rl.flow import noisy_latents, velocity_target
+from cosmos_rl.models.media import MediaSpec
 from cosmos_rl.models.packing import velocity
 from cosmos_rl.models.setup import TrainableModel, build_trainable, optimizer_step
 from cosmos_rl.models.text import model_prompt_ids
@@ -59,14 +60,14 @@ VAL_METRICS = ("loss", "dpo_accuracy", "dpo_reward_margin")
 
 
 # ------------------------------------------------------------------------------------------ data
-def build_source(data: schema.PreferenceDataConfig, image_size: int, job_seed: int, what: str):
-    """The pair source a data section names; synthetic pairs win over any file source."""
+def build_source(data: schema.PreferenceDataConfig, media: MediaSpec, job_seed: int, what: str):
+    """The pair source a data section names, its images at `media`'s size; synthetic pairs win over any file source."""
     if data.synthetic_pairs:
-        return SyntheticPairs(data.synthetic_pairs, image_size, job_seed + data.synthetic_seed)
+        return SyntheticPairs(data.synthetic_pairs, media.size, job_seed + data.synthetic_seed)
     if data.jsonl:
-        return JsonlPairs(data.jsonl, image_size)
+        return JsonlPairs(data.jsonl, media.size)
     if data.shards:
-        return TarShardPairs(list(data.shards), image_size)
+        return TarShardPairs(list(data.shards), media.size)
     if data.factory:
         return factory_source(data.factory, **dict(data.factory_kwargs))
     raise UserError(f"{what}: no pair source; set {what}.synthetic_pairs, .jsonl, .shards or .factory")
@@ -93,11 +94,10 @@ class DPOTrainer(SPMDTrainer):
         config = self.config
         if not isinstance(config.rl, schema.DPOConfig):
             raise TypeError("DPOTrainer needs a DPO config")
-        size = config.model.image_size
-        self.train_source = build_source(self.rl.data, size, config.job.seed, "rl.data")
+        self.train_source = build_source(self.rl.data, self.media, config.job.seed, "rl.data")
         self.val_source = None
         if self.rl.validation.every > 0:
-            self.val_source = build_source(self.rl.validation.data, size, config.job.seed, "rl.validation.data")
+            self.val_source = build_source(self.rl.validation.data, self.media, config.job.seed, "rl.validation.data")
 
         self.model: TrainableModel = build_trainable(config, self.device)
         self.latents = _latent_cache(self.rl.latent_cache, self.model.vae, config.job.output_dir)
@@ -142,8 +142,7 @@ class DPOTrainer(SPMDTrainer):
     def prompt_ids(self, prompt: str) -> torch.Tensor:
         ids = self._ids_cache.get(prompt)
         if ids is None:
-            size = self.config.model.image_size
-            cond, _ = model_prompt_ids(self.model.tokenizer, self.model.parts.prompt_template, [prompt], size)
+            cond, _ = model_prompt_ids(self.model.tokenizer, self.model.parts.prompt_template, [prompt], self.media)
             ids = self._ids_cache[prompt] = cond[0].to(self.device)
         return ids
 
@@ -157,7 +156,7 @@ class DPOTrainer(SPMDTrainer):
 
     # -------------------------------------------------------------------------------- math
     def _pair_tensors(self, pairs) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Latents [2P, C, h, w] (winners then losers) and the matching prompt ids."""
+        """Latents [2P, C, 1, h, w] (winners then losers) and the matching prompt ids."""
         images = torch.stack([p.winner for p in pairs] + [p.loser for p in pairs]).to(self.device)
         if self.latents is not None:
             latents = self.latents.encode(images)

@@ -22,11 +22,12 @@ class DPODataActor:
 
     def __init__(self, config: schema.RunConfig, world_size: int):
         from cosmos_rl.data.cursor import PairCursor
+        from cosmos_rl.models.media import MediaSpec
         from cosmos_rl.trainers.dpo import build_source
 
         rl = config.rl
         self.world_size = world_size
-        self.source = build_source(rl.data, config.model.image_size, config.job.seed, "rl.data")
+        self.source = build_source(rl.data, MediaSpec.from_model_config(config.model), config.job.seed, "rl.data")
         # world 1: the whole step's indices, which next_batch splits exactly as PairCursor does.
         self.cursor = PairCursor(len(self.source), rl.pairs_per_step, config.job.seed, 1, 0, shuffle=rl.data.shuffle)
         self._cached: tuple[int, list] | None = None

@@ -112,6 +112,7 @@ class OnlineTrainer:
         """Model, optimizer, prompts; on resume load the newest checkpoint. Returns the step."""
         from cosmos_rl.data.prompts import PromptCursor, run_prompts
         from cosmos_rl.models import lora
+        from cosmos_rl.models.media import MediaSpec, latent_shape
         from cosmos_rl.models.setup import build_optimizer, build_trainable
 
         rl, config = self.rl, self.config
@@ -126,9 +127,8 @@ class OnlineTrainer:
         self.prompts = run_prompts(rl)
         self.cursor = PromptCursor(len(self.prompts), rl.prompts_per_step, config.job.seed, rl.prompts.shuffle)
         self._token_cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        vae_cfg = self.model.vae.config
-        side = config.model.image_size // int(vae_cfg.scale_factor_spatial)
-        self.latent_shape = (int(self.transformer.config.latent_channel), side, side)
+        self.media = MediaSpec.from_model_config(config.model)
+        self.latent_shape = latent_shape(self.media, self.model.vae.config, self.transformer.config)
 
         self.evaluator = None
         if rl.eval.every:  # [rl.eval]: built now, so a bad evaluation prompt stops the run before step 1
@@ -191,10 +191,10 @@ class OnlineTrainer:
     def _tokens(self, rows: list[int]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         from cosmos_rl.models.text import model_prompt_ids
 
-        size, template = self.config.model.image_size, self.model.parts.prompt_template
+        template = self.model.parts.prompt_template
         for row in rows:
             if row not in self._token_cache:
-                cond, uncond = model_prompt_ids(self.model.tokenizer, template, [self.prompts[row]], size)
+                cond, uncond = model_prompt_ids(self.model.tokenizer, template, [self.prompts[row]], self.media)
                 self._token_cache[row] = (cond[0].to(self.device), uncond[0].to(self.device))
         return [self._token_cache[r][0] for r in rows], [self._token_cache[r][1] for r in rows]
 
@@ -277,7 +277,7 @@ class OnlineTrainer:
     def _scores(self, rollouts: list[Rollout], texts: list[str]) -> dict[str, torch.Tensor] | None:
         """Each reward's [rows, G] table, every rank's images scored; None when another rank's
         reward call failed for good (this rank's own failure raises RewardUnavailable)."""
-        from cosmos_rl.rewards.functions import to_uint8
+        from cosmos_rl.data.pixels import to_uint8
 
         own, failures = [], {}
         names = sorted(self.reward_weights)

@@ -34,10 +34,11 @@ from cosmos_rl.config import schema
 from cosmos_rl.data.captions import caption_source
 from cosmos_rl.data.cursor import PairCursor
 from cosmos_rl.flow import noisy_latents
+from cosmos_rl.models.media import MediaSpec
 from cosmos_rl.models.packing import velocity
 from cosmos_rl.models.setup import TrainableModel, build_trainable, load_base, optimizer_step
 from cosmos_rl.models.text import model_prompt_ids
-from cosmos_rl.models.vae import encode_images
+from cosmos_rl.models.vae import encode_images, reconstruction
 from cosmos_rl.seeds import derive_seed
 from cosmos_rl.trainers.spmd import SPMDTrainer
 
@@ -50,7 +51,7 @@ class SFTTrainer(SPMDTrainer):
         if not isinstance(config.rl, schema.SFTConfig):
             raise TypeError("SFTTrainer needs an SFT config")
         device = self.device
-        self.source = caption_source(self.rl.data.shards, self.rl.data.jsonl, config.model.image_size)
+        self.source = caption_source(self.rl.data.shards, self.rl.data.jsonl, self.media.size)
         self.cursor = PairCursor(
             len(self.source), self.rl.samples_per_step, config.job.seed, self.world, self.rank, shuffle=self.rl.data.shuffle
         )
@@ -88,9 +89,7 @@ class SFTTrainer(SPMDTrainer):
     def prompt_ids(self, caption: str) -> torch.Tensor:
         ids = self._ids.get(caption)
         if ids is None:
-            cond, uncond = model_prompt_ids(
-                self.parts.tokenizer, self.parts.prompt_template, [caption], self.config.model.image_size
-            )
+            cond, uncond = model_prompt_ids(self.parts.tokenizer, self.parts.prompt_template, [caption], self.media)
             ids = self._ids[caption] = cond[0].to(self.device)
             self._ids.setdefault("", uncond[0].to(self.device))
         return ids
@@ -112,9 +111,8 @@ class SFTTrainer(SPMDTrainer):
         return flow_matching_loss(v, x0, eps), {"caption_dropped": sum(dropped) / len(dropped)}
 
     def _vae_loss(self, images: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-        video = (images * 2.0 - 1.0).unsqueeze(2)  # [B, 3, 1, H, W] in the VAE's range
-        decoded = self.module.decode(self.module.encode(video).latent_dist.mode()).sample
-        loss = reconstruction_loss(decoded, video)
+        decoded, clip = reconstruction(self.module, images)  # [B, 3, 1, H, W] in the VAE's range
+        loss = reconstruction_loss(decoded, clip)
         return loss, {}
 
     def _grads_mean(self) -> None:

@@ -23,6 +23,7 @@ from cosmos_rl import plan
 from cosmos_rl.checkpoint import CheckpointManager, LRScheduleState, ModelState, OptimizerState, PlainState, RngStreams, layout
 from cosmos_rl.config import schema
 from cosmos_rl.dist.world import process_group_active, rank_and_world
+from cosmos_rl.models.media import MediaSpec
 from cosmos_rl.models.setup import build_optimizer
 
 Metrics = dict[str, float]
@@ -46,6 +47,7 @@ class SPMDTrainer:
         self.is_main = self.rank == 0
         self.step = 0  # optimizer steps completed
         self.evaluator = None
+        self.media = MediaSpec.from_model_config(config.model)
         self.setup()
         self.optimizer, self.schedule = build_optimizer(self.params, self.rl.optimizer)
         self.identity = plan.run_identity(config)
