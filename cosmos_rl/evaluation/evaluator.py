@@ -1,15 +1,16 @@
 """Sampling and scoring an evaluation's images with one model; the same images on every call.
 
 Each item's starting noise comes from its own generator, seeded by (the label "eval", the seed
-index, the caption) on the CPU: it does not depend on the run's job.seed, the device, the batch
-an item lands in or the rank that samples it, so two runs (and a run and its base) are compared
-on identical noise. Items are sampled in batches of `batch_size` with the packed sampler
-(`models.sampling.sample_latents` over `models.packing.velocity`, as the NFT rollout does),
-decoded with the VAE and scored in-process by a built-in reward (`evaluation.scores`).
+index, the caption) on the CPU (`models.generate.noise`): it does not depend on the run's job.seed,
+the device, the batch an item lands in or the rank that samples it, so two runs (and a run and its
+base) are compared on identical noise. Items are sampled in batches of `batch_size` by
+`models.generate.generate` (as the NFT rollout is) and scored in-process by a built-in reward
+(`evaluation.scores`).
 """
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -19,7 +20,6 @@ from cosmos_rl.evaluation.prompts import Item, eval_captions, make_items, rank_s
 from cosmos_rl.evaluation.scores import EvalScores, Totals, caption_groups, score_images
 from cosmos_rl.config.sampler import DEFAULT_BATCH, SamplerSettings, run_settings
 from cosmos_rl.models.media import MediaSpec, latent_shape
-from cosmos_rl.seeds import derive_seed
 
 
 class Evaluator:
@@ -56,8 +56,9 @@ class Evaluator:
 
     # ------------------------------------------------------------------------------ sampling
     def noise(self, item: Item) -> torch.Tensor:
-        gen = torch.Generator().manual_seed(derive_seed("eval", item.seed, item.caption))
-        return torch.randn(1, *self.latent_shape, generator=gen).to(self.device)
+        from cosmos_rl.models.generate import noise
+
+        return noise((1, *self.latent_shape), "eval", item.seed, item.caption, device=self.device)
 
     def _ids(self, caption: str) -> tuple[torch.Tensor, torch.Tensor]:
         from cosmos_rl.models.text import model_prompt_ids
@@ -73,25 +74,21 @@ class Evaluator:
     def sample(self, transformer: torch.nn.Module, items: Sequence[Item]) -> np.ndarray:
         """uint8 [N, H, W, 3] images of `items` (in order), `batch_size` per sampler call."""
         from cosmos_rl.dist.fsdp import gathered_while_sampling
-        from cosmos_rl.models.packing import velocity
-        from cosmos_rl.models.sampling import sample_latents
-        from cosmos_rl.models.vae import decode_latents
-        from cosmos_rl.data.pixels import to_uint8
+        from cosmos_rl.models.generate import generate
 
-        s = self.settings
+        # The network given, with the training rollouts' scheduler (a folder's own config) and this VAE.
+        mp = self.model_parts
+        parts = SimpleNamespace(transformer=transformer, vae=self.vae, scheduler=mp.scheduler, native_flow_schedule=mp.native_flow_schedule)
         out = []
         with gathered_while_sampling(transformer):
             for start in range(0, len(items), self.batch_size):
                 batch = items[start : start + self.batch_size]
-                noise = torch.cat([self.noise(item) for item in batch])
                 ids = [self._ids(item.caption) for item in batch]
-                x0, _ = sample_latents(
-                    lambda x, sigma, tokens: velocity(transformer, x, sigma, tokens),
-                    noise, [c for c, _ in ids], [u for _, u in ids], s.steps, s.shift, s.guidance,
-                    parts=self.model_parts,  # the training rollouts' scheduler (a folder's own config)
-                )
-                images = decode_latents(self.vae, x0)
-                out.append(to_uint8(images.permute(0, 2, 3, 1).float().cpu().numpy()))
+                _, pixels = generate(
+                    parts, self.media, ([c for c, _ in ids], [u for _, u in ids]),
+                    torch.cat([self.noise(item) for item in batch]), self.settings,
+                )  # fmt: skip
+                out.append(pixels.numpy())
         return np.concatenate(out)
 
     def totals(

@@ -137,16 +137,13 @@ def _scores(reward: str, images, captions):
 
 
 def _sampler(t, captions, samples: int, reward: str, seed: int, device, batch_size: int):
-    import torch
-
     from cosmos_rl.evaluation.evaluator import Evaluator
+    from cosmos_rl.models.generate import noise
     from cosmos_rl.models.media import latent_shape
-    from cosmos_rl.seeds import derive_seed
 
     class MineSampler(Evaluator):
         def noise(self, item):  # by the sample's own index: duplicated rows get fresh noise
-            gen = torch.Generator().manual_seed(derive_seed("mine", seed, item.index, item.caption))
-            return torch.randn(1, *self.latent_shape, generator=gen).to(self.device)
+            return noise((1, *self.latent_shape), "mine", seed, item.index, item.caption, device=self.device)
 
     return MineSampler(
         captions, samples, reward, t.settings, tokenizer=t.parts.tokenizer, vae=t.parts.vae, media=t.media,

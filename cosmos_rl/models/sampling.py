@@ -84,6 +84,7 @@ def sample_latents(
     guidance: float,
     *,
     parts: "ModelParts | None" = None,
+    record: Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], None] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Integrate from `noise` (sigma = 1) to clean latents; returns (x0 [B, C, T, h, w], sigmas [steps]).
 
@@ -92,7 +93,8 @@ def sample_latents(
     Guidance is native: v = v_uncond + guidance * (v_cond - v_uncond); guidance 1 runs the
     conditional branch only, otherwise both branches share one packed forward. The returned sigmas
     are those the model was evaluated at, in order (the final sigma 0 is not one of them); a
-    forward at one of them sees the scheduler's integer timestep for that step.
+    forward at one of them sees the scheduler's integer timestep for that step. `record(index,
+    sigma, latents, v)`, when given, sees each step's starting latents and guided velocity.
     """
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
@@ -116,5 +118,7 @@ def sample_latents(
             both = velocity_fn(torch.cat([latents, latents]), torch.cat([sigma, sigma]), cond_ids + uncond_ids)
             v_cond, v_uncond = both.float().chunk(2)
             v = v_uncond + guidance * (v_cond - v_uncond)
+        if record is not None:
+            record(index, sigmas[index], latents, v)
         latents = scheduler.step(v, timestep, latents, return_dict=False)[0]
     return latents.to(noise.dtype), sigmas

@@ -15,13 +15,14 @@ import torch
 
 from cosmos_rl.models.build import ModelParts
 from cosmos_rl.models.media import MediaSpec, latent_shape
-from cosmos_rl.seeds import derive_seed
 
 SHAPES_MEDIA = MediaSpec.image(32)  # the shapes world's images
 
 
 def _noise(seed: int, index: int, shape: tuple[int, ...]) -> torch.Tensor:
-    return torch.randn(shape, generator=torch.Generator().manual_seed(derive_seed("shapes-eval", seed, index)))
+    from cosmos_rl.models.generate import noise
+
+    return noise(shape, "shapes-eval", seed, index)
 
 
 @torch.no_grad()

@@ -14,7 +14,7 @@ from cosmos_rl.algorithms import nft as nft_math
 from cosmos_rl.algorithms.multi_reward import combined_advantages
 from cosmos_rl.config import schema
 from cosmos_rl.seeds import derive_seed
-from cosmos_rl.trainers.online import OLD, POLICY, OnlineTrainer, _generator, rollout_noise
+from cosmos_rl.trainers.online import OLD, POLICY, OnlineTrainer, rollout_noise
 
 __all__ = ["NFTTrainer", "METRIC_NAMES", "rollout_noise"]
 
@@ -23,6 +23,10 @@ METRIC_NAMES = (
     "train/optimality_mean", "train/optimality_second_moment", "train/positive_error", "train/negative_error",
     "time/rollout_s", "time/reward_s", "time/train_s", "time/orchestration_s",
 )  # fmt: skip
+
+
+def _generator(seed: int, device: torch.device) -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(seed)
 
 
 class NFTTrainer(OnlineTrainer):

@@ -39,7 +39,6 @@ from cosmos_rl.checkpoint import CheckpointManager, LRScheduleState, OptimizerSt
 from cosmos_rl.config import schema
 from cosmos_rl.errors import RewardUnavailable
 from cosmos_rl.rewards.multi import reward_terms
-from cosmos_rl.seeds import derive_seed
 from cosmos_rl.trainers.nft_collectives import RankCollectives
 from cosmos_rl.trainers.nft_state import SEED_CONTRACT_KEY, AdapterState, policy_state
 
@@ -49,27 +48,24 @@ REWARD_FAILED = "reward_failed"
 
 # (rank, uint8 images [rows, H, W, 3], prompts) -> {reward name: one score per image}
 ScoreFn = Callable[[int, np.ndarray, Sequence[str]], dict[str, list[float]]]
-# One played rank's rollout: (x0 latents, the sampler's sigmas, decoded images [rows, 3, H, W])
+# One played rank's rollout: (x0 latents, the sampler's sigmas, uint8 pixels [rows, H, W, 3])
 Rollout = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
-
-
-def _generator(seed: int, device: torch.device) -> torch.Generator:
-    return torch.Generator(device=device).manual_seed(seed)
 
 
 def rollout_noise(
     rl: schema.OnlineRLBase, job_seed: int, rank: int, step: int, latent_shape: tuple[int, ...], device: torch.device
 ) -> torch.Tensor:
     """Rank `rank`'s initial noise for the rows of `step` (1-based); see the module docstring for the clock."""
+    from cosmos_rl.models.generate import noise
+
     rows = rl.prompts_per_step
     if rl.rollout_seed_clock == "source_row":
         first = (step - 1) * rows  # rows visited before this step
         return torch.cat([
-            torch.randn(1, *latent_shape, generator=_generator(derive_seed(job_seed, "rollout-row", rank, first + j), device), device=device)
+            noise((1, *latent_shape), job_seed, "rollout-row", rank, first + j, device=device, draw_on="device")
             for j in range(rows)
         ])
-    gen = _generator(derive_seed(job_seed, "rollout-step", rank, step), device)
-    return torch.randn(rows, *latent_shape, generator=gen, device=device)
+    return noise((rows, *latent_shape), job_seed, "rollout-step", rank, step, device=device, draw_on="device")
 
 
 class OnlineTrainer:
@@ -208,6 +204,7 @@ class OnlineTrainer:
         from their own generators), so the caller can still commit step - 1 exactly.
         """
         from cosmos_rl.data.images import save_image_grid
+        from cosmos_rl.data.pixels import to_unit_float
 
         rl = self.rl
         cursor_before = self.cursor.state_dict()
@@ -233,10 +230,11 @@ class OnlineTrainer:
         t3 = time.perf_counter()
 
         if rl.sample_grid_every and step % rl.sample_grid_every == 0:
-            everyone = self.comm.gather([images.contiguous() for _, _, images in rollouts])  # [G, rows, 3, H, W]
+            everyone = self.comm.gather([pixels.to(self.device) for _, _, pixels in rollouts]).cpu()  # [G, rows, H, W, 3]
             if 0 in self.comm.ranks:
                 grid = everyone.transpose(0, 1).reshape(-1, *everyone.shape[2:])  # row-major: one prompt per line
-                save_image_grid(grid, self.run_dir / "samples" / f"step_{step}.png", nrow=self.comm.world_size)
+                images = torch.from_numpy(to_unit_float(grid.numpy())).permute(0, 3, 1, 2)
+                save_image_grid(images, self.run_dir / "samples" / f"step_{step}.png", nrow=self.comm.world_size)
 
         timings = {"time/rollout_s": t1 - t0, "time/reward_s": t2 - t1, "time/train_s": t3 - t2}
         metrics = self.comm.mean([{**{f"train/{k}": v for k, v in m.items()}, **timings} for m in per_rank])
@@ -254,37 +252,35 @@ class OnlineTrainer:
 
     def rollout(self, step: int, cond: list[torch.Tensor], uncond: list[torch.Tensor]) -> list[Rollout]:
         """One sample per row for each rank this process plays, with the old policy (or the policy)."""
+        from cosmos_rl.config.sampler import SamplerSettings
         from cosmos_rl.dist.fsdp import gathered_while_sampling
-        from cosmos_rl.models.packing import velocity
-        from cosmos_rl.models.sampling import sample_latents
-        from cosmos_rl.models.vae import decode_latents
+        from cosmos_rl.models.generate import generate
 
         rl = self.rl
+        # The model's own scheduler; rl.sampler_shift None keeps its shift.
+        settings = SamplerSettings(steps=rl.sample_steps, shift=rl.sampler_shift, guidance=rl.guidance)
         self._activate(OLD if rl.old.build_old else POLICY)
         rollouts = []
         with torch.no_grad(), gathered_while_sampling(self.transformer):
             for rank in self.comm.ranks:
-                noise = rollout_noise(rl, self.config.job.seed, rank, step, self.latent_shape, self.device)
-                x0, sigmas = sample_latents(
-                    lambda x, s, ids: velocity(self.transformer, x, s, ids),
-                    noise, cond, uncond, rl.sample_steps, rl.sampler_shift, rl.guidance,
-                    parts=self.model.parts,  # the model's own scheduler; rl.sampler_shift None keeps its shift
+                start = rollout_noise(rl, self.config.job.seed, rank, step, self.latent_shape, self.device)
+                sigmas: list[torch.Tensor] = []  # the sampler's sigmas, which training draws its timesteps from
+                x0, pixels = generate(
+                    self.model.parts, self.media, (cond, uncond), start, settings,
+                    record=lambda index, sigma, latents, v: sigmas.append(sigma),
                 )
-                rollouts.append((x0, sigmas, decode_latents(self.model.vae, x0)))
+                rollouts.append((x0, torch.stack(sigmas), pixels))
         self._activate(POLICY)
         return rollouts
 
     def _scores(self, rollouts: list[Rollout], texts: list[str]) -> dict[str, torch.Tensor] | None:
         """Each reward's [rows, G] table, every rank's images scored; None when another rank's
         reward call failed for good (this rank's own failure raises RewardUnavailable)."""
-        from cosmos_rl.data.pixels import to_uint8
-
         own, failures = [], {}
         names = sorted(self.reward_weights)
-        for rank, (_, _, images) in zip(self.comm.ranks, rollouts):
-            pixels = to_uint8(images.permute(0, 2, 3, 1).cpu().numpy())
+        for rank, (_, _, pixels) in zip(self.comm.ranks, rollouts):
             try:
-                by_name = self.score(rank, pixels, texts)
+                by_name = self.score(rank, pixels.numpy(), texts)
                 scores = [by_name[name] for name in names]
             except RewardUnavailable as exc:
                 # Not raised here: the other ranks are about to wait in the gather. NaN (never a
