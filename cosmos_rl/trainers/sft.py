@@ -1,7 +1,7 @@
 """Supervised fine-tuning on image-caption data: flow matching for the transformer, or the VAE as
 an autoencoder (`rl.train`).
 
-Runs the same in one process (tests, `python -m cosmos_rl.models.shapes_base`) and under torchrun
+Runs the same in one process (tests, `python -m cosmos_rl.shapes.base_build`) and under torchrun
 (`cosmos-rl train`, one process per rank, launched like DPO by `trainers/dpo_launch.py` and
 `trainers/dpo_worker.py`). The step loop, metrics, cadence and preemption are `trainers/loop`'s.
 
