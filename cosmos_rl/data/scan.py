@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from cosmos_rl.config import schema
-from cosmos_rl.config.preflight import resolve_path
+from cosmos_rl.config.paths import resolve_path
 from cosmos_rl.config.problems import Problem
 from cosmos_rl.data.caption_index import index_caption_shards, read_caption_rows
 from cosmos_rl.data.image_files import check_image
