@@ -6,9 +6,9 @@ reference. Per step every rank walks the same prompt rows and makes ONE sample p
 prompt's group is the row's samples across the ranks (group_size = world size).
 
 `NFTTrainer` is one process's share of that work. In a run, each Ray actor (`NFTWorker`) holds one
-and plays one rank; the ranks meet through `RankCollectives` (gloo/NCCL). For fast tests,
-`trainers.nft_local` builds one trainer that plays every rank of a group in one process
-(`LocalCollectives`) and gives the same numbers; no manifest reaches it (the spec's
+and plays one rank; the ranks meet through `RankCollectives` (gloo/NCCL). For fast tests, the
+test suite builds one trainer that plays every rank of a group in one process (another
+`nft_collectives.Collectives`) and gives the same numbers; no manifest reaches it (the spec's
 one-sample-per-rank rule stands for runs).
 
 Reward: each rank scores its own images (the service sees group_size concurrent requests; no rank
@@ -40,7 +40,7 @@ from cosmos_rl.dist.ray_group import RankActor
 from cosmos_rl.errors import RewardUnavailable
 from cosmos_rl.rewards.multi import reward_terms
 from cosmos_rl.seeds import derive_seed
-from cosmos_rl.trainers.nft_collectives import LocalCollectives, RankCollectives
+from cosmos_rl.trainers.nft_collectives import Collectives, RankCollectives
 from cosmos_rl.trainers.nft_state import SEED_CONTRACT_KEY, AdapterState, policy_state
 
 POLICY, OLD = "policy", "old"  # the two LoRA adapter names
@@ -50,7 +50,7 @@ REWARD_FAILED = "reward_failed"
 # (rank, uint8 images [rows, H, W, 3], prompts) -> {reward name: one score per image}
 ScoreFn = Callable[[int, np.ndarray, Sequence[str]], dict[str, list[float]]]
 
-__all__ = ["NFTTrainer", "NFTWorker", "LocalCollectives", "RankCollectives", "rollout_noise"]
+__all__ = ["NFTTrainer", "NFTWorker", "RankCollectives", "rollout_noise"]
 
 
 def _generator(seed: int, device: torch.device) -> torch.Generator:
@@ -75,10 +75,10 @@ def rollout_noise(
 class NFTTrainer:
     """The NFT state of one process (model, adapters, optimizer, prompts, checkpoints) and its step.
 
-    It plays the ranks `comm.ranks`: one in a Ray run, all of a group in `trainers.nft_local`.
+    It plays the ranks `comm.ranks`: one in a Ray run, all of a group in the tests' local group.
     """
 
-    def __init__(self, config: schema.RunConfig, run_dir: Path, device: torch.device, comm, score: ScoreFn):
+    def __init__(self, config: schema.RunConfig, run_dir: Path, device: torch.device, comm: Collectives, score: ScoreFn):
         self.config, self.rl = config, config.rl
         self.run_dir = Path(run_dir)
         self.device, self.comm, self.score = device, comm, score
