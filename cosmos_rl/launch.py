@@ -65,6 +65,6 @@ def _backend(config: schema.RunConfig):
         from cosmos_rl.trainers import nft_driver
 
         return nft_driver
-    from cosmos_rl.trainers import dpo_launch  # DPO and SFT: torchrun (or, for DPO, Ray) ranks
+    from cosmos_rl.trainers import spmd_launch  # DPO and SFT: torchrun (or, for DPO, Ray) ranks
 
-    return dpo_launch
+    return spmd_launch

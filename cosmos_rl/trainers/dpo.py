@@ -2,7 +2,7 @@
 
 Runs the same in one process (tests) and under torchrun (one process per rank); the only
 distributed calls are the metric all-reduce and what FSDP2/DCP do inside the model and checkpoint.
-`dist/` and `trainers/dpo_worker.py` set the process group up; this module never reads launcher env.
+`dist/` and `trainers/spmd_worker.py` set the process group up; this module never reads launcher env.
 
 Per step, on each rank: its share of the step's pairs (PairCursor) -> VAE latents of winners and
 losers (no grad) -> one noise eps and flow time t per pair, shared by winner and loser, drawn from a

@@ -14,7 +14,7 @@ they meet at the c10d rendezvous `grid.rdzv_endpoint` (or $COSMOS_RL_RDZV_ENDPOI
 `job.name`. The run directory must be on a filesystem every node shares (checkpoints are
 collective DCP writes).
 
-`grid.backend = "ray"`: `trainers.dpo_ray` runs the same trainer (DPO's or SFT's) in Ray actors (this process is the driver).
+`grid.backend = "ray"`: `trainers.spmd_ray` runs the same trainer (DPO's or SFT's) in Ray actors (this process is the driver).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from rich.markup import escape
 from cosmos_rl import plan
 from cosmos_rl.config import schema
 from cosmos_rl.errors import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE, Preempted, RunFailed, UserError
-from cosmos_rl.trainers.dpo_worker import QUIET_WORKERS_ENV
+from cosmos_rl.trainers.spmd_worker import QUIET_WORKERS_ENV
 
 # SIGUSR1 (a scheduler's "about to preempt") becomes SIGTERM for torchrun, which forwards only
 # the signals it handles; its default action on SIGUSR1 would kill it and orphan the workers.
@@ -138,9 +138,9 @@ def _run_forwarding_signals(argv: list[str], env: dict[str, str], forwarded: lis
 
 def start(config: schema.RunConfig, run_dir: Path, resume: bool, console) -> int:
     if config.grid.backend == "ray":
-        from cosmos_rl.trainers import dpo_ray
+        from cosmos_rl.trainers import spmd_ray
 
-        return dpo_ray.start(config, Path(run_dir), resume, console)
+        return spmd_ray.start(config, Path(run_dir), resume, console)
     run_dir = Path(run_dir)
     for stale in (run_dir / "logs").glob("rank*.status"):
         stale.unlink(missing_ok=True)

@@ -111,7 +111,7 @@ class DPORayWorker(RankActor):
     def train(self, resume: bool) -> int:
         """Run the trainer to rl.max_steps; returns the last step."""
         from cosmos_rl.trainers.dpo import DPOTrainer
-        from cosmos_rl.trainers.dpo_worker import _setup_logging
+        from cosmos_rl.trainers.spmd_worker import _setup_logging
         from cosmos_rl.trainers.sft import SFTTrainer
 
         _setup_logging(self.run_dir, self.rank)
