@@ -4,7 +4,7 @@
 
 Builds a temporary dataset: a JSONL of `--rows` rows over 256 distinct PNG files (noise, so they do
 not compress; warm in the page cache after the first pass, so disk reads are not measured), and one
-tar shard of `--rows` samples with their own image bytes. Times `cosmos_rl.data.scan.check_data` in
+tar shard of `--rows` samples with their own image bytes. Times `cosmos_rl.config.algorithms.check_data` in
 its default sample mode and with `full=True` (`validate --data all`); medians of `--repeat`.
 """
 
@@ -23,7 +23,7 @@ import numpy as np
 from PIL import Image
 
 from cosmos_rl.config import load
-from cosmos_rl.data import scan
+from cosmos_rl.config import algorithms
 
 ROOT = Path(__file__).resolve().parent.parent
 DPO = ROOT / "manifests" / "dpo_t2i_smoke.toml"
@@ -62,7 +62,7 @@ def _median_s(config, base: Path, full: bool, repeat: int) -> float:
     samples = []
     for _ in range(repeat):
         start = time.perf_counter()
-        problems, _ = scan.check_data(config, base, full=full)
+        problems, _ = algorithms.check_data(config, base, full=full)
         samples.append(time.perf_counter() - start)
         assert not problems, problems[:3]
     return statistics.median(samples)

@@ -69,7 +69,7 @@ def _checked(manifest: Path, overrides: list[str], data: DataCheck = DataCheck.n
     config, problems = load.load_all_problems(manifest, overrides)
     notes: list[str] = []
     if config is not None and data is not DataCheck.none:
-        from cosmos_rl.data.scan import check_data
+        from cosmos_rl.config.algorithms import check_data
 
         found, notes = check_data(config, Path(manifest).resolve().parent, full=data is DataCheck.all)
         problems = problems + found

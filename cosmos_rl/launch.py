@@ -67,6 +67,6 @@ def _backend(config: schema.RunConfig):
         from cosmos_rl.trainers import ray_driver
 
         return ray_driver
-    from cosmos_rl.trainers import dpo_launch
+    from cosmos_rl.trainers import spmd_launch
 
-    return dpo_launch
+    return spmd_launch

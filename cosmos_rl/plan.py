@@ -106,7 +106,7 @@ def torchrun_argv(config: schema.RunConfig, manifest_in_run_dir: str) -> list[st
         # preflight guarantees one of the two; the value is printed so the command runs as shown
         endpoint = g.rdzv_endpoint or os.environ.get(preflight.RDZV_ENV, "")
         argv += ["--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={config.job.name}"]
-    return argv + ["-m", "cosmos_rl.trainers.dpo_worker", manifest_in_run_dir]
+    return argv + ["-m", "cosmos_rl.trainers.spmd_worker", manifest_in_run_dir]
 
 
 def launch_argv(config: schema.RunConfig, manifest_path: str, overrides: list[str]) -> list[str]:

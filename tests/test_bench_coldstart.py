@@ -37,7 +37,7 @@ def test_the_cosmos_rl_stage_covers_every_module_the_nft_actor_imports():
     staged = set(coldstart.ALL_MODULES)
     # The actor class (its module-level imports; the rest of trainers/ray_driver.py is the driver's),
     # then the online step and NFT's half, whose lazy imports run in the actor too.
-    assert {"cosmos_rl.trainers.ray_driver", "cosmos_rl.trainers.dpo_worker"} <= staged
+    assert {"cosmos_rl.trainers.ray_driver", "cosmos_rl.trainers.spmd_worker"} <= staged
     for name in ("online", "nft"):
         top, nested = _cosmos_imports(REPO / "cosmos_rl" / "trainers" / f"{name}.py")
         assert f"cosmos_rl.trainers.{name}" in staged

@@ -13,7 +13,7 @@ import webdataset as wds
 from _image_helpers import bomb_png, png_bytes
 from cosmos_rl.config import load
 from cosmos_rl.errors import UserError
-from cosmos_rl.trainers import dpo_launch
+from cosmos_rl.trainers import spmd_launch
 from cosmos_rl.trainers.dpo import DPOTrainer
 from cosmos_rl.errors import EXIT_USAGE as EXIT_USER
 
@@ -58,5 +58,5 @@ def test_a_rank_that_stopped_on_a_user_error_makes_the_launcher_raise_it(tmp_pat
     (logs / "rank1.status").write_text(json.dumps({"code": EXIT_USER, "message": message}))
     (logs / "rank0.status").write_text(json.dumps({"code": 1, "message": "rank 0: RuntimeError: Connection closed by peer"}))
     with pytest.raises(UserError) as info:
-        dpo_launch._raise_for(tmp_path, 1)
+        spmd_launch._raise_for(tmp_path, 1)
     assert str(info.value) == message

@@ -10,7 +10,7 @@ import torch
 
 from cosmos_rl.config import load
 from cosmos_rl.data.cursor import PairCursor
-from cosmos_rl.trainers.dpo_ray import DPODataActor
+from cosmos_rl.trainers.dpo_data_actor import DPODataActor
 
 MANIFEST = Path(__file__).resolve().parents[1] / "manifests" / "dpo_t2i_smoke.toml"
 

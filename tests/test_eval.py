@@ -186,7 +186,7 @@ def test_eval_refuses_bad_options_and_targets_naming_them(tmp_path):
 def nft_run(tmp_path_factory):
     """Two NFT steps of the smoke manifest in one process, evaluated after each (brightness, so the
     numbers move with the weights), with the manifest.toml a real run directory holds."""
-    from cosmos_rl.trainers.nft_local import run_local
+    from _nft_local import run_local
 
     root = tmp_path_factory.mktemp("eval_run")
     overrides = ["rl.sample_steps=6", "rl.timesteps_per_sample=2", "job.progress=false", "rl.max_steps=2",
@@ -274,7 +274,7 @@ def test_eval_config_defaults_are_off_and_not_part_of_the_run_identity():
 
 def test_evaluating_changes_nothing_the_run_computes(nft_run, tmp_path):
     """The same two steps without [rl.eval] give the same training numbers exactly."""
-    from cosmos_rl.trainers.nft_local import run_local
+    from _nft_local import run_local
 
     _, rows = nft_run
     overrides = ["rl.sample_steps=6", "rl.timesteps_per_sample=2", "job.progress=false", "rl.max_steps=2",

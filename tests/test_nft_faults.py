@@ -29,8 +29,8 @@ from typer.testing import CliRunner
 from cosmos_rl import launch
 from cosmos_rl.cli import app
 from cosmos_rl.config import load
-from cosmos_rl.rewards.server import RewardServer
 
+from _reward_faults import FaultyRewardServer
 from test_nft_ray import FAST, SMOKE, _checkpoint_tensors, _deterministic, _rows
 
 pytestmark = pytest.mark.slow
@@ -124,7 +124,7 @@ def faulty(ray_cluster, tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("nft_faulty")
     run_dir = root / "faulty"
     facts: dict = {"run_dir": run_dir}
-    with RewardServer("127.0.0.1", 0, revision=REVISION) as server:
+    with FaultyRewardServer("127.0.0.1", 0, revision=REVISION) as server:
         # Step 1: two faulted attempts, retried; then the rest of step 1 and all of step 2 answered
         # normally ("delay:0" answers at once); from step 3 every attempt fails in a way the client
         # retries, until the retries run out.
@@ -144,7 +144,7 @@ def faulty(ray_cluster, tmp_path_factory) -> dict:
     facts["committed"] = _committed(run_dir)
     facts["rows_at_failure"] = _rows(run_dir) if (run_dir / "metrics.jsonl").exists() else []
 
-    with RewardServer("127.0.0.1", 0, revision=REVISION) as restarted:  # a new service, on a new port
+    with FaultyRewardServer("127.0.0.1", 0, revision=REVISION) as restarted:  # a new service, on a new port
         restarted.inject_faults(*TRANSIENT_2)
         facts["resume"] = _resume_cli(run_dir, f'rl.reward.url="{restarted.url}"', *RETRY)
         facts["resume_requests"] = restarted.score_requests

@@ -113,11 +113,11 @@ def test_short_run_writes_every_metric_and_a_sample_grid(runs):
 
 
 def test_one_process_playing_every_rank_gives_the_numbers_of_four_actors(runs, tmp_path):
-    """The test-only local group (trainers.nft_local) runs the same NFT step with all 4 ranks in
+    """The test-only local group (tests/_nft_local.py) runs the same NFT step with all 4 ranks in
     this process: step 1's rollouts and rewards exactly (same weights, same seeds), losses and
     gradients to float-order noise (FSDP2's sharded reductions sum in another order), which the
     later steps' rollouts then inherit."""
-    from cosmos_rl.trainers.nft_local import run_local
+    from _nft_local import run_local
 
     overrides = [*FAST, f"rl.max_steps={STEPS}", "rl.sample_grid_every=2", "checkpoint.every=2"]
     config = load.load(SMOKE, [*overrides, f'job.output_dir="{tmp_path}"'])

@@ -17,7 +17,7 @@ FAST = ["rl.sample_steps=4", "rl.timesteps_per_sample=2", "job.progress=false", 
 
 
 def _run(tmp_path: Path, *extra: str) -> list[dict]:
-    from cosmos_rl.trainers.nft_local import run_local
+    from _nft_local import run_local
 
     config = load.load(SMOKE, [*FAST, f'job.output_dir="{tmp_path}"', 'job.name="r"', *extra])
     return run_local(config, tmp_path / "r")

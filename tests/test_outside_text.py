@@ -65,12 +65,12 @@ def test_a_manifest_path_with_brackets_is_named_verbatim_in_its_problems(capsys,
 
 def test_the_torchrun_launch_line_prints_a_bracketed_run_dir_verbatim(tmp_path, monkeypatch):
     from cosmos_rl.config import load
-    from cosmos_rl.trainers import dpo_launch
+    from cosmos_rl.trainers import spmd_launch
 
     run_dir = tmp_path / "runs[/x]" / "r"
-    monkeypatch.setattr(dpo_launch, "_run_forwarding_signals", lambda argv, env, forwarded: 0)
+    monkeypatch.setattr(spmd_launch, "_run_forwarding_signals", lambda argv, env, forwarded: 0)
     sink = io.StringIO()
-    code = dpo_launch.start(load.load(DPO), run_dir, resume=False, console=Console(file=sink, soft_wrap=True))
+    code = spmd_launch.start(load.load(DPO), run_dir, resume=False, console=Console(file=sink, soft_wrap=True))
     assert code == 0 and f"{run_dir}/manifest.toml" in sink.getvalue()
 
 
@@ -82,11 +82,11 @@ def _status(run_dir: Path, rank: int, code: int, message: str, mtime_ns: int) ->
 
 
 def test_the_first_failing_rank_is_shown_not_the_last(tmp_path):
-    from cosmos_rl.trainers import dpo_launch
+    from cosmos_rl.trainers import spmd_launch
 
     # rank 1 failed first; rank 0 (and 2) then failed on the broken collective.
     _status(tmp_path, 1, 1, "rank 1: ValueError: the root cause", 1_000_000_000)
     _status(tmp_path, 0, 1, GLOO, 2_000_000_000)
     _status(tmp_path, 2, 1, "rank 2: RuntimeError: Connection closed by peer", 3_000_000_000)
     with pytest.raises(RunFailed, match="the root cause"):
-        dpo_launch._raise_for(tmp_path, 1)
+        spmd_launch._raise_for(tmp_path, 1)

@@ -16,12 +16,14 @@ from cosmos_rl.rewards.client import RewardClient, RewardServiceError
 from cosmos_rl.rewards.functions import jpeg_compressibility, prompt_colour
 from cosmos_rl.rewards.server import RewardServer, serve_forever_cli
 
+from _reward_faults import FaultyRewardServer
+
 REVISION = "builtin-rev-1"
 
 
 @pytest.fixture
 def server():
-    with RewardServer(revision=REVISION) as srv:
+    with FaultyRewardServer(revision=REVISION) as srv:
         yield srv
 
 

@@ -221,7 +221,7 @@ def test_plan_of_an_sft_run_launches_the_torchrun_workers():
     resolved = plan.build(config, "m.toml")
     assert resolved["per_step"] == {"samples": 64, "samples_per_rank": 64}
     assert resolved["trains"] == "the VAE (autoencoder)" and resolved["checkpoint"]["contents"][0] == "VAE weights"
-    assert resolved["launch"][-2:] == ["cosmos_rl.trainers.dpo_worker", "runs/sft_shapes_cpu/manifest.toml"]
+    assert resolved["launch"][-2:] == ["cosmos_rl.trainers.spmd_worker", "runs/sft_shapes_cpu/manifest.toml"]
     assert resolved["seed_contract"] == {"job.seed": 0, "world_size": 1, "rl.data.shuffle": True}
     assert resolved["eval"]["every"] == 100 and resolved["eval"]["sampler"] == "10 steps, guidance 1"
     assert resolved["eval"]["hacking_window"] == "none (no training reward)"
@@ -235,7 +235,7 @@ def test_plan_of_an_sft_run_launches_the_torchrun_workers():
 def test_validate_reads_caption_shards_and_names_the_bad_sample(tmp_path):
     import io
 
-    from cosmos_rl.data.scan import check_data
+    from cosmos_rl.config.algorithms import check_data
 
     write_shards(tmp_path, SPECS, seed=0)
     bad = tmp_path / "bad.tar"

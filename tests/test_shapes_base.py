@@ -13,13 +13,13 @@ from cosmos_rl.algorithms.sft import flow_matching_loss, reconstruction_loss
 from cosmos_rl.data.captions import CaptionShards
 from cosmos_rl.errors import UserError
 from cosmos_rl.flow import noisy_latents
-from cosmos_rl.models import shapes_base
 from cosmos_rl.models.build import build_preset, load_parts
 from cosmos_rl.models.media import MediaSpec
 from cosmos_rl.models.packing import velocity
-from cosmos_rl.models.shapes_preset import WEIGHTS_DIR, load_shapes_base, read_manifest
 from cosmos_rl.models.text import model_prompt_ids
 from cosmos_rl.models.vae import encode_images
+from cosmos_rl.shapes import base_build
+from cosmos_rl.shapes.preset import WEIGHTS_DIR, load_shapes_base, read_manifest
 
 
 def test_the_shipped_base_is_a_preset_with_the_minimal_template():
@@ -63,7 +63,7 @@ def _reconstruction(vae, images) -> float:
 def test_the_rebuild_command_runs_and_improves_the_model(tmp_path):
     threads = torch.get_num_threads()
     try:
-        code = shapes_base.main([
+        code = base_build.main([
             "build", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out"), "--samples", "48",
             "--vae-steps", "30", "--vae-batch", "8", "--steps", "30", "--batch", "8", "--checkpoint-every", "15",
             "--eval-seeds", "0",
@@ -83,14 +83,14 @@ def test_the_rebuild_command_runs_and_improves_the_model(tmp_path):
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["recipe"]["steps"] == 30 and set(manifest["wall_clock_s"]) == {"vae", "transformer"}
     # Asking for fewer steps than a stage has trained is refused, not silently ignored.
-    assert shapes_base.main(["build", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out"),
-                             "--samples", "48", "--vae-steps", "10", "--eval-seeds", "0"]) == 2
+    assert base_build.main(["build", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out"),
+                            "--samples", "48", "--vae-steps", "10", "--eval-seeds", "0"]) == 2
 
 
 def test_score_images_is_one_for_ground_truth_and_counts_tasks_equally():
     import numpy as np
 
-    from cosmos_rl.models.shapes_eval import score_images
+    from cosmos_rl.shapes.held_out import score_images
     from cosmos_rl.shapes import parse_caption, render
 
     prompts = ["a circle", "two red squares", "a blue triangle above a circle"]

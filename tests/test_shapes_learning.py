@@ -18,7 +18,7 @@ STEPS = 20
 
 def test_a_short_nft_cut_from_the_shapes_base_raises_the_held_out_score(tmp_path):
     from cosmos_rl.evaluation.command import run_eval
-    from cosmos_rl.trainers.nft_local import run_local
+    from _nft_local import run_local
 
     overrides = [f"rl.max_steps={STEPS}", "rl.eval.every=0", "rl.sample_grid_every=0", "job.progress=false",
                  f"checkpoint.every={STEPS}", "checkpoint.keep=1", f'job.output_dir="{tmp_path}"', 'job.name="cut"']  # fmt: skip

@@ -136,6 +136,15 @@ def of(config: schema.RunConfig) -> Algorithm:
     return get(config.rl.algorithm)
 
 
+def check_data(config: schema.RunConfig, base_dir, *, full: bool = False) -> tuple[list, list[str]]:
+    """(problems, one note per source read) for the data the run names (`validate --data`), as its
+    entry's `data_check` reads it (none: nothing to read); paths relative to `base_dir`."""
+    from pathlib import Path
+
+    check = of(config).resolve("data_check")
+    return check(config, Path(base_dir), full) if check is not None else ([], [])
+
+
 def seed_values(entry: Algorithm, rl) -> dict[str, Any]:
     """{"rl.KEY": value} for the entry's seed-contract keys."""
     return {f"rl.{key}": _get_path(rl, key) for key in entry.seed_keys}

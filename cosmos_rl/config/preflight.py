@@ -14,6 +14,8 @@ import typing
 from pathlib import Path
 
 from cosmos_rl.config import algorithms, schema
+from cosmos_rl.config import schema
+from cosmos_rl.config.paths import resolve_path
 from cosmos_rl.config.preflight_data import _data_source, _sources
 from cosmos_rl.config.preflight_rules import Rules, seed_rule
 from cosmos_rl.config.preflight_rewards import BUILTIN_REWARDS, _one_reward, _reward_terms
@@ -33,13 +35,6 @@ RDZV_ENV = "COSMOS_RL_RDZV_ENDPOINT"
 # then times out at once; Ray turns one into int64 milliseconds and cannot take inf. A week is far
 # beyond any honest collective, so anything longer is a typo or an attempt at "never".
 GRID_TIMEOUT_MAX_S = 7 * 24 * 3600
-
-
-def resolve_path(value: str, base_dir: Path) -> str:
-    """Manifest paths are relative to the manifest's folder; URLs and absolute paths pass through."""
-    if not value or "://" in value or value.startswith("preset:") or os.path.isabs(value):
-        return value
-    return str((base_dir / value).resolve())
 
 
 def check(config: schema.RunConfig, base_dir: Path | str = ".") -> list[Problem]:

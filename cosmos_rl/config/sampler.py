@@ -10,33 +10,12 @@ unset is the model's own; `resolved` fills it in for reporting.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 import attrs
 
 from cosmos_rl.config import algorithms, schema
+from cosmos_rl.models.sampler_settings import SamplerSettings
 
 DEFAULT_BATCH = 32  # samples per sampler call (guidance != 1 packs twice as many into each forward)
-
-
-@dataclass(frozen=True)
-class SamplerSettings:
-    steps: int
-    shift: float | None  # None: the model's scheduler config decides
-    guidance: float
-
-    def as_json(self) -> dict:
-        return asdict(self)
-
-    def replaced(self, steps: int | None, guidance: float | None) -> "SamplerSettings":
-        """These settings with the steps and/or guidance given (not None) in their place."""
-        return SamplerSettings(self.steps if steps is None else steps, self.shift, self.guidance if guidance is None else guidance)
-
-    def resolved(self, parts) -> "SamplerSettings":
-        """The same settings with an unset shift replaced by the flow shift `parts.scheduler` declares."""
-        if self.shift is not None:
-            return self
-        return SamplerSettings(self.steps, float(parts.scheduler.config["flow_shift"]), self.guidance)
 
 
 def default_settings() -> SamplerSettings:

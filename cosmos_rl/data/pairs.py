@@ -40,3 +40,19 @@ __all__ = [
     "check_symmetry",
     "factory_source",
 ]
+
+
+def build_source(data, size, job_seed: int, what: str):
+    """The pair source a data section (`schema.PreferenceDataConfig`) names, its images at `size`
+    (a side or (height, width)); synthetic pairs win over any file source."""
+    from cosmos_rl.errors import UserError
+
+    if data.synthetic_pairs:
+        return SyntheticPairs(data.synthetic_pairs, size, job_seed + data.synthetic_seed)
+    if data.jsonl:
+        return JsonlPairs(data.jsonl, size)
+    if data.shards:
+        return TarShardPairs(list(data.shards), size)
+    if data.factory:
+        return factory_source(data.factory, **dict(data.factory_kwargs))
+    raise UserError(f"{what}: no pair source; set {what}.synthetic_pairs, .jsonl, .shards or .factory")

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from cosmos_rl.config import schema
-from cosmos_rl.config.preflight import resolve_path
+from cosmos_rl.config.paths import resolve_path
 from cosmos_rl.config.problems import Problem
 from cosmos_rl.data.caption_index import index_caption_shards, read_caption_rows
 from cosmos_rl.data.image_files import check_image
@@ -177,15 +177,6 @@ def _captions(data: schema.CaptionDataConfig, base: Path, full: bool) -> tuple[l
     check = lambda entry: check_image(read_blob(entry, entry.image, entry.origin), entry.origin)  # noqa: E731
     note = _open_images(source, entries, check, full)
     return source.finish(), [f"{source.key}: {len(shards)} shard(s), {len(entries)} good samples, {len(bad)} problem(s); {note}"]
-
-
-def check_data(config: schema.RunConfig, base_dir: Path | str, *, full: bool = False) -> tuple[list[Problem], list[str]]:
-    """(problems, one note per source read) for the data `config` names; paths relative to `base_dir`.
-    Which data that is, the algorithm's registry entry says (`data_check`; none: nothing to read)."""
-    from cosmos_rl.config import algorithms
-
-    check = algorithms.of(config).resolve("data_check")
-    return check(config, Path(base_dir), full) if check is not None else ([], [])
 
 
 def prompt_data(config: schema.RunConfig, base: Path, full: bool) -> tuple[list[Problem], list[str]]:

@@ -3,7 +3,7 @@
 On any worker failure or stop signal torchrun prints a ChildFailedError / SignalException
 traceback (about 50 lines) and its agent logs each failed rank at ERROR level, so one user mistake
 reached the terminal three times. Here every worker records its one-line outcome in
-`<run_dir>/logs/rank<N>.status` (`trainers/dpo_worker.py`), the launcher prints that line once, and
+`<run_dir>/logs/rank<N>.status` (`trainers/spmd_worker.py`), the launcher prints that line once, and
 this entry only turns torchrun's exceptions into its exit code. Use:
 
     python -m cosmos_rl.dist.torchrun_quiet <torchrun arguments>

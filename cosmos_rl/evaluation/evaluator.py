@@ -18,7 +18,8 @@ import torch
 
 from cosmos_rl.evaluation.prompts import Item, eval_captions, make_items, rank_share
 from cosmos_rl.evaluation.scores import EvalScores, Totals, caption_groups, score_images
-from cosmos_rl.config.sampler import DEFAULT_BATCH, SamplerSettings, run_settings
+from cosmos_rl.config.sampler import DEFAULT_BATCH, run_settings
+from cosmos_rl.models.sampler_settings import SamplerSettings
 from cosmos_rl.models.media import MediaSpec, latent_shape
 
 

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from cosmos_rl.errors import UserError
-from cosmos_rl.config.sampler import SamplerSettings, default_settings, run_settings
+from cosmos_rl.config.sampler import default_settings, run_settings
+from cosmos_rl.models.sampler_settings import SamplerSettings
 from cosmos_rl.models.media import MediaSpec
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 A model is either a named preset (`tiny`: random weights built from a seed, for tests and CPU
 smoke runs; `shapes`: the pretrained shapes-world base shipped in the package, see
-`models/shapes_preset.py`) or a local diffusers-style folder with `transformer/`, `vae/`, `tokenizer/` (or
+`shapes/preset.py`) or a local diffusers-style folder with `transformer/`, `vae/`, `tokenizer/` (or
 `text_tokenizer/`), `scheduler/` subfolders, e.g. a Cosmos3-Nano pipeline folder. A folder's
 model is built for text-to-image: without the sound and action heads its transformer config may
 enable. Nothing is ever fetched from a hub.
@@ -14,6 +14,7 @@ folder without `cosmos_rl.json` uses) or `minimal`. `save_parts` writes it to
 
 from __future__ import annotations
 
+import importlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,15 +110,21 @@ def _build_tiny(with_extra_heads: bool) -> ModelParts:
     )
 
 
-def _build_shapes(with_extra_heads: bool) -> ModelParts:
-    from cosmos_rl.models.shapes_preset import load_shapes_base
+# name -> its builder, called with `with_extra_heads`. A preset owned by another package is named
+# by "module:function", imported on first use, so this module imports none of them (the shapes
+# base lives with the shapes world, which builds on models/).
+PRESETS: dict[str, Callable[[bool], ModelParts] | str] = {
+    "tiny": _build_tiny,
+    "shapes": "cosmos_rl.shapes.preset:build_shapes",
+}
 
-    if with_extra_heads:
-        raise ValueError("the shapes preset has no sound or action heads")
-    return load_shapes_base()
 
-
-PRESETS: dict[str, Callable[[bool], ModelParts]] = {"tiny": _build_tiny, "shapes": _build_shapes}
+def _preset_builder(name: str) -> Callable[[bool], ModelParts]:
+    builder = PRESETS[name]
+    if isinstance(builder, str):
+        module, _, function = builder.partition(":")
+        builder = getattr(importlib.import_module(module), function)
+    return builder
 
 
 def build_preset(name: str, seed: int, *, with_extra_heads: bool = False) -> ModelParts:
@@ -136,7 +143,7 @@ def build_preset(name: str, seed: int, *, with_extra_heads: bool = False) -> Mod
     # is left exactly as it was.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        parts = PRESETS[name](with_extra_heads)
+        parts = _preset_builder(name)(with_extra_heads)
     parts.transformer.eval()
     parts.vae.eval()
     return parts

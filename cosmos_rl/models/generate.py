@@ -17,7 +17,7 @@ from typing import Callable, Protocol
 
 import torch
 
-from cosmos_rl.config.sampler import SamplerSettings
+from cosmos_rl.models.sampler_settings import SamplerSettings
 from cosmos_rl.models.media import MediaSpec
 from cosmos_rl.seeds import derive_seed
 

@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import threading
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 from starlette.applications import Starlette
@@ -39,44 +38,17 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = "cosmos-rl-builtin"
 
-# Faults a test can queue for /score; each request (after its body is read) consumes one, in order.
-#   http_500         answer 500
-#   garbage          answer 200 with a body that is not JSON
-#   wrong_count      answer 200 with one score too few
-#   wrong_revision   answer 200 with a different revision than the service declares
-#   drop_connection  start a 200 answer and close the connection before its body
-#   delay:<seconds>  wait, then answer normally
-FAULTS = ("http_500", "garbage", "wrong_count", "wrong_revision", "drop_connection")
-
-
-def is_delay(fault: str) -> bool:
-    if not fault.startswith("delay:"):
-        return False
-    try:
-        return float(fault.split(":", 1)[1]) >= 0
-    except ValueError:
-        return False
-
-
 class ServiceState:
-    """Counters and queued faults, shared between the app and whoever hosts it (thread-safe)."""
+    """Counters shared between the app and whoever hosts it (thread-safe)."""
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._faults: deque[str] = deque()
         self.score_requests = 0
 
-    def inject(self, *faults: str) -> None:
-        for fault in faults:
-            if fault not in FAULTS and not is_delay(fault):
-                raise ValueError(f"unknown fault {fault!r}; use one of {FAULTS} or 'delay:<s>'")
-        with self._lock:
-            self._faults.extend(faults)
-
-    def next_fault(self) -> str | None:
+    def count_score(self) -> None:
+        """One more /score request whose body arrived (scored or not)."""
         with self._lock:
             self.score_requests += 1
-            return self._faults.popleft() if self._faults else None
 
 
 class _Budget:
@@ -191,27 +163,18 @@ class RewardApp:
                 return _error(408, f"the body did not arrive within {self.limits.body_timeout_s:g} s", close=True)
             except ClientDisconnect:
                 return Response(status_code=400)
-            fault = self.state.next_fault()
-            if fault is not None and is_delay(fault):
-                await asyncio.sleep(float(fault.split(":", 1)[1]))
-                fault = None
-            if fault == "http_500":
-                return _error(500, "injected fault: http_500")
-            if fault == "garbage":
-                return Response(b"<html>this is not json", status_code=200, media_type="application/json")
-            if fault == "drop_connection":
-                return _Dropped()
-            try:
-                response = await self._scored(body)
-            except BadRequest as exc:
-                return _error(exc.status, str(exc))
-            if fault == "wrong_count":
-                response["scores"] = response["scores"][:-1]
-            elif fault == "wrong_revision":
-                response["revision"] = f"{response['revision']}-other"
-            return JSONResponse(response)
+            self.state.count_score()
+            return await self._answer(body)
         finally:
             self._budget.give(length)
+
+    async def _answer(self, body: bytes) -> Response:
+        """The answer to a /score request whose body arrived within the limits."""
+        try:
+            response = await self._scored(body)
+        except BadRequest as exc:
+            return _error(exc.status, str(exc))
+        return JSONResponse(response)
 
     async def _read(self, request: Request, length: int) -> bytes:
         chunks, size = [], 0
@@ -252,14 +215,3 @@ class RewardApp:
             raise BadRequest(f"body is not JSON: {exc}") from None
         reward, prompts, encoded = parse_fields(request, list(self.registry), self.limits)
         return reward, prompts, open_images(encoded, self.limits)
-
-
-class _Dropped(Response):
-    """Starts a 200 answer that promises a body, then ends without it: the client sees a cut connection."""
-
-    def __init__(self):
-        super().__init__(status_code=200)
-
-    async def __call__(self, scope, receive, send) -> None:
-        # uvicorn closes a connection whose answer the app left unfinished (and logs one line).
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"100")]})

@@ -2,8 +2,7 @@
 
 The trainer runs it in-process on a free loopback port (`RewardServer(...).start()`, served from a
 background thread); an operator runs it standalone through `serve_forever_cli` (`cosmos-rl reward
-serve`). The protocol is in `cosmos_rl.rewards.app`. Tests can make /score misbehave on purpose
-with `inject_faults` to exercise the client's retries against the real server.
+serve`). The protocol is in `cosmos_rl.rewards.app`.
 
 uvicorn waits for a request's headers forever once a connection is open; the protocol class here
 closes a connection whose next request's headers have not arrived within `header_timeout_s`, so
@@ -19,7 +18,7 @@ import threading
 import time
 
 from cosmos_rl.errors import UserError
-from cosmos_rl.rewards.app import FAULTS, SERVICE_NAME, RewardApp, ServiceState  # noqa: F401 (re-exported)
+from cosmos_rl.rewards.app import SERVICE_NAME, RewardApp, ServiceState  # noqa: F401 (re-exported)
 from cosmos_rl.rewards.limits import Limits
 from cosmos_rl.rewards.registry import Reward, build_registry
 
@@ -74,6 +73,8 @@ def bind(host: str, port: int) -> socket.socket:
 class RewardServer:
     """The reward HTTP service, run on a background thread of the calling process."""
 
+    app_class: type[RewardApp] = RewardApp  # the ASGI app it hosts (a subclass may host a variant)
+
     def __init__(
         self,
         host: str = "127.0.0.1",
@@ -107,7 +108,7 @@ class RewardServer:
         except UserError as exc:
             raise OSError(str(exc)) from None
         self.port = sock.getsockname()[1]
-        self._app = RewardApp(self._registry, self.revision, self.token, self.limits, self._state)
+        self._app = self.app_class(self._registry, self.revision, self.token, self.limits, self._state)
         config = uvicorn.Config(
             self._app.asgi, http=_protocol_class(self.limits.header_timeout_s), loop="asyncio", lifespan="off",
             log_level="warning", access_log=False, timeout_keep_alive=5, limit_concurrency=MAX_CONNECTIONS,
@@ -149,14 +150,10 @@ class RewardServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
-    # -- test hooks ------------------------------------------------------------------------
-    def inject_faults(self, *faults: str) -> None:
-        """Queue faults for the next /score requests, one per request (see FAULTS)."""
-        self._state.inject(*faults)
-
+    # -- counters --------------------------------------------------------------------------
     @property
     def score_requests(self) -> int:
-        """How many /score requests have arrived (including faulted ones)."""
+        """How many /score requests got as far as a complete body (answered with scores or an error)."""
         return self._state.score_requests
 
     def info(self) -> dict:

@@ -9,6 +9,10 @@ Public API (see docs/eval.md):
 - scores: :func:`verify` (one :class:`Verdict` per image), :func:`shapes_strict`,
   :func:`shapes_partial` (the built-in rewards), :func:`scores_by_task`, :func:`overall_score`;
 - files: :func:`write_prompt_file`, :func:`write_shards`.
+
+The shipped `shapes` model preset builds on `cosmos_rl.models` and is not imported here:
+`shapes.preset` (architecture and loader), `shapes.held_out` (its held-out scorer) and
+`shapes.base_build` (`python -m cosmos_rl.shapes.base_build build`, the SFT command that makes it).
 """
 
 from cosmos_rl.shapes.caption import CaptionError, parse_caption, task_of

@@ -2,7 +2,7 @@
 
 Runs the same in one process (tests) and under torchrun (one process per rank); the only
 distributed calls are the metric all-reduce and what FSDP2/DCP do inside the model and checkpoint.
-`dist/` and `trainers/dpo_worker.py` set the process group up; this module never reads launcher env.
+`dist/` and `trainers/spmd_worker.py` set the process group up; this module never reads launcher env.
 
 Per step, on each rank: its share of the step's pairs (PairCursor) -> VAE latents of winners and
 losers (no grad) -> one noise eps and flow time t per pair, shared by winner and loser, drawn from a
@@ -24,19 +24,12 @@ from pathlib import Path
 import torch
 
 from cosmos_rl.algorithms.dpo import dpo_loss, per_sample_mse
+from cosmos_rl.checkpoint import PlainState
 from cosmos_rl.config import schema
 from cosmos_rl.data.audit import leakage_audit
 from cosmos_rl.data.cursor import PairCursor
-from cosmos_rl.data.pairs import (
-    JsonlPairs,
-    SyntheticPairs,
-    TarShardPairs,
-    check_source_symmetry,
-    factory_source,
-)
-from cosmos_rl.errors import UserError
+from cosmos_rl.data.pairs import build_source, check_source_symmetry
 from cosmos_rl.flow import noisy_latents, velocity_target
-from cosmos_rl.models.media import MediaSpec
 from cosmos_rl.models.packing import velocity
 from cosmos_rl.models.setup import TrainableModel, build_trainable, optimizer_step
 from cosmos_rl.models.text import model_prompt_ids
@@ -57,20 +50,6 @@ LOSS_METRICS = (
     "ref_mse_loser",
 )
 VAL_METRICS = ("loss", "dpo_accuracy", "dpo_reward_margin")
-
-
-# ------------------------------------------------------------------------------------------ data
-def build_source(data: schema.PreferenceDataConfig, media: MediaSpec, job_seed: int, what: str):
-    """The pair source a data section names, its images at `media`'s size; synthetic pairs win over any file source."""
-    if data.synthetic_pairs:
-        return SyntheticPairs(data.synthetic_pairs, media.size, job_seed + data.synthetic_seed)
-    if data.jsonl:
-        return JsonlPairs(data.jsonl, media.size)
-    if data.shards:
-        return TarShardPairs(list(data.shards), media.size)
-    if data.factory:
-        return factory_source(data.factory, **dict(data.factory_kwargs))
-    raise UserError(f"{what}: no pair source; set {what}.synthetic_pairs, .jsonl, .shards or .factory")
 
 
 def _latent_cache(mode: str, vae, output_dir: str):
@@ -94,10 +73,10 @@ class DPOTrainer(SPMDTrainer):
         config = self.config
         if not isinstance(config.rl, schema.DPOConfig):
             raise TypeError("DPOTrainer needs a DPO config")
-        self.train_source = build_source(self.rl.data, self.media, config.job.seed, "rl.data")
+        self.train_source = build_source(self.rl.data, self.media.size, config.job.seed, "rl.data")
         self.val_source = None
         if self.rl.validation.every > 0:
-            self.val_source = build_source(self.rl.validation.data, self.media, config.job.seed, "rl.validation.data")
+            self.val_source = build_source(self.rl.validation.data, self.media.size, config.job.seed, "rl.validation.data")
 
         self.model: TrainableModel = build_trainable(config, self.device)
         self.latents = _latent_cache(self.rl.latent_cache, self.model.vae, config.job.output_dir)
@@ -118,13 +97,19 @@ class DPOTrainer(SPMDTrainer):
         self.module, self.lora = self.model.state_module(), self.model.lora
         self.params = self.model.trainable_parameters()
 
+    def __init__(self, config, run_dir, device, *, resume: bool = False, data_actor=None):
+        # grid.grouping = "per_role" (Ray): the pairs and the data cursor live in the data actor,
+        # reached through this client; None: this rank's own source and cursor.
+        self.data = None
+        if data_actor is not None:
+            from cosmos_rl.trainers.dpo_data_actor import DataActorClient
+
+            self.data = DataActorClient(data_actor)
+        super().__init__(config, run_dir, device, resume=resume)
+
     @classmethod
     def on_ray(cls, config, run_dir, device, rank, world, resume, context):
-        if context.get("data_actor") is not None:  # grid.grouping = "per_role": pairs come from the data actor
-            from cosmos_rl.trainers.dpo_ray import per_role_trainer
-
-            cls = per_role_trainer(context["data_actor"])
-        return cls(config, run_dir, device, resume=resume)
+        return cls(config, run_dir, device, resume=resume, data_actor=context.get("data_actor"))
 
     def has_holdout(self) -> bool:
         return self.val_source is not None and self.rl.validation.every > 0
@@ -136,7 +121,16 @@ class DPOTrainer(SPMDTrainer):
         return self.model.transformer
 
     def cursor_state(self):
-        return super().cursor_state() if self.rl.data.cursor_resume else None
+        if not self.rl.data.cursor_resume:
+            return None
+        if self.data is not None:  # the data actor's cursor, not this rank's unused one
+            return PlainState(self.data.cursor_state(self.rank))
+        return super().cursor_state()
+
+    def restore_cursor(self, components) -> None:
+        super().restore_cursor(components)
+        if self.data is not None:
+            self.data.load_cursor(self.rank, self.cursor.state_dict())
 
     # -------------------------------------------------------------------------------- set-up
     def prompt_ids(self, prompt: str) -> torch.Tensor:
@@ -185,7 +179,9 @@ class DPOTrainer(SPMDTrainer):
         return eps.to(self.device), t.to(self.device)
 
     def next_pairs(self) -> list:
-        """This rank's pairs for the next step (the Ray per_role trainer fetches them from its data actor)."""
+        """This rank's pairs for the next step (under per_role, from the data actor)."""
+        if self.data is not None:
+            return self.data.next_batch(self.step + 1, self.rank)
         return [self.train_source[i] for i in self.cursor.next_batch()]
 
     def train_step(self, step: int) -> dict[str, float]:

@@ -1,14 +1,29 @@
-"""How the NFT step's ranks meet: a real process group, or every rank in one process.
+"""How the NFT step's ranks meet: the `comm` object an `NFTTrainer` is given (`Collectives`).
 
-Both give the same two operations over "the values of every rank this process plays":
+It gives two operations over "the values of every rank this process plays" (`ranks`, in order):
 `gather` stacks them across the whole group ([world, ...]) and `mean` averages metric dicts over
-the group. A rank of a Ray run plays one rank (`RankCollectives`); the test-only single-process
-group plays all of them (`LocalCollectives`).
+the group. A rank of a Ray run plays one rank over a process group (`RankCollectives`); the test
+suite's single-process group plays every rank of a group with the same two operations and gives
+the same numbers, so fast tests drive the real step.
 """
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
+
+
+class Collectives(Protocol):
+    """What the step asks of `comm`; `own` holds one value per rank in `ranks`."""
+
+    ranks: tuple[int, ...]
+    world_size: int
+    device: torch.device
+
+    def gather(self, own: list[torch.Tensor]) -> torch.Tensor: ...
+
+    def mean(self, own: list[dict[str, float]]) -> dict[str, float]: ...
 
 
 class RankCollectives:
@@ -34,25 +49,5 @@ class RankCollectives:
         keys = sorted(values)
         vec = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=self.device)
         dist.all_reduce(vec)
-        vec /= self.world_size
-        return dict(zip(keys, vec.tolist()))
-
-
-class LocalCollectives:
-    """This process plays every rank 0..world_size-1 of the group (no process group)."""
-
-    def __init__(self, world_size: int, device: torch.device):
-        self.ranks = tuple(range(world_size))
-        self.world_size = world_size
-        self.device = device
-
-    def gather(self, own: list[torch.Tensor]) -> torch.Tensor:
-        assert len(own) == self.world_size, "one value per played rank"
-        return torch.stack([t.contiguous() for t in own])
-
-    def mean(self, own: list[dict[str, float]]) -> dict[str, float]:
-        assert len(own) == self.world_size, "one metrics dict per played rank"
-        keys = sorted(own[0])
-        vec = torch.tensor([[float(values[k]) for k in keys] for values in own], dtype=torch.float64).sum(0)
         vec /= self.world_size
         return dict(zip(keys, vec.tolist()))

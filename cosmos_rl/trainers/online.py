@@ -9,9 +9,9 @@ world size).
 `OnlineTrainer` is one process's share of that work, and an algorithm's rank trainer subclasses it
 with its training half, `learn(step, rollouts, tables, cond)` (NFT: `trainers/nft.py`). In a run,
 each Ray actor (`trainers.ray_driver.RankWorker`) holds one and plays one rank; the ranks meet
-through `RankCollectives` (gloo/NCCL). For fast tests, one trainer can play every rank of a group in
-one process (`LocalCollectives`) and give the same numbers; no manifest reaches that (the spec's
-one-sample-per-rank rule stands for runs).
+through `RankCollectives` (gloo/NCCL). For fast tests, the test suite builds one trainer that plays
+every rank of a group in one process (another `nft_collectives.Collectives`) and gives the same
+numbers; no manifest reaches it (the spec's one-sample-per-rank rule stands for runs).
 
 Reward: each rank scores its own images (the service sees group_size concurrent requests; no rank
 waits on another rank's decoding), then one all_gather gives every rank the [rows, group_size]
@@ -39,7 +39,7 @@ from cosmos_rl.checkpoint import CheckpointManager, LRScheduleState, OptimizerSt
 from cosmos_rl.config import schema
 from cosmos_rl.errors import RewardUnavailable
 from cosmos_rl.rewards.multi import reward_terms
-from cosmos_rl.trainers.nft_collectives import RankCollectives
+from cosmos_rl.trainers.nft_collectives import Collectives, RankCollectives
 from cosmos_rl.trainers.nft_state import SEED_CONTRACT_KEY, AdapterState, policy_state
 
 POLICY, OLD = "policy", "old"  # the two LoRA adapter names
@@ -77,7 +77,7 @@ class OnlineTrainer:
 
     progress_fields: tuple[str, ...] = ("train/reward_mean",)
 
-    def __init__(self, config: schema.RunConfig, run_dir: Path, device: torch.device, comm, score: ScoreFn):
+    def __init__(self, config: schema.RunConfig, run_dir: Path, device: torch.device, comm: Collectives, score: ScoreFn):
         self.config, self.rl = config, config.rl
         self.run_dir = Path(run_dir)
         self.device, self.comm, self.score = device, comm, score
@@ -252,7 +252,7 @@ class OnlineTrainer:
 
     def rollout(self, step: int, cond: list[torch.Tensor], uncond: list[torch.Tensor]) -> list[Rollout]:
         """One sample per row for each rank this process plays, with the old policy (or the policy)."""
-        from cosmos_rl.config.sampler import SamplerSettings
+        from cosmos_rl.models.sampler_settings import SamplerSettings
         from cosmos_rl.dist.fsdp import gathered_while_sampling
         from cosmos_rl.models.generate import generate
 

@@ -3,7 +3,7 @@
 An algorithm's registry entry (`config/algorithms.py`) names its rank trainer class. A launcher
 builds one per rank and drives it:
 
-- under torchrun (`trainers/dpo_worker.py`, launcher kind "ranks"), every rank runs the step loop
+- under torchrun (`trainers/spmd_worker.py`, launcher kind "ranks"), every rank runs the step loop
   (`trainers.loop.run_rank_steps`) over these calls, so their collectives line up;
 - on Ray (`trainers/ray_driver.py`, both kinds), the driver runs the loop and calls every actor's
   trainer, so a stop signal and every checkpoint reach every rank through Ray.

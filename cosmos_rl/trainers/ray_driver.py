@@ -14,7 +14,7 @@ Online algorithms (registry launcher "driver": NFT) also need the reward service
 contract and the services' revision pins are checked before Ray is touched, a built-in service
 runs on a thread of this process on a free 127.0.0.1 port, and a reward outage commits the step
 before the one that failed. Data-parallel algorithms (launcher "ranks") may place DPO's data role
-in its own actor (`grid.grouping = "per_role"`, `trainers/dpo_ray.py`).
+in its own actor (`grid.grouping = "per_role"`, `trainers/dpo_data_actor.py`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class RankWorker(RankActor):
 
     def build(self, resume: bool) -> dict:
         """Build (and on resume load) the trainer; returns what the driver's loop needs of it."""
-        from cosmos_rl.trainers.dpo_worker import _setup_logging
+        from cosmos_rl.trainers.spmd_worker import _setup_logging
 
         _setup_logging(self.run_dir, self.rank)
         trainer_cls = algorithms.of(self.config).resolve("trainer")
@@ -111,7 +111,7 @@ def start(config: schema.RunConfig, run_dir: Path, resume: bool, console) -> int
         t0 = time.perf_counter()
         group.cluster.connect()  # DPO's data actor must exist before the group's init args are fixed
         if config.grid.grouping == "per_role":  # DPO only (preflight)
-            from cosmos_rl.trainers.dpo_ray import start_data_actor
+            from cosmos_rl.trainers.dpo_data_actor import start_data_actor
 
             data_actor = context["data_actor"] = start_data_actor(config, world)
         group.init_args = (config, str(run_dir), context)

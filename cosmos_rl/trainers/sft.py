@@ -1,9 +1,9 @@
 """Supervised fine-tuning on image-caption data: flow matching for the transformer, or the VAE as
 an autoencoder (`rl.train`).
 
-Runs the same in one process (tests, `python -m cosmos_rl.models.shapes_base`) and under torchrun
-(`cosmos-rl train`, one process per rank, launched like DPO by `trainers/dpo_launch.py` and
-`trainers/dpo_worker.py`). The step loop, metrics, cadence and preemption are `trainers/loop`'s.
+Runs the same in one process (tests, `python -m cosmos_rl.shapes.base_build`) and under torchrun
+(`cosmos-rl train`, one process per rank, launched like DPO by `trainers/spmd_launch.py` and
+`trainers/spmd_worker.py`). The step loop, metrics, cadence and preemption are `trainers/loop`'s.
 
 Per step, on each rank: its share of the step's samples (a `PairCursor` over the source's indices)
 -> images [B, 3, H, W] ->

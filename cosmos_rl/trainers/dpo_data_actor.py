@@ -22,12 +22,12 @@ class DPODataActor:
 
     def __init__(self, config: schema.RunConfig, world_size: int):
         from cosmos_rl.data.cursor import PairCursor
+        from cosmos_rl.data.pairs import build_source
         from cosmos_rl.models.media import MediaSpec
-        from cosmos_rl.trainers.dpo import build_source
 
         rl = config.rl
         self.world_size = world_size
-        self.source = build_source(rl.data, MediaSpec.from_model_config(config.model), config.job.seed, "rl.data")
+        self.source = build_source(rl.data, MediaSpec.from_model_config(config.model).size, config.job.seed, "rl.data")
         # world 1: the whole step's indices, which next_batch splits exactly as PairCursor does.
         self.cursor = PairCursor(len(self.source), rl.pairs_per_step, config.job.seed, 1, 0, shuffle=rl.data.shuffle)
         self._cached: tuple[int, list] | None = None
@@ -48,39 +48,33 @@ class DPODataActor:
         self._cached = None
 
 
-def per_role_trainer(data_actor, timeout_s: float = DATA_TIMEOUT_S):
-    """A DPOTrainer whose pairs come from the data actor (built lazily: torch imports stay in the actor)."""
-    import ray
+class DataActorClient:
+    """A policy rank's calls to the data actor, each bounded by DATA_TIMEOUT_S and failing as one
+    line naming the rank (ActorGroup passes a RunFailed through as is)."""
 
-    from cosmos_rl.checkpoint import PlainState, layout
-    from cosmos_rl.errors import RunFailed
-    from cosmos_rl.trainers.dpo import DPOTrainer
+    def __init__(self, data_actor, timeout_s: float = DATA_TIMEOUT_S):
+        self.actor, self.timeout_s = data_actor, timeout_s
 
-    def ask(rank: int, ref, what: str):
-        # ActorGroup passes a RunFailed through as is, so the message names the asking rank itself.
+    def _ask(self, rank: int, ref, what: str):
+        import ray
+
+        from cosmos_rl.errors import RunFailed
+
         try:
-            return ray.get(ref, timeout=timeout_s)
+            return ray.get(ref, timeout=self.timeout_s)
         except ray.exceptions.GetTimeoutError:
-            raise RunFailed(f"rank {rank}: the data actor gave no answer to {what} within {timeout_s:.0f} s") from None
+            raise RunFailed(f"rank {rank}: the data actor gave no answer to {what} within {self.timeout_s:.0f} s") from None
         except ray.exceptions.RayActorError as exc:
             raise RunFailed(f"rank {rank}: the data actor died during {what}: {str(exc).splitlines()[0][:300]}") from None
 
-    class PerRoleDPOTrainer(DPOTrainer):
-        def next_pairs(self) -> list:
-            return ask(self.rank, data_actor.next_batch.remote(self.step + 1, self.rank), "next_batch")
+    def next_batch(self, step: int, rank: int) -> list:
+        return self._ask(rank, self.actor.next_batch.remote(step, rank), "next_batch")
 
-        def _components(self, *, with_rng: bool = True):
-            components = super()._components(with_rng=with_rng)
-            if layout.DATA_CURSOR in components:  # the data actor's cursor, not this rank's unused one
-                components[layout.DATA_CURSOR] = PlainState(ask(self.rank, data_actor.cursor_state.remote(), "cursor_state"))
-            return components
+    def cursor_state(self, rank: int) -> dict:
+        return self._ask(rank, self.actor.cursor_state.remote(), "cursor_state")
 
-        def _load_latest(self) -> None:
-            super()._load_latest()  # loads the saved cursor into self.cursor
-            if self.rl.data.cursor_resume:
-                ask(self.rank, data_actor.load_cursor.remote(self.cursor.state_dict()), "load_cursor")
-
-    return PerRoleDPOTrainer
+    def load_cursor(self, rank: int, state: dict) -> None:
+        self._ask(rank, self.actor.load_cursor.remote(state), "load_cursor")
 
 
 def start_data_actor(config: schema.RunConfig, world: int):

@@ -31,7 +31,7 @@ from rich.markup import escape
 from cosmos_rl import plan
 from cosmos_rl.config import schema
 from cosmos_rl.errors import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE, Preempted, RunFailed, UserError
-from cosmos_rl.trainers.dpo_worker import QUIET_WORKERS_ENV
+from cosmos_rl.trainers.spmd_worker import QUIET_WORKERS_ENV
 
 # SIGUSR1 (a scheduler's "about to preempt") becomes SIGTERM for torchrun, which forwards only
 # the signals it handles; its default action on SIGUSR1 would kill it and orphan the workers.

@@ -1,8 +1,8 @@
-"""Test-only: one process plays every rank of an NFT group (no Ray, no process group, no HTTP).
+"""One process plays every rank of an NFT group (no Ray, no process group, no HTTP): test code.
 
 It exists so fast tests drive the real NFT step through public calls, and so a test can show that
 one process playing G ranks gives the numbers G Ray actors give. No manifest reaches it: a run
-always makes one sample per model rank (the spec's rule); `cosmos-rl train` never imports this.
+always makes one sample per model rank (the spec's rule), so it lives with the tests, not the package.
 Rewards are the built-in reward functions called in-process (the service would compute the
 same function of the same lossless pixels).
 """
@@ -18,7 +18,26 @@ import torch
 from cosmos_rl.config import schema
 from cosmos_rl.trainers.loop import LoopSpec, run_steps
 from cosmos_rl.trainers.nft import NFTTrainer
-from cosmos_rl.trainers.nft_collectives import LocalCollectives
+
+
+class LocalCollectives:
+    """This process plays every rank 0..world_size-1 of the group (no process group)."""
+
+    def __init__(self, world_size: int, device: torch.device):
+        self.ranks = tuple(range(world_size))
+        self.world_size = world_size
+        self.device = device
+
+    def gather(self, own: list[torch.Tensor]) -> torch.Tensor:
+        assert len(own) == self.world_size, "one value per played rank"
+        return torch.stack([t.contiguous() for t in own])
+
+    def mean(self, own: list[dict[str, float]]) -> dict[str, float]:
+        assert len(own) == self.world_size, "one metrics dict per played rank"
+        keys = sorted(own[0])
+        vec = torch.tensor([[float(values[k]) for k in keys] for values in own], dtype=torch.float64).sum(0)
+        vec /= self.world_size
+        return dict(zip(keys, vec.tolist()))
 
 
 def local_trainer(config: schema.RunConfig, run_dir: Path, device: torch.device | None = None) -> NFTTrainer:

@@ -1,4 +1,4 @@
-"""torchrun entry of a DPO or SFT run: `python -m cosmos_rl.trainers.dpo_worker <run_dir>/manifest.toml [--resume]`.
+"""torchrun entry of a DPO or SFT run: `python -m cosmos_rl.trainers.spmd_worker <run_dir>/manifest.toml [--resume]`.
 
 One process per rank. It joins the process group, runs `trainers.dpo` (or `trainers.sft`), and leaves through
 `dist.world.finish_worker` (never interpreter teardown: see docs/topology.md, "Platform traps"). Exit codes follow the
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from cosmos_rl.errors import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE
 
-# Set by the launcher (trainers/dpo_launch.py), which prints every outcome itself.
+# Set by the launcher (trainers/spmd_launch.py), which prints every outcome itself.
 QUIET_WORKERS_ENV = "COSMOS_RL_QUIET_WORKERS"
 
 
@@ -86,7 +86,7 @@ def run_worker(manifest: Path, resume: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="cosmos_rl.trainers.dpo_worker")
+    parser = argparse.ArgumentParser(prog="cosmos_rl.trainers.spmd_worker")
     parser.add_argument("manifest", type=Path, help="<run_dir>/manifest.toml written by `cosmos-rl train`")
     parser.add_argument("--resume", action="store_true", help="continue from the newest committed checkpoint")
     args = parser.parse_args(argv)

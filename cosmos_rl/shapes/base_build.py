@@ -1,4 +1,4 @@
-"""Build the `shapes` preset with the project's own SFT: `python -m cosmos_rl.models.shapes_base build`.
+"""Build the `shapes` preset with the project's own SFT: `python -m cosmos_rl.shapes.base_build build`.
 
 Deterministic from `--seed` (given the same torch build and thread count). Stages, each an SFT run
 directory under `--work` (a checkpoint every `--checkpoint-every` steps; running the command again
@@ -13,7 +13,7 @@ extend finished ones, since `rl.max_steps` is not part of a run's identity):
 4. `runs/transformer`: SFT with `rl.train = "transformer"` (flow matching) on `vae_model/`;
 5. the result as float16 safetensors + `manifest.json` in `--out` (default: the package's
    `cosmos_rl/models/presets/shapes/`), then its held-out scores (the shipped float16 weights,
-   `shapes_eval.held_out_scores`), written into the manifest.
+   `shapes.held_out.held_out_scores`), written into the manifest.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ LATENT_STAT_SAMPLES = 2048
 
 
 def _parser() -> argparse.ArgumentParser:
-    from cosmos_rl.models.shapes_preset import WEIGHTS_DIR
+    from cosmos_rl.shapes.preset import WEIGHTS_DIR
 
-    parser = argparse.ArgumentParser(prog="python -m cosmos_rl.models.shapes_base", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m cosmos_rl.shapes.base_build", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     build = commands.add_parser("build", help="train the base and write it (continues an interrupted build)")
@@ -137,9 +137,9 @@ def build(args) -> dict:
     import torch
 
     from cosmos_rl.models.build import save_parts
-    from cosmos_rl.models.shapes_eval import held_out_scores
-    from cosmos_rl.models.shapes_preset import load_shapes_base, set_latent_stats, shapes_architecture, write_weights
     from cosmos_rl.shapes import balanced, split_prompts, write_shards
+    from cosmos_rl.shapes.held_out import held_out_scores
+    from cosmos_rl.shapes.preset import load_shapes_base, set_latent_stats, shapes_architecture, write_weights
 
     torch.set_num_threads(args.threads)
     work = args.work
@@ -162,7 +162,7 @@ def build(args) -> dict:
     runs = work / "runs"
     info = {
         "preset": "shapes",
-        "command": shlex.join(["python", "-m", "cosmos_rl.models.shapes_base", *sys.argv[1:]]),
+        "command": shlex.join(["python", "-m", "cosmos_rl.shapes.base_build", *sys.argv[1:]]),
         "recipe": {k: v for k, v in vars(args).items() if k not in ("work", "out", "command")},
         "split_seed": SPLIT_SEED,
         "wall_clock_s": {s: round(json.loads((runs / s / "wall_clock_s.json").read_text())["seconds"]) for s in ("vae", "transformer")},

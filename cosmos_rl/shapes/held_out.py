@@ -1,4 +1,4 @@
-"""Held-out shapes scores of a model, with `cosmos_rl.shapes` as the judge (used by the base build).
+"""Held-out shapes scores of a model, with the shapes verifier as the judge (used by the base build).
 
 Each held-out prompt of `split_prompts(0)` (319 prompts) is sampled once per seed in `seeds`, so
 two seeds give 638 scored images (128 would leave +-0.05 of noise on the score). Sample `i` of seed

@@ -1,8 +1,10 @@
 """The `shapes` preset: a small Cosmos3 pretrained on the shapes world, shipped in the package.
 
-`model.preset = "shapes"` (or `rl.init_from = "preset:shapes"`) loads it. It is the architecture
-below with the weights in `cosmos_rl/models/presets/shapes/` (float16 safetensors, widened to
-float32 on load), written by `python -m cosmos_rl.models.shapes_base build`, which also writes
+`model.preset = "shapes"` (or `rl.init_from = "preset:shapes"`) loads it: `models.build` names
+`build_shapes` by an import string, so `models/` never imports this module. It is the
+architecture below with the weights in `cosmos_rl/models/presets/shapes/` (where every preset's
+files live; float16 safetensors, widened to float32 on load), written by
+`python -m cosmos_rl.shapes.base_build build`, which also writes
 `manifest.json` there: the files' sha256, the VAE's latent statistics, how the weights were made
 (seed, steps, wall-clock, the command) and their held-out scores.
 
@@ -29,10 +31,10 @@ from cosmos_rl.errors import UserError
 from cosmos_rl.models.build import ModelParts, flow_scheduler
 from cosmos_rl.models.tokenizer import build_tiny_tokenizer
 
-WEIGHTS_DIR = Path(__file__).resolve().parent / "presets" / "shapes"
+WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "models" / "presets" / "shapes"
 MANIFEST = "manifest.json"
 COMPONENT_FILES = {"transformer": "transformer.safetensors", "vae": "vae.safetensors"}
-REBUILD = "python -m cosmos_rl.models.shapes_base build"
+REBUILD = "python -m cosmos_rl.shapes.base_build build"
 STORED_DTYPE = torch.float16
 
 
@@ -102,6 +104,13 @@ def read_manifest(folder: Path = WEIGHTS_DIR) -> dict:
     except (OSError, ValueError) as exc:
         raise UserError(f"model.preset: {path} is unreadable ({exc}); rebuild it with `{REBUILD}`") from None
     return manifest
+
+
+def build_shapes(with_extra_heads: bool) -> ModelParts:
+    """The `shapes` entry of `models.build.PRESETS`: the shipped base, which has no extra heads."""
+    if with_extra_heads:
+        raise ValueError("the shapes preset has no sound or action heads")
+    return load_shapes_base()
 
 
 def load_shapes_base(folder: Path = WEIGHTS_DIR) -> ModelParts:
