@@ -4,7 +4,8 @@ A run directory (it holds `manifest.toml`) is rebuilt from its saved manifest ex
 trainer builds it (`models.setup.build_trainable`: the base `rl.init_from` names plus the policy
 adapter, or all weights for a full fine-tune), then its newest committed checkpoint's `policy`
 component is loaded into it (`checkpoint.CheckpointManager.load`, which checks the files and the
-run identity first). The base for comparison is the same network with adapters disabled (or the
+run identity first); that component has the one format of `checkpoint.policy`, whichever
+algorithm wrote it. The base for comparison is the same network with adapters disabled (or the
 frozen copy of the base, for a full fine-tune): the trainer's reference. Only the policy is
 loaded, never the optimizer or the old policy. An SFT run that trained the VAE keeps the base
 transformer and compares the checkpoint's VAE with the base's.
@@ -112,6 +113,7 @@ def _pick_step(run_dir: Path, step: int | None) -> int:
 def _open_run(run_dir: Path, device: torch.device, image_size: int | None, out_dir: Path | None, step: int | None) -> Target:
     from cosmos_rl import plan
     from cosmos_rl.checkpoint import CheckpointManager, layout
+    from cosmos_rl.checkpoint.policy import policy_component
     from cosmos_rl.config import algorithms, load
     from cosmos_rl.models.setup import build_trainable
 
@@ -127,7 +129,7 @@ def _open_run(run_dir: Path, device: torch.device, image_size: int | None, out_d
     if entry.trained_part(config.rl) == "vae":
         return _open_vae_run(run_dir, config, manager, step, device, out_dir)
     model = build_trainable(config, device, adapter_names=("policy",))
-    manager.load(step, {layout.POLICY: _policy_component(entry, model)})
+    manager.load(step, {layout.POLICY: policy_component(model.state_module(), lora=model.lora)})
     model.transformer.eval()
 
     @contextmanager
@@ -150,14 +152,15 @@ def _open_vae_run(run_dir: Path, config, manager, step: int, device: torch.devic
     module, so each side loads its weights into it)."""
     import torch
 
-    from cosmos_rl.checkpoint import ModelState, layout
+    from cosmos_rl.checkpoint import layout
+    from cosmos_rl.checkpoint.policy import policy_component
     from cosmos_rl.models.setup import load_base
 
     parts = load_base(config)
     parts.transformer.to(device).eval()
     vae = parts.vae.to(device).eval()
     base_weights = {k: v.clone() for k, v in vae.state_dict().items()}
-    manager.load(step, {layout.POLICY: ModelState(vae, trainable_only=False)})
+    manager.load(step, {layout.POLICY: policy_component(vae, lora=False)})
     trained_weights = {k: v.clone() for k, v in vae.state_dict().items()}
 
     @contextmanager
@@ -176,17 +179,6 @@ def _open_vae_run(run_dir: Path, config, manager, step: int, device: torch.devic
         policy=lambda: decoded_by(trained_weights), base=lambda: decoded_by(base_weights), train_prompts=None,
         config=config,
     )
-
-
-def _policy_component(entry, model):
-    """The Stateful the run's trainer saved its `policy` component as (its registry entry's
-    `policy_state`; NFT: the named adapter)."""
-    policy_state = entry.resolve("policy_state")
-    if policy_state is not None:
-        return policy_state(model)
-    from cosmos_rl.checkpoint import ModelState
-
-    return ModelState(model.state_module(), trainable_only=model.lora)
 
 
 def _open_model(text: str, device: torch.device, image_size: int, out_dir: Path | None) -> Target:

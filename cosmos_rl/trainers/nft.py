@@ -35,13 +35,14 @@ from cosmos_rl import plan
 from cosmos_rl.algorithms import nft as nft_math
 from cosmos_rl.algorithms.multi_reward import combined_advantages, reward_metrics, weighted_reward
 from cosmos_rl.checkpoint import CheckpointManager, LRScheduleState, OptimizerState, PlainState, RngStreams, layout
+from cosmos_rl.checkpoint.policy import AdapterState, policy_component
 from cosmos_rl.config import schema
 from cosmos_rl.dist.ray_group import RankActor
 from cosmos_rl.errors import RewardUnavailable
 from cosmos_rl.rewards.multi import reward_terms
 from cosmos_rl.seeds import derive_seed
 from cosmos_rl.trainers.nft_collectives import LocalCollectives, RankCollectives
-from cosmos_rl.trainers.nft_state import SEED_CONTRACT_KEY, AdapterState, policy_state
+from cosmos_rl.trainers.nft_state import SEED_CONTRACT_KEY
 
 POLICY, OLD = "policy", "old"  # the two LoRA adapter names
 # What a rank's train_step returns when another rank's reward call failed for good (see train_step).
@@ -129,7 +130,7 @@ class NFTTrainer:
 
     def _components(self) -> dict[str, Any]:
         components: dict[str, Any] = {
-            layout.POLICY: policy_state(self.model),
+            layout.POLICY: policy_component(self.model.state_module(), lora=self.model.lora),
             layout.OPTIMIZER: OptimizerState(self.transformer, self.optimizer),
             layout.LR_SCHEDULE: LRScheduleState(self.schedule),
             layout.DATA_CURSOR: _CursorState(self.cursor),
