@@ -45,25 +45,22 @@ def export_run(
 ) -> dict:
     """Write the run's committed checkpoint `step` (None: the newest) to `out` as a model folder;
     returns the summary."""
-    out = Path(out)
-    if not (Path(run_dir) / "manifest.toml").is_file():
-        raise UserError(f"RUN_DIR {run_dir!r}: not a run directory (no manifest.toml); pass the folder `cosmos-rl train` created")
-    check_out_folder(out)
-    from cosmos_rl.evaluation.target import check_step
+    from cosmos_rl.evaluation.target import open_run
 
-    check_step(run_dir, step)
+    out = Path(out)
+    target = open_run(run_dir, step=step)  # refuses a folder that is not a run, or a --step it lacks; loads nothing
+    check_out_folder(out)
     import torch
     from diffusers import Cosmos3OmniPipeline
 
     from cosmos_rl import plan
-    from cosmos_rl.evaluation.target import open_target
     from cosmos_rl.models.build import MODEL_INFO
 
     progress(f"loading {'the newest committed checkpoint' if step is None else f'checkpoint step {step}'} of {run_dir}")
-    target = open_target(run_dir, torch.device("cpu"), None, None, step)
-    config = target.config  # the run's saved manifest, as open_target read it
-    parts = getattr(target.parts, "parts", target.parts)
-    with target.policy() as network:
+    model = target.load(torch.device("cpu"))
+    config = target.config  # the run's saved manifest, as open_run read it
+    parts = model.model_parts
+    with model.policy() as network:
         transformer, merged = _plain_transformer(network)
     scheduler, sampler = parts.scheduler, target.settings.resolved(parts)
     if sampler.shift != float(scheduler.config["flow_shift"]):  # an NFT run's rl.sampler_shift: what its rollouts used

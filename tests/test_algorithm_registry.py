@@ -20,7 +20,7 @@ from cosmos_rl.config.problems import ManifestError
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
-CODE_FIELDS = ("trainer", "preflight", "plan_section", "checkpoint_contents", "data_check", "train_prompts", "policy_state")
+CODE_FIELDS = ("trainer", "preflight", "plan_section", "checkpoint_contents", "data_check", "train_prompts")
 
 
 def test_every_built_in_entry_resolves_and_names_its_own_config():

@@ -181,6 +181,35 @@ def test_eval_refuses_bad_options_and_targets_naming_them(tmp_path):
         run_eval(str(tmp_path), out_dir=tmp_path)
 
 
+def test_a_run_target_is_refused_before_any_model_loads_or_any_file_is_written(tmp_path, monkeypatch):
+    """eval and pairs mine judge a run once (`open_target`), before `Target.load` and before their --out."""
+    import shutil
+
+    from cosmos_rl.evaluation import target
+    from cosmos_rl.evaluation.command import run_eval
+    from cosmos_rl.mining.command import run_mine
+
+    def no_load(self, device):
+        raise AssertionError("a refused target was loaded")
+
+    monkeypatch.setattr(target.Target, "load", no_load)
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "old_runs" / "nft_lora", run)  # committed: step 2
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("a red circle\n")
+    mine = {"reward": "shapes_strict", "prompts": prompts, "samples": 2}
+    with pytest.raises(UserError, match=r"--image-size 64: the run .* trains at model\.image_size = 32; drop --image-size"):
+        run_eval(str(run), image_size=64, out_dir=tmp_path / "e")
+    with pytest.raises(UserError, match=r"--step 5: .* no committed checkpoint at that step; committed: 2$"):
+        run_eval(str(run), step=5, out_dir=tmp_path / "e")
+    with pytest.raises(UserError, match=r"--step 5: .* committed: 2$"):
+        run_mine(str(run), step=5, out_dir=tmp_path / "m", **mine)
+    shutil.rmtree(run / "checkpoints")
+    with pytest.raises(UserError, match="no committed checkpoint yet"):
+        run_mine(str(run), out_dir=tmp_path / "m", **mine)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.txt", "run"]
+
+
 # ------------------------------------------------------------------------- an NFT run with eval
 @pytest.fixture(scope="module")
 def nft_run(tmp_path_factory):

@@ -7,6 +7,8 @@ Modules, one concern each:
 * ``integrity``: file sizes and checksums recorded at save and checked at load. Torch-free.
 * ``state``: what a component can be (``ModelState``, ``OptimizerState``, ``PlainState``,
   ``RngStreams``, ``LRScheduleState``) and the pickle-free plain encoding.
+* ``policy``: the trained weights as every trainer saves them (``AdapterState`` for a LoRA
+  adapter, every weight otherwise), ``policy_component`` choosing between the two.
 * ``dcp_io``: reading DCP folders without running code (the ``.metadata`` index, byte entries).
 * ``collective``: the few collectives a save or load needs.
 * ``loading``: the templates DCP reads a step into, checked against its index.
@@ -42,6 +44,8 @@ _LAZY = {
     "RngStreams": "state",
     "LRScheduleState": "state",
     "encode_plain": "state",
+    "AdapterState": "policy",
+    "policy_component": "policy",
     "decode_plain": "state",
     "load_dcp": "dcp_io",
     "read_dcp_metadata": "dcp_io",

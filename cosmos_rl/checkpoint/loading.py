@@ -57,9 +57,12 @@ def build_templates(
                 continue
             templates[key] = {f"rank{rank}": flat} if comp.per_rank else flat
             continue
-        template = comp.state_dict()
-        want = {f"{key}.{k}" for k in flatten_keys(template)}
         have = {k for k in saved if k.startswith(f"{key}.")}
+        # A component that reads more than one key layout (`policy.AdapterState`) says which
+        # template fits the keys this step holds; any other reads into its state_dict().
+        laid_out = getattr(comp, "template", None)
+        template = laid_out({k[len(key) + 1:] for k in have}) if laid_out is not None else comp.state_dict()
+        want = {f"{key}.{k}" for k in flatten_keys(template)}
         if want - have:
             problems.append(
                 f"component {name!r}: keys missing from the checkpoint: " + short_list(sorted(want - have))

@@ -54,7 +54,6 @@ class Algorithm:
     checkpoint_contents: Code = ""  # (config) -> list of what a checkpoint holds, for `plan`
     data_check: Code = ""  # (config, base_dir, full) -> (problems, notes) for `validate --data`
     train_prompts: Code = ""  # (rl) -> the prompt list the run trains on, when it has one
-    policy_state: Code = ""  # (model) -> the Stateful its checkpoints' policy component is; "" = ModelState
     world_size: Callable[[schema.RunConfig], tuple[int, str]] = data_parallel_world
     seed_keys: tuple[str, ...] = ()  # rl fields (dotted, below rl.) that fix its random draws
     path_fields: tuple[str, ...] = ()  # rl fields holding local paths ("data.shards[]": each list item)
@@ -187,7 +186,6 @@ def online(**fields) -> Algorithm:
         checkpoint_contents="cosmos_rl.plan:online_contents",
         data_check="cosmos_rl.data.scan:prompt_data",
         train_prompts="cosmos_rl.data.prompts:run_prompts",
-        policy_state="cosmos_rl.trainers.nft_state:policy_state",
         world_size=group_world,
         seed_keys=("rollout_seed_clock", "group_size", "prompts_per_step", "prompts.shuffle"),
         path_fields=("prompts.file", "rewards[].model"),

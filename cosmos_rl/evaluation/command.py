@@ -56,41 +56,41 @@ def run_eval(
     different runs under one sampler); None keeps them."""
     check_options(seeds, per_task, reward, batch_size)
     check_sampler_overrides(sample_steps, guidance)
-    if image_size is not None and image_size < 1:
-        raise UserError(f"--image-size: must be >= 1 (got {image_size})")
     captions, described = eval_captions(prompts, per_task)
     origin = f"--prompts {prompts}" if prompts else "the held-out prompts"
     caption_groups(captions, reward, origin)  # a bad prompt or TARGET fails before torch is even imported
-    from cosmos_rl.evaluation.target import check_step, open_target, target_kind
+    if image_size is not None and image_size < 1:
+        raise UserError(f"--image-size: must be >= 1 (got {image_size})")
+    from cosmos_rl.evaluation.target import open_target
+    from cosmos_rl.models.media import MediaSpec, latent_shape
 
-    target_kind(target)
-    check_step(target, step)
+    media = MediaSpec.image(image_size) if image_size is not None else None
+    t = open_target(target, step=step, media=media, out_dir=out_dir)  # refuses before anything loads
     from cosmos_rl.dist.world import pick_device
     from cosmos_rl.evaluation.evaluator import Evaluator
 
     where = pick_device(device)
-    from cosmos_rl.models.media import MediaSpec, latent_shape
-
-    t = open_target(target, where, MediaSpec.image(image_size) if image_size is not None else None, out_dir, step)
+    model = t.load(where)
     t.settings = t.settings.replaced(sample_steps, guidance)
-    if t.train_prompts is not None:
-        seen = overlap(t.train_prompts, captions)
+    train_prompts = t.train_prompts()
+    if train_prompts is not None:
+        seen = overlap(train_prompts, captions)
         if seen:
             warn(f"{len(seen)} of the {len(captions)} evaluation prompts are training prompts of the run (e.g. {seen[0]!r}): "
                  "their scores measure memory, not generalisation")  # fmt: skip
     evaluator = Evaluator(
-        captions, seeds, reward, t.settings, tokenizer=t.parts.tokenizer, vae=t.parts.vae, media=t.media,
-        latent_shape=latent_shape(t.media, t.parts.vae.config, t.parts.transformer.config), device=where, batch_size=batch_size, origin=origin,
-        model_parts=getattr(t.parts, "parts", t.parts),
+        captions, seeds, reward, t.settings, tokenizer=model.parts.tokenizer, vae=model.parts.vae, media=t.media,
+        latent_shape=latent_shape(t.media, model.parts.vae.config, model.parts.transformer.config), device=where, batch_size=batch_size, origin=origin,
+        model_parts=model.model_parts,
     )  # fmt: skip
     columns = [item.index for item in spread(evaluator.items[: len(captions)], GRID_COLUMNS)]
     keep = frozenset(columns)
-    with t.policy() as network:
+    with model.policy() as network:
         totals, policy_images = evaluator.totals(network, keep=keep)
     scores = totals.scores(reward)
     base, base_images = None, {}
-    if t.base is not None:
-        with t.base() as network:
+    if model.base is not None:
+        with model.base() as network:
             base_totals, base_images = evaluator.totals(network, keep=keep)
         base = base_totals.scores(reward)
     grid = write_grid(t.out_dir / ("before_after.png" if base is not None else "samples.png"),
@@ -99,7 +99,7 @@ def run_eval(
         "target": t.label, "kind": t.kind, "step": t.step, "reward": reward,
         **_scores_json(scores, ""), **(_scores_json(base, "base_") if base else _scores_json(None, "base_")),
         "n_prompts": len(captions), "seeds": list(range(seeds)), "n_images": len(evaluator.items),
-        "prompts": described, "sampler": t.settings.resolved(getattr(t.parts, "parts", t.parts)).as_json(), "image_size": t.media.size_json(),
+        "prompts": described, "sampler": t.settings.resolved(model.model_parts).as_json(), "image_size": t.media.size_json(),
         "grid": str(grid), "grid_prompts": [evaluator.items[i].caption for i in columns],
     }  # fmt: skip
     (t.out_dir / RESULT_FILE).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")

@@ -1,10 +1,18 @@
-"""What `cosmos-rl eval TARGET` evaluates: a run directory (its newest checkpoint and its base) or a model.
+"""What `cosmos-rl eval`/`export`/`pairs mine` work on: a run directory (a committed checkpoint and
+its base) or a model, judged once per command.
+
+`open_target(TEXT, ...)` (a run or a model: eval, pairs mine) and `open_run(RUN_DIR, ...)` (a run
+only: export) read names and files, never a model: they refuse what the command cannot honour
+(an unknown preset, a folder that is neither a run nor a model, a `--step` that is not committed
+or is given for a model, `--image-size` for a run) and pick the checkpoint, so a command checks
+its own outputs next and only then calls `Target.load(device)`, which builds the model.
 
 A run directory (it holds `manifest.toml`) is rebuilt from its saved manifest exactly as the
 trainer builds it (`models.setup.build_trainable`: the base `rl.init_from` names plus the policy
-adapter, or all weights for a full fine-tune), then its newest committed checkpoint's `policy`
-component is loaded into it (`checkpoint.CheckpointManager.load`, which checks the files and the
-run identity first). The base for comparison is the same network with adapters disabled (or the
+adapter, or all weights for a full fine-tune), then the picked committed checkpoint's `policy`
+component (the newest, or `--step`) is loaded into it (`checkpoint.CheckpointManager.load`, which
+checks the files and the run identity first); that component has the one format of
+`checkpoint.policy`, whichever algorithm wrote it. The base for comparison is the same network with adapters disabled (or the
 frozen copy of the base, for a full fine-tune): the trainer's reference. Only the policy is
 loaded, never the optimizer or the old policy. An SFT run that trained the VAE keeps the base
 transformer and compares the checkpoint's VAE with the base's.
@@ -21,10 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
-from cosmos_rl.errors import UserError
 from cosmos_rl.config.sampler import default_settings, run_settings
-from cosmos_rl.models.sampler_settings import SamplerSettings
+from cosmos_rl.errors import UserError
 from cosmos_rl.models.media import MediaSpec
+from cosmos_rl.models.sampler_settings import SamplerSettings
 
 if TYPE_CHECKING:
     import torch
@@ -35,21 +43,50 @@ DEFAULT_MEDIA = MediaSpec.image(32)  # a bare model's images unless --image-size
 
 @dataclass
 class Target:
+    """A run (its saved manifest and the committed checkpoint picked) or a model, before it is loaded."""
+
     label: str  # what the user passed
     kind: str  # "run" or "model"
-    parts: Any  # .transformer, .vae, .tokenizer
     settings: SamplerSettings
     media: MediaSpec  # what it samples: a run's model size, or a bare model's
     out_dir: Path  # where the grid and eval.json go
-    step: int | None  # the checkpoint's step (runs only)
-    policy: Callable[[], ContextManager[torch.nn.Module]]
-    base: Callable[[], ContextManager[torch.nn.Module]] | None
-    train_prompts: list[str] | None  # what the run trained on, when it has a prompt list (NFT)
+    step: int | None = None  # the checkpoint's step (runs only)
     config: Any = None  # a run's saved manifest (schema.RunConfig); None for a model
 
+    def load(self, device: torch.device) -> Model:
+        """Build the model (a run: its network with the checkpoint's `policy` loaded) on `device`."""
+        if self.kind == "run":
+            return _load_run(Path(self.label), self.config, self.step, device)
+        return _load_model(self.label, device)
 
-def target_kind(text: str) -> str:
-    """"run" or "model", from files and names only (no torch), or a UserError saying what TARGET may be."""
+    def train_prompts(self) -> list[str] | None:
+        """What the run trained on, when its algorithm walks a prompt list (NFT); None otherwise."""
+        if self.config is None:
+            return None
+        from cosmos_rl.config import algorithms
+
+        prompts_of = algorithms.of(self.config).resolve("train_prompts")
+        return prompts_of(self.config.rl) if prompts_of is not None else None
+
+
+@dataclass
+class Model:
+    """A loaded target: what samples (`policy`) and, for a run, what it is compared with (`base`)."""
+
+    parts: Any  # .transformer, .vae, .tokenizer (a run's models.setup.TrainableModel, or ModelParts)
+    policy: Callable[[], ContextManager[torch.nn.Module]]
+    base: Callable[[], ContextManager[torch.nn.Module]] | None
+
+    @property
+    def model_parts(self):
+        """The models.build.ModelParts (scheduler, tokenizer, prompt template) behind `parts`."""
+        return getattr(self.parts, "parts", self.parts)
+
+
+def open_target(text: str, *, step: int | None = None, media: MediaSpec | None = None, out_dir: Path | None = None) -> Target:
+    """The run or model `text` names; `step` picks a run's committed checkpoint (None: the newest);
+    `media` is what a bare model samples (`--image-size`; None: DEFAULT_MEDIA), a run samples its own.
+    Refuses what cannot be honoured (a UserError) before anything loads; torch-free."""
     if text.startswith(PRESET):
         import typing
 
@@ -58,10 +95,10 @@ def target_kind(text: str) -> str:
         known = typing.get_args(PresetName)
         if text[len(PRESET):] not in known:
             raise UserError(f"TARGET {text!r}: unknown preset {text[len(PRESET):]!r}; known presets: {', '.join(PRESET + p for p in known)}")
-        return "model"
+        return _model_target(text, step, media, out_dir, f"preset_{text[len(PRESET):]}")
     path = Path(text)
     if (path / "manifest.toml").is_file():
-        return "run"
+        return _run_target(path, step, media, out_dir)
     if not path.is_dir():
         raise UserError(
             f"TARGET {text!r}: no such folder; pass a run directory (holds manifest.toml), a diffusers "
@@ -72,27 +109,43 @@ def target_kind(text: str) -> str:
             f"TARGET {text!r}: neither a run directory (no manifest.toml) nor a diffusers model folder "
             "(no transformer/); pass the folder `cosmos-rl train` created, or a model folder"
         )
-    return "model"
+    return _model_target(text, step, media, out_dir, path.resolve().name)
 
 
-def open_target(
-    text: str, device: torch.device, media: MediaSpec | None, out_dir: Path | None, step: int | None = None
-) -> Target:
-    """The target `text` names; `step` picks a run's committed checkpoint (None: the newest);
-    `media` is what a bare model samples (`--image-size`; None: DEFAULT_MEDIA), a run samples its own."""
-    if target_kind(text) == "run":
-        return _open_run(Path(text), device, media, out_dir, step)  # it checks the step itself
-    check_step(text, step)
-    return _open_model(text, device, media or DEFAULT_MEDIA, out_dir)
+def open_run(run_dir: str, *, step: int | None = None) -> Target:
+    """`open_target` for a command that takes only a run directory (export)."""
+    if not (Path(run_dir) / "manifest.toml").is_file():
+        raise UserError(f"RUN_DIR {run_dir!r}: not a run directory (no manifest.toml); pass the folder `cosmos-rl train` created")
+    return _run_target(Path(run_dir), step, None, None)
 
 
-def check_step(text: str, step: int | None) -> None:
-    """Refuse a `--step` the target cannot honour before any model loads or any file is written."""
-    if step is None:
-        return
-    if target_kind(text) == "model":
+def _model_target(text: str, step: int | None, media: MediaSpec | None, out_dir: Path | None, label: str) -> Target:
+    if step is not None:
         raise UserError(f"--step {step}: TARGET {text!r} is a model, which has no checkpoints; drop --step (it is for run directories)")
-    _pick_step(Path(text), step)
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", label)
+    return Target(
+        label=text, kind="model", settings=default_settings(), media=media or DEFAULT_MEDIA,
+        out_dir=Path(out_dir) if out_dir is not None else Path("eval") / safe,
+    )
+
+
+def _run_target(run_dir: Path, step: int | None, media: MediaSpec | None, out_dir: Path | None) -> Target:
+    from cosmos_rl.config import load
+
+    step = _pick_step(run_dir, step)
+    config = load.load(run_dir / "manifest.toml", saved_run=True)
+    trained = MediaSpec.from_model_config(config.model)
+    if media is not None and media != trained:
+        raise UserError(
+            f"--image-size {media.size_json()}: the run {run_dir} trains at "
+            + (f"model.image_size = {trained.height}" if trained.height == trained.width
+               else f"model.height x model.width = {trained.height}x{trained.width}")
+            + "; drop --image-size (it is for bare models)"
+        )
+    return Target(
+        label=str(run_dir), kind="run", settings=run_settings(config), media=trained,
+        out_dir=Path(out_dir) if out_dir is not None else run_dir / "eval", step=step, config=config,
+    )
 
 
 def _pick_step(run_dir: Path, step: int | None) -> int:
@@ -112,28 +165,18 @@ def _pick_step(run_dir: Path, step: int | None) -> int:
     return step
 
 
-def _open_run(run_dir: Path, device: torch.device, media: MediaSpec | None, out_dir: Path | None, step: int | None) -> Target:
+def _load_run(run_dir: Path, config, step: int, device: torch.device) -> Model:
     from cosmos_rl import plan
     from cosmos_rl.checkpoint import CheckpointManager, layout
-    from cosmos_rl.config import algorithms, load
+    from cosmos_rl.checkpoint.policy import policy_component
+    from cosmos_rl.config import algorithms
     from cosmos_rl.models.setup import build_trainable
 
-    config = load.load(run_dir / "manifest.toml", saved_run=True)
-    trained = MediaSpec.from_model_config(config.model)
-    if media is not None and media != trained:
-        raise UserError(
-            f"--image-size {media.size_json()}: the run {run_dir} trains at "
-            + (f"model.image_size = {trained.height}" if trained.height == trained.width
-               else f"model.height x model.width = {trained.height}x{trained.width}")
-            + "; drop --image-size (it is for bare models)"
-        )
-    step = _pick_step(run_dir, step)
     manager = CheckpointManager(run_dir, 0, run_identity=plan.run_identity(config), algorithm=config.rl.algorithm)
-    entry = algorithms.of(config)
-    if entry.trained_part(config.rl) == "vae":
-        return _open_vae_run(run_dir, config, manager, step, device, out_dir)
+    if algorithms.of(config).trained_part(config.rl) == "vae":
+        return _load_vae_run(config, manager, step, device)
     model = build_trainable(config, device, adapter_names=("policy",))
-    manager.load(step, {layout.POLICY: _policy_component(entry, model)})
+    manager.load(step, {layout.POLICY: policy_component(model.state_module(), lora=model.lora)})
     model.transformer.eval()
 
     @contextmanager
@@ -141,29 +184,24 @@ def _open_run(run_dir: Path, device: torch.device, media: MediaSpec | None, out_
         with model.reference() as reference:
             yield reference
 
-    prompts_of = entry.resolve("train_prompts")
-    train_prompts = prompts_of(config.rl) if prompts_of is not None else None
-    return Target(
-        label=str(run_dir), kind="run", parts=model, settings=run_settings(config), media=trained,
-        out_dir=Path(out_dir) if out_dir is not None else run_dir / "eval", step=step,
-        policy=lambda: nullcontext(model.transformer), base=base, train_prompts=train_prompts, config=config,
-    )
+    return Model(parts=model, policy=lambda: nullcontext(model.transformer), base=base)
 
 
-def _open_vae_run(run_dir: Path, config, manager, step: int, device: torch.device, out_dir: Path | None) -> Target:
+def _load_vae_run(config, manager, step: int, device: torch.device) -> Model:
     """An SFT run that trained the VAE: the base transformer samples both times; the checkpoint's VAE
     decodes the policy's images and the base's own VAE the base's (the evaluator holds one VAE
     module, so each side loads its weights into it)."""
     import torch
 
-    from cosmos_rl.checkpoint import ModelState, layout
+    from cosmos_rl.checkpoint import layout
+    from cosmos_rl.checkpoint.policy import policy_component
     from cosmos_rl.models.setup import load_base
 
     parts = load_base(config)
     parts.transformer.to(device).eval()
     vae = parts.vae.to(device).eval()
     base_weights = {k: v.clone() for k, v in vae.state_dict().items()}
-    manager.load(step, {layout.POLICY: ModelState(vae, trainable_only=False)})
+    manager.load(step, {layout.POLICY: policy_component(vae, lora=False)})
     trained_weights = {k: v.clone() for k, v in vae.state_dict().items()}
 
     @contextmanager
@@ -176,38 +214,13 @@ def _open_vae_run(run_dir: Path, config, manager, step: int, device: torch.devic
             with torch.no_grad():
                 vae.load_state_dict(trained_weights)
 
-    return Target(
-        label=str(run_dir), kind="run", parts=parts, settings=run_settings(config), media=MediaSpec.from_model_config(config.model),
-        out_dir=Path(out_dir) if out_dir is not None else run_dir / "eval", step=step,
-        policy=lambda: decoded_by(trained_weights), base=lambda: decoded_by(base_weights), train_prompts=None,
-        config=config,
-    )
+    return Model(parts=parts, policy=lambda: decoded_by(trained_weights), base=lambda: decoded_by(base_weights))
 
 
-def _policy_component(entry, model):
-    """The Stateful the run's trainer saved its `policy` component as (its registry entry's
-    `policy_state`; NFT: the named adapter)."""
-    policy_state = entry.resolve("policy_state")
-    if policy_state is not None:
-        return policy_state(model)
-    from cosmos_rl.checkpoint import ModelState
-
-    return ModelState(model.state_module(), trainable_only=model.lora)
-
-
-def _open_model(text: str, device: torch.device, media: MediaSpec, out_dir: Path | None) -> Target:
+def _load_model(text: str, device: torch.device) -> Model:
     from cosmos_rl.models.build import build_preset, load_parts
 
-    if text.startswith(PRESET):
-        name = text[len(PRESET):]
-        parts, label = build_preset(name, seed=0), f"preset_{name}"
-    else:
-        parts, label = load_parts(Path(text)), Path(text).resolve().name
+    parts = build_preset(text[len(PRESET):], seed=0) if text.startswith(PRESET) else load_parts(Path(text))
     parts.vae.to(device)
     parts.transformer.to(device)
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", label)
-    return Target(
-        label=text, kind="model", parts=parts, settings=default_settings(), media=media,
-        out_dir=Path(out_dir) if out_dir is not None else Path("eval") / safe, step=None,
-        policy=lambda: nullcontext(parts.transformer), base=None, train_prompts=None,
-    )
+    return Model(parts=parts, policy=lambda: nullcontext(parts.transformer), base=None)

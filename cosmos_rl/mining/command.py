@@ -66,23 +66,22 @@ def run_mine(
         if seen:
             warn(f"{len(seen)} of the prompt rows are held-out evaluation prompts (e.g. {seen[0]!r}): a model trained on "
                  "these pairs is then evaluated on what it trained on")  # fmt: skip
-    from cosmos_rl.evaluation.target import check_step, open_target, target_kind
+    from cosmos_rl.evaluation.target import open_target
 
-    target_kind(target)
-    check_step(target, step)
+    t = open_target(target, step=step, out_dir=out_dir)  # refuses before anything loads or is written
     from cosmos_rl.mining.shards import PairShardWriter
 
     writer = PairShardWriter(out_dir, per_shard)  # refuses an old set before any sampling
     from cosmos_rl.dist.world import pick_device
 
     where = pick_device(device)
-    t = open_target(target, where, None, out_dir, step)
+    model = t.load(where)
     t.settings = t.settings.replaced(sample_steps, guidance)
-    sampler = _sampler(t, captions, samples, reward, seed, where, batch_size)
+    sampler = _sampler(t, model, captions, samples, reward, seed, where, batch_size)
     key = _score_key(reward)
     n, ties, kept = len(captions), 0, []
     progress(0, n)
-    with t.policy() as network:
+    with model.policy() as network:
         for first in range(0, n, ROWS_PER_CHUNK):
             rows = range(first, min(first + ROWS_PER_CHUNK, n))
             items = [sampler.items[k * n + row] for row in rows for k in range(samples)]
@@ -113,7 +112,7 @@ def run_mine(
         "target": t.label, "kind": t.kind, "step": t.step, "reward": reward, "ranked_by": key,
         "prompts": str(prompts), "rows": n, "samples": samples, "seed": seed,
         "pairs": len(kept), "ties_dropped": ties, "mean_margin": (sum(kept) / len(kept)) if kept else None,
-        "sampler": t.settings.resolved(getattr(t.parts, "parts", t.parts)).as_json(), "image_size": t.media.size_json(),
+        "sampler": t.settings.resolved(model.model_parts).as_json(), "image_size": t.media.size_json(),
         "shards": [str(p) for p in paths],
     }  # fmt: skip
     if not kept:
@@ -136,7 +135,7 @@ def _scores(reward: str, images, captions):
     return [float(s) for s in scores], ([float(p) for p in partials] if partials is not None else None)
 
 
-def _sampler(t, captions, samples: int, reward: str, seed: int, device, batch_size: int):
+def _sampler(t, model, captions, samples: int, reward: str, seed: int, device, batch_size: int):
     from cosmos_rl.evaluation.evaluator import Evaluator
     from cosmos_rl.models.generate import noise
     from cosmos_rl.models.media import latent_shape
@@ -146,7 +145,7 @@ def _sampler(t, captions, samples: int, reward: str, seed: int, device, batch_si
             return noise((1, *self.latent_shape), "mine", seed, item.index, item.caption, device=self.device)
 
     return MineSampler(
-        captions, samples, reward, t.settings, tokenizer=t.parts.tokenizer, vae=t.parts.vae, media=t.media,
-        latent_shape=latent_shape(t.media, t.parts.vae.config, t.parts.transformer.config), device=device, batch_size=batch_size,
-        origin="--prompts", model_parts=getattr(t.parts, "parts", t.parts),
+        captions, samples, reward, t.settings, tokenizer=model.parts.tokenizer, vae=model.parts.vae, media=t.media,
+        latent_shape=latent_shape(t.media, model.parts.vae.config, model.parts.transformer.config), device=device, batch_size=batch_size,
+        origin="--prompts", model_parts=model.model_parts,
     )  # fmt: skip

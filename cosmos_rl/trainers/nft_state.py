@@ -1,16 +1,13 @@
-"""What an NFT checkpoint holds beyond the generic components, and the seed-contract check.
+"""The seed contract an NFT checkpoint records in its `meta.json`, and the resume check against it.
 
-Kept apart from the worker so the driver can check a resume (which only reads `meta.json`) without
-importing the model stack.
+Kept apart from the worker (and torch-free) so the driver can check a resume, which only reads
+`meta.json`, without importing the model stack. The weights are saved as every trainer saves them
+(`checkpoint.policy`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
-import torch
-from torch.distributed.checkpoint.stateful import Stateful
 
 from cosmos_rl import plan
 from cosmos_rl.checkpoint import layout
@@ -18,46 +15,6 @@ from cosmos_rl.config import schema
 from cosmos_rl.errors import UserError
 
 SEED_CONTRACT_KEY = "seed_contract"
-
-
-class AdapterState(Stateful):
-    """One named LoRA adapter's tensors (DTensor shards under FSDP2), keyed without the adapter name.
-
-    The policy and the moving old policy are two adapters of one network; saving each under its own
-    component keeps them apart (the public codebases lose the old one or overwrite it with the EMA).
-    """
-
-    def __init__(self, transformer: torch.nn.Module, adapter: str):
-        self.transformer = transformer
-        self.adapter = adapter
-
-    def _live(self) -> dict[str, torch.Tensor]:
-        from cosmos_rl.models.lora import adapter_tensors
-
-        return adapter_tensors(self.transformer, self.adapter)
-
-    def state_dict(self) -> dict[str, Any]:
-        # detach() shares storage, so DCP's in-place load writes straight into the parameters.
-        return {key: param.detach() for key, param in self._live().items()}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        live = self._live()
-        if set(live) != set(state_dict):
-            missing, extra = sorted(set(live) - set(state_dict)), sorted(set(state_dict) - set(live))
-            raise UserError(f"adapter {self.adapter!r}: checkpoint keys differ (missing {missing[:5]}, extra {extra[:5]})")
-        with torch.no_grad():
-            for key, param in live.items():
-                param.copy_(state_dict[key])
-
-
-def policy_state(model) -> Stateful:
-    """What an NFT checkpoint's `policy` component is: the policy adapter with LoRA, every weight of
-    the transformer for a full fine-tune (which has no old adapter; preflight)."""
-    if model.lora:
-        return AdapterState(model.transformer, "policy")
-    from cosmos_rl.checkpoint import ModelState
-
-    return ModelState(model.state_module(), trainable_only=False)
 
 
 def contract_changes(saved: dict, current: dict) -> list[str]:

@@ -40,7 +40,8 @@ from cosmos_rl.config import schema
 from cosmos_rl.errors import RewardUnavailable
 from cosmos_rl.rewards.multi import reward_terms
 from cosmos_rl.trainers.nft_collectives import Collectives, RankCollectives
-from cosmos_rl.trainers.nft_state import SEED_CONTRACT_KEY, AdapterState, policy_state
+from cosmos_rl.checkpoint.policy import AdapterState, policy_component
+from cosmos_rl.trainers.nft_state import SEED_CONTRACT_KEY
 
 POLICY, OLD = "policy", "old"  # the two LoRA adapter names
 # What a rank's train_step returns when another rank's reward call failed for good (see train_step).
@@ -149,7 +150,7 @@ class OnlineTrainer:
 
     def _components(self) -> dict[str, Any]:
         components: dict[str, Any] = {
-            layout.POLICY: policy_state(self.model),
+            layout.POLICY: policy_component(self.model.state_module(), lora=self.model.lora),
             layout.OPTIMIZER: OptimizerState(self.transformer, self.optimizer),
             layout.LR_SCHEDULE: LRScheduleState(self.schedule),
             layout.DATA_CURSOR: _CursorState(self.cursor),

@@ -20,7 +20,8 @@ import torch
 import torch.distributed as dist
 
 from cosmos_rl import plan
-from cosmos_rl.checkpoint import CheckpointManager, LRScheduleState, ModelState, OptimizerState, PlainState, RngStreams, layout
+from cosmos_rl.checkpoint import CheckpointManager, LRScheduleState, OptimizerState, PlainState, RngStreams, layout
+from cosmos_rl.checkpoint.policy import policy_component
 from cosmos_rl.config import schema
 from cosmos_rl.dist.world import process_group_active, rank_and_world
 from cosmos_rl.models.media import MediaSpec
@@ -94,7 +95,7 @@ class SPMDTrainer:
     # ---------------------------------------------------------------- state
     def _components(self, *, with_rng: bool = True) -> dict[str, Any]:
         components: dict[str, Any] = {
-            layout.POLICY: ModelState(self.module, trainable_only=self.lora),
+            layout.POLICY: policy_component(self.module, lora=self.lora),
             layout.OPTIMIZER: OptimizerState(self.module, self.optimizer),
             layout.LR_SCHEDULE: LRScheduleState(self.schedule),
             layout.PROGRESS: PlainState({"step": self.step}),
