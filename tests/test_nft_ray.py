@@ -161,7 +161,8 @@ def test_interrupted_and_resumed_run_equals_the_straight_run(runs, tmp_path):
     # The policy moved away from its start, and the old policy differs from it (it lags).
     policy_b = [k for k in weights if k.startswith("policy.") and "lora_B" in k]
     assert any(a[k].abs().sum() > 0 for k in policy_b)
-    assert any(not torch.equal(a[k], a["old." + k[len("policy."):]]) for k in policy_b)
+    # (each adapter's keys name it: policy.<module>.lora_B.policy.weight <-> old.<module>.lora_B.old.weight)
+    assert any(not torch.equal(a[k], a["old." + k[len("policy."):].replace(".policy.", ".old.")]) for k in policy_b)
 
 
 def test_changed_seed_contract_is_rejected_on_exact_resume(runs):
