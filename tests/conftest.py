@@ -14,6 +14,9 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# ray.init replaces builtins.print with its tqdm-safe print in this process; tests that pickle
+# `print` (the DCP unpickler's refusals) must see the real one whatever ran before them.
+os.environ.setdefault("RAY_TQDM_PATCH_PRINT", "0")
 
 # Logical CPUs of the session cluster: enough for four 0.5-CPU actors even on a 1-core runner.
 RAY_SESSION_CPUS = 2
