@@ -6,7 +6,7 @@ rounded to nearest with ties to even, clipped to 0..255 (as DDPO does before JPE
 `to_unit_float` is the way back for decoded files and grids: k / 255 as float32.
 
 Two older float32 copies are kept where changing them would move numbers: the shapes base
-scorer (`models/shapes_eval.sample_images`) and the sample-grid writer
+scorer (`shapes/held_out.sample_images`) and the sample-grid writer
 (`data/images.save_image_grid`) round x * 255 computed in float32, which lands on the other side
 of a tie for about 6 in 10^6 pixels.
 """
