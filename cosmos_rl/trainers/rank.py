@@ -18,7 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-Metrics = dict[str, float]
+from cosmos_rl.trainers.loop import Metrics
+
 
 
 class RankTrainer(Protocol):

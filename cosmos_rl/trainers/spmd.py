@@ -26,8 +26,8 @@ from cosmos_rl.config import schema
 from cosmos_rl.dist.world import process_group_active, rank_and_world
 from cosmos_rl.models.media import MediaSpec
 from cosmos_rl.models.setup import build_optimizer
+from cosmos_rl.trainers.loop import Metrics
 
-Metrics = dict[str, float]
 
 
 class SPMDTrainer:
