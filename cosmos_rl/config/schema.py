@@ -97,6 +97,12 @@ class ModelConfig:
         attrs.Factory(_square_default, takes_self=True),
         "Square image side in pixels for training and sampling (multiple of 16): the shorthand for `height` = `width`. Give it or `height` and `width`, not both; 32 when none of the three is set.",
     )
+    num_frames: int = knob(
+        1, "Frames per sample: 1 makes images, more makes video (4k + 1 for the Wan VAE: 5, 9, 17, ...; docs/video.md)."
+    )
+    fps: float = knob(
+        24.0, "Frame rate of a video sample: the prompt's duration sentence and the model's time positions (unused for images)."
+    )
     gradient_checkpointing: bool = knob(False, "Recompute decoder activations in backward to save memory.")
     lora: LoraConfig = section(LoraConfig, "Policy adapter; rank 0 means full fine-tuning.")
     config: ModelInnerConfig = section(ModelInnerConfig, "Model-parallel layout.")
@@ -297,7 +303,9 @@ class OnlineRLBase(RLBase):
 @frozen
 class NFTConfig(OnlineRLBase):
     algorithm: Literal["nft"] = required("`nft` selects online DiffusionNFT.")
-    modality: Literal["image", "video"] = knob("video", "Decoded media type; video is not in this release.")
+    modality: Literal["image", "video"] = knob(
+        "video", "Decoded media type; must agree with model.num_frames (`video` iff it is above 1). Video NFT is not in this release."
+    )
     profile: str = knob("", "Known T2I profile (image only); sets the production coordinates.")
     init_keys_to_skip_loading: list[str] = knob(
         attrs.Factory(list), "Glob patterns of base-checkpoint keys the model does not build (`audio_*`, `action_*`); must be empty for video."
@@ -379,6 +387,8 @@ class RunConfig:
 # existed. Left at that default they are not part of the run identity (plan.identity_fields), so run
 # directories written before them still resume; set to anything else they are.
 LATER_KNOB_DEFAULTS: dict[str, object] = {
+    "model.num_frames": 1,
+    "model.fps": 24.0,
     "rl.x0_weighting": False,
     "rl.rewards": [],
     "rl.reward_combine": "weighted_sum",

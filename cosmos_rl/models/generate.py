@@ -51,37 +51,73 @@ def generate(
     noise: torch.Tensor,
     settings: SamplerSettings,
     *,
-    condition=None,
+    condition: torch.Tensor | None = None,
     record: StepRecord | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample a batch: returns (latents [B, C, T, h, w] in `noise`'s dtype, uint8 pixels [B, H, W, 3]).
+    """Sample a batch: returns (latents [B, C, T, h, w] in `noise`'s dtype, uint8 pixels): images
+    [B, H, W, 3] for one frame, clips [B, F, H, W, 3] for video.
 
     - `parts.transformer` predicts the velocity (whichever adapter is active is the one sampled);
       `parts.scheduler`'s config gives the sampler, with `settings.shift` replacing its flow shift
       when set, and `parts.native_flow_schedule` (when the parts have it) the pipeline's schedule.
-    - `media`: what each sample is (frames, size); `noise` [B, C, T, h, w] must match it.
+    - `media`: what each sample is (frames, size, fps); `noise` [B, C, T, h, w] must match it. A
+      clip's latent frames sit at the pipeline's fps-modulated time positions.
     - `prompt_ids`: (cond, uncond) token ids, one 1-D tensor per sample each (uncond is unused at
       guidance 1); `settings`: steps, shift, guidance (native: v_uncond + g * (v_cond - v_uncond)).
     - `noise`: the latents at sigma 1 (see `noise()`); each caller's batch composition and order is
       kept as given (packed batches match single samples only to about 1e-5).
+    - `condition`: clean latents [B, C, k, h, w] of the first k latent frames, held as the pipeline
+      holds them: written over the noise's first k frames, given no timestep, never predicted
+      (velocity 0), so the sampler keeps them. Image-to-video is k = 1, the latent of the first
+      frame (`condition_latents`); the pipeline's video-to-video is larger k.
     - `record`: called after every sampler step (see `StepRecord`), e.g. for the sigmas a rollout
       trains at or an SDE algorithm's per-step log-probabilities.
-    - `condition`: clean latent frames held fixed (image-to-video); not supported yet.
     """
     from cosmos_rl.data.pixels import to_uint8
+    from cosmos_rl.models.media import vae_temporal_factor
     from cosmos_rl.models.packing import velocity
     from cosmos_rl.models.sampling import sample_latents
-    from cosmos_rl.models.vae import decode_latents
+    from cosmos_rl.models.vae import decode_clips, decode_latents
 
-    if condition is not None:
-        raise NotImplementedError("conditioning frames (image-to-video) are not supported yet")
     if noise.dim() != 5:
         raise ValueError(f"noise must be [B, C, T, h, w] for {media}, got {tuple(noise.shape)}")
     transformer = parts.transformer
     cond, uncond = prompt_ids
+    timing: dict = {}
+    if media.is_video:
+        timing = dict(fps=media.fps, temporal_factor=vae_temporal_factor(parts.vae.config))
+    clean_frames = 0
+    start = noise
+    if condition is not None:
+        if condition.dim() != 5 or condition.shape[:2] != noise.shape[:2] or condition.shape[3:] != noise.shape[3:]:
+            raise ValueError(f"condition must be [B, C, k, h, w] like noise {tuple(noise.shape)}, got {tuple(condition.shape)}")
+        clean_frames = int(condition.shape[2])
+        start = noise.clone()
+        start[:, :, :clean_frames] = condition.to(noise.dtype)
     latents, _ = sample_latents(
-        lambda x, sigma, ids: velocity(transformer, x, sigma, ids),
-        noise, cond, uncond, settings.steps, settings.shift, settings.guidance, parts=parts, record=record,
+        lambda x, sigma, ids: velocity(transformer, x, sigma, ids, clean_frames=clean_frames, **timing),
+        start, cond, uncond, settings.steps, settings.shift, settings.guidance, parts=parts, record=record,
     )
-    images = decode_latents(parts.vae, latents)
-    return latents, torch.from_numpy(to_uint8(images.permute(0, 2, 3, 1).float().cpu().numpy()))
+    if not media.is_video:
+        images = decode_latents(parts.vae, latents)
+        return latents, torch.from_numpy(to_uint8(images.permute(0, 2, 3, 1).float().cpu().numpy()))
+    clips = decode_clips(parts.vae, latents)  # [B, 3, F, H, W]
+    return latents, torch.from_numpy(to_uint8(clips.permute(0, 2, 3, 4, 1).float().cpu().numpy()))
+
+
+@torch.no_grad()
+def condition_latents(vae: torch.nn.Module, first_frames: torch.Tensor) -> torch.Tensor:
+    """Image-to-video conditions: uint8 first frames [B, H, W, 3] -> clean latents [B, C, 1, h, w].
+
+    The pipeline's `image=` path encodes a clip of copies of the image and keeps latent frame 0.
+    The Wan encoder is causal in time and reads frame 0 alone, so that latent is the latent of the
+    image by itself, which is what this encodes (pixels scaled as the pipeline scales them)."""
+    if first_frames.dim() != 4 or first_frames.shape[-1] != 3 or first_frames.dtype != torch.uint8:
+        raise ValueError(f"first frames must be uint8 [B, H, W, 3], got {first_frames.dtype} {tuple(first_frames.shape)}")
+    from cosmos_rl.models.vae import _latent_stats
+
+    pixels = first_frames.permute(0, 3, 1, 2).unsqueeze(2).to(torch.float32) / 127.5 - 1.0  # [B, 3, 1, H, W]
+    vae_dtype = next(vae.parameters()).dtype
+    raw = vae.encode(pixels.to(vae_dtype)).latent_dist.mode()
+    mean, std = _latent_stats(vae, raw)
+    return ((raw - mean) / std).float()

@@ -42,12 +42,24 @@ class MediaSpec:
     @classmethod
     def from_model_config(cls, model: Any) -> "MediaSpec":
         """The media of a manifest's `[model]` table (`schema.ModelConfig`, preflighted): `height` and
-        `width` when given, else the square `image_size`."""
+        `width` when given, else the square `image_size`; `num_frames` at `fps`."""
         height = model.height if model.height is not None else model.image_size
         width = model.width if model.width is not None else model.image_size
         if height is None or width is None:
             raise ValueError(f"model config gives no complete size: image_size {model.image_size}, height {model.height}, width {model.width}")
-        return cls.image(height, width)
+        frames = int(getattr(model, "num_frames", 1))
+        fps = float(getattr(model, "fps", DEFAULT_FPS))
+        return cls(frames=frames, height=int(height), width=int(width), fps=fps)
+
+    @property
+    def is_video(self) -> bool:
+        """More than one frame: the pipeline's video templates, time positions and clip pixels."""
+        return self.frames > 1
+
+    @property
+    def seconds(self) -> float:
+        """How long a clip plays (the pipeline's duration sentence: frames / fps)."""
+        return self.frames / self.fps
 
     @property
     def size(self) -> tuple[int, int]:

@@ -257,12 +257,15 @@ def packed_inputs(
     *,
     fps: float | None = None,
     temporal_factor: int | None = None,
+    clean_frames: int = 0,
 ) -> tuple[dict, _Layout]:
     """The transformer's keyword arguments for the samples in the order given, and their layout.
 
     Every sample is laid out as `Cosmos3OmniPipeline._prepare_text_segment` and
     `_prepare_vision_segment` lay out one prompt and its latents [1, C, T, h, w]: a (t, h, w) patch
-    grid, positions modulated by `fps` (see `velocity`), every latent frame noisy and predicted.
+    grid, positions modulated by `fps` (see `velocity`). The first `clean_frames` latent frames are
+    clean conditions (the pipeline's image-to-video frame 0, or its video-to-video frames): no
+    timestep embedding and no prediction; every later frame is noisy and predicted.
     """
     patch = config.latent_patch_size
     grid = (int(x_t.shape[2]), -(-x_t.shape[3] // patch), -(-x_t.shape[4] // patch))
@@ -277,10 +280,18 @@ def packed_inputs(
     batch, per_sample = x_t.shape[0], layout.segments.tokens_per_sample
     vision_len = batch * per_sample
     vision_indexes = torch.arange(layout.und_len, layout.und_len + vision_len, device=x_t.device)
-    # Integer timesteps, as the stock pipeline passes them (the model multiplies by timestep_scale).
-    # Integers also pass FSDP2's mixed-precision input cast untouched.
-    timesteps = model_timesteps(sigma, timesteps_per_unit(config)).repeat_interleave(per_sample)
-    noisy_frames = torch.arange(grid[0], device=x_t.device)  # no frame is a clean condition
+    if not 0 <= clean_frames < grid[0]:
+        raise ValueError(f"clean_frames must leave a noisy latent frame: {clean_frames} of {grid[0]}")
+    noisy_frames = torch.arange(clean_frames, grid[0], device=x_t.device)
+    predicted = vision_indexes
+    if clean_frames:
+        # Each sample's tokens after its clean frames' (frames are the grid's slowest axis).
+        clean_tokens = clean_frames * grid[1] * grid[2]
+        predicted = vision_indexes.view(batch, per_sample)[:, clean_tokens:].flatten()
+    # Integer timesteps, as the stock pipeline passes them (the model multiplies by timestep_scale),
+    # one per noisy token. Integers also pass FSDP2's mixed-precision input cast untouched.
+    noisy_per_sample = per_sample - clean_frames * grid[1] * grid[2]
+    timesteps = model_timesteps(sigma, timesteps_per_unit(config)).repeat_interleave(noisy_per_sample)
     return dict(
         input_ids=torch.cat([ids.to(x_t.device) for ids in prompt_ids]),
         text_indexes=torch.arange(layout.und_len, device=x_t.device),
@@ -290,7 +301,7 @@ def packed_inputs(
         vision_tokens=[sample[None] for sample in x_t],  # [1, C, T, h, w] each
         vision_token_shapes=[grid] * batch,
         vision_sequence_indexes=vision_indexes,
-        vision_mse_loss_indexes=vision_indexes,
+        vision_mse_loss_indexes=predicted,
         vision_timesteps=timesteps,
         vision_noisy_frame_indexes=[noisy_frames] * batch,
     ), layout
@@ -304,6 +315,7 @@ def velocity(
     *,
     fps: float | None = None,
     temporal_factor: int | None = None,
+    clean_frames: int = 0,
 ) -> torch.Tensor:
     """Predicted flow velocity v = noise - x0 for each sample, in one forward.
 
@@ -314,7 +326,8 @@ def velocity(
     (the VAE's temporal compression, the pipeline's `vae_scale_factor_temporal`), given together,
     space latent frames in time as the pipeline does when the model has `enable_fps_modulation`:
     frame k at k * base_fps / fps; None = one step per frame, and a single frame is never modulated.
-    Returns [B, C, T, h, w].
+    `clean_frames`: leading latent frames that are clean conditions (image-to-video: 1); their
+    velocity is exactly 0, as the model leaves unpredicted frames. Returns [B, C, T, h, w].
     """
     config = transformer.config
     sigma = torch.as_tensor(sigma, device=x_t.device)
@@ -328,7 +341,9 @@ def velocity(
     reordered = order != list(range(len(lengths)))
     if reordered:
         x_t, sigma, prompt_ids = x_t[order], sigma[order], [prompt_ids[index] for index in order]
-    inputs, layout = packed_inputs(config, x_t, sigma, prompt_ids, fps=fps, temporal_factor=temporal_factor)
+    inputs, layout = packed_inputs(
+        config, x_t, sigma, prompt_ids, fps=fps, temporal_factor=temporal_factor, clean_frames=clean_frames
+    )
     with _segments_in_rotary_tuple(transformer, layout):
         predictions = transformer(**inputs, return_dict=False)[0]
     if reordered:

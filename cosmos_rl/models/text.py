@@ -1,8 +1,9 @@
-"""Prompt -> token ids, exactly as `Cosmos3OmniPipeline.tokenize_prompt` does it for one image.
+"""Prompt -> token ids, exactly as `Cosmos3OmniPipeline.tokenize_prompt` does it for an image or a clip.
 
 The pipeline wraps each prompt in a chat (system turn + user turn + open assistant turn),
-optionally appends a resolution sentence (its negation for the unconditional prompt), and ends
-the ids with EOS then `<|vision_start|>`, after which the vision tokens follow.
+optionally appends a resolution sentence (its negation for the unconditional prompt; for a clip
+a duration sentence first and the video system prompt), and ends the ids with EOS then
+`<|vision_start|>`, after which the vision tokens follow.
 
 That is the `chat` prompt template. A model may name another one (`ModelParts.prompt_template`,
 saved with the model): `minimal` is the prompt's own bytes, then EOS and `<|vision_start|>` (no
@@ -15,7 +16,7 @@ template it was trained with.
 from __future__ import annotations
 
 import torch
-from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import _SYSTEM_PROMPT_IMAGE
+from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import _SYSTEM_PROMPT_IMAGE, _SYSTEM_PROMPT_VIDEO
 from transformers import PreTrainedTokenizerBase
 
 from cosmos_rl.models.media import MediaSpec
@@ -30,14 +31,22 @@ def _with_sentence(text: str, sentence: str) -> str:
     return f"{text}. {sentence}" if text else sentence
 
 
-def _resolution_sentence(resolution: tuple[int, int], negated: bool) -> str:
+def _resolution_sentence(resolution: tuple[int, int], negated: bool, noun: str = "image") -> str:
     height, width = resolution
     verb = "is not of" if negated else "is of"
-    return f"This image {verb} {height}x{width} resolution."
+    return f"This {noun} {verb} {height}x{width} resolution."
 
 
-def _encode(tokenizer: PreTrainedTokenizerBase, text: str, use_system_prompt: bool) -> list[int]:
-    turns = [{"role": "system", "content": _SYSTEM_PROMPT_IMAGE}] if use_system_prompt else []
+def _duration_sentence(media: MediaSpec, negated: bool) -> str:
+    # The pipeline's duration template: seconds to one decimal, fps to a whole number.
+    if negated:
+        return f"The video is not {media.seconds:.1f} seconds long and is not of {media.fps:.0f} FPS."
+    return f"The video is {media.seconds:.1f} seconds long and is of {media.fps:.0f} FPS."
+
+
+def _encode(tokenizer: PreTrainedTokenizerBase, text: str, use_system_prompt: bool, video: bool = False) -> list[int]:
+    system_prompt = _SYSTEM_PROMPT_VIDEO if video else _SYSTEM_PROMPT_IMAGE
+    turns = [{"role": "system", "content": system_prompt}] if use_system_prompt else []
     turns.append({"role": "user", "content": text})
     encoded = tokenizer.apply_chat_template(
         turns, tokenize=True, add_generation_prompt=True, add_vision_id=False, return_dict=True
@@ -56,11 +65,15 @@ def model_prompt_ids(
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """(cond, uncond) ids of `prompts` under a model's prompt template, for images of `media`'s size.
 
-    `chat`: the pipeline's template with its system prompt and resolution sentence;
+    `chat`: the pipeline's template with its system prompt and resolution sentence (for video the
+    video system prompt, the duration sentence, then "This video is of HxW resolution.");
     `minimal`: the prompt's bytes + EOS + `<|vision_start|>`, the unconditional prompt only the
-    last two (so "a circle" is 8 + 2 ids and its uncond 2 ids with the byte tokenizer).
+    last two (so "a circle" is 8 + 2 ids and its uncond 2 ids with the byte tokenizer), for images
+    and clips alike.
     """
     if template == "chat":
+        if media.is_video:
+            return tokenize_video_prompts(tokenizer, prompts, media)
         return tokenize_prompts(tokenizer, prompts, resolution=media.size)
     if template != "minimal":
         raise ValueError(f"unknown prompt template {template!r}; known: {PROMPT_TEMPLATES}")
@@ -95,3 +108,31 @@ def tokenize_prompts(
         cond.append(torch.tensor(_encode(tokenizer, cond_text, use_system_prompt), dtype=torch.long))
         uncond.append(torch.tensor(_encode(tokenizer, uncond_text, use_system_prompt), dtype=torch.long))
     return cond, uncond
+
+
+def tokenize_video_prompts(
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: list[str],
+    media: MediaSpec,
+    *,
+    negative_prompt: str = "",
+    use_system_prompt: bool = True,
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """(cond, uncond) ids per prompt as the pipeline builds them for a clip of `media` (its
+    defaults: the video system prompt, then the duration and resolution sentences appended to the
+    prompt and their negations to the unconditional prompt)."""
+    if isinstance(prompts, str):
+        raise TypeError("prompts must be a list of strings, got a single string")
+    if not media.is_video:
+        raise ValueError(f"{media} is one frame: tokenize it with tokenize_prompts")
+
+    def with_sentences(text: str, negated: bool) -> str:
+        text = _with_sentence(text, _duration_sentence(media, negated))
+        return _with_sentence(text, _resolution_sentence(media.size, negated, noun="video"))
+
+    uncond_ids = _encode(tokenizer, with_sentences(negative_prompt, True), use_system_prompt, video=True)
+    cond = [
+        torch.tensor(_encode(tokenizer, with_sentences(prompt, False), use_system_prompt, video=True), dtype=torch.long)
+        for prompt in prompts
+    ]
+    return cond, [torch.tensor(uncond_ids, dtype=torch.long) for _ in prompts]

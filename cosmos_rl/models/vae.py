@@ -1,7 +1,9 @@
 """Pixels <-> normalised latents with the Wan VAE, which works on videos ([B, C, T, H, W]).
 
 Latents are [B, C, T, h, w] everywhere in the project (T = 1 for an image). Images are
-[B, 3, H, W]: this module is where an image gains and loses its one-frame time axis.
+[B, 3, H, W]: this module is where an image gains and loses its one-frame time axis. Clips are
+[B, 3, F, H, W] (`encode_clips` / `decode_clips`); the encoder reads frame 0 alone and then chunks
+of exactly 4 frames, so F is 4k + 1 (`models.media.latent_frames`).
 """
 
 from __future__ import annotations
@@ -58,3 +60,28 @@ def reconstruction(vae: AutoencoderKLWan, images: torch.Tensor) -> tuple[torch.T
     in the VAE's [-1, 1] range; differentiable (what VAE training compares)."""
     clip = _as_clip(images * 2.0 - 1.0)
     return vae.decode(vae.encode(clip).latent_dist.mode()).sample, clip
+
+
+def _check_clips(clips: torch.Tensor) -> None:
+    if clips.dim() != 5 or clips.shape[1] != 3 or (clips.shape[2] - 1) % 4:
+        raise ValueError(f"clips must have shape [B, 3, F = 4k + 1, H, W], got {tuple(clips.shape)}")
+
+
+def encode_clips(vae: AutoencoderKLWan, clips: torch.Tensor) -> torch.Tensor:
+    """[B, 3, F, H, W] in [0, 1] -> normalised latents [B, C, T, h, w] (posterior mean)."""
+    _check_clips(clips)
+    vae_dtype = next(vae.parameters()).dtype
+    raw = vae.encode(clips.to(vae_dtype) * 2.0 - 1.0).latent_dist.mode()
+    mean, std = _latent_stats(vae, raw)
+    return ((raw - mean) / std).to(clips.dtype)
+
+
+def decode_clips(vae: AutoencoderKLWan, latents: torch.Tensor) -> torch.Tensor:
+    """Normalised latents [B, C, T, h, w] -> clips [B, 3, F, H, W] in [0, 1] (F = 1 for T = 1)."""
+    if latents.dim() != 5:
+        raise ValueError(f"latents must have shape [B, C, T, h, w], got {tuple(latents.shape)}")
+    vae_dtype = next(vae.parameters()).dtype
+    z = latents.to(vae_dtype)
+    mean, std = _latent_stats(vae, z)
+    clip = vae.decode(z * std + mean).sample
+    return ((clip + 1.0) / 2.0).clamp(0.0, 1.0).to(latents.dtype)
