@@ -11,6 +11,7 @@ from cosmos_rl.config import load, preflight
 ROOT = Path(__file__).resolve().parent.parent
 NFT = ROOT / "manifests" / "nft_t2i_smoke.toml"
 DPO = ROOT / "manifests" / "dpo_t2i_smoke.toml"
+DPO_PUBLIC = ROOT / "manifests" / "dpo_t2i_public_4gpu.toml"  # names no model: model.path is the test's
 
 
 def errors(manifest: Path, overrides: list[str]) -> dict[str, str]:
@@ -67,9 +68,11 @@ NFT_CASES = [
     (["grid.shapes={policy=[1,4], rollout=[1,4]}", "grid.ranks=4"], "grid.shapes", "not both"),
     (["grid.num_replicas=2"], "grid.num_replicas", "one execution replica"),
     (["grid.ranks=3"], "grid.ranks", "must equal rl.group_size (4)"),
-    (['rl.modality="video"', 'rl.profile=""'], "rl.modality", "not included in this release"),
-    (['rl.modality="video"'], "rl.profile", "video NFT takes no profile"),
-    (['rl.modality="video"', 'rl.profile=""', 'rl.init_keys_to_skip_loading=["audio_*"]'], "rl.init_keys_to_skip_loading", "requires it to be empty"),
+    (['rl.modality="video"', "model.num_frames=9", 'rl.profile=""'], "rl.modality", "not included in this release"),
+    (['rl.modality="video"', "model.num_frames=9"], "rl.profile", "video NFT takes no profile"),
+    (['rl.modality="video"', "model.num_frames=9", 'rl.profile=""', 'rl.init_keys_to_skip_loading=["audio_*"]'], "rl.init_keys_to_skip_loading", "requires it to be empty"),
+    (['rl.modality="video"', 'rl.profile=""'], "rl.modality", "model.num_frames = 1 makes image"),
+    (["model.num_frames=9"], "rl.modality", 'makes video (got "image"); set rl.modality = "video"'),
     (['rl.profile="t2i_huge"'], "rl.profile", '"t2i_tiny", "t2i_public"'),
     (['rl.profile=""'], "rl.profile", "known T2I profile"),
     (["model.image_size=64"], "model.image_size", "fixes the image size at 32"),
@@ -409,3 +412,57 @@ def test_wandb_project_needs_the_package(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
     found = errors(DPO, ['job.wandb_project="proj"'])
     assert "the wandb package is not installed" in found["job.wandb_project"]
+
+
+FRAME_CASES = [
+    # (overrides, key, text): the frame rules hold for every algorithm (here on DPO's smoke manifest)
+    (["model.num_frames=8"], "model.num_frames", "4k + 1 frames (got 8); use 5 or 9"),
+    (["model.num_frames=2"], "model.num_frames", "use 5"),
+    (["model.num_frames=0"], "model.num_frames", "must be >= 1"),
+    (["model.fps=0"], "model.fps", "positive, finite"),
+    (["model.fps=30"], "model.fps", "plays no part"),
+]
+
+
+@pytest.mark.parametrize("overrides, key, text", FRAME_CASES, ids=[c[0][0] for c in FRAME_CASES])
+def test_frame_rule(overrides, key, text):
+    found = errors(DPO, overrides)
+    assert key in found, found
+    assert text in found[key]
+
+
+def test_video_frames_at_any_frame_rate_pass():
+    assert "model.num_frames" not in errors(DPO, ["model.num_frames=9", "model.fps=16"])
+    assert "model.fps" not in errors(DPO, ["model.num_frames=9", "model.fps=16"])
+
+
+def _folder_with_vae(root: Path, **vae) -> Path:
+    import json
+
+    folder = stub_model_folder(root)
+    (folder / "vae").mkdir(exist_ok=True)
+    (folder / "vae" / "config.json").write_text(json.dumps(vae))
+    return folder
+
+
+@pytest.mark.parametrize("declared, problem", [(4, None), (1, "declares scale_factor_temporal = 1"), (2, "compress time 4x")])
+def test_a_folder_vae_must_declare_the_time_compression_its_network_does(tmp_path, declared, problem):
+    # dim_mult [1, 1, 1]: two downsampling stages, both temporal -> 4x in time, 4x in space.
+    folder = _folder_with_vae(tmp_path / "nano", dim_mult=[1, 1, 1], temperal_downsample=[True, True],
+                              patch_size=None, scale_factor_temporal=declared)  # fmt: skip
+    found = errors(DPO_PUBLIC, [f'model.path="{folder}"', "model.num_frames=9"])
+    if problem is None:
+        assert "model.path" not in found, found
+    else:
+        assert problem in found["model.path"] and "set scale_factor_temporal = 4" in found["model.path"]
+    # An image run never reads the temporal factor.
+    assert "model.path" not in errors(DPO_PUBLIC, [f'model.path="{folder}"'])
+
+
+def test_a_frame_size_off_the_vae_latent_cell_is_refused(tmp_path):
+    # 4 downsampling stages x patchify 2: a 32-pixel latent cell, so 48 (a multiple of 16) is refused.
+    folder = _folder_with_vae(tmp_path / "nano", dim_mult=[1, 1, 1, 1, 1], temperal_downsample=[False, False, True, True],
+                              patch_size=2, scale_factor_temporal=4)  # fmt: skip
+    found = errors(DPO_PUBLIC, [f'model.path="{folder}"', "model.image_size=48"])
+    assert "32-pixel latent cell" in found["model.image_size"], found
+    assert "model.image_size" not in errors(DPO_PUBLIC, [f'model.path="{folder}"', "model.image_size=64"])

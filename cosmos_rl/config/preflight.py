@@ -17,6 +17,7 @@ from cosmos_rl.config import algorithms, schema
 from cosmos_rl.config import schema
 from cosmos_rl.config.paths import resolve_path
 from cosmos_rl.config.preflight_data import _data_source, _sources
+from cosmos_rl.config.preflight_media import folder_vae_rules, frame_rules, modality_rule
 from cosmos_rl.config.preflight_rules import Rules, seed_rule
 from cosmos_rl.config.preflight_rewards import BUILTIN_REWARDS, _one_reward, _reward_terms
 from cosmos_rl.config.problems import Problem, show
@@ -81,6 +82,7 @@ def _common(c: schema.RunConfig, r: Rules) -> None:
     if c.model.lora.rank > 0:
         r.positive("model.lora.alpha", c.model.lora.alpha)
     _media_size(c.model, r)
+    frame_rules(c.model, r)
     if c.model.dtype == "bfloat16" and c.grid.device == "cpu":
         r.error("model.dtype", "bfloat16 mixed precision needs a GPU; CPU runs train in float32", "bfloat16", 'set model.dtype = "float32" or grid.device = "cuda"')
     r.at_least("model.config.parallelism.data_parallel_shard_degree", c.model.config.parallelism.data_parallel_shard_degree, 1)
@@ -170,6 +172,8 @@ def _model_and_base(c: schema.RunConfig, r: Rules) -> None:
         r.error("model.preset", "given together with model.path; the model is either a folder or a built-in preset", model.preset,
                 "remove model.preset (the folder brings its architecture) or model.path")
     folder = _model_folder(model.path, r) if model.path else None
+    if folder is not None:
+        folder_vae_rules(model, folder, _frame_size(model), r)
 
     known = typing.get_args(schema.PresetName)
     if value.startswith(PRESET_SCHEME):
@@ -250,13 +254,15 @@ def nft_shapes(c: schema.RunConfig) -> tuple[dict[str, list[int]] | None, list[t
 def nft_rules(c: schema.RunConfig, rl: schema.NFTConfig, r: Rules) -> None:
     """NFT's rules (nft.md): the online rules, then modality/profile, the sampler type and the objective's knobs."""
     online_rules(c, rl, r)
-    if rl.modality == "video":
+    modality_rule(rl, c.model, r)
+    if rl.modality == "video" and c.model.num_frames > 1:
         if rl.profile:
             r.error("rl.profile", "video NFT takes no profile", rl.profile, "remove rl.profile")
         if rl.init_keys_to_skip_loading:
             r.error("rl.init_keys_to_skip_loading", "the video contract requires it to be empty", rl.init_keys_to_skip_loading, "remove it")
-        r.error("rl.modality", "video NFT is not included in this release", "video", 'set rl.modality = "image" with a T2I rl.profile')
-    else:
+        r.error("rl.modality", "video NFT is not included in this release", "video",
+                'set rl.modality = "image" and model.num_frames = 1 with a T2I rl.profile (video trains with rl.algorithm = "sft")')
+    elif rl.modality == "image":
         known = ", ".join(show(p) for p in schema.T2I_PROFILES)
         if rl.profile not in schema.T2I_PROFILES:
             r.error("rl.profile", "image NFT needs a known T2I profile", rl.profile, f"use one of {known}")
