@@ -11,6 +11,7 @@ from cosmos_rl.config import load, preflight
 ROOT = Path(__file__).resolve().parent.parent
 NFT = ROOT / "manifests" / "nft_t2i_smoke.toml"
 DPO = ROOT / "manifests" / "dpo_t2i_smoke.toml"
+SFT = ROOT / "manifests" / "sft_shapes_cpu.toml"  # its shards are unwritten here: only rl.data.shards[0] besides
 DPO_PUBLIC = ROOT / "manifests" / "dpo_t2i_public_4gpu.toml"  # names no model: model.path is the test's
 
 
@@ -415,7 +416,7 @@ def test_wandb_project_needs_the_package(monkeypatch):
 
 
 FRAME_CASES = [
-    # (overrides, key, text): the frame rules hold for every algorithm (here on DPO's smoke manifest)
+    # (overrides, key, text): the frame rules hold for every algorithm (here on SFT's shapes manifest)
     (["model.num_frames=8"], "model.num_frames", "4k + 1 frames (got 8); use 5 or 9"),
     (["model.num_frames=2"], "model.num_frames", "use 5"),
     (["model.num_frames=0"], "model.num_frames", "must be >= 1"),
@@ -426,14 +427,25 @@ FRAME_CASES = [
 
 @pytest.mark.parametrize("overrides, key, text", FRAME_CASES, ids=[c[0][0] for c in FRAME_CASES])
 def test_frame_rule(overrides, key, text):
-    found = errors(DPO, overrides)
+    found = errors(SFT, overrides)
     assert key in found, found
     assert text in found[key]
 
 
 def test_video_frames_at_any_frame_rate_pass():
-    assert "model.num_frames" not in errors(DPO, ["model.num_frames=9", "model.fps=16"])
-    assert "model.fps" not in errors(DPO, ["model.num_frames=9", "model.fps=16"])
+    found = errors(SFT, ["model.num_frames=9", "model.fps=16", "rl.first_frame_condition=0.5"])
+    assert not {"model.num_frames", "model.fps", "rl.first_frame_condition"} & set(found), found
+
+
+def test_an_algorithm_that_trains_no_video_refuses_clips():
+    found = errors(DPO, ["model.num_frames=9"])
+    assert 'rl.algorithm = "dpo" does not train video in this release' in found["model.num_frames"]
+    assert 'rl.algorithm = "sft"' in found["model.num_frames"]
+
+
+def test_first_frame_conditioning_needs_clips_through_the_transformer():
+    assert "trains no clips" in errors(SFT, ["rl.first_frame_condition=0.5"])["rl.first_frame_condition"]
+    assert "must be in [0, 1]" in errors(SFT, ["model.num_frames=9", "rl.first_frame_condition=2"])["rl.first_frame_condition"]
 
 
 def _folder_with_vae(root: Path, **vae) -> Path:

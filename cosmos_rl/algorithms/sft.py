@@ -19,11 +19,26 @@ import math
 import torch
 
 
-def flow_matching_loss(v_pred: torch.Tensor, x0: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
-    """Mean squared error between the predicted velocity and eps - x0 (all [B, ...], same shape)."""
+def flow_matching_loss(
+    v_pred: torch.Tensor, x0: torch.Tensor, eps: torch.Tensor, clean_frames: list[int] | None = None
+) -> torch.Tensor:
+    """Mean squared error between the predicted velocity and eps - x0 (all [B, ...], same shape).
+
+    `clean_frames` (latents [B, C, T, h, w] only): per sample, how many leading latent frames are
+    clean conditions (image-to-video); they are left out, and the mean is over the remaining
+    elements of the batch: one sample of two one-element latent frames with squared errors 4 and 1
+    and one clean frame has loss 1 (not (4 + 1) / 2)."""
     if not v_pred.shape == x0.shape == eps.shape:
         raise ValueError(f"shapes differ: v_pred {tuple(v_pred.shape)}, x0 {tuple(x0.shape)}, eps {tuple(eps.shape)}")
-    return torch.mean((v_pred.float() - (eps - x0).float()) ** 2)
+    squared = (v_pred.float() - (eps - x0).float()) ** 2
+    if not clean_frames or not any(clean_frames):
+        return torch.mean(squared)
+    if x0.dim() != 5 or len(clean_frames) != x0.shape[0]:
+        raise ValueError(f"clean_frames needs one count per sample of [B, C, T, h, w] latents, got {clean_frames} for {tuple(x0.shape)}")
+    frames = torch.arange(x0.shape[2], device=x0.device)
+    noisy = frames[None, :] >= torch.tensor(clean_frames, device=x0.device)[:, None]  # [B, T]
+    mask = noisy[:, None, :, None, None].expand_as(squared)
+    return squared[mask].mean()
 
 
 def reconstruction_loss(decoded: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -62,6 +62,7 @@ class Algorithm:
     part_field: str = ""  # an rl field naming what trains ("transformer" or "vae"); "" = the transformer
     reshards_world: bool = True  # a non-exact resume may change the world size (DCP reshards)
     unit: str = "samples"  # what the progress bar counts
+    video: bool = False  # trains clips (model.num_frames > 1); otherwise preflight refuses them
 
     def resolve(self, what: str) -> Any:
         """The object one of the code fields names (None when the field is empty)."""
@@ -223,7 +224,7 @@ register(Algorithm(
     data_check="cosmos_rl.data.scan:caption_data",
     seed_keys=("data.shuffle",),
     path_fields=("data.jsonl", "data.shards[]"),
-    part_field="train",
+    part_field="train", video=True,
 ))  # fmt: skip
 
 # The names this package ships (docs/manifest.md documents these tables; others are the user's own).

@@ -41,7 +41,13 @@ GRID_TIMEOUT_MAX_S = 7 * 24 * 3600
 def check(config: schema.RunConfig, base_dir: Path | str = ".") -> list[Problem]:
     rules = Rules(Path(base_dir))
     _common(config, rules)
-    own_rules = algorithms.of(config).resolve("preflight")
+    algorithm = algorithms.of(config)
+    if config.model.num_frames > 1 and not algorithm.video and not hasattr(config.rl, "modality"):
+        # An algorithm with rl.modality (NFT) says this under that key instead.
+        video_ones = ", ".join(f'"{a.name}"' for a in map(algorithms.get, algorithms.BUILT_IN) if a.video)
+        rules.error("model.num_frames", f"rl.algorithm = \"{algorithm.name}\" does not train video in this release", config.model.num_frames,
+                    f"set model.num_frames = 1, or train video with rl.algorithm = {video_ones}")
+    own_rules = algorithm.resolve("preflight")
     if own_rules is not None:
         own_rules(config, config.rl, rules)
     _eval(config, config.rl.eval, rules)
@@ -395,6 +401,11 @@ def sft_rules(c: schema.RunConfig, rl: schema.SFTConfig, r: Rules) -> None:
         r.error("rl.samples_per_step", f"must split evenly over the {dp} ranks", rl.samples_per_step, f"use a multiple of {dp}")
     if not 0 <= rl.caption_dropout < 1:
         r.error("rl.caption_dropout", "must be in [0, 1)", rl.caption_dropout, "use e.g. 0.1 (0 trains no unconditional prompt)")
+    if not 0 <= rl.first_frame_condition <= 1:
+        r.error("rl.first_frame_condition", "must be in [0, 1]", rl.first_frame_condition, "use e.g. 0.5 (half the clips train image-to-video)")
+    elif rl.first_frame_condition > 0 and (c.model.num_frames == 1 or rl.train == "vae"):
+        r.error("rl.first_frame_condition", "conditions a clip's first frame, and this run trains no clips through the transformer",
+                rl.first_frame_condition, 'remove it, or train video (model.num_frames > 1) with rl.train = "transformer"')
     if rl.train == "vae" and c.model.lora.rank > 0:
         r.error("model.lora.rank", "rl.train = \"vae\" trains every VAE weight; LoRA adapts the transformer only", c.model.lora.rank,
                 "set model.lora.rank = 0")

@@ -356,6 +356,9 @@ class SFTConfig(RLBase):
     caption_dropout: float = knob(
         0.1, "`transformer`: chance that a sample trains with the empty prompt, which classifier-free guidance samples with."
     )
+    first_frame_condition: float = knob(
+        0.0, "Video (`transformer`): chance that a clip trains image-to-video, its first latent frame held clean and left out of the loss, so one model does T2V and I2V."
+    )
     init_from: str = knob("", "Base checkpoint: diffusers folder, DCP folder, `s3://` (pulled once) or `preset:NAME`; empty = model.*.")
     init_keys_to_skip_loading: list[str] = knob(
         attrs.Factory(list), "Glob patterns (`*` crosses dots) of base-checkpoint keys the model does not build; any other extra or missing key fails the load."
@@ -389,6 +392,7 @@ class RunConfig:
 LATER_KNOB_DEFAULTS: dict[str, object] = {
     "model.num_frames": 1,
     "model.fps": 24.0,
+    "rl.first_frame_condition": 0.0,
     "rl.x0_weighting": False,
     "rl.rewards": [],
     "rl.reward_combine": "weighted_sum",

@@ -74,7 +74,7 @@ def generate(
       trains at or an SDE algorithm's per-step log-probabilities.
     """
     from cosmos_rl.data.pixels import to_uint8
-    from cosmos_rl.models.media import vae_temporal_factor
+    from cosmos_rl.models.media import frame_timing
     from cosmos_rl.models.packing import velocity
     from cosmos_rl.models.sampling import sample_latents
     from cosmos_rl.models.vae import decode_clips, decode_latents
@@ -83,9 +83,7 @@ def generate(
         raise ValueError(f"noise must be [B, C, T, h, w] for {media}, got {tuple(noise.shape)}")
     transformer = parts.transformer
     cond, uncond = prompt_ids
-    timing: dict = {}
-    if media.is_video:
-        timing = dict(fps=media.fps, temporal_factor=vae_temporal_factor(parts.vae.config))
+    timing = frame_timing(media, parts.vae.config)
     clean_frames = 0
     start = noise
     if condition is not None:

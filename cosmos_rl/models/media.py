@@ -113,3 +113,11 @@ def latent_shape(media: MediaSpec, vae_config: Any, transformer_config: Any) -> 
     channels = int(_get(transformer_config, "latent_channel"))
     frames = latent_frames(media.frames, vae_temporal_factor(vae_config))
     return channels, frames, media.height // spatial, media.width // spatial
+
+
+def frame_timing(media: MediaSpec, vae_config: Any) -> dict:
+    """The packed forward's time keywords for `media` (`models.packing.velocity`): a clip's frame
+    rate and the VAE's temporal compression; nothing for an image (one frame is never modulated)."""
+    if not media.is_video:
+        return {}
+    return {"fps": media.fps, "temporal_factor": vae_temporal_factor(vae_config)}

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from functools import lru_cache, partial
-from typing import Iterator, NamedTuple
+from typing import Iterator, NamedTuple, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -257,15 +257,16 @@ def packed_inputs(
     *,
     fps: float | None = None,
     temporal_factor: int | None = None,
-    clean_frames: int = 0,
+    clean_frames: int | Sequence[int] = 0,
 ) -> tuple[dict, _Layout]:
     """The transformer's keyword arguments for the samples in the order given, and their layout.
 
     Every sample is laid out as `Cosmos3OmniPipeline._prepare_text_segment` and
     `_prepare_vision_segment` lay out one prompt and its latents [1, C, T, h, w]: a (t, h, w) patch
-    grid, positions modulated by `fps` (see `velocity`). The first `clean_frames` latent frames are
-    clean conditions (the pipeline's image-to-video frame 0, or its video-to-video frames): no
-    timestep embedding and no prediction; every later frame is noisy and predicted.
+    grid, positions modulated by `fps` (see `velocity`). The first `clean_frames` latent frames (one
+    count for the batch, or one per sample) are clean conditions (the pipeline's image-to-video
+    frame 0, or its video-to-video frames): no timestep embedding and no prediction; every later
+    frame is noisy and predicted.
     """
     patch = config.latent_patch_size
     grid = (int(x_t.shape[2]), -(-x_t.shape[3] // patch), -(-x_t.shape[4] // patch))
@@ -280,18 +281,20 @@ def packed_inputs(
     batch, per_sample = x_t.shape[0], layout.segments.tokens_per_sample
     vision_len = batch * per_sample
     vision_indexes = torch.arange(layout.und_len, layout.und_len + vision_len, device=x_t.device)
-    if not 0 <= clean_frames < grid[0]:
-        raise ValueError(f"clean_frames must leave a noisy latent frame: {clean_frames} of {grid[0]}")
-    noisy_frames = torch.arange(clean_frames, grid[0], device=x_t.device)
+    clean = [int(clean_frames)] * batch if isinstance(clean_frames, int) else [int(k) for k in clean_frames]
+    if len(clean) != batch or not all(0 <= k < grid[0] for k in clean):
+        raise ValueError(f"clean_frames must leave each of {batch} samples a noisy latent frame of {grid[0]}: {clean_frames}")
+    frame_tokens = grid[1] * grid[2]  # frames are the grid's slowest axis
+    noisy_frames = [torch.arange(k, grid[0], device=x_t.device) for k in clean]
     predicted = vision_indexes
-    if clean_frames:
-        # Each sample's tokens after its clean frames' (frames are the grid's slowest axis).
-        clean_tokens = clean_frames * grid[1] * grid[2]
-        predicted = vision_indexes.view(batch, per_sample)[:, clean_tokens:].flatten()
+    if any(clean):
+        per_sample_indexes = vision_indexes.view(batch, per_sample)
+        predicted = torch.cat([per_sample_indexes[b, k * frame_tokens :] for b, k in enumerate(clean)])
     # Integer timesteps, as the stock pipeline passes them (the model multiplies by timestep_scale),
     # one per noisy token. Integers also pass FSDP2's mixed-precision input cast untouched.
-    noisy_per_sample = per_sample - clean_frames * grid[1] * grid[2]
-    timesteps = model_timesteps(sigma, timesteps_per_unit(config)).repeat_interleave(noisy_per_sample)
+    noisy_tokens = torch.tensor([per_sample - k * frame_tokens for k in clean], device=x_t.device)
+    timesteps = model_timesteps(sigma, timesteps_per_unit(config))
+    timesteps = timesteps.repeat_interleave(per_sample) if not any(clean) else timesteps.repeat_interleave(noisy_tokens)
     return dict(
         input_ids=torch.cat([ids.to(x_t.device) for ids in prompt_ids]),
         text_indexes=torch.arange(layout.und_len, device=x_t.device),
@@ -303,7 +306,7 @@ def packed_inputs(
         vision_sequence_indexes=vision_indexes,
         vision_mse_loss_indexes=predicted,
         vision_timesteps=timesteps,
-        vision_noisy_frame_indexes=[noisy_frames] * batch,
+        vision_noisy_frame_indexes=noisy_frames,
     ), layout
 
 
@@ -315,7 +318,7 @@ def velocity(
     *,
     fps: float | None = None,
     temporal_factor: int | None = None,
-    clean_frames: int = 0,
+    clean_frames: int | Sequence[int] = 0,
 ) -> torch.Tensor:
     """Predicted flow velocity v = noise - x0 for each sample, in one forward.
 
@@ -326,8 +329,8 @@ def velocity(
     (the VAE's temporal compression, the pipeline's `vae_scale_factor_temporal`), given together,
     space latent frames in time as the pipeline does when the model has `enable_fps_modulation`:
     frame k at k * base_fps / fps; None = one step per frame, and a single frame is never modulated.
-    `clean_frames`: leading latent frames that are clean conditions (image-to-video: 1); their
-    velocity is exactly 0, as the model leaves unpredicted frames. Returns [B, C, T, h, w].
+    `clean_frames`: leading latent frames that are clean conditions (image-to-video: 1), for the
+    batch or per sample; their velocity is exactly 0, as the model leaves unpredicted frames. Returns [B, C, T, h, w].
     """
     config = transformer.config
     sigma = torch.as_tensor(sigma, device=x_t.device)
@@ -341,6 +344,8 @@ def velocity(
     reordered = order != list(range(len(lengths)))
     if reordered:
         x_t, sigma, prompt_ids = x_t[order], sigma[order], [prompt_ids[index] for index in order]
+        if not isinstance(clean_frames, int):
+            clean_frames = [clean_frames[index] for index in order]
     inputs, layout = packed_inputs(
         config, x_t, sigma, prompt_ids, fps=fps, temporal_factor=temporal_factor, clean_frames=clean_frames
     )

@@ -56,8 +56,13 @@ def raw_latents(vae: AutoencoderKLWan, images: torch.Tensor) -> torch.Tensor:
 
 
 def reconstruction(vae: AutoencoderKLWan, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(the VAE's reconstruction, its input) of [B, 3, H, W] images in [0, 1], both [B, 3, 1, H, W]
-    in the VAE's [-1, 1] range; differentiable (what VAE training compares)."""
+    """(the VAE's reconstruction, its input) of [B, 3, H, W] images (or [B, 3, F, H, W] clips) in
+    [0, 1], both [B, 3, F, H, W] in the VAE's [-1, 1] range (F = 1 for images); differentiable
+    (what VAE training compares)."""
+    if images.dim() == 5:
+        _check_clips(images)
+        clip = images * 2.0 - 1.0
+        return vae.decode(vae.encode(clip).latent_dist.mode()).sample, clip
     clip = _as_clip(images * 2.0 - 1.0)
     return vae.decode(vae.encode(clip).latent_dist.mode()).sample, clip
 

@@ -34,11 +34,11 @@ from cosmos_rl.config import schema
 from cosmos_rl.data.captions import caption_source
 from cosmos_rl.data.cursor import PairCursor
 from cosmos_rl.flow import noisy_latents
-from cosmos_rl.models.media import MediaSpec
+from cosmos_rl.models.media import MediaSpec, frame_timing
 from cosmos_rl.models.packing import velocity
 from cosmos_rl.models.setup import TrainableModel, build_trainable, load_base, optimizer_step
 from cosmos_rl.models.text import model_prompt_ids
-from cosmos_rl.models.vae import encode_images, reconstruction
+from cosmos_rl.models.vae import encode_clips, encode_images, reconstruction
 from cosmos_rl.seeds import derive_seed
 from cosmos_rl.trainers.spmd import SPMDTrainer
 
@@ -98,17 +98,32 @@ class SFTTrainer(SPMDTrainer):
         samples = [self.source[i] for i in self.cursor.next_batch()]
         return torch.stack([s.image for s in samples]).to(self.device), [s.caption for s in samples]
 
-    def _flow_loss(self, images: torch.Tensor, captions: list[str]) -> tuple[torch.Tensor, dict[str, float]]:
+    def _flow_loss(self, pixels: torch.Tensor, captions: list[str]) -> tuple[torch.Tensor, dict[str, float]]:
+        video = self.media.is_video
         with torch.no_grad():
-            x0 = encode_images(self.parts.vae, images)
+            x0 = encode_clips(self.parts.vae, pixels) if video else encode_images(self.parts.vae, pixels)
         generator = torch.Generator().manual_seed(derive_seed("sft", self.config.job.seed, self.step, self.rank))
         eps = torch.randn(x0.shape, generator=generator).to(self.device)
         t = torch.rand(x0.shape[0], generator=generator).to(self.device)
         dropped = (torch.rand(x0.shape[0], generator=generator) < self.rl.caption_dropout).tolist()
         ids = [self.prompt_ids(c) for c in captions]
         ids = [self._ids[""] if drop else i for drop, i in zip(dropped, ids)]
-        v = velocity(self.module, noisy_latents(x0, eps, t), t, ids)
-        return flow_matching_loss(v, x0, eps), {"caption_dropped": sum(dropped) / len(dropped)}
+        x_t = noisy_latents(x0, eps, t)
+        extra = {"caption_dropped": sum(dropped) / len(dropped)}
+        clean: list[int] = []
+        if video:
+            # Drawn after the image run's draws, so an image run consumes exactly what it did before.
+            conditioned = (torch.rand(x0.shape[0], generator=generator) < self.rl.first_frame_condition).tolist()
+            clean = [int(c) for c in conditioned]
+            if any(clean):  # image-to-video: the first latent frame is the clean image's
+                held = torch.tensor(clean, dtype=torch.bool, device=x0.device)[:, None, None, None, None]
+                first = torch.zeros_like(x0, dtype=torch.bool)
+                first[:, :, :1] = True
+                x_t = torch.where(held & first, x0, x_t)
+            extra["first_frame_conditioned"] = sum(clean) / len(clean)
+        timing = frame_timing(self.media, self.parts.vae.config)
+        v = velocity(self.module, x_t, t, ids, clean_frames=clean or 0, **timing)
+        return flow_matching_loss(v, x0, eps, clean or None), extra
 
     def _vae_loss(self, images: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         decoded, clip = reconstruction(self.module, images)  # [B, 3, 1, H, W] in the VAE's range
