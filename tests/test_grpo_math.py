@@ -256,10 +256,10 @@ def test_advantages_are_clamped_at_five():
 
 # ------------------------------------------------------------------------------ step choices
 def test_train_steps_are_the_first_fraction_and_never_the_last():
-    """N = 10: f = 0.99 -> floor(9.9) = 9 steps [0..8]; f = 0.5 -> [0..4]; N = 100, f = 0.29 ->
+    """N = 10: f = 0.99 (the default) -> floor(9.9) = 9 steps [0..8]; f = 0.5 -> [0..4]; N = 100, f = 0.29 ->
     29 (0.29 * 100 is 28.999999999999996 in floating point); f = 1 would train the last (ODE)
     step and f = 0.05 none: both refused."""
-    assert train_steps(10, 0.99) == list(range(9))
+    assert train_steps(10, 0.99) == list(range(9)) == train_steps(10)
     assert train_steps(10, 0.5) == list(range(5))
     assert train_steps(100, 0.29) == list(range(29))
     assert default_sde_steps(10) == list(range(9))

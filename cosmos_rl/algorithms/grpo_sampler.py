@@ -32,6 +32,9 @@ from cosmos_rl.algorithms.grpo import sde_step, step_log_prob
 
 VelocityFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
+DEFAULT_TIMESTEP_FRACTION = 0.99  # Flow-GRPO's task configs: every step but the last trains
+DEFAULT_WINDOW_SIZE = 2  # Flow-GRPO's base config sample.sde_window_size (the paper: 1-2)
+
 # floor(f * N) of e.g. 0.29 * 100 is 28.999999999999996 in floating point: treat it as 29.
 _FRACTION_SLACK = 1e-9
 
@@ -67,7 +70,7 @@ def default_sde_steps(num_steps: int) -> list[int]:
     return list(range(num_steps - 1))
 
 
-def train_steps(num_steps: int, timestep_fraction: float) -> list[int]:
+def train_steps(num_steps: int, timestep_fraction: float = DEFAULT_TIMESTEP_FRACTION) -> list[int]:
     """The steps that train in plain Flow-GRPO: the first floor(f * N) of the N sampler steps.
 
     Must be between 1 and N - 1 steps (the last step is the ODE's and has no log-prob), so
