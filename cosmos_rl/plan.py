@@ -14,6 +14,7 @@ from pathlib import Path
 
 from cosmos_rl.config import algorithms, load, preflight, schema
 from cosmos_rl.models import layout
+from cosmos_rl.plan_media import media_section
 
 # nft.md section 4's five roles of one colocated process per rank, and the code that plays each.
 ONLINE_ROLES = {
@@ -141,6 +142,7 @@ def build(config: schema.RunConfig, manifest_path: str = "MANIFEST", overrides: 
         "launch": launch_argv(config, manifest_path, list(overrides)),
     }
     out["eval"] = _eval_summary(config)
+    out["media"] = media_section(config, _base_dir(manifest_path))
     section = algorithms.of(config).resolve("plan_section")
     if section is not None:
         out.update(section(config, _base_dir(manifest_path)))

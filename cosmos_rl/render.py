@@ -27,6 +27,15 @@ def _base(base: dict) -> str:
     return f"{base['resolved']}  <- {given}; skipping keys: {skip}"
 
 
+def _media(media: dict) -> str:
+    what = f"{media['frames']}-frame clips at {media['fps']:g} fps ({media['seconds']:g} s)" if media["kind"] == "video" else "images"
+    text = f"{what}, {media['size'][0]}x{media['size'][1]} px"
+    if "latent" in media:
+        text += (f"; latents {'x'.join(map(str, media['latent']))}, {media['vision_tokens_per_sample']} vision tokens per sample; "
+                 f"activations about {media['activation_mib_per_sample']} MiB per sample ({media['activation_estimate']})")
+    return text
+
+
 def render_plan(console: Console, plan: dict) -> None:
     title = Text(f"cosmos-rl plan: {plan['algorithm'].upper()} run {plan['run_dir']}", style="table.title")
     table = Table(title=title, show_header=False, title_justify="left")
@@ -46,6 +55,8 @@ def render_plan(console: Console, plan: dict) -> None:
     else:
         rows.append(("roles per process", _value(plan["roles_per_process"])))
     rows.append(("per step", _value(plan["per_step"])))
+    if "media" in plan:
+        rows.append(("media", _media(plan["media"])))
     for key in ("trains", "data", "validation", "eval", "beta"):
         if key in plan:
             rows.append((key, _value(plan[key])))

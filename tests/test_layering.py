@@ -28,7 +28,7 @@ LAYERS = [
     ("commands", "launch.py export.py report.py docs_gen.py evaluation/command.py mining/ shapes/base_build.py"),
     ("trainers", "trainers/"),
     ("evaluation", "evaluation/"),
-    ("plan", "plan.py run.py render.py"),
+    ("plan", "plan.py plan_media.py run.py render.py"),
     ("config", "config/"),
     ("shapes-base", "shapes/preset.py shapes/held_out.py"),
     ("models", "models/"),

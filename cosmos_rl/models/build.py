@@ -14,6 +14,7 @@ folder without `cosmos_rl.json` uses) or `minimal`. `save_parts` writes it to
 
 from __future__ import annotations
 
+import copy
 import importlib
 import json
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from diffusers import AutoencoderKLWan, Cosmos3OmniTransformer, UniPCMultistepSc
 from transformers import PreTrainedTokenizerFast
 
 from cosmos_rl.errors import UserError
+from cosmos_rl.models.architectures import TINY_TRANSFORMER, TINY_VAE
 from cosmos_rl.models.layout import PIPELINE_INDEX, PRESET_FLOW_SHIFT, read_json, scheduler_problem
 from cosmos_rl.models.text import PROMPT_TEMPLATES
 from cosmos_rl.models.tokenizer import build_tiny_tokenizer
@@ -62,41 +64,11 @@ def _tiny_transformer(vocab_size: int, with_extra_heads: bool) -> Cosmos3OmniTra
     extra_heads = {}
     if with_extra_heads:
         extra_heads = dict(sound_gen=True, sound_dim=8, action_gen=True, action_dim=6, num_embodiment_domains=4)
-    return Cosmos3OmniTransformer(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        latent_channel=4,
-        latent_patch_size=2,
-        patch_latent_dim=16,  # latent_channel * patch_size**2
-        rope_axes_dim=[4, 2, 2],  # sums to head_dim / 2; a wrong sum is clipped silently
-        vocab_size=vocab_size,
-        dtype="float32",
-        **extra_heads,
-    )
+    return Cosmos3OmniTransformer(**copy.deepcopy(TINY_TRANSFORMER), vocab_size=vocab_size, **extra_heads)
 
 
 def _tiny_vae() -> AutoencoderKLWan:
-    # 32x32 RGB -> patchify 2 (12 channels) -> one 2x downsample -> 8x8 latents with 4 channels.
-    return AutoencoderKLWan(
-        base_dim=8,
-        z_dim=4,
-        dim_mult=[1, 1],
-        num_res_blocks=1,
-        attn_scales=[],
-        temperal_downsample=[False],
-        patch_size=2,
-        in_channels=12,
-        out_channels=12,
-        # Deliberately not 0/1 so a missing (de)normalisation shows up in tests.
-        latents_mean=[0.1, -0.2, 0.05, 0.0],
-        latents_std=[0.9, 1.1, 1.2, 0.8],
-        scale_factor_spatial=4,
-        scale_factor_temporal=1,  # what the network does: no temporal_downsample stage is set
-    )
+    return AutoencoderKLWan(**copy.deepcopy(TINY_VAE))
 
 
 def _build_tiny(with_extra_heads: bool) -> ModelParts:

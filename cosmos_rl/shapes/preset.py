@@ -20,6 +20,7 @@ The architecture is a bit larger than `tiny` because smaller models only draw bl
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from pathlib import Path
@@ -28,6 +29,7 @@ import torch
 from diffusers import AutoencoderKLWan, Cosmos3OmniTransformer
 
 from cosmos_rl.errors import UserError
+from cosmos_rl.models.architectures import SHAPES_TRANSFORMER, SHAPES_VAE
 from cosmos_rl.models.build import ModelParts, flow_scheduler
 from cosmos_rl.models.tokenizer import build_tiny_tokenizer
 
@@ -39,39 +41,11 @@ STORED_DTYPE = torch.float16
 
 
 def _transformer(vocab_size: int) -> Cosmos3OmniTransformer:
-    return Cosmos3OmniTransformer(
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        latent_channel=4,
-        latent_patch_size=2,
-        patch_latent_dim=16,
-        rope_axes_dim=[8, 4, 4],  # sums to head_dim / 2
-        rope_theta=100.0,
-        vocab_size=vocab_size,
-        dtype="float32",
-    )
+    return Cosmos3OmniTransformer(**copy.deepcopy(SHAPES_TRANSFORMER), vocab_size=vocab_size)
 
 
 def _vae() -> AutoencoderKLWan:
-    return AutoencoderKLWan(
-        base_dim=16,
-        z_dim=4,
-        dim_mult=[1, 1],
-        num_res_blocks=1,
-        attn_scales=[],
-        temperal_downsample=[False],
-        patch_size=2,
-        in_channels=12,
-        out_channels=12,
-        latents_mean=[0.0] * 4,  # measured after the VAE is trained (set_latent_stats)
-        latents_std=[1.0] * 4,
-        scale_factor_spatial=4,
-        scale_factor_temporal=1,  # what the network does: no temporal_downsample stage is set
-    )
+    return AutoencoderKLWan(**copy.deepcopy(SHAPES_VAE))
 
 
 def shapes_architecture(seed: int) -> ModelParts:

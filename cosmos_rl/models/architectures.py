@@ -1,0 +1,77 @@
+"""The built-in presets' network configurations, as plain keyword dicts (torch-free).
+
+The builders (`models.build`, `shapes.preset`) construct the diffusers classes from these, and
+preflight and `plan` read them to answer size questions about a preset (latent cells, temporal
+compression, tokens per sample, hidden size) without building a model.
+"""
+
+from __future__ import annotations
+
+TINY_TRANSFORMER = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    latent_channel=4,
+    latent_patch_size=2,
+    patch_latent_dim=16,  # latent_channel * patch_size**2
+    rope_axes_dim=[4, 2, 2],  # sums to head_dim / 2; a wrong sum is clipped silently
+    dtype="float32",
+)
+
+# 32x32 RGB -> patchify 2 (12 channels) -> one 2x downsample -> 8x8 latents with 4 channels.
+TINY_VAE = dict(
+    base_dim=8,
+    z_dim=4,
+    dim_mult=[1, 1],
+    num_res_blocks=1,
+    attn_scales=[],
+    temperal_downsample=[False],
+    patch_size=2,
+    in_channels=12,
+    out_channels=12,
+    # Deliberately not 0/1 so a missing (de)normalisation shows up in tests.
+    latents_mean=[0.1, -0.2, 0.05, 0.0],
+    latents_std=[0.9, 1.1, 1.2, 0.8],
+    scale_factor_spatial=4,
+    scale_factor_temporal=1,  # what the network does: no temporal_downsample stage is set
+)
+
+SHAPES_TRANSFORMER = dict(
+    hidden_size=128,
+    intermediate_size=256,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    latent_channel=4,
+    latent_patch_size=2,
+    patch_latent_dim=16,
+    rope_axes_dim=[8, 4, 4],  # sums to head_dim / 2
+    rope_theta=100.0,
+    dtype="float32",
+)
+
+SHAPES_VAE = dict(
+    base_dim=16,
+    z_dim=4,
+    dim_mult=[1, 1],
+    num_res_blocks=1,
+    attn_scales=[],
+    temperal_downsample=[False],
+    patch_size=2,
+    in_channels=12,
+    out_channels=12,
+    latents_mean=[0.0] * 4,  # measured after the VAE is trained (shapes.preset.set_latent_stats)
+    latents_std=[1.0] * 4,
+    scale_factor_spatial=4,
+    scale_factor_temporal=1,  # what the network does: no temporal_downsample stage is set
+)
+
+# name -> (transformer config, VAE config); vocab_size comes from the tokenizer at build time.
+PRESET_ARCHITECTURES: dict[str, tuple[dict, dict]] = {
+    "tiny": (TINY_TRANSFORMER, TINY_VAE),
+    "shapes": (SHAPES_TRANSFORMER, SHAPES_VAE),
+}

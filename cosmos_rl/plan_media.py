@@ -1,0 +1,81 @@
+"""`plan`'s `media` section: what one sample is, what it costs the model, read from configs alone.
+
+For a `model.path` folder its `transformer/config.json` and `vae/config.json` are read as JSON; a
+preset's come from `models.architectures`. Nothing is built or loaded.
+
+Activation memory is an estimate of what one training forward keeps for backward per sample
+(vision tokens only; the prompt adds its own tokens, a few dozen with the `minimal` template and
+a few hundred with the `chat` template's system prompt). Per decoder layer and token it counts
+12 hidden-size vectors (norms, q/k/v, the attention output, projections and residuals; fused
+attention keeps no score matrix) and 4 MLP-width vectors (SwiGLU's gate, up, activation and
+product), at the compute dtype's bytes. With gradient checkpointing only each layer's input is
+kept, plus one layer's activations while it is recomputed. Weights, gradients, optimizer state,
+the VAE and framework overheads come on top.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from cosmos_rl.config import schema
+from cosmos_rl.models.architectures import PRESET_ARCHITECTURES
+from cosmos_rl.models.layout import read_json
+from cosmos_rl.models.media import MediaSpec, latent_shape
+
+HIDDEN_VECTORS_PER_LAYER = 12
+MLP_VECTORS_PER_LAYER = 4
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
+
+
+def _architecture(config: schema.RunConfig, base_dir: Path) -> tuple[dict, dict] | None:
+    model = config.model
+    if model.preset is not None and not model.path:
+        return PRESET_ARCHITECTURES.get(model.preset)
+    folder = Path(model.path) if Path(model.path).is_absolute() else base_dir / model.path
+    try:
+        return (
+            read_json(folder / "transformer" / "config.json", "transformer/config.json"),
+            read_json(folder / "vae" / "config.json", "vae/config.json"),
+        )
+    except ValueError:
+        return None
+
+
+def activation_bytes(tokens: int, transformer: dict, dtype: str, checkpointing: bool) -> int:
+    """The estimate of the module docstring for one sample of `tokens` tokens."""
+    hidden, width, layers = int(transformer["hidden_size"]), int(transformer["intermediate_size"]), int(transformer["num_hidden_layers"])
+    per_layer = tokens * (HIDDEN_VECTORS_PER_LAYER * hidden + MLP_VECTORS_PER_LAYER * width) * DTYPE_BYTES[dtype]
+    if not checkpointing:
+        return layers * per_layer
+    return layers * tokens * hidden * DTYPE_BYTES[dtype] + per_layer
+
+
+def _mib(n: int) -> float:
+    return round(n / 2**20, 2)
+
+
+def media_section(config: schema.RunConfig, base_dir: Path) -> dict:
+    media = MediaSpec.from_model_config(config.model)
+    out: dict = {"kind": "video" if media.is_video else "image", "frames": media.frames, "size": [media.height, media.width]}
+    if media.is_video:
+        out.update(fps=media.fps, seconds=round(media.seconds, 3))
+    architecture = _architecture(config, base_dir)
+    if architecture is None:
+        return out
+    transformer, vae = architecture
+    try:
+        channels, frames, height, width = latent_shape(media, vae, transformer)
+    except (ValueError, KeyError, TypeError):
+        return out  # preflight reports a size the VAE cannot take
+    patch = int(transformer["latent_patch_size"])
+    tokens = frames * math.ceil(height / patch) * math.ceil(width / patch)
+    checkpointing = config.model.gradient_checkpointing
+    out.update(
+        latent=[channels, frames, height, width],
+        vision_tokens_per_sample=tokens,
+        activation_mib_per_sample=_mib(activation_bytes(tokens, transformer, config.model.dtype, checkpointing)),
+        activation_estimate=("layer inputs + one recomputed layer (gradient checkpointing)" if checkpointing
+                             else "every layer's activations (no gradient checkpointing)") + "; vision tokens only, see docs/video.md",
+    )
+    return out
