@@ -1,7 +1,8 @@
 """Every number a refactor must keep: `python3 bench/house_parity.py capture OUT` runs the shipped
 manifests at the budgets below and keeps each run's `metrics.jsonl` and `cosmos-rl eval --json`;
 `python3 bench/house_parity.py compare OUT FIXTURES` diffs two such folders key by key and prints
-JSON (`time/*` and `train/*_per_s` are wall-clock and left out). Exit 1 when anything differs.
+JSON (`time/*` and `train/*_per_s` are wall-clock and left out, as are keys added since the
+capture when only the newer folder has them: eval's intervals). Exit 1 when anything differs.
 
 The committed "before" fixtures (tests/fixtures/house_before/) come from `capture` at the commit
 their README names. The runs (about 20 minutes on 2 cores):
@@ -77,6 +78,12 @@ def _wall_clock(key: str) -> bool:
     return key.startswith("time/") or (key.startswith("train/") and key.endswith("_per_s"))
 
 
+def _added_since_capture(key: str) -> bool:
+    """Keys the code writes beside the captured ones since the capture (new numbers, none replaced):
+    the bootstrap intervals and paired differences of eval.json, and the eval/ interval metrics."""
+    return key.endswith(("_interval", "_lo", "_hi")) or key.startswith("diff_") or key == "bootstrap"
+
+
 def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -91,6 +98,8 @@ def _diff_tree(a, b, where: str, out: list[str]) -> None:
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(set(a) | set(b)):
             if _wall_clock(key) or key in ("target", "grid"):  # where the capture ran
+                continue
+            if key not in a and key in b and _added_since_capture(key):
                 continue
             if key not in a or key not in b:
                 out.append(f"{where}.{key}: only in {'after' if key not in a else 'before'}")

@@ -181,6 +181,14 @@ def plot_family(title: str, members: list[Series], path: Path) -> None:
     ax = fig.add_subplot()
     by_name = {s.name: s for s in members}
     for s in members:
+        low = by_name.get(s.name[: -len("_hi")] + "_lo") if s.name.endswith("_hi") else None
+        high = by_name.get(s.name[: -len("_lo")] + "_hi") if s.name.endswith("_lo") else None
+        if low is not None and low.steps == s.steps:
+            continue  # drawn with its _lo as one band
+        if high is not None and high.steps == s.steps:
+            # An interval (eval/score_lo, eval/score_hi) is a band around its score, not two more lines.
+            ax.fill_between(s.steps, s.values, high.values, alpha=0.2, label=f"{s.name[: -len('_lo')]} 95% interval")
+            continue
         mean = by_name.get(s.name[: -len("_std")] + "_mean") if s.name.endswith("_std") else None
         if mean is not None and mean.steps == s.steps:
             # A spread drawn as its own line would share the mean's axis and flatten it; show it as a band.
@@ -268,17 +276,39 @@ def _eval_section(run: Run, out: Path) -> list[str]:
         return []
     lines = ["## Evaluation", ""]
     if result is not None:
-        base = result.get("base_tasks") or {}
         lines += [
             f"`cosmos-rl eval` of checkpoint step {result.get('step')}: reward `{result.get('reward')}`, "
             f"{result.get('n_prompts')} prompts x seeds {result.get('seeds')} ({result.get('prompts')}).", "",
-            "| task | score | base |", "| --- | --- | --- |",
         ]  # fmt: skip
-        for task, value in result["tasks"].items():
-            lines.append(f"| {task} | {_number(value)} | {_number(base.get(task))} |")
-        lines += [f"| **overall** | {_number(result['score'])} | {_number(result.get('base_score'))} |", ""]
+        boot = result.get("bootstrap")
+        if isinstance(boot, dict):
+            lines += [f"In brackets: the 95% bootstrap interval over prompts ({boot.get('resamples')} resamples, seed "
+                      f"{boot.get('seed')}); the change is the checkpoint minus the base, paired prompt by prompt.", ""]  # fmt: skip
+        lines += ["| task | score | base | change | partial | base partial | change partial |", "| --- | --- | --- | --- | --- | --- | --- |"]
+        for task in result["tasks"]:
+            lines.append("| " + " | ".join([task, *_eval_cells(result, task)]) + " |")
+        lines += ["| **overall** | " + " | ".join(_eval_cells(result, None)) + " |", ""]
     if run.eval_grid is not None:
         columns = " · ".join(f"{i + 1}. {p}" for i, p in enumerate((result or {}).get("grid_prompts", [])))
-        lines += ["Before (top: the base) and after (bottom: the checkpoint), one prompt per column"
+        lines += ["Before (top: the base) and after (bottom: the checkpoint), one prompt per column, each tile's verdict under it"
                   + (f": {columns}." if columns else "."), "", f"![before and after]({_link(run.eval_grid, out)})", ""]
     return lines
+
+
+def _eval_cells(result: dict, task: str | None) -> list[str]:
+    """The six cells of one task (None: overall) of an eval.json; n/a where it has no such number
+    (no base, no partial score), the value alone where it predates the intervals."""
+    from cosmos_rl.evaluation.intervals import cell
+
+    cells = []
+    for part in ("", "_partial"):
+        for prefix in ("", "base_", "diff_"):
+            if task is None:
+                value, interval = result.get(f"{prefix}score{part}"), result.get(f"{prefix}score{part}_interval")
+            else:
+                value = (result.get(f"{prefix}tasks{part}") or {}).get(task)
+                interval = (result.get(f"{prefix}tasks{part}_interval") or {}).get(task)
+            number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+            bounds = interval if isinstance(interval, list) and len(interval) == 2 and all(isinstance(b, (int, float)) for b in interval) else None
+            cells.append(cell(float(number), bounds, signed=prefix == "diff_") if number is not None else "n/a")
+    return cells

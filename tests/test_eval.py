@@ -108,6 +108,13 @@ def test_ranks_sharing_the_items_give_the_scores_of_one_process():
     shares = [truth.evaluator.totals(None, rank, 5)[0] for rank in range(5)]
     assert truth.calls[1:] == [3] * 5  # 12 items over 5 ranks: every rank samples 3 (padded), so FSDP forwards line up
     assert sum(shares, Totals()) == whole
+    # Per prompt too: each prompt's two seeds (one drawn right, one blank) average 0.5, on any rank split.
+    prompt_shares = [truth.evaluator.scored(None, rank, 5).prompts for rank in range(5)]
+    summed = prompt_shares[0]
+    for share in prompt_shares[1:]:
+        summed = summed + share
+    assert summed == truth.evaluator.scored(None).prompts
+    assert summed.by_task(truth.evaluator.tasks_of(), "score") == {task: (0.5,) for task in TASKS}
 
 
 # ---------------------------------------------------------------------------------- hacking
@@ -152,6 +159,12 @@ def test_eval_preset_json_prints_the_documented_object(tmp_path):
     tiny_shift = float(build_preset("tiny", 0).scheduler.config["flow_shift"])
     assert out["sampler"] == {"steps": 20, "shift": tiny_shift, "guidance": 3.0}
     assert Path(out["grid"]) == tmp_path / "samples.png" and json.loads((tmp_path / "eval.json").read_text()) == out
+    # One prompt per task: nothing to resample, so every interval has zero width at its score.
+    assert out["score_interval"] == pytest.approx([out["score"]] * 2)
+    assert out["tasks_interval"] == {t: [v, v] for t, v in out["tasks"].items()}
+    assert out["tasks_partial_interval"] == {t: [v, v] for t, v in out["tasks_partial"].items()}
+    assert out["base_score_interval"] is None and out["diff_score"] is None and out["diff_tasks_interval"] is None
+    assert out["bootstrap"]["resamples"] == 2000 and out["bootstrap"]["seed"] == 0
 
 
 def test_eval_sampler_flags_replace_the_targets_own_settings(tmp_path):
@@ -234,6 +247,9 @@ def test_an_nft_run_writes_eval_rows(nft_run):
     for row in rows:
         assert 0.0 < row["eval/score"] < 1.0
         assert {f"eval/task/{t}" for t in TASKS} <= set(row) and "eval/score_partial" not in row
+        # One prompt per task: a zero-width interval at the score; no partial one without the verifier.
+        assert row["eval/score_lo"] == pytest.approx(row["eval/score"]) == row["eval/score_hi"]
+        assert "eval/score_partial_lo" not in row
     assert rows[0]["eval/score"] != rows[1]["eval/score"]  # the policy moved between the evaluations
 
 
@@ -243,16 +259,22 @@ def test_eval_of_the_finished_run_matches_its_last_eval_row_and_differs_from_its
     run_dir, rows = nft_run
     first = run_eval(str(run_dir), reward="brightness", **SMALL)
     second = run_eval(str(run_dir), reward="brightness", **SMALL)
-    assert first == second  # two calls, identical numbers
+    assert first == second  # two calls, identical numbers (the intervals too)
     assert first["kind"] == "run" and first["step"] == 2
     # The checkpoint holds the policy the run evaluated at its last step (batched differently, so
     # equal to the rounding of the uint8 pixels), and the base is the network with adapters off.
     assert first["score"] == pytest.approx(rows[-1]["eval/score"], abs=1e-3)
     assert first["base_score"] is not None and first["base_score"] != first["score"]
+    # The paired change: the two scores' difference; one prompt per task, so a zero-width interval.
+    assert first["diff_score"] == first["score"] - first["base_score"]
+    assert first["diff_tasks"] == {t: v - first["base_tasks"][t] for t, v in first["tasks"].items()}
+    assert first["diff_score_interval"] == pytest.approx([first["diff_score"]] * 2, abs=1e-12)
+    assert first["base_tasks_interval"] == {t: [v, v] for t, v in first["base_tasks"].items()}
     from PIL import Image
 
     with Image.open(run_dir / "eval" / "before_after.png") as grid:
-        assert grid.size == (6 * 32 + 5 * 2, 2 * 32 + 2)  # six prompts (one per task), base above policy
+        # six prompts (one per task), base above policy, each 32 px image shown at 128 px with text under it
+        assert grid.width > 6 * 128 and grid.height > 2 * 128
 
 
 def test_an_exported_nft_run_samples_what_its_checkpoint_samples(nft_run, tmp_path):
@@ -284,6 +306,10 @@ def test_report_plots_eval_and_shows_the_before_after_grid(nft_run):
     text = report.read_text()
     assert "## Evaluation" in text and "](../eval/before_after.png)" in text
     assert "| `eval/score` |" in text and "| **overall** |" in text
+    assert "| `eval/score_lo` |" in text and "95% bootstrap interval over prompts (2000 resamples, seed 0)" in text
+    result = json.loads((run_dir / "eval" / "eval.json").read_text())
+    score = f"{result['score']:.3f} [{result['score_interval'][0]:.2f}, {result['score_interval'][1]:.2f}]"
+    assert f"| **overall** | {score} | " in text
 
 
 def test_eval_config_defaults_are_off_and_not_part_of_the_run_identity():

@@ -57,3 +57,12 @@ def test_dpo_smoke_first_steps_equal_the_fixture(tmp_path):
 def test_nft_smoke_first_steps_equal_the_fixture(tmp_path):
     _cli("train", str(ROOT / "manifests" / "nft_t2i_smoke.toml"), f'job.output_dir="{tmp_path}"', "rl.max_steps=6", cwd=tmp_path)
     _same_first_rows(_rows(tmp_path / "nft_t2i_smoke" / "metrics.jsonl"), "nft_t2i_smoke", 6)
+
+
+def test_the_comparison_lets_only_the_newer_side_add_interval_keys():
+    diffs: list[str] = []
+    parity._diff_tree({"score": 0.5}, {"score": 0.5, "score_interval": [0.4, 0.6], "diff_score": None, "bootstrap": {}}, "eval", diffs)
+    parity._diff_tree({"eval/score": 0.5}, {"eval/score": 0.5, "eval/score_lo": 0.4}, "row", diffs)
+    assert diffs == []
+    parity._diff_tree({"score": 0.5, "score_interval": [0.4, 0.6]}, {"score": 0.5, "tasks": {}}, "eval", diffs)
+    assert diffs == ["eval.score_interval: only in before", "eval.tasks: only in after"]

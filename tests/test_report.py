@@ -136,3 +136,28 @@ def test_unusable_run_dir_exits_2_naming_the_file(tmp_path, case):
     assert str(named) in result.stderr and "Traceback" not in result.stderr
     if case == "bad_line":
         assert f"{named}:2" in result.stderr
+
+
+def test_the_eval_section_shows_intervals_and_the_paired_change(tmp_path):
+    """An eval.json with intervals (hand-written numbers) and one written before them: the table
+    shows `value [lo, hi]`, the change signed, and n/a where the file has no such number."""
+    run = dpo_run(tmp_path)
+    (run / "eval").mkdir()
+    result = {
+        "step": 30, "reward": "shapes_strict", "n_prompts": 2, "seeds": [0], "prompts": "two prompts",
+        "score": 0.5, "tasks": {"colours": 0.5}, "base_score": 0.25, "base_tasks": {"colours": 0.25},
+        "score_partial": 0.75, "tasks_partial": {"colours": 0.75}, "base_score_partial": None, "base_tasks_partial": None,
+        "score_interval": [0.125, 0.875], "tasks_interval": {"colours": [0.125, 0.875]},
+        "base_score_interval": [0.0, 0.5], "base_tasks_interval": {"colours": [0.0, 0.5]},
+        "diff_score": 0.25, "diff_tasks": {"colours": 0.25}, "diff_score_interval": [-0.25, 0.75], "diff_tasks_interval": {"colours": [-0.25, 0.75]},
+        "bootstrap": {"resamples": 2000, "seed": 0},
+    }  # fmt: skip
+    (run / "eval" / "eval.json").write_text(json.dumps(result))
+    text = report.write_report(run).read_text()
+    assert "(2000 resamples, seed 0)" in text
+    assert "| colours | 0.500 [0.12, 0.88] | 0.250 [0.00, 0.50] | +0.250 [-0.25, 0.75] | 0.750 | n/a | n/a |" in text
+    assert "| **overall** | 0.500 [0.12, 0.88] | 0.250 [0.00, 0.50] | +0.250 [-0.25, 0.75] | 0.750 | n/a | n/a |" in text
+    older = {key: value for key, value in result.items() if not key.endswith("_interval") and not key.startswith("diff_") and key != "bootstrap"}
+    (run / "eval" / "eval.json").write_text(json.dumps(older))
+    text = report.write_report(run).read_text()
+    assert "| colours | 0.500 | 0.250 | n/a | 0.750 | n/a | n/a |" in text and "resamples" not in text

@@ -13,7 +13,8 @@ from typing import Callable
 
 from cosmos_rl.errors import UserError
 from cosmos_rl.evaluation.prompts import DEFAULT_PER_TASK, DEFAULT_SEEDS, eval_captions, overlap, spread
-from cosmos_rl.evaluation.scores import EvalScores, caption_groups, reward_names
+from cosmos_rl.evaluation.intervals import cell, settings as bootstrap_settings
+from cosmos_rl.evaluation.scores import EvalScores, caption_groups, difference, reward_names
 from cosmos_rl.config.sampler import DEFAULT_BATCH
 
 DEFAULT_REWARD = "shapes_strict"
@@ -86,21 +87,27 @@ def run_eval(
     columns = [item.index for item in spread(evaluator.items[: len(captions)], GRID_COLUMNS)]
     keep = frozenset(columns)
     with model.policy() as network:
-        totals, policy_images = evaluator.totals(network, keep=keep)
-    scores = totals.scores(reward)
-    base, base_images = None, {}
+        policy_done = evaluator.scored(network, keep=keep)
+    scores = evaluator.scores(policy_done.totals, policy_done.prompts)
+    base, diff, rows = None, None, [("model", policy_done.kept)]
     if model.base is not None:
         with model.base() as network:
-            base_totals, base_images = evaluator.totals(network, keep=keep)
-        base = base_totals.scores(reward)
+            base_done = evaluator.scored(network, keep=keep)
+        base = evaluator.scores(base_done.totals, base_done.prompts)
+        diff = difference(scores, base)  # identical noise per item: a paired comparison
+        rows = [("base", base_done.kept), (f"checkpoint\nstep {t.step}", policy_done.kept)]
     grid = write_grid(t.out_dir / ("before_after.png" if base is not None else "samples.png"),
-                      [base_images, policy_images] if base is not None else [policy_images], columns)  # fmt: skip
+                      [(label, [kept[i] for i in columns]) for label, kept in rows],
+                      [evaluator.items[i].caption for i in columns], reward)  # fmt: skip
     result = {
         "target": t.label, "kind": t.kind, "step": t.step, "reward": reward,
         **_scores_json(scores, ""), **(_scores_json(base, "base_") if base else _scores_json(None, "base_")),
         "n_prompts": len(captions), "seeds": list(range(seeds)), "n_images": len(evaluator.items),
         "prompts": described, "sampler": t.settings.resolved(model.model_parts).as_json(), "image_size": t.media.size_json(),
         "grid": str(grid), "grid_prompts": [evaluator.items[i].caption for i in columns],
+        # Added with the intervals, after every older key (docs/eval.md, "How sure a score is").
+        **_intervals_json(scores, ""), **_intervals_json(base, "base_"),
+        **_scores_json(diff, "diff_"), **_intervals_json(diff, "diff_"), "bootstrap": bootstrap_settings(),
     }  # fmt: skip
     (t.out_dir / RESULT_FILE).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     return result
@@ -115,65 +122,77 @@ def _scores_json(scores: EvalScores | None, prefix: str) -> dict:
     }  # fmt: skip
 
 
-def write_grid(path: Path, rows: list[dict], columns: list[int]) -> Path:
-    """One row per image set (base above the policy), one column per kept item."""
-    import numpy as np
-    import torch
+def _intervals_json(scores: EvalScores | None, prefix: str) -> dict:
+    """`{prefix}score_interval: [lo, hi]`, `{prefix}tasks_interval: {task: [lo, hi]}`, and the partial ones."""
+    out: dict = {}
+    for part, intervals in (("", scores.intervals if scores else None), ("_partial", scores.intervals_partial if scores else None)):
+        out[f"{prefix}score{part}_interval"] = list(intervals.overall) if intervals else None
+        out[f"{prefix}tasks{part}_interval"] = {t: list(v) for t, v in intervals.tasks.items()} if intervals else None
+    return out
 
-    from cosmos_rl.data.images import save_image_grid
-    from cosmos_rl.data.pixels import to_unit_float
+
+def write_grid(path: Path, rows: list[tuple[str, list]], captions: list[str], reward: str) -> Path:
+    """One labelled row per model (base above the checkpoint), one column per kept item: its image
+    upscaled, its caption and its verdict (`evaluation.grid`)."""
+    from cosmos_rl.evaluation.grid import Tile, save_sheet, verdict_text
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"{path.parent}: cannot create the evaluation folder ({exc.strerror}); pass a writable --out") from None
-    pixels = np.stack([row[i] for row in rows for i in columns])  # uint8 [rows * columns, H, W, 3]
-    return save_image_grid(torch.from_numpy(to_unit_float(pixels)).permute(0, 3, 1, 2), path, nrow=len(columns))
+    sheet_rows = []
+    for label, samples in rows:
+        tiles = []
+        for sample, caption in zip(samples, captions, strict=True):
+            text, passed = verdict_text(reward, sample.score, sample.partial)
+            tiles.append(Tile(sample.image, caption, text, passed))
+        sheet_rows.append((label, tiles))
+    return save_sheet(path, sheet_rows)
 
 
 def render(console, result: dict) -> None:
-    """The result as a rich table: per task score and partial (and the base's); outside text escaped."""
+    """The result as rich tables, strict then partial: per task the score with its 95% interval (and
+    the base's, and the change against it); outside text escaped."""
+    from rich import box
     from rich.markup import escape
     from rich.table import Table
 
     step = f" step {result['step']}" if result["step"] is not None else ""
-    table = Table(title=f"eval: {escape(result['target'])}{step}", title_justify="left")
-    has_base, has_partial = result["base_score"] is not None, result["score_partial"] is not None
-    table.add_column("task")
-    table.add_column("score", justify="right")
-    if has_partial:
-        table.add_column("partial", justify="right")
-    if has_base:
-        table.add_column("base", justify="right")
-        if has_partial:
-            table.add_column("base partial", justify="right")
+    has_base = result["base_score"] is not None
+    for part in ("", "_partial"):
+        if result[f"score{part}"] is None:
+            continue
+        kind = "partial" if part else "strict"
+        # A light box: three "0.500 [0.42, 0.58]" columns and the task names fit 80 columns.
+        table = Table(title=f"eval: {escape(result['target'])}{step}, {kind} (95% interval over prompts)",
+                      title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)  # fmt: skip
+        table.add_column("task", no_wrap=True)
+        for name in ("score", "base", "change") if has_base else ("score",):
+            table.add_column(name, justify="right", no_wrap=True)
 
-    def row(name: str, task: str | None) -> None:
-        def value(prefix: str, partial: bool) -> str:
-            if task is None:
-                number = result[f"{prefix}score_partial" if partial else f"{prefix}score"]
-            else:
-                number = result[f"{prefix}tasks_partial" if partial else f"{prefix}tasks"][task]
-            return f"{number:.3f}"
+        def row(name: str, task: str | None) -> None:
+            cells = [name]
+            for prefix in ("", "base_", "diff_") if has_base else ("",):
+                if task is None:
+                    value, interval = result[f"{prefix}score{part}"], result.get(f"{prefix}score{part}_interval")
+                else:
+                    value = result[f"{prefix}tasks{part}"][task]
+                    interval = (result.get(f"{prefix}tasks{part}_interval") or {}).get(task)
+                cells.append(cell(value, interval, signed=prefix == "diff_"))
+            table.add_row(*cells)
 
-        cells = [name, value("", False)]
-        if has_partial:
-            cells.append(value("", True))
-        if has_base:
-            cells.append(value("base_", False))
-            if has_partial:
-                cells.append(value("base_", True))
-        table.add_row(*cells)
-
-    for task in result["tasks"]:
-        row(escape(task), task)
-    table.add_section()
-    row("[bold]overall[/]", None)
-    console.print(table)
+        for task in result["tasks"]:
+            row(escape(task), task)
+        table.add_section()
+        row("[bold]overall[/]", None)
+        console.print(table)
     sampler = result["sampler"]
+    boot = result.get("bootstrap")
     console.print(
         f"{result['n_prompts']} prompts x seeds {result['seeds']} = {result['n_images']} images "
         f"({escape(result['prompts'])}); reward {escape(result['reward'])}; sampler {sampler['steps']} steps, "
-        f"shift {sampler['shift']:g}, guidance {sampler['guidance']:g}; grid {escape(result['grid'])}",
+        f"shift {sampler['shift']:g}, guidance {sampler['guidance']:g}; grid {escape(result['grid'])}"
+        + (f"; intervals: {boot['resamples']} bootstrap resamples of the prompts, seed {boot['seed']}"
+           + ("; change: checkpoint minus base, paired per prompt" if has_base else "") if boot else ""),
         highlight=False,
-    )
+    )  # fmt: skip

@@ -10,6 +10,7 @@ base) are compared on identical noise. Items are sampled in batches of `batch_si
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Callable, Sequence
 
@@ -17,7 +18,7 @@ import numpy as np
 import torch
 
 from cosmos_rl.evaluation.prompts import Item, eval_captions, make_items, rank_share
-from cosmos_rl.evaluation.scores import EvalScores, Totals, caption_groups, score_images
+from cosmos_rl.evaluation.scores import EvalScores, PromptTotals, Totals, caption_groups, score_images, with_intervals
 from cosmos_rl.config.sampler import DEFAULT_BATCH, run_settings
 from cosmos_rl.models.sampler_settings import SamplerSettings
 from cosmos_rl.models.media import MediaSpec, latent_shape
@@ -92,25 +93,61 @@ class Evaluator:
                 out.append(pixels.numpy())
         return np.concatenate(out)
 
-    def totals(
+    def scored(
         self, transformer: torch.nn.Module, rank: int = 0, world: int = 1, keep: frozenset[int] = frozenset()
-    ) -> tuple[Totals, dict[int, np.ndarray]]:
-        """Rank `rank`'s share of the items, sampled and scored: its Totals and the images of the
-        items in `keep` that it sampled (by item index)."""
+    ) -> Scored:
+        """Rank `rank`'s share of the items, sampled and scored: its task and prompt totals, and the
+        items in `keep` that it sampled (by item index) with their scores."""
         share = rank_share(self.items, rank, world)
         images = self.sample(transformer, [item for item, _ in share])
         counted = [(item, image) for (item, counts), image in zip(share, images) if counts]
-        totals = Totals()
+        totals, prompts, kept = Totals(), PromptTotals.empty(len(self.captions)), {}
         if counted:
             captions = [item.caption for item, _ in counted]
             scores, partials = score_images(self.reward, np.stack([image for _, image in counted]), captions)
-            for index, (item, _) in enumerate(counted):
-                totals.add(self.groups[item.caption], scores[index], partials[index] if partials else None)
-        return totals, {item.index: image for item, image in counted if item.index in keep}
+            for index, (item, image) in enumerate(counted):
+                partial = partials[index] if partials else None
+                totals.add(self.groups[item.caption], scores[index], partial)
+                prompts.add(item.prompt, scores[index], partial)
+                if item.index in keep:
+                    kept[item.index] = Sample(image, scores[index], partial)
+        return Scored(totals, prompts, kept)
+
+    def totals(
+        self, transformer: torch.nn.Module, rank: int = 0, world: int = 1, keep: frozenset[int] = frozenset()
+    ) -> tuple[Totals, dict[int, np.ndarray]]:
+        """`scored` as (its task totals, the kept items' images)."""
+        done = self.scored(transformer, rank, world, keep)
+        return done.totals, {index: sample.image for index, sample in done.kept.items()}
+
+    def tasks_of(self) -> list[str]:
+        """The task of each prompt, in prompt order."""
+        return [self.groups[caption] for caption in self.captions]
+
+    def scores(self, totals: Totals, prompts: PromptTotals) -> EvalScores:
+        """The scores of summed totals, with their bootstrap intervals over prompts."""
+        return with_intervals(totals.scores(self.reward), prompts, self.tasks_of())
 
     def evaluate(self, transformer: torch.nn.Module) -> EvalScores:
         """Every item in this process (one rank of one)."""
-        return self.totals(transformer)[0].scores(self.reward)
+        done = self.scored(transformer)
+        return self.scores(done.totals, done.prompts)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One scored item kept for the grid."""
+
+    image: np.ndarray  # uint8 [H, W, 3]
+    score: float
+    partial: float | None
+
+
+@dataclass(frozen=True)
+class Scored:
+    totals: Totals
+    prompts: PromptTotals
+    kept: dict[int, Sample]
 
 
 def evaluate_ranks(
@@ -120,22 +157,31 @@ def evaluate_ranks(
     """The `eval/` metrics of a group: each rank this process plays samples its share, and `mean`
     (the group's metric mean, e.g. an NFT collectives' `mean`) averages the totals over the group;
     times `world` that is their sum."""
-    own = [evaluator.totals(transformer, rank, world)[0].as_dict() for rank in ranks]
-    total = Totals.from_dict({key: value * world for key, value in mean(own).items()})
-    return total.scores(evaluator.reward).metrics()
+    done = [evaluator.scored(transformer, rank, world) for rank in ranks]
+    total = Totals.from_dict({key: value * world for key, value in mean([d.totals.as_dict() for d in done]).items()})
+    # The prompt sums in a second mean, so the task sums above are reduced exactly as before they existed.
+    summed = {key: value * world for key, value in mean([d.prompts.as_dict() for d in done]).items()}
+    return evaluator.scores(total, PromptTotals.from_dict(summed, len(evaluator.captions))).metrics()
 
 
 def evaluate_all_reduce(evaluator: Evaluator, transformer: torch.nn.Module, rank: int, world: int) -> dict[str, float]:
     """The `eval/` metrics when every rank of a torch.distributed world (or one process) calls this:
     each samples its share, then one all-reduce sums the totals (on the evaluator's device: NCCL
     reduces CUDA tensors only)."""
+    done = evaluator.scored(transformer, rank, world)
+    # Two all-reduces: the task sums alone, exactly as before the prompt sums existed, then the prompt sums.
+    totals = Totals.from_dict(_summed(done.totals.as_dict(), evaluator.device))
+    prompts = PromptTotals.from_dict(_summed(done.prompts.as_dict(), evaluator.device), len(evaluator.captions))
+    return evaluator.scores(totals, prompts).metrics()
+
+
+def _summed(flat: dict[str, float], device: torch.device) -> dict[str, float]:
     from cosmos_rl.dist.world import process_group_active
 
-    flat = evaluator.totals(transformer, rank, world)[0].as_dict()
     keys = sorted(flat)
-    vector = torch.tensor([flat[k] for k in keys], dtype=torch.float64, device=evaluator.device)
+    vector = torch.tensor([flat[k] for k in keys], dtype=torch.float64, device=device)
     if process_group_active():
         import torch.distributed as dist
 
         dist.all_reduce(vector, op=dist.ReduceOp.SUM)
-    return Totals.from_dict(dict(zip(keys, vector.tolist()))).scores(evaluator.reward).metrics()
+    return dict(zip(keys, vector.tolist()))

@@ -29,6 +29,7 @@ class Item:
     index: int  # position in the evaluation's item list
     caption: str
     seed: int  # seed index 0 .. seeds-1
+    prompt: int  # the caption's position in the prompt list (a prompt's images are its seeds)
 
 
 def spread(values: Sequence[T], k: int) -> list[T]:
@@ -66,7 +67,7 @@ def make_items(captions: Sequence[str], seeds: int) -> list[Item]:
     """Every caption under every seed index, seed-major: ["a", "b"] x 2 -> a/0, b/0, a/1, b/1."""
     if not captions:
         raise ValueError("an evaluation needs at least one prompt")
-    return [Item(s * len(captions) + i, caption, s) for s in range(seeds) for i, caption in enumerate(captions)]
+    return [Item(s * len(captions) + i, caption, s, i) for s in range(seeds) for i, caption in enumerate(captions)]
 
 
 def rank_share(items: Sequence[Item], rank: int, world: int) -> list[tuple[Item, bool]]:

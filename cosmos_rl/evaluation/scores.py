@@ -11,16 +11,21 @@ scored strict [1, 0, 1] and partial [1, 0.5, 1]: tasks {single_object: 0.5, coun
 score 0.75; partial tasks {single_object: 0.75, counting: 1.0}, score_partial 0.875.
 
 Ranks hold `Totals` (per task: images, score sum, partial sum); totals add, so the ranks' shares
-give the numbers one process scoring everything gives.
+give the numbers one process scoring everything gives. Beside them, `PromptTotals` (the same sums
+per prompt) feed the bootstrap intervals (`evaluation.intervals`): `with_intervals` attaches each
+task's per-prompt scores and their intervals to an `EvalScores`, `difference` pairs a checkpoint's
+with its base's. The prompt sums are reduced apart from the task sums, so adding them changes no
+task score by a bit.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
 
+from cosmos_rl.evaluation.intervals import Intervals, bootstrap, paired
 from cosmos_rl.shapes import TASKS, CaptionError, task_of, verify
 
 SHAPES_REWARDS = ("shapes_strict", "shapes_partial")
@@ -87,17 +92,28 @@ class EvalScores:
     tasks: dict[str, float]
     tasks_partial: dict[str, float] | None
     images: dict[str, int]  # images scored per task
+    # Set by `with_intervals`: each task's per-prompt scores (the mean over its seeds, in prompt
+    # order) and their bootstrap intervals; None until then.
+    prompt_scores: dict[str, tuple[float, ...]] | None = None
+    prompt_partials: dict[str, tuple[float, ...]] | None = None
+    intervals: Intervals | None = None
+    intervals_partial: Intervals | None = None
 
     @property
     def n_images(self) -> int:
         return sum(self.images.values())
 
     def metrics(self) -> dict[str, float]:
-        """The `eval/` metrics row: eval/score, eval/score_partial, eval/task/<task>, eval/task_partial/<task>."""
+        """The `eval/` metrics row: eval/score, eval/score_partial, eval/task/<task>, eval/task_partial/<task>,
+        and with intervals eval/score_lo, eval/score_hi (eval/score_partial_lo, _hi)."""
         out = {"eval/score": self.score, **{f"eval/task/{t}": v for t, v in self.tasks.items()}}
+        if self.intervals is not None:
+            out["eval/score_lo"], out["eval/score_hi"] = self.intervals.overall
         if self.score_partial is not None:
             out["eval/score_partial"] = self.score_partial
             out.update({f"eval/task_partial/{t}": v for t, v in (self.tasks_partial or {}).items()})
+            if self.intervals_partial is not None:
+                out["eval/score_partial_lo"], out["eval/score_partial_hi"] = self.intervals_partial.overall
         return out
 
 
@@ -141,3 +157,88 @@ class Totals:
             tasks_partial=tasks_partial,
             images=images,
         )
+
+
+@dataclass
+class PromptTotals:
+    """Per prompt of an evaluation, by its position in the prompt list: [images, score sum, partial sum].
+
+    Every rank holds a row for every prompt (zeros for prompts it did not score), so the flat
+    dicts of all ranks have the same keys and add element by element."""
+
+    sums: list[list[float]]
+
+    @classmethod
+    def empty(cls, n_prompts: int) -> "PromptTotals":
+        return cls([[0.0, 0.0, 0.0] for _ in range(n_prompts)])
+
+    def add(self, prompt: int, score: float, partial: float | None) -> None:
+        entry = self.sums[prompt]
+        entry[0] += 1.0
+        entry[1] += float(score)
+        entry[2] += float(partial) if partial is not None else 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {f"prompt/{i}/{part}": row[k] for i, row in enumerate(self.sums) for k, part in enumerate(_PARTS)}
+
+    @classmethod
+    def from_dict(cls, flat: dict[str, float], n_prompts: int) -> "PromptTotals":
+        return cls([[float(flat[f"prompt/{i}/{part}"]) for part in _PARTS] for i in range(n_prompts)])
+
+    def __add__(self, other: "PromptTotals") -> "PromptTotals":
+        assert len(self.sums) == len(other.sums), "prompt totals of different evaluations"
+        return PromptTotals([[a + b for a, b in zip(x, y)] for x, y in zip(self.sums, other.sums)])
+
+    def by_task(self, tasks_of: Sequence[str], part: str) -> dict[str, tuple[float, ...]]:
+        """{task: per-prompt means of `part` ("score" or "partial")}, prompts in list order."""
+        assert len(tasks_of) == len(self.sums), f"{len(tasks_of)} tasks for {len(self.sums)} prompts"
+        k = _PARTS.index(part)
+        out: dict[str, list[float]] = {}
+        for task, row in zip(tasks_of, self.sums):
+            images = round(row[0])  # a whole number carried as a float (rank means times the world size)
+            assert images > 0, "every prompt of an evaluation is scored under every seed"
+            out.setdefault(task, []).append(row[k] / images)
+        return {task: tuple(values) for task, values in out.items()}
+
+
+def with_intervals(scores: EvalScores, prompts: PromptTotals, tasks_of: Sequence[str]) -> EvalScores:
+    """`scores` with each task's per-prompt scores and their bootstrap intervals (strict, and partial
+    with the verifier). `tasks_of[i]` is the task of prompt i."""
+    strict = _ordered(prompts.by_task(tasks_of, "score"), scores.tasks)
+    partial = _ordered(prompts.by_task(tasks_of, "partial"), scores.tasks_partial) if scores.tasks_partial is not None else None
+    return replace(
+        scores, prompt_scores=strict, prompt_partials=partial,
+        intervals=bootstrap(strict), intervals_partial=bootstrap(partial) if partial is not None else None,
+    )  # fmt: skip
+
+
+def _ordered(by_task: dict[str, tuple[float, ...]], tasks: dict[str, float]) -> dict[str, tuple[float, ...]]:
+    # Every prompt has the same number of images, so a task's mean over prompts is its mean over images.
+    assert sorted(by_task) == sorted(tasks), f"prompt tasks {list(by_task)} against {list(tasks)}"
+    for task, values in by_task.items():
+        assert abs(sum(values) / len(values) - tasks[task]) < 1e-9, f"task {task}: prompt means do not average to its score"
+    return {task: by_task[task] for task in tasks}
+
+
+def difference(policy: EvalScores, base: EvalScores) -> EvalScores:
+    """The checkpoint minus its base on the same items: the differences of the scores, and the paired
+    bootstrap intervals of the per-prompt differences (both from `with_intervals`)."""
+    assert policy.prompt_scores is not None and base.prompt_scores is not None, "difference needs with_intervals first"
+    assert list(policy.tasks) == list(base.tasks), "the checkpoint and its base score the same tasks"
+
+    def minus(a: dict[str, tuple[float, ...]], b: dict[str, tuple[float, ...]]) -> dict[str, tuple[float, ...]]:
+        return {t: tuple(x - y for x, y in zip(a[t], b[t], strict=True)) for t in a}
+
+    partial = policy.prompt_partials is not None and base.prompt_partials is not None
+    return EvalScores(
+        reward=policy.reward,
+        score=policy.score - base.score,
+        score_partial=policy.score_partial - base.score_partial if partial else None,
+        tasks={t: policy.tasks[t] - base.tasks[t] for t in policy.tasks},
+        tasks_partial={t: policy.tasks_partial[t] - base.tasks_partial[t] for t in policy.tasks} if partial else None,
+        images=dict(policy.images),
+        prompt_scores=minus(policy.prompt_scores, base.prompt_scores),
+        prompt_partials=minus(policy.prompt_partials, base.prompt_partials) if partial else None,
+        intervals=paired(policy.prompt_scores, base.prompt_scores),
+        intervals_partial=paired(policy.prompt_partials, base.prompt_partials) if partial else None,
+    )
