@@ -338,9 +338,9 @@ class NFTConfig(OnlineRLBase):
 class CaptionDataConfig:
     shards: list[str] = knob(
         attrs.Factory(list),
-        "webdataset tar shards of image-caption samples (one `png`/`jpg`/`jpeg`/`webp` image, the caption in `txt` or in `json` as `caption` or `prompt`); entries may be brace patterns.",
+        "webdataset tar shards of image-caption samples (one `png`/`jpg`/`jpeg`/`webp` image, the caption in `txt` or in `json` as `caption` or `prompt`; a video run: one `mp4` clip instead of the image, docs/video.md); entries may be brace patterns.",
     )
-    jsonl: str = knob("", "Image-caption JSONL: rows `{\"image\": path, \"caption\": text}` (`prompt` is read for `caption`; optional `id`); image paths relative to the file.")
+    jsonl: str = knob("", "Image-caption JSONL: rows `{\"image\": path, \"caption\": text}` (`prompt` is read for `caption`; optional `id`; a video run: `\"video\": path` to an mp4 clip instead of `image`); paths relative to the file.")
     shuffle: bool = knob(True, "Shuffle sample order each epoch (seeded from job.seed).")
 
 

@@ -1,7 +1,9 @@
-"""Reading image-caption metadata (shards and JSONL) without opening any image; torch-free.
+"""Reading image-caption and clip-caption metadata (shards and JSONL) without opening any image or
+clip; torch-free.
 
 The one reader of the layouts :mod:`cosmos_rl.data.captions` documents: the run's source stops at
-the first problem these return, ``validate`` lists all of them.
+the first problem these return, ``validate`` lists all of them. ``frames`` is the run's frame count:
+at 1 a sample's media is its image (or, with no image, a one-frame clip), above 1 it must be a clip.
 """
 
 from __future__ import annotations
@@ -9,10 +11,11 @@ from __future__ import annotations
 import json
 import tarfile
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Sequence
 
-from cosmos_rl.data.tar_index import Blob, index_members, side_blob
+from cosmos_rl.data.tar_index import CLIP_EXTENSIONS, IMAGE_EXTENSIONS, Blob, index_members, side_blob
 from cosmos_rl.data.textfile import read_lines
 from cosmos_rl.errors import UserError
 
@@ -23,7 +26,8 @@ class ShardEntry:
     key: str
     id: str
     caption: str
-    image: Blob
+    image: Blob  # the media member: an image, or a clip when kind is "clip"
+    kind: str = "image"
 
     @property
     def origin(self) -> str:
@@ -35,7 +39,8 @@ class CaptionRow:
     line: int
     id: str
     caption: str
-    image: Path
+    image: Path  # the media file: an image, or a clip when kind is "clip"
+    kind: str = "image"
 
 
 def _text(value, origin: str, what: str) -> str:
@@ -51,7 +56,22 @@ def _caption_of(row: dict, origin: str) -> str:
     return _text(row[key], origin, f"field {key!r}")
 
 
-def _shard_entry(archive: tarfile.TarFile, key: str, members: dict, shard: Path) -> ShardEntry:
+def _clips_expected(origin: str, frames: int, where: str) -> UserError:
+    return UserError(f"{origin}: an image, but clips of {frames} frames are expected (model.num_frames); {where}")
+
+
+def _media_member(members: dict, origin: str, frames: int) -> tuple[str, Blob]:
+    """(kind, bytes) of the sample's image or clip member, by the rule of the module docstring."""
+    has_image = any(ext in members for ext in IMAGE_EXTENSIONS)
+    has_clip = any(ext in members for ext in CLIP_EXTENSIONS)
+    if frames > 1 and has_image and not has_clip:
+        raise _clips_expected(origin, frames, "give every sample one mp4 clip member")
+    if frames > 1 or (has_clip and not has_image):
+        return "clip", side_blob(members, "", origin, CLIP_EXTENSIONS, "clip")
+    return "image", side_blob(members, "", origin)
+
+
+def _shard_entry(archive: tarfile.TarFile, key: str, members: dict, shard: Path, frames: int = 1) -> ShardEntry:
     origin = f"{shard} sample {key!r}"
     row: dict = {}
     if "json" in members:
@@ -70,16 +90,17 @@ def _shard_entry(archive: tarfile.TarFile, key: str, members: dict, shard: Path)
         caption = _caption_of(row, origin)
     else:
         raise UserError(f"{origin}: no caption: give it a 'txt' member or a 'json' member with 'caption' (members: {', '.join(sorted(members))})")
-    return ShardEntry(shard, key, str(row.get("id", f"{shard.name}/{key}")), caption, side_blob(members, "", origin))
+    kind, media = _media_member(members, origin, frames)
+    return ShardEntry(shard, key, str(row.get("id", f"{shard.name}/{key}")), caption, media, kind)
 
 
-def index_caption_shards(shards: Sequence[Path]) -> tuple[list[ShardEntry], list[UserError]]:
+def index_caption_shards(shards: Sequence[Path], frames: int = 1) -> tuple[list[ShardEntry], list[UserError]]:
     """Every shard's good samples in order (ids unique across shards) and every problem found."""
     entries: list[ShardEntry] = []
     problems: list[UserError] = []
     seen: dict[str, str] = {}
     for shard in shards:
-        found, bad = index_members(shard, _shard_entry)
+        found, bad = index_members(shard, partial(_shard_entry, frames=frames))
         problems += bad
         for entry in found:
             if entry.id in seen:
@@ -92,7 +113,16 @@ def index_caption_shards(shards: Sequence[Path]) -> tuple[list[ShardEntry], list
     return entries, problems
 
 
-def _row(text: str, line: int, path: Path) -> CaptionRow:
+def _media_file(row: dict, origin: str, frames: int) -> tuple[str, str]:
+    """(kind, field) of the row's media: "image" unless the run wants clips or the row has only a "video"."""
+    if frames > 1:
+        if "video" not in row and "image" in row:
+            raise _clips_expected(origin, frames, "give every row a 'video' field naming an mp4 clip")
+        return "clip", "video"
+    return ("clip", "video") if "video" in row and "image" not in row else ("image", "image")
+
+
+def _row(text: str, line: int, path: Path, frames: int = 1) -> CaptionRow:
     origin = f"{path}:{line}"
     try:
         row = json.loads(text)
@@ -100,16 +130,18 @@ def _row(text: str, line: int, path: Path) -> CaptionRow:
         raise UserError(f"{origin}: malformed JSON ({exc.msg} at column {exc.colno}); fix the row") from exc
     if not isinstance(row, dict):
         raise UserError(f"{origin}: a row must be a JSON object, found {type(row).__name__}")
-    image = row.get("image")
-    if not isinstance(image, str) or not image:
-        raise UserError(f"{origin}: field 'image' must be an image path string, found {image!r}")
-    image_path = Path(image) if Path(image).is_absolute() else path.parent / image
-    if not image_path.is_file():
-        raise UserError(f"{origin}: image {image_path} does not exist; fix the path or add the file")
-    return CaptionRow(line, str(row.get("id", line)), _caption_of(row, origin), image_path)
+    kind, field = _media_file(row, origin, frames)
+    what = "an image" if kind == "image" else "a clip (mp4)"
+    media = row.get(field)
+    if not isinstance(media, str) or not media:
+        raise UserError(f"{origin}: field {field!r} must be {what} path string, found {media!r}")
+    media_path = Path(media) if Path(media).is_absolute() else path.parent / media
+    if not media_path.is_file():
+        raise UserError(f"{origin}: {kind} {media_path} does not exist; fix the path or add the file")
+    return CaptionRow(line, str(row.get("id", line)), _caption_of(row, origin), media_path, kind)
 
 
-def read_caption_rows(path: Path) -> tuple[list[CaptionRow], list[UserError]]:
+def read_caption_rows(path: Path, frames: int = 1) -> tuple[list[CaptionRow], list[UserError]]:
     """Every good row in file order and every problem (bad rows, duplicate ids, an empty file)."""
     rows: list[CaptionRow] = []
     problems: list[UserError] = []
@@ -118,7 +150,7 @@ def read_caption_rows(path: Path) -> tuple[list[CaptionRow], list[UserError]]:
         if not text.strip():
             continue
         try:
-            row = _row(text, line, Path(path))
+            row = _row(text, line, Path(path), frames)
         except UserError as exc:
             problems.append(exc)
             continue

@@ -1,4 +1,4 @@
-"""Image-caption samples for SFT: webdataset tar shards or a JSONL file.
+"""Image-caption and clip-caption samples for SFT: webdataset tar shards or a JSONL file.
 
 Shards (``rl.data.shards``; the layout ``python -m cosmos_rl.shapes shards`` writes): a sample is
 the run of members sharing a key (split as in :mod:`cosmos_rl.data.tar_index`) with exactly one
@@ -9,6 +9,11 @@ json ``id`` when given, else ``<shard file name>/<key>``. Other members are igno
 JSONL (``rl.data.jsonl``): one object per line, ``{"image": path, "caption": text}`` (``prompt``
 is read when ``caption`` is absent; optional ``id``, default the line number). Image paths are
 relative to the file's folder. Blank lines hold no row.
+
+Clips: with ``frames`` > 1 (a video run) the media is an ``mp4`` member in place of the image, or
+a ``"video"`` field in place of ``"image"``, and a sample is [3, F, H, W]. At ``frames`` = 1 a
+sample with an mp4 and no image is a one-frame clip, read as an image [3, H, W]. Clips are decoded
+and checked by :mod:`cosmos_rl.data.clip_files` (exact frame count and size, never resized).
 
 Metadata is read by :mod:`cosmos_rl.data.caption_index` when the source is built (the first
 problem stops it); images are decoded only
@@ -24,6 +29,7 @@ from typing import Sequence, Union
 import torch
 
 from cosmos_rl.data.caption_index import index_caption_shards, read_caption_rows
+from cosmos_rl.data.clips import decode_clip, load_clip
 from cosmos_rl.data.images import ImageSize, as_height_width, decode_image, load_image
 from cosmos_rl.data.tar_index import read_blob, shard_paths
 from cosmos_rl.errors import UserError
@@ -33,16 +39,22 @@ from cosmos_rl.errors import UserError
 class CaptionSample:
     id: str
     caption: str
-    image: torch.Tensor  # [3, H, W] in [0, 1]
+    image: torch.Tensor  # [3, H, W] in [0, 1]; a clip of frames > 1: [3, F, H, W]
+
+
+def _as_sample(clip: torch.Tensor) -> torch.Tensor:
+    """A decoded clip [3, F, H, W] as a sample: a one-frame clip is an image [3, H, W]."""
+    return clip[:, 0] if clip.shape[1] == 1 else clip
 
 
 class CaptionShards:
     """Image-caption samples from webdataset tar shards (see the module docstring)."""
 
-    def __init__(self, urls_or_paths: Union[str, Path, Sequence[Union[str, Path]]], size: ImageSize):
+    def __init__(self, urls_or_paths: Union[str, Path, Sequence[Union[str, Path]]], size: ImageSize, frames: int = 1):
         self.size = as_height_width(size)
+        self.frames = frames
         self.shards = shard_paths(urls_or_paths)
-        self._entries, problems = index_caption_shards(self.shards)
+        self._entries, problems = index_caption_shards(self.shards, frames)
         if problems:
             raise problems[0]
 
@@ -55,16 +67,19 @@ class CaptionShards:
     def __getitem__(self, index: int) -> CaptionSample:
         entry = self._entries[index]
         data = read_blob(entry, entry.image, entry.origin)  # type: ignore[arg-type]
+        if entry.kind == "clip":
+            return CaptionSample(entry.id, entry.caption, _as_sample(decode_clip(data, self.frames, *self.size, entry.origin)))
         return CaptionSample(entry.id, entry.caption, decode_image(data, self.size, entry.origin))
 
 
 class CaptionJsonl:
     """Image-caption samples listed in a JSONL file (see the module docstring)."""
 
-    def __init__(self, path: Union[str, Path], size: ImageSize):
+    def __init__(self, path: Union[str, Path], size: ImageSize, frames: int = 1):
         self.path = Path(path)
         self.size = as_height_width(size)
-        self._rows, problems = read_caption_rows(self.path)
+        self.frames = frames
+        self._rows, problems = read_caption_rows(self.path, frames)
         if problems:
             raise problems[0]
 
@@ -77,13 +92,17 @@ class CaptionJsonl:
     def __getitem__(self, index: int) -> CaptionSample:
         row = self._rows[index]
         origin = f"{self.path}:{row.line} (id {row.id!r})"
+        if row.kind == "clip":
+            return CaptionSample(row.id, row.caption, _as_sample(load_clip(row.image, self.frames, *self.size, origin)))
         return CaptionSample(row.id, row.caption, load_image(row.image, self.size, origin))
 
 
-def caption_source(shards: Sequence[str], jsonl: str, size: ImageSize) -> Union[CaptionShards, CaptionJsonl]:
-    """The source `rl.data` names (preflight allows exactly one)."""
+def caption_source(
+    shards: Sequence[str], jsonl: str, size: ImageSize, frames: int = 1
+) -> Union[CaptionShards, CaptionJsonl]:
+    """The source `rl.data` names (preflight allows exactly one); `frames` > 1 reads clips."""
     if shards:
-        return CaptionShards(list(shards), size)
+        return CaptionShards(list(shards), size, frames)
     if jsonl:
-        return CaptionJsonl(jsonl, size)
+        return CaptionJsonl(jsonl, size, frames)
     raise UserError("rl.data: no image-caption source; set rl.data.shards or rl.data.jsonl")

@@ -11,6 +11,11 @@ and verified (header decoded; PNG chunk checksums checked; pixels not decoded): 
 :data:`SAMPLE_HEAD` rows plus :data:`SAMPLE_DRAWN` more drawn from the rest with
 ``random.Random(SAMPLE_SEED)`` - the same rows on every call. ``full=True`` (``validate --data
 all``) opens every image. At most :data:`MAX_LISTED` problems are listed per source, then a count.
+
+Clips (mp4 members or ``"video"`` rows of an image-caption source) are sampled the same way and
+checked by :func:`~cosmos_rl.data.clip_files.check_clip` against the run's frames and size: the
+container, one video stream, the declared size and frame count (a decoding bomb is refused before
+any decoding), then every frame decoded: only decoding finds a damaged stream.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from cosmos_rl.config import schema
 from cosmos_rl.config.paths import resolve_path
 from cosmos_rl.config.problems import Problem
 from cosmos_rl.data.caption_index import index_caption_shards, read_caption_rows
+from cosmos_rl.data.clip_files import check_clip
 from cosmos_rl.data.image_files import check_image
 from cosmos_rl.data.jsonl_rows import PairRow, read_pair_rows
 from cosmos_rl.data.prompt_file import read_prompts
@@ -43,11 +49,14 @@ def sample_rows(count: int, full: bool) -> list[int]:
     return list(range(SAMPLE_HEAD)) + sorted(drawn)
 
 
-def _sample_note(count: int, chosen: int, full: bool) -> str:
+_SINGULAR = {"images": "image", "clips": "clip", "images and clips": "image and clip"}
+
+
+def _sample_note(count: int, chosen: int, full: bool, what: str = "images") -> str:
     if chosen == count:
-        return f"images of all {count} rows opened"
-    return (f"images of {chosen} of {count} rows opened (the first {SAMPLE_HEAD} and {SAMPLE_DRAWN} drawn with seed "
-            f"{SAMPLE_SEED}; --data all opens every image)")
+        return f"{what} of all {count} rows opened"
+    return (f"{what} of {chosen} of {count} rows opened (the first {SAMPLE_HEAD} and {SAMPLE_DRAWN} drawn with seed "
+            f"{SAMPLE_SEED}; --data all opens every {_SINGULAR[what]})")
 
 
 def _image_file(path: Path, origin: str) -> None:
@@ -56,6 +65,14 @@ def _image_file(path: Path, origin: str) -> None:
             check_image(handle, origin)
     except OSError as exc:
         raise UserError(f"{origin}: cannot read image file ({exc.strerror}); check the path") from exc
+
+
+def _clip_file(path: Path, media: tuple[int, int, int], origin: str) -> None:
+    try:
+        with open(path, "rb") as handle:
+            check_clip(handle, *media, origin)
+    except OSError as exc:
+        raise UserError(f"{origin}: cannot read clip file ({exc.strerror}); check the path") from exc
 
 
 def _jsonl_images(jsonl: Path, row: PairRow) -> None:
@@ -90,14 +107,19 @@ class _Source:
         return self.problems
 
 
-def _open_images(source: _Source, items: Sequence, check: Callable, full: bool) -> str:
+def _open_images(source: _Source, items: Sequence, check: Callable, full: bool, what: str = "images") -> str:
     chosen = sample_rows(len(items), full)
     for index in chosen:
         try:
             check(items[index])
         except UserError as exc:
             source.add(exc)
-    return _sample_note(len(items), len(chosen), full)
+    return _sample_note(len(items), len(chosen), full, what)
+
+
+def _media_noun(items: Sequence) -> str:
+    kinds = {item.kind for item in items}
+    return "clips" if kinds == {"clip"} else "images and clips" if "clip" in kinds else "images"
 
 
 def _pairs(key: str, data: schema.PreferenceDataConfig, base: Path, full: bool) -> tuple[list[Problem], list[str]]:
@@ -149,21 +171,34 @@ def _prompts(rl: schema.NFTConfig, base: Path) -> tuple[list[Problem], list[str]
     return source.finish(), [f"{source.key}: {len(prompts)} prompts, {len(bad)} bad rows"]
 
 
-def _captions(data: schema.CaptionDataConfig, base: Path, full: bool) -> tuple[list[Problem], list[str]]:
-    """SFT's image-caption source, read as `data.captions` reads it."""
+def check_captions(
+    data: schema.CaptionDataConfig, base: Path, full: bool, media: tuple[int, int, int]
+) -> tuple[list[Problem], list[str]]:
+    """SFT's image-caption (or clip-caption) source, read as `data.captions` reads it; clips are
+    checked against ``media`` = (frames, height, width)."""
+    frames = media[0]
+    judge_clips = min(media) >= 1  # else the model's size is incomplete: preflight reports it
     if data.jsonl:
         source, path = _Source("rl.data.jsonl"), Path(resolve_path(data.jsonl, base))
         if not path.is_file():
             return [], []  # preflight reports it
         try:
-            rows, bad = read_caption_rows(path)
+            rows, bad = read_caption_rows(path, frames)
         except UserError as exc:
             source.add(exc)
             return source.finish(), []
         for exc in bad:
             source.add(exc)
-        check = lambda row: _image_file(row.image, f"{path}:{row.line} (id {row.id!r}): {row.image}")  # noqa: E731
-        note = _open_images(source, rows, check, full)
+
+        def check(row) -> None:
+            origin = f"{path}:{row.line} (id {row.id!r}): {row.image}"  # as the run's CaptionJsonl words it
+            if row.kind == "clip":
+                if judge_clips:
+                    _clip_file(row.image, media, origin)
+            else:
+                _image_file(row.image, origin)
+
+        note = _open_images(source, rows, check, full, _media_noun(rows))
         return source.finish(), [f"{source.key}: {len(rows)} good rows, {len(bad)} bad; {note}"]
     source = _Source("rl.data.shards")
     try:
@@ -171,12 +206,29 @@ def _captions(data: schema.CaptionDataConfig, base: Path, full: bool) -> tuple[l
     except UserError as exc:
         source.add(exc)
         return source.finish(), []
-    entries, bad = index_caption_shards(shards)
+    entries, bad = index_caption_shards(shards, frames)
     for exc in bad:
         source.add(exc)
-    check = lambda entry: check_image(read_blob(entry, entry.image, entry.origin), entry.origin)  # noqa: E731
-    note = _open_images(source, entries, check, full)
+
+    def check_entry(entry) -> None:
+        blob = read_blob(entry, entry.image, entry.origin)
+        if entry.kind == "clip":
+            if judge_clips:
+                check_clip(blob, *media, entry.origin)
+        else:
+            check_image(blob, entry.origin)
+
+    note = _open_images(source, entries, check_entry, full, _media_noun(entries))
     return source.finish(), [f"{source.key}: {len(shards)} shard(s), {len(entries)} good samples, {len(bad)} problem(s); {note}"]
+
+
+def run_media(config: schema.RunConfig) -> tuple[int, int, int]:
+    """(frames, height, width) of what the run trains on, as models/media.MediaSpec reads the manifest."""
+    model = config.model
+    frames = int(getattr(model, "num_frames", 1))  # schema.ModelConfig.num_frames (the video field) provides it
+    height = model.height if model.height is not None else model.image_size
+    width = model.width if model.width is not None else model.image_size
+    return frames, int(height or 0), int(width or 0)
 
 
 def prompt_data(config: schema.RunConfig, base: Path, full: bool) -> tuple[list[Problem], list[str]]:
@@ -187,7 +239,7 @@ def prompt_data(config: schema.RunConfig, base: Path, full: bool) -> tuple[list[
 def caption_data(config: schema.RunConfig, base: Path, full: bool) -> tuple[list[Problem], list[str]]:
     """SFT's image-caption source."""
     rl = config.rl
-    return _captions(rl.data, base, full) if (rl.data.jsonl or rl.data.shards) else ([], [])
+    return check_captions(rl.data, base, full, run_media(config)) if (rl.data.jsonl or rl.data.shards) else ([], [])
 
 
 def pair_data(config: schema.RunConfig, base: Path, full: bool) -> tuple[list[Problem], list[str]]:

@@ -22,6 +22,7 @@ from cosmos_rl.data.pair_metadata import parse_pair_metadata
 from cosmos_rl.errors import UserError
 
 IMAGE_EXTENSIONS = ("png", "jpg", "jpeg", "webp")
+CLIP_EXTENSIONS = ("mp4",)  # image-caption shards only (data.caption_index); pairs are images
 _BLOCK = 512  # tar's record unit: headers and data are padded to it
 
 
@@ -110,14 +111,17 @@ def _members_by_sample(shard: Path, members: list[tarfile.TarInfo]) -> list[tupl
     return samples
 
 
-def side_blob(members: dict[str, tarfile.TarInfo], side: str, origin: str) -> Blob:
-    """The one ``<side>.<image ext>`` member's bytes (``side`` "" for a plain ``<image ext>``)."""
-    found = [ext for ext in (f"{side}.{e}" if side else e for e in IMAGE_EXTENSIONS) if ext in members]
+def side_blob(
+    members: dict[str, tarfile.TarInfo], side: str, origin: str, extensions: Sequence[str] = IMAGE_EXTENSIONS, what: str = "image"
+) -> Blob:
+    """The one ``<side>.<ext>`` member's bytes (``side`` "" for a plain ``<ext>``), ``ext`` one of
+    ``extensions`` (a ``what``: "image", or "clip" with CLIP_EXTENSIONS)."""
+    found = [ext for ext in (f"{side}.{e}" if side else e for e in extensions) if ext in members]
     if len(found) != 1:
         problem = "no" if not found else f"{len(found)} ({', '.join(found)})"
         raise UserError(
-            f"{origin}: {problem} {side or 'sample'} image; expected exactly one of "
-            f"{', '.join(f'{side}.{e}' if side else e for e in IMAGE_EXTENSIONS)} (members: {', '.join(sorted(members))})"
+            f"{origin}: {problem} {side or 'sample'} {what}; expected exactly one of "
+            f"{', '.join(f'{side}.{e}' if side else e for e in extensions)} (members: {', '.join(sorted(members))})"
         )
     member = members[found[0]]
     return Blob(member.offset_data, member.size)
