@@ -237,28 +237,26 @@ def test_clips_are_sampled_as_images_are(tmp_path):
 
 
 def test_validate_data_exits_2_naming_every_bad_clip_row(tmp_path):
-    """Through the CLI, before anything starts. The manifest's frame count is 1 until the video
-    fields land, so the rows are one-frame clips and the bad ones fail on the other rules."""
-    one = encode_clip(squares_clip(1), 24.0)
+    """Through the CLI, before anything starts, for a 9-frame run (model.num_frames = 9)."""
     files = {
-        "good.mp4": one,
-        "bomb.mp4": with_declared_frames(one, 1_000_000),
-        "wide.mp4": encode_clip(squares_clip(1, 32, 48), 24.0),
-        "corrupt.mp4": with_damaged_samples(one),
-        "nine.mp4": GOOD,
+        "good.mp4": GOOD,
+        "bomb.mp4": with_declared_frames(GOOD, 1_000_000),
+        "wide.mp4": encode_clip(squares_clip(9, 32, 48), 24.0),
+        "corrupt.mp4": with_damaged_samples(GOOD),
+        "five.mp4": encode_clip(squares_clip(5), 24.0),
     }
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)
     rows = tmp_path / "clips.jsonl"
     rows.write_text("".join(json.dumps({"video": name, "caption": "a red square", "id": name}) + "\n" for name in files))
-    args = ["validate", SFT, "rl.data.shards=[]", f'rl.data.jsonl="{rows}"']
+    args = ["validate", SFT, "rl.data.shards=[]", f'rl.data.jsonl="{rows}"', "model.num_frames=9"]
     result = subprocess.run([sys.executable, "-m", "cosmos_rl.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert result.returncode == 2, result.stdout + result.stderr
     expected = {
         2: "bomb.mp4: cannot decode clip: too long to decode safely (declares 1000000 frames",
         3: "wide.mp4: wrong clip size: 48x32",
         4: "corrupt.mp4: cannot decode clip: damaged video stream",
-        5: "nine.mp4: too many frames: the clip declares 9, expected exactly 1",
+        5: "five.mp4: too few frames: the clip declares 5, expected exactly 9",
     }
     lines = [line for line in result.stderr.splitlines() if line.startswith("  rl.data.jsonl: ")]
     assert len(lines) == len(expected), result.stderr

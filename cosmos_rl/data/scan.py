@@ -225,7 +225,7 @@ def check_captions(
 def run_media(config: schema.RunConfig) -> tuple[int, int, int]:
     """(frames, height, width) of what the run trains on, as models/media.MediaSpec reads the manifest."""
     model = config.model
-    frames = int(getattr(model, "num_frames", 1))  # schema.ModelConfig.num_frames (the video field) provides it
+    frames = int(model.num_frames)
     height = model.height if model.height is not None else model.image_size
     width = model.width if model.width is not None else model.image_size
     return frames, int(height or 0), int(width or 0)
