@@ -5,10 +5,10 @@
 rounded to nearest with ties to even, clipped to 0..255 (as DDPO does before JPEG encoding).
 `to_unit_float` is the way back for decoded files and grids: k / 255 as float32.
 
-Two older float32 copies are kept where changing them would move numbers: the shapes base
-scorer (`shapes/held_out.sample_images`) and the sample-grid writer
-(`data/images.save_image_grid`) round x * 255 computed in float32, which lands on the other side
-of a tie for about 6 in 10^6 pixels.
+One older float32 copy is kept where changing it would move bytes: the sample-grid writer
+(`data/images.save_image_grid`) rounds x * 255 computed in float32, which lands on the other side
+of a tie for about 6 in 10^6 pixels. (The shapes base scorer had the other copy; it samples
+through `models.generate` now, see `shapes/held_out.sample_images`.)
 """
 
 from __future__ import annotations
