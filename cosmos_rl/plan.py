@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -46,10 +47,12 @@ def seed_contract(config: schema.RunConfig) -> dict:
 def identity_fields(config: schema.RunConfig) -> dict:
     flat = load.flatten(load.to_dict(config))
     later = schema.LATER_KNOB_DEFAULTS
-    return {
-        k: v for k, v in sorted(flat.items())
-        if not schema.non_identity(k) and not (k in later and v == later[k])
-    }
+
+    def at_later_default(key: str, value) -> bool:
+        key = re.sub(r"\[\d+\]", "[]", key)  # an array of tables' entries share one key
+        return key in later and value == later[key]
+
+    return {k: v for k, v in sorted(flat.items()) if not schema.non_identity(k) and not at_later_default(k, v)}
 
 
 def run_identity(config: schema.RunConfig) -> str:

@@ -90,6 +90,10 @@ NFT_CASES = [
     (["rl.reward.timeout_s=3601"], "rl.reward.timeout_s", "(got 3601.0)"),
     (["rl.reward.backoff_s=inf"], "rl.reward.backoff_s", "must be finite and at most 600 s"),
     (['rl.reward.token_env="not a name"'], "rl.reward.token_env", "environment variable name"),
+    (['rl.reward.frame_reduce="min"'], "rl.reward.frame_reduce", "set for an image run (model.num_frames = 1), where no clip is scored frame by frame"),
+    (["rl.reward.frame_stride=2"], "rl.reward.frame_stride", 'set for an image run (model.num_frames = 1), where no clip is scored frame by frame (got 2); remove rl.reward.frame_stride'),
+    (['rl.reward.frame_reduce="max"'], "rl.reward.frame_reduce", '"mean", "min", "first", "last"'),
+    (['rl.reward.name="shapes_video_strict"'], "rl.reward.name", 'scores whole clips, and this run makes images (model.num_frames = 1) (got "shapes_video_strict"); use "shapes_strict"'),
     (['rl.scheduler="ddim"'], "rl.scheduler", "UniPC"),
     (["model.lora.rank=0"], "model.lora.rank", "second LoRA adapter"),
     (['grid.device="cuda"', "grid.nodes=1", "grid.gpus_per_node=8"], "grid.gpus_per_node", "must equal rl.group_size (4)"),
@@ -129,10 +133,31 @@ NFT_CASES = [
         ('{name="brightness", revision="r", timeout_s=inf}', "rl.rewards[0].timeout_s", "must be finite and at most 3600 s"),
         ('{name="brightness", revision="r", backoff_s=1e9}', "rl.rewards[0].backoff_s", "must be finite and at most 600 s"),
         ('{name="brightness", revision="r", token_env="not a name"}', "rl.rewards[0].token_env", "environment variable name"),
+        ('{name="shapes_video_partial", revision="r"}', "rl.rewards[0].name", 'scores whole clips, and this run makes images (model.num_frames = 1) (got "shapes_video_partial"); use "shapes_partial"'),
+        ('{name="pickscore", revision="r", url="http://127.0.0.1:1", frame_reduce="min"}', "rl.rewards[0].frame_reduce", "set for an image run"),
     ]],
     (['rl.rewards=[{name="brightness", revision="r"}]'], "rl.rewards", "not both"),
     ([*ONE_OFF, 'rl.rewards=[{name="brightness", revision="r"}]', "grid.nodes=2"], "rl.rewards[0].url", "other nodes cannot reach"),
 ]
+
+
+VIDEO_NFT = ['rl.modality="video"', "model.num_frames=9", 'rl.profile=""']  # refused as a whole (rl.modality) in this release
+
+
+def test_the_frame_keys_of_a_video_run():
+    """On a video run an image reward takes frame_reduce / frame_stride and a clip reward is a
+    reward; a clip reward scores whole clips, so the frame keys are refused on it."""
+    found = errors(NFT, [*VIDEO_NFT, 'rl.reward.frame_reduce="min"', "rl.reward.frame_stride=4"])
+    assert "not included in this release" in found["rl.modality"]
+    assert not {"rl.reward.frame_reduce", "rl.reward.frame_stride"} & set(found), found
+    assert "must be >= 1 (got 0)" in errors(NFT, [*VIDEO_NFT, "rl.reward.frame_stride=0"])["rl.reward.frame_stride"]
+    one_frame = errors(NFT, [*VIDEO_NFT, 'rl.reward.frame_reduce="first"', "rl.reward.frame_stride=2"])["rl.reward.frame_stride"]
+    assert 'plays no part with frame_reduce = "first", which scores one frame' in one_frame
+    found = errors(NFT, [*VIDEO_NFT, 'rl.reward.name="shapes_video_strict"'])
+    assert "rl.reward.name" not in found, found
+    found = errors(NFT, [*VIDEO_NFT, *ONE_OFF, 'rl.rewards=[{name="shapes_video_partial", revision="r", frame_stride=2}, {name="brightness", revision="b", frame_reduce="last"}]'])
+    assert "plays no part: shapes_video_partial scores whole clips itself, not frame by frame (got 2)" in found["rl.rewards[0].frame_stride"]
+    assert not {"rl.rewards[0].name", "rl.rewards[1].frame_reduce"} & set(found), found
 
 
 # [rl.eval] is the same table for both algorithms: every case runs against both manifests.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 import struct
@@ -30,6 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 REVISION = "hostile-1"
 
 
+@functools.lru_cache(maxsize=None)
 def _png_of_zeros(side: int) -> str:
     """A valid side x side RGB PNG of zeros, row by row (12000 gives ~420 KB that decodes to 432 MB)."""
     def chunk(kind: bytes, data: bytes) -> bytes:
@@ -91,6 +93,18 @@ def test_decompression_bomb_is_refused_from_its_header_with_bounded_memory(servi
     assert (_peak_kb(proc.pid) - before) < 64 * 1024
     ok = requests.post(url + "/score", json=_body([encode_png(np.full((8, 8, 3), 51, np.uint8))]), timeout=30)
     assert ok.status_code == 200 and ok.json()["scores"] == [0.2]
+
+
+def test_a_bomb_frame_in_a_clip_is_refused_from_its_header_with_bounded_memory(service):
+    """The built-in clip reward's scorer is never reached: the frame's header is refused first."""
+    proc, url = service
+    small = encode_png(np.zeros((32, 32, 3), np.uint8))
+    before = _peak_kb(proc.pid)
+    body = {"reward": "shapes_video_strict", "prompts": ["a red circle moving left"], "clips": [[small, _png_of_zeros(12000), small]]}
+    answer = requests.post(url + "/score", json=body, timeout=30)
+    assert answer.status_code == 413, answer.text
+    assert "clips[0][1] is 12000x12000" in answer.json()["error"]
+    assert (_peak_kb(proc.pid) - before) < 64 * 1024
 
 
 @pytest.mark.parametrize("limits, images, text", [
@@ -269,6 +283,6 @@ def test_bad_port_and_exposed_host_are_clean_errors():
 
 def test_info_lists_each_rewards_revision(shared):
     info = requests.get(shared.url + "/info", timeout=10).json()
-    assert set(info) == {"name", "revision", "rewards", "revisions"}
+    assert set(info) == {"name", "revision", "rewards", "revisions", "modalities", "uses_prompt"}
     assert info["revision"] == REVISION and info["revisions"]["brightness"] == "brightness:builtin-1"
     assert json.dumps(info)  # plain JSON

@@ -317,7 +317,7 @@ def online_rules(c: schema.RunConfig, rl: schema.OnlineRLBase, r: Rules) -> None
     if rl.rewards:
         _reward_terms(c, rl, r)
     else:
-        _one_reward(rl, r)
+        _one_reward(c, rl, r)
     if rl.old.build_old and c.model.lora.rank == 0:
         r.error("model.lora.rank", f"{name} keeps the moving old policy as a second LoRA adapter, so it needs LoRA", 0,
                 "set model.lora.rank > 0 (or rl.old.build_old = false)")

@@ -15,6 +15,7 @@ from cosmos_rl.config.problems import show
 BUILTIN_REWARDS = ("jpeg_compressibility", "jpeg_incompressibility", "brightness", "prompt_colour",
                    "shapes_strict", "shapes_partial")
 MODEL_REWARDS = ("pickscore", "clipscore", "aesthetic")  # cosmos_rl.rewards.models.MODEL_KINDS, torch-free
+VIDEO_REWARDS = ("shapes_video_strict", "shapes_video_partial")  # cosmos_rl.rewards.video.video_rewards, whole clips
 
 
 # A reward call (one group's images) that takes longer than this is stuck, not slow; and a finite
@@ -38,14 +39,38 @@ def _client_limits(prefix: str, t, r: Rules) -> None:
         r.error(f"{prefix}.token_env", "must be an environment variable name", t.token_env, "e.g. REWARD_TOKEN")
 
 
-def _one_reward(rl: schema.NFTConfig, r: Rules) -> None:
+def _frame_keys(c: schema.RunConfig, prefix: str, t, r: Rules) -> None:
+    """frame_reduce / frame_stride: how an image reward scores a clip frame by frame, so only on a
+    video run and never on a reward that scores whole clips itself."""
+    r.at_least(f"{prefix}.frame_stride", t.frame_stride, 1)
+    if t.frame_stride > 1 and t.frame_reduce in ("first", "last"):
+        r.error(f"{prefix}.frame_stride", f"plays no part with frame_reduce = \"{t.frame_reduce}\", which scores one frame", t.frame_stride,
+                f'remove {prefix}.frame_stride, or use frame_reduce = "mean" or "min"')
+    default = schema.RewardClientConfig()
+    changed = [k for k in ("frame_reduce", "frame_stride") if getattr(t, k) != getattr(default, k)]
+    builtin_video = not t.url and t.name in VIDEO_REWARDS
+    if c.model.num_frames == 1:
+        for k in changed:
+            r.error(f"{prefix}.{k}", "set for an image run (model.num_frames = 1), where no clip is scored frame by frame", getattr(t, k),
+                    f"remove {prefix}.{k}, or make video (model.num_frames = 4k + 1 above 1)")
+        if builtin_video:
+            r.error(f"{prefix}.name", "scores whole clips, and this run makes images (model.num_frames = 1)", t.name,
+                    f'use "{t.name.replace("_video", "")}" for images, or make video (model.num_frames = 4k + 1 above 1)')
+    elif builtin_video:
+        for k in changed:
+            r.error(f"{prefix}.{k}", f"plays no part: {t.name} scores whole clips itself, not frame by frame", getattr(t, k),
+                    f"remove {prefix}.{k} (it is for image rewards scoring clips)")
+
+
+def _one_reward(c: schema.RunConfig, rl: schema.NFTConfig, r: Rules) -> None:
     if not rl.reward.revision:
         r.error("rl.reward.revision", "required: the provider's revision is part of the run identity", "", "set rl.reward.revision to the revision the service declares")
     if rl.reward.url and not re.match(r"https?://", rl.reward.url):
         r.error("rl.reward.url", "must be an http:// or https:// URL", rl.reward.url, "e.g. http://127.0.0.1:8000, or empty for the built-in service")
-    if not rl.reward.url and rl.reward.name not in BUILTIN_REWARDS:
-        r.error("rl.reward.name", "not a built-in reward", rl.reward.name, f"use one of {', '.join(show(n) for n in BUILTIN_REWARDS)}")
+    if not rl.reward.url and rl.reward.name not in BUILTIN_REWARDS + VIDEO_REWARDS:
+        r.error("rl.reward.name", "not a built-in reward", rl.reward.name, f"use one of {', '.join(show(n) for n in BUILTIN_REWARDS + VIDEO_REWARDS)}")
     _client_limits("rl.reward", rl.reward, r)
+    _frame_keys(c, "rl.reward", rl.reward, r)
     if rl.reward_combine != "weighted_sum":
         r.warn("rl.reward_combine", "has no effect with one reward ([rl.reward]); it combines the [[rl.rewards]] tables", rl.reward_combine, "remove it")
 
@@ -73,6 +98,7 @@ def _reward_terms(c: schema.RunConfig, rl: schema.NFTConfig, r: Rules) -> None:
         if not t.url:
             _builtin_term(c, t, i, r)
         _client_limits(f"rl.rewards[{i}]", t, r)
+        _frame_keys(c, f"rl.rewards[{i}]", t, r)
 
 
 def _builtin_term(c: schema.RunConfig, t: schema.WeightedRewardConfig, i: int, r: Rules) -> None:
@@ -85,8 +111,8 @@ def _builtin_term(c: schema.RunConfig, t: schema.WeightedRewardConfig, i: int, r
                    "set it to the revision `cosmos-rl reward serve --revision REV --model NAME=FOLDER` prints for the folder")
     elif t.name in MODEL_REWARDS:
         r.error(f"rl.rewards[{i}].model", "required: the built-in service loads a model reward from a local folder", "", "set model to the folder, or url to a service that serves it")
-    elif t.name and t.name not in BUILTIN_REWARDS:
-        r.error(f"rl.rewards[{i}].name", "not a built-in reward", t.name, f"use one of {', '.join(show(n) for n in BUILTIN_REWARDS)}, a model reward with model, or a url")
+    elif t.name and t.name not in BUILTIN_REWARDS + VIDEO_REWARDS:
+        r.error(f"rl.rewards[{i}].name", "not a built-in reward", t.name, f"use one of {', '.join(show(n) for n in BUILTIN_REWARDS + VIDEO_REWARDS)}, a model reward with model, or a url")
     if c.grid.nodes > 1:
         r.error(f"rl.rewards[{i}].url", "the built-in reward service listens on 127.0.0.1 of the driver's node, which other nodes cannot reach", "",
                 "run `cosmos-rl reward serve --host 0.0.0.0 --token-env REWARD_TOKEN` where every node can reach it and set the url")

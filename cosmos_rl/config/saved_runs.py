@@ -20,7 +20,9 @@ def with_later_knobs(raw: dict) -> dict:
         parts = key.split(".")
         node = raw
         for part in parts[:-1]:
-            node = node.setdefault(part, {})
+            # Walk only the tables the manifest has: an empty `rl.reward` made up for a later
+            # `rl.reward.*` knob would be an unknown table to a run of another algorithm.
+            node = node.get(part)
             if not isinstance(node, dict):
                 break
         else:

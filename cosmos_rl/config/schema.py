@@ -32,6 +32,9 @@ frozen = attrs.frozen(kw_only=True)
 # Built-in model presets (`model.preset`, `rl.init_from = "preset:NAME"`).
 PresetName = Literal["tiny", "shapes"]
 
+# How an image reward's frame scores make a clip's score (the reduction is rewards/frames.py).
+FrameReduce = Literal["mean", "min", "first", "last"]
+
 
 # --------------------------------------------------------------------------------------------- job
 @frozen
@@ -253,6 +256,8 @@ class RewardClientConfig:
     max_retries: int = knob(3, "Retries after a failed request before the run stops.")
     backoff_s: float = knob(0.5, "First retry delay; doubles on each retry.")
     token_env: str = knob("", "Environment variable holding a bearer token for the service; empty = none.")
+    frame_reduce: FrameReduce = knob("mean", "Video runs, an image reward (its service lists no `video` modality) scoring clips frame by frame: the clip's score is the `mean` or `min` of its scored frames' scores, or the score of its `first` or `last` frame alone (docs/rewards.md). Image runs: leave it.")
+    frame_stride: int = knob(1, "Video runs, an image reward: score every this many frames, from frame 0 (1 = every frame; with `frame_reduce` `mean` or `min`). Image runs: leave it.")
 
 
 @frozen
@@ -396,6 +401,11 @@ LATER_KNOB_DEFAULTS: dict[str, object] = {
     "rl.x0_weighting": False,
     "rl.rewards": [],
     "rl.reward_combine": "weighted_sum",
+    "rl.reward.frame_reduce": "mean",
+    "rl.reward.frame_stride": 1,
+    # Keys of an array of tables stand for every entry (`rl.rewards[1].frame_reduce`).
+    "rl.rewards[].frame_reduce": "mean",
+    "rl.rewards[].frame_stride": 1,
 }
 
 # Fields that may change on an exact resume without changing what the run computes.

@@ -2,16 +2,22 @@
 
 Protocol (JSON over HTTP; with a token every endpoint needs `Authorization: Bearer <token>`, else 401):
     GET  /info  -> {"name": str, "revision": str | null, "rewards": [str, ...],
-                    "revisions": {reward: its own revision, ...}}
+                    "revisions": {reward: its own revision, ...},
+                    "modalities": {reward: ["image"] | ["video"] | ["image", "video"], ...},
+                    "uses_prompt": {reward: bool, ...}}
     POST /score    {"reward": str, "prompts": [str, ...], "images": [base64 PNG (RGB), ...]}
+             or    {"reward": str, "prompts": [str, ...], "clips": [[base64 PNG frame, ...], ...]}
                 -> {"scores": [float, ...], "revision": str | null, "reward_revision": str}
+A reward takes `images` if its modalities list `image`, `clips` (one list of frames per prompt, every
+clip of a request with the same frame count and size) if they list `video`. A service whose /info
+has no `modalities` counts as image-only, and one with no `uses_prompt` as reading every prompt.
 Errors come back as {"error": message}: 400 malformed field, 401 token, 404 path, 405 method,
 411 no Content-Length, 413 over a limit, 500 reward bug, 503 busy or over time (retry).
 
 Order of checks on /score, so that a hostile request costs little: the token (from the headers,
 before a byte of the body is read), the declared body size, the in-flight byte budget, the body
-(read under a deadline), the fields, each PNG's header (side, pixels), the decoded size against
-the budget, and only then decoding and scoring.
+(read under a deadline), the fields (a clip's frame count from its list's length), each PNG's
+header (side, pixels), the decoded size against the budget, and only then decoding and scoring.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from cosmos_rl.rewards.batching import Batcher, RewardError
-from cosmos_rl.rewards.limits import BadRequest, Limits, decode, decoded_bytes, open_images, parse_fields
+from cosmos_rl.rewards.limits import BadRequest, Fields, Limits, decode, decoded_bytes, open_images, parse_fields
 from cosmos_rl.rewards.registry import Reward
 
 log = logging.getLogger(__name__)
@@ -106,11 +112,14 @@ class RewardApp:
         )
 
     def info(self) -> dict:
+        names = sorted(self.registry)
         return {
             "name": self.name,
             "revision": self.revision,
-            "rewards": sorted(self.registry),
-            "revisions": {name: self.registry[name].revision for name in sorted(self.registry)},
+            "rewards": names,
+            "revisions": {name: self.registry[name].revision for name in names},
+            "modalities": {name: list(self.registry[name].modalities) for name in names},
+            "uses_prompt": {name: self.registry[name].uses_prompt for name in names},
         }
 
     def close(self) -> None:
@@ -187,17 +196,20 @@ class RewardApp:
 
     async def _scored(self, body: bytes) -> dict:
         loop = asyncio.get_running_loop()
-        reward, prompts, opened = await loop.run_in_executor(self._decode_pool, self._prepare, body)
+        fields, opened = await loop.run_in_executor(self._decode_pool, self._prepare, body)
+        reward, prompts = fields.reward, fields.prompts
         need = decoded_bytes(opened)
         if not self._budget.take(need):
             raise BadRequest(f"decoding would need {need} bytes beyond the service's in-flight budget; retry shortly", 503)
         try:
-            images = await loop.run_in_executor(self._decode_pool, decode, opened)
+            pixels = await loop.run_in_executor(self._decode_pool, decode, opened, fields.label)
+            if fields.frames is not None:  # [N * F, H, W, 3] -> [N, F, H, W, 3], a view
+                pixels = pixels.reshape(len(prompts), fields.frames, *pixels.shape[1:])
             batcher = self._batchers.get(reward)
             if batcher is None:
                 batcher = self._batchers[reward] = Batcher(self.registry[reward], self.batch_wait_s)
             try:
-                scores = await asyncio.wait_for(batcher.score(images, prompts), self.limits.score_timeout_s)
+                scores = await asyncio.wait_for(batcher.score(pixels, prompts), self.limits.score_timeout_s)
             except asyncio.TimeoutError:
                 raise BadRequest(f"scoring took over {self.limits.score_timeout_s:g} s; retry", 503) from None
             except RewardError as exc:
@@ -208,10 +220,11 @@ class RewardApp:
             self._budget.give(need)
         return {"scores": scores, "revision": self.revision, "reward_revision": self.registry[reward].revision}
 
-    def _prepare(self, body: bytes):
+    def _prepare(self, body: bytes) -> tuple[Fields, list]:
         try:
             request = json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise BadRequest(f"body is not JSON: {exc}") from None
-        reward, prompts, encoded = parse_fields(request, list(self.registry), self.limits)
-        return reward, prompts, open_images(encoded, self.limits)
+        modalities = {name: reward.modalities for name, reward in self.registry.items()}
+        fields = parse_fields(request, modalities, self.limits)
+        return fields, open_images(fields.encoded, self.limits, fields.label, "images" if fields.frames is None else "frames")

@@ -5,12 +5,18 @@ scores) are retried with exponential backoff; when the retries run out the clien
 `RewardServiceError`. Every 4xx is final: a wrong token, an unknown reward or a revision mismatch
 raise `UserError` at once, any other 4xx `RewardServiceError`; retrying cannot fix them.
 Several rewards at once: `cosmos_rl.rewards.multi`.
+
+Clips ([N, F, H, W, 3]) go to a reward whose /info modalities list `video` as they are; any other
+reward (an image reward, or any reward of a service whose /info lists no modalities) scores them
+frame by frame: the client sends the frames `frame_stride` picks as images, against each clip's
+per-frame prompt, and reduces each clip's frame scores by `frame_reduce` (`cosmos_rl.rewards.frames`).
 """
 
 from __future__ import annotations
 
 import base64
 import io
+import logging
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -20,7 +26,14 @@ import requests
 from PIL import Image
 
 from cosmos_rl.errors import UserError
+from cosmos_rl.rewards import frames
 from cosmos_rl.rewards.functions import check_images
+from cosmos_rl.rewards.limits import Limits, chunks_within
+from cosmos_rl.rewards.video import check_clips
+
+log = logging.getLogger(__name__)
+# The limits the client keeps each clip or frame request within: the protocol's defaults.
+WIRE_LIMITS = Limits()
 
 
 class RewardServiceError(RuntimeError):
@@ -63,6 +76,8 @@ class RewardClient:
         token: str | None = None,
         key: str = "rl.reward",
         expected_reward_revision: str = "",
+        frame_reduce: str = "mean",
+        frame_stride: int = 1,
     ):
         if not url.startswith(("http://", "https://")):
             raise UserError(f"{key}.url must start with http:// or https://, got {url!r}")
@@ -72,6 +87,10 @@ class RewardClient:
             raise UserError(f"{key}.max_retries must be >= 0, got {max_retries}")
         if backoff_s < 0:
             raise UserError(f"{key}.backoff_s must be >= 0, got {backoff_s}")
+        try:
+            frames.check_frame_settings(frame_reduce, frame_stride)
+        except ValueError as exc:
+            raise UserError(f"{key}: {exc}") from None
         self.url = url.rstrip("/")
         self.reward = reward
         self.expected_revision = expected_revision
@@ -81,18 +100,24 @@ class RewardClient:
         self.backoff_s = backoff_s
         self.token = token or None
         self.key = key
+        self.frame_reduce, self.frame_stride = frame_reduce, frame_stride
         self._session: requests.Session | None = None
+        self._modalities: tuple[str, ...] | None = None  # the reward's, from /info (once known)
+        self._listed = False  # whether /info listed modalities at all
+        self._uses_prompt = True
 
     # -- public API ----------------------------------------------------------------------
     def info(self) -> dict:
         """GET /info (with retries)."""
         return self._call("GET", "/info", None, _check_info)
 
-    def check_revision(self) -> dict:
+    def check_revision(self, video: bool = False) -> dict:
         """Refuse a service whose declared revision is missing or differs from the pin.
 
-        Also refuses a service that does not offer `reward`, and, when a reward revision is
-        pinned, one whose reward has another revision. Returns the /info answer.
+        Also refuses a service that does not offer `reward`, one whose reward has another revision
+        when that is pinned, and one whose reward cannot score what the run makes (`video`: clips):
+        an image run needs a reward that takes images; a video run scores clips with an image-only
+        reward frame by frame, and says so in the log. Returns the /info answer.
         """
         info = self.info()
         found = info.get("revision")
@@ -127,16 +152,93 @@ class RewardClient:
                     f"declares {own!r} for {self.reward!r} (its weights changed, or it lists no revisions); "
                     "point the run at the pinned model or update the pin"
                 )
+        self._learn(info)
+        self._check_modality(video)
         return info
 
-    def score(self, images_uint8: np.ndarray, prompts: Sequence[str]) -> list[float]:
-        """Scores for uint8 [N, H, W, 3] images, one per image, in order."""
-        check_images(images_uint8, prompts)
-        payload = {
-            "reward": self.reward,
-            "prompts": list(prompts),
-            "images": [encode_png(image) for image in images_uint8],
-        }
+    def clip_scoring(self) -> str:
+        """How this client scores clips with its reward, in one sentence (after /info was read)."""
+        if self._modalities is None:
+            return f"{self.key} ({self.reward!r}): /info not read yet"
+        if "video" in self._modalities:
+            return f"{self.key}: the service at {self.url} scores whole clips with {self.reward!r} (modalities {list(self._modalities)})"
+        why = f"its modalities are {list(self._modalities)}" if self._listed else "its /info lists no modalities, so it counts as image-only"
+        k = self.frame_stride
+        picked = {"first": "frame 0 alone", "last": "the last frame alone"}.get(
+            self.frame_reduce, f"the {self.frame_reduce} over " + ("every frame" if k == 1 else f"frames 0, {k}, {2 * k}, ..."))
+        return (f"{self.key}: {self.reward!r} at {self.url} is an image reward ({why}): each clip is scored frame by frame "
+                f"({picked}; {self.key}.frame_reduce, {self.key}.frame_stride)")
+
+    def _learn(self, info: dict) -> None:
+        """The reward's modalities and prompt use from an /info answer (absent: image-only, prompted)."""
+        listed = info.get("modalities")
+        self._listed = isinstance(listed, dict) and self.reward in listed
+        own = listed[self.reward] if self._listed else ["image"]
+        if not (isinstance(own, list) and own and all(m in ("image", "video") for m in own)):
+            raise UserError(f"the reward service at {self.url} lists modalities {_one_line(repr(own))} for {self.reward!r}; "
+                            'a reward\'s modalities are a non-empty list of "image" and "video": fix the service')
+        uses = info.get("uses_prompt")
+        self._uses_prompt = not (isinstance(uses, dict) and uses.get(self.reward) is False)
+        self._modalities = tuple(own)
+
+    def _check_modality(self, video: bool) -> None:
+        mods = list(self._modalities)
+        if not video:
+            if "image" not in mods:
+                raise UserError(f"{self.key}.name is {self.reward!r}, which the service at {self.url} scores as whole clips only "
+                                f"(modalities {mods}), but this run makes images (model.num_frames = 1); pick an image reward")
+            return
+        if "video" not in mods:
+            log.warning("%s", self.clip_scoring())
+            return
+        if (self.frame_reduce, self.frame_stride) != frames.DEFAULT_SETTINGS:
+            raise UserError(f"{self.key}.frame_reduce / {self.key}.frame_stride play no part: the service at {self.url} scores "
+                            f"whole clips with {self.reward!r} itself (modalities {mods}); remove them")
+
+    def score(self, images_or_clips: np.ndarray, prompts: Sequence[str], per_frame_prompts: frames.PerFramePrompts = None) -> list[float]:
+        """Scores for uint8 images [N, H, W, 3] or clips [N, F, H, W, 3], one per sample, in order.
+
+        An image reward scores a clip frame by frame against the clip's per-frame prompt:
+        `per_frame_prompts` is one per clip (a list) or a function of the clip's prompt (None where a
+        caption has no per-frame form), else the clip's own prompt. A reward that reads its prompt
+        refuses a clip whose per-frame prompt is None (UserError naming the reward and caption).
+        """
+        if isinstance(images_or_clips, np.ndarray) and images_or_clips.ndim == 5:
+            return self._score_clips(images_or_clips, prompts, per_frame_prompts)
+        if per_frame_prompts is not None:
+            raise ValueError("per_frame_prompts is for clips [N, F, H, W, 3]; these are images")
+        check_images(images_or_clips, prompts)
+        return self._post("images", [encode_png(image) for image in images_or_clips], list(prompts))
+
+    def _score_clips(self, clips: np.ndarray, prompts: Sequence[str], per_frame_prompts: frames.PerFramePrompts) -> list[float]:
+        check_clips(clips, prompts)
+        if self._modalities is None:
+            self._learn(self.info())
+        n, f, h, w = clips.shape[:4]
+        if "video" in self._modalities:
+            encoded = [[encode_png(frame) for frame in clip] for clip in clips]
+            sizes = [(f, f * h * w, sum(map(len, clip)) + len(p)) for clip, p in zip(encoded, prompts)]
+            return [s for a, b in chunks_within(sizes, WIRE_LIMITS) for s in self._post("clips", encoded[a:b], list(prompts[a:b]))]
+        picked = frames.scored_frames(f, self.frame_reduce, self.frame_stride)
+        texts = frames.frame_prompts(prompts, per_frame_prompts)
+        if self._uses_prompt:
+            for prompt, text in zip(prompts, texts):
+                if text is None:
+                    raise UserError(
+                        f"{self.key}: {self.reward!r} scores clips frame by frame against a per-frame caption, and caption "
+                        f"{_one_line(repr(prompt))} has none; score such prompts with a reward that scores whole clips "
+                        "(e.g. shapes_video_strict) or one that reads no prompt (brightness, aesthetic), or leave them out"
+                    )
+        encoded = [encode_png(clips[i, j]) for i in range(n) for j in picked]
+        flat = [text or "" for text in texts for _ in picked]
+        sizes = [(1, h * w, len(e) + len(p)) for e, p in zip(encoded, flat)]
+        scores = [s for a, b in chunks_within(sizes, WIRE_LIMITS) for s in self._post("images", encoded[a:b], flat[a:b])]
+        k = len(picked)
+        return [frames.reduce_scores(scores[i * k : (i + 1) * k], self.frame_reduce) for i in range(n)]
+
+    def _post(self, field: str, items: list, prompts: list[str]) -> list[float]:
+        """One /score request of `images` or `clips`, its answer checked against the pins."""
+        payload = {"reward": self.reward, "prompts": prompts, field: items}
         n = len(prompts)
         answer = self._call("POST", "/score", payload, lambda a: _check_scores(a, n))
         if answer.get("revision") != self.expected_revision:

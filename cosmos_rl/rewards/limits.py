@@ -1,9 +1,11 @@
 """What one /score request may cost the service, and image decoding that checks it first.
 
-Every limit is checked before the work it bounds: the body size before the body is read, each
-image's side and pixel count from its PNG header before a single row is decompressed, and the
-request's total decoded bytes before any image is decoded. A 445 KB PNG that claims 12000x12000
-pixels is refused from its 33-byte header, so it never costs the 432 MB it would decode to.
+Every limit is checked before the work it bounds: the body size before the body is read, the
+frame counts of a clips request from the JSON lists' lengths before any frame is looked at, each
+image's (or frame's) side and pixel count from its PNG header before a single row is decompressed,
+and the request's total decoded bytes before anything is decoded. A 445 KB PNG that claims
+12000x12000 pixels is refused from its 33-byte header, so it never costs the 432 MB it would
+decode to; a clip that claims a million frames is refused from its length.
 """
 
 from __future__ import annotations
@@ -12,11 +14,18 @@ import base64
 import binascii
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 import numpy as np
 from PIL import Image, UnidentifiedImageError
+
+# Defaults of the per-request limits (Limits). Frames of clips count as images for the side and
+# pixel limits; the request's pixels are every image's or every frame's together.
+MAX_IMAGES = 256
+MAX_CLIP_FRAMES = 256  # frames of one clip (a 720p Cosmos3 clip has 93, 480p 17)
+MAX_REQUEST_FRAMES = 1024  # frames of every clip of one request together
+MAX_REQUEST_PIXELS = 64 * 1024 * 1024
 
 
 class BadRequest(Exception):
@@ -32,10 +41,12 @@ class Limits:
     """Per-request and per-service bounds (defaults fit a few dozen 1024x1024 images per request)."""
 
     max_body_bytes: int = 128 << 20
-    max_images: int = 256
+    max_images: int = MAX_IMAGES
+    max_clip_frames: int = MAX_CLIP_FRAMES
+    max_request_frames: int = MAX_REQUEST_FRAMES
     max_side: int = 4096
     max_pixels: int = 4096 * 4096
-    max_request_pixels: int = 64 * 1024 * 1024
+    max_request_pixels: int = MAX_REQUEST_PIXELS
     # All requests in flight together: bodies being held plus the pixels they decode to.
     max_inflight_bytes: int = 1 << 30
     # A client must send its headers, and then its body, within these (slow clients are cut off).
@@ -55,20 +66,48 @@ def _field_type(value) -> str:
     return "null" if value is None else type(value).__name__
 
 
-def parse_fields(request: object, rewards: Sequence[str], limits: Limits) -> tuple[str, list[str], list]:
-    """(reward, prompts, encoded images) of a decoded JSON body, or BadRequest naming the field."""
+@attrs.frozen
+class Fields:
+    """A /score request's fields, checked: the PNGs of its images, or of every clip's frames in order."""
+
+    reward: str
+    prompts: list[str]
+    encoded: list[str]
+    frames: int | None = None  # frames per clip for a clips request; None for images
+
+    def label(self, i: int) -> str:
+        """The request's own name of encoded PNG i, for messages: images[3] or clips[1][4]."""
+        return f"images[{i}]" if self.frames is None else f"clips[{i // self.frames}][{i % self.frames}]"
+
+
+def parse_fields(request: object, modalities: Mapping[str, Sequence[str]], limits: Limits) -> Fields:
+    """The fields of a decoded JSON body, or BadRequest naming the field; `modalities` are what each
+    reward the service offers takes (`image`: images, `video`: clips)."""
+    rewards = list(modalities)
     if not isinstance(request, dict):
-        raise BadRequest(f"body must be a JSON object with reward, prompts and images, got {_field_type(request)}")
-    missing = [k for k in ("reward", "prompts", "images") if k not in request]
+        raise BadRequest(f"body must be a JSON object with reward, prompts and images (or clips), got {_field_type(request)}")
+    missing = [k for k in ("reward", "prompts") if k not in request]
+    if "images" not in request and "clips" not in request:
+        missing.append("images")
     if missing:
-        raise BadRequest(f"missing fields {missing}")
-    reward, prompts, images = request["reward"], request["prompts"], request["images"]
+        raise BadRequest(f"missing fields {missing}" + ("; send images, or clips (lists of frames)" if "images" in missing else ""))
+    if "images" in request and "clips" in request:
+        raise BadRequest("send images or clips in one request, not both")
+    reward, prompts = request["reward"], request["prompts"]
     if not isinstance(reward, str):
         raise BadRequest(f"reward must be a string naming one of {sorted(rewards)}, got {_field_type(reward)}")
     if reward not in rewards:
         raise BadRequest(f"unknown reward {reward!r}; this service offers {sorted(rewards)}")
     if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
         raise BadRequest("prompts must be a list of strings")
+    field, modality = ("clips", "video") if "clips" in request else ("images", "image")
+    if modality not in modalities[reward]:
+        other = "send each clip's frames as images and reduce their scores (the project's client does)" \
+            if field == "clips" else "send clips (a list of frames per sample)"
+        raise BadRequest(f"reward {reward!r} does not score {field} (its modalities are {list(modalities[reward])}); {other}")
+    if field == "clips":
+        return _clip_fields(reward, prompts, request["clips"], limits)
+    images = request["images"]
     if not isinstance(images, list):
         raise BadRequest(f"images must be a list of base64 PNG strings, got {_field_type(images)}")
     if not images:
@@ -80,35 +119,72 @@ def parse_fields(request: object, rewards: Sequence[str], limits: Limits) -> tup
     for i, item in enumerate(images):
         if not isinstance(item, str):
             raise BadRequest(f"images[{i}] must be a base64 string, got {_field_type(item)}")
-    return reward, prompts, images
+    return Fields(reward, prompts, images)
 
 
-def open_images(encoded: Sequence[str], limits: Limits) -> list[Image.Image]:
-    """Base64 PNGs -> lazily opened images whose headers passed every limit (nothing decoded yet)."""
+def _clip_fields(reward: str, prompts: list[str], clips: object, limits: Limits) -> Fields:
+    """Every clip's length is checked against the limits before any of its frames is looked at."""
+    if not isinstance(clips, list):
+        raise BadRequest(f"clips must be a list of clips, each a list of base64 PNG frames, got {_field_type(clips)}")
+    if not clips:
+        raise BadRequest("clips is empty; send at least one clip")
+    if len(prompts) != len(clips):
+        raise BadRequest(f"got {len(clips)} clips but {len(prompts)} prompts")
+    total = 0
+    for i, clip in enumerate(clips):
+        if not isinstance(clip, list):
+            raise BadRequest(f"clips[{i}] must be a list of base64 PNG frames, got {_field_type(clip)}")
+        if len(clip) > limits.max_clip_frames:
+            raise BadRequest(f"clips[{i}] has {len(clip)} frames, over the limit of {limits.max_clip_frames} frames per clip", 413)
+        if not clip:
+            raise BadRequest(f"clips[{i}] has no frames; a clip has at least one")
+        if len(clip) != len(clips[0]):
+            raise BadRequest(f"clips[{i}] has {len(clip)} frames but clips[0] has {len(clips[0])}; the clips of one request share a frame count")
+        total += len(clip)
+        if total > limits.max_request_frames:
+            raise BadRequest(f"clips[0..{i}] hold {total} frames, over the limit of {limits.max_request_frames} per request; split it", 413)
+    encoded = []
+    for i, clip in enumerate(clips):
+        for j, item in enumerate(clip):
+            if not isinstance(item, str):
+                raise BadRequest(f"clips[{i}][{j}] must be a base64 string, got {_field_type(item)}")
+            encoded.append(item)
+    return Fields(reward, prompts, encoded, frames=len(clips[0]))
+
+
+def _image_label(i: int) -> str:
+    return f"images[{i}]"
+
+
+def open_images(
+    encoded: Sequence[str], limits: Limits, label: Callable[[int], str] = _image_label, what: str = "images"
+) -> list[Image.Image]:
+    """Base64 PNGs -> lazily opened images whose headers passed every limit (nothing decoded yet);
+    `label(i)` names PNG i in messages, `what` all of them."""
     opened, total, sizes = [], 0, set()
     for i, item in enumerate(encoded):
         try:
             raw = base64.b64decode(item, validate=True)
             image = Image.open(io.BytesIO(raw), formats=["PNG"])  # reads the header only
         except (binascii.Error, ValueError, UnidentifiedImageError, OSError) as exc:
-            raise BadRequest(f"images[{i}] is not a base64-encoded PNG: {exc}") from None
+            raise BadRequest(f"{label(i)} is not a base64-encoded PNG: {exc}") from None
         except Image.DecompressionBombError as exc:  # pragma: no cover - our limits are lower
-            raise BadRequest(f"images[{i}]: {exc}", 413) from None
+            raise BadRequest(f"{label(i)}: {exc}", 413) from None
         width, height = image.size
         if max(width, height) > limits.max_side:
-            raise BadRequest(f"images[{i}] is {width}x{height}, over the side limit of {limits.max_side}", 413)
+            raise BadRequest(f"{label(i)} is {width}x{height}, over the side limit of {limits.max_side}", 413)
         if width * height > limits.max_pixels:
-            raise BadRequest(f"images[{i}] has {width * height} pixels, over the limit of {limits.max_pixels}", 413)
+            raise BadRequest(f"{label(i)} has {width * height} pixels, over the limit of {limits.max_pixels}", 413)
         if image.mode != "RGB":
             # Converting RGBA/L here would score something other than what the model made.
-            raise BadRequest(f"images[{i}] has mode {image.mode}; send RGB images")
+            raise BadRequest(f"{label(i)} has mode {image.mode}; send RGB images")
         total += width * height
         sizes.add((height, width))
         opened.append(image)
     if total > limits.max_request_pixels:
-        raise BadRequest(f"the request's images hold {total} pixels, over the limit of {limits.max_request_pixels}; split it", 413)
+        raise BadRequest(f"the request's {what} hold {total} pixels, over the limit of {limits.max_request_pixels}; split it", 413)
     if len(sizes) != 1:
-        raise BadRequest(f"all images in one request must share a size, got {sorted(sizes)}")
+        raise BadRequest(f"all {what} in one request must share a size, got {sorted(sizes)}")
     return opened
 
 
@@ -117,7 +193,7 @@ def decoded_bytes(images: Sequence[Image.Image]) -> int:
     return sum(im.size[0] * im.size[1] * 3 for im in images)
 
 
-def decode(images: Sequence[Image.Image]) -> np.ndarray:
+def decode(images: Sequence[Image.Image], label: Callable[[int], str] = _image_label) -> np.ndarray:
     """Opened (header-checked) images -> uint8 [N, H, W, 3]; a truncated or corrupt one is a 400."""
     height, width = images[0].size[1], images[0].size[0]
     out = np.empty((len(images), height, width, 3), dtype=np.uint8)
@@ -126,7 +202,29 @@ def decode(images: Sequence[Image.Image]) -> np.ndarray:
             image.load()
             out[i] = np.asarray(image, dtype=np.uint8)
         except (OSError, ValueError, SyntaxError) as exc:
-            raise BadRequest(f"images[{i}] does not decode: {exc}") from None
+            raise BadRequest(f"{label(i)} does not decode: {exc}") from None
         finally:
             image.close()
     return out
+
+
+def chunks_within(sizes: Sequence[tuple[int, int, int]], limits: Limits) -> list[tuple[int, int]]:
+    """[start, stop) runs of consecutive items, each run one request within `limits`; sizes[i] is
+    item i's (frames, pixels, encoded bytes), an image being one frame. A run holds at most
+    max_images items, max_request_frames frames, max_request_pixels pixels and 7/8 of
+    max_body_bytes (the rest is room for the JSON around the PNGs). An item over a limit on its own
+    is a run of its own, for the service to refuse with its reason.
+
+    (1, 10, 5) x 5 with max_images 2 -> [(0, 2), (2, 4), (4, 5)].
+    """
+    caps = (limits.max_images, limits.max_request_frames, limits.max_request_pixels, limits.max_body_bytes - limits.max_body_bytes // 8)
+    runs, start, used = [], 0, (0, 0, 0, 0)
+    for i, (frames, pixels, size) in enumerate(sizes):
+        grown = (used[0] + 1, used[1] + frames, used[2] + pixels, used[3] + size)
+        if i > start and any(g > cap for g, cap in zip(grown, caps)):
+            runs.append((start, i))
+            start, grown = i, (1, frames, pixels, size)
+        used = grown
+    if sizes:
+        runs.append((start, len(sizes)))
+    return runs

@@ -11,7 +11,9 @@ turns either into the same list. The driver, before Ray starts:
         services.stop()
 
 and each worker scores with `MultiRewardClient.from_config(config.rl, urls, tokens)`, getting one
-score list per reward name (the requests to the services go out in parallel).
+score list per reward name (the requests to the services go out in parallel). A video run passes
+`video=True` to `check_revisions` and scores clips, each image reward frame by frame
+(`RewardClient.score`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import numpy as np
 
 from cosmos_rl.errors import UserError
 from cosmos_rl.rewards.client import RewardClient, RewardServiceError
+from cosmos_rl.rewards.frames import PerFramePrompts
 
 
 @attrs.frozen
@@ -42,6 +45,8 @@ class RewardTerm:
     max_retries: int
     backoff_s: float
     token_env: str
+    frame_reduce: str = "mean"  # how an image reward scores a clip (cosmos_rl.rewards.frames)
+    frame_stride: int = 1
 
 
 def reward_terms(rl) -> list[RewardTerm]:
@@ -49,11 +54,12 @@ def reward_terms(rl) -> list[RewardTerm]:
     if rl.rewards:
         return [
             RewardTerm(f"rl.rewards[{i}]", t.name, t.weight, t.url, t.revision, t.reward_revision, t.model,
-                       t.timeout_s, t.max_retries, t.backoff_s, t.token_env)
+                       t.timeout_s, t.max_retries, t.backoff_s, t.token_env, t.frame_reduce, t.frame_stride)
             for i, t in enumerate(rl.rewards)
         ]  # fmt: skip
     r = rl.reward
-    return [RewardTerm("rl.reward", r.name, 1.0, r.url, r.revision, "", "", r.timeout_s, r.max_retries, r.backoff_s, r.token_env)]
+    return [RewardTerm("rl.reward", r.name, 1.0, r.url, r.revision, "", "", r.timeout_s, r.max_retries, r.backoff_s, r.token_env,
+                       r.frame_reduce, r.frame_stride)]
 
 
 def token_for(term: RewardTerm, environ: Mapping[str, str] = os.environ) -> str | None:
@@ -68,7 +74,8 @@ def token_for(term: RewardTerm, environ: Mapping[str, str] = os.environ) -> str 
 def client_for(term: RewardTerm, url: str, token: str | None) -> RewardClient:
     return RewardClient(
         url, term.name, term.revision, term.timeout_s, term.max_retries, term.backoff_s, token,
-        key=term.key, expected_reward_revision=term.reward_revision,
+        key=term.key, expected_reward_revision=term.reward_revision, frame_reduce=term.frame_reduce,
+        frame_stride=term.frame_stride,
     )  # fmt: skip
 
 
@@ -78,8 +85,9 @@ class RewardServices:
     def __init__(self, terms: list[RewardTerm], urls: dict[str, str], tokens: dict[str, str | None], servers: list):
         self.terms, self.urls, self.tokens, self._servers = terms, urls, tokens, servers
 
-    def check_revisions(self) -> dict[str, dict]:
-        """Every service's /info against its pins; /info answers by reward name.
+    def check_revisions(self, video: bool = False) -> dict[str, dict]:
+        """Every service's /info against its pins and against what the run makes (`video`: clips,
+        see RewardClient.check_revision); /info answers by reward name.
 
         A mismatch, or a service that cannot be reached at all, is a UserError naming the table's
         key: nothing has started yet, so it is a setup problem to fix, not a failed run.
@@ -88,7 +96,7 @@ class RewardServices:
         for t in self.terms:
             client = client_for(t, self.urls[t.name], self.tokens[t.name])
             try:
-                answers[t.name] = client.check_revision()
+                answers[t.name] = client.check_revision(video)
             except RewardServiceError as exc:
                 raise UserError(
                     f"{t.key}.url: the reward service at {self.urls[t.name]} cannot be reached before training ({exc}); "
@@ -146,12 +154,15 @@ class MultiRewardClient:
     def weights(self) -> dict[str, float]:
         return {t.name: t.weight for t in self.terms}
 
-    def check_revisions(self) -> dict[str, dict]:
-        return {c.reward: c.check_revision() for c in self.clients}
+    def check_revisions(self, video: bool = False) -> dict[str, dict]:
+        return {c.reward: c.check_revision(video) for c in self.clients}
 
-    def score(self, images_uint8: np.ndarray, prompts: Sequence[str]) -> dict[str, list[float]]:
-        """{reward name: scores, one per image}; the first failure (RewardServiceError/UserError) is raised."""
-        futures = {c.reward: self._pool.submit(c.score, images_uint8, prompts) for c in self.clients}
+    def score(
+        self, images_or_clips: np.ndarray, prompts: Sequence[str], per_frame_prompts: PerFramePrompts = None
+    ) -> dict[str, list[float]]:
+        """{reward name: scores, one per image or clip}; the first failure (RewardServiceError/UserError) is
+        raised. `per_frame_prompts`: what each image reward scores a clip's frames against (RewardClient.score)."""
+        futures = {c.reward: self._pool.submit(c.score, images_or_clips, prompts, per_frame_prompts) for c in self.clients}
         return {name: future.result() for name, future in futures.items()}
 
     def close(self) -> None:
