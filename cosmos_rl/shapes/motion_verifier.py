@@ -40,10 +40,10 @@ import numpy as np
 from cosmos_rl.shapes.analyse import COLOUR_TOLERANCE, detect
 from cosmos_rl.shapes.motion_caption import parse_motion_caption
 from cosmos_rl.shapes.motion_spec import MOTION_TASKS, Clause, MotionSpec
-from cosmos_rl.shapes.spec import MIN_SIDE
 from cosmos_rl.shapes.motion_tracks import (
     Path, Track, change_failure, direction_failure, link, merge, still_failure, turn_failure,
 )
+from cosmos_rl.shapes.spec import MIN_SIDE
 from cosmos_rl.shapes.verifier import Verdict
 
 MODES = ("strict", "partial")
