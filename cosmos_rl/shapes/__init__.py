@@ -8,7 +8,11 @@ Public API (see docs/eval.md):
 - images: :func:`render`;
 - scores: :func:`verify` (one :class:`Verdict` per image), :func:`shapes_strict`,
   :func:`shapes_partial` (the built-in rewards), :func:`scores_by_task`, :func:`overall_score`;
-- files: :func:`write_prompt_file`, :func:`write_shards`.
+- files: :func:`write_prompt_file`, :func:`write_shards`;
+- video (the moving-shapes world, docs/video.md): :func:`split_motion_prompts`,
+  :func:`all_motion_specs`, :func:`parse_motion_caption`, :class:`MotionSpec`, :data:`MOTION_TASKS`,
+  :func:`render_clip`, :func:`verify_clips`, :func:`score_clips`, :func:`frame_captions`,
+  :func:`motion_scores_by_task`.
 
 The shipped `shapes` model preset builds on `cosmos_rl.models` and is not imported here:
 `shapes.preset` (architecture and loader), `shapes.held_out` (its held-out scorer) and
@@ -16,6 +20,11 @@ The shipped `shapes` model preset builds on `cosmos_rl.models` and is not import
 """
 
 from cosmos_rl.shapes.caption import CaptionError, parse_caption, task_of
+from cosmos_rl.shapes.clips import render_clip
+from cosmos_rl.shapes.motion_caption import parse_motion_caption
+from cosmos_rl.shapes.motion_spec import MOTION_TASKS, MotionSpec
+from cosmos_rl.shapes.motion_verifier import frame_captions, motion_scores_by_task, score_clips, verify_clips
+from cosmos_rl.shapes.motion_world import all_motion_specs, split_motion_prompts
 from cosmos_rl.shapes.prompt_files import write_prompt_file
 from cosmos_rl.shapes.scene import render
 from cosmos_rl.shapes.shards import write_shards
@@ -27,4 +36,7 @@ __all__ = [
     "TASKS", "CaptionError", "Group", "PromptSplit", "Spec", "Verdict", "all_specs", "balanced",
     "overall_score", "parse_caption", "render", "scores_by_task", "shapes_partial", "shapes_strict",
     "split_prompts", "task_of", "verify", "write_prompt_file", "write_shards",
+    # video
+    "MOTION_TASKS", "MotionSpec", "all_motion_specs", "frame_captions", "motion_scores_by_task",
+    "parse_motion_caption", "render_clip", "score_clips", "split_motion_prompts", "verify_clips",
 ]
