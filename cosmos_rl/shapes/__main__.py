@@ -1,4 +1,5 @@
-"""``python -m cosmos_rl.shapes prompts|shards OUT_DIR ...``: write the world's prompt files or SFT shards."""
+"""``python -m cosmos_rl.shapes prompts|shards|video-prompts|video-shards OUT_DIR ...``: write the
+image world's or the moving-shapes world's prompt files or SFT shards."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ from typing import Optional, Sequence
 
 from cosmos_rl.errors import UserError
 from cosmos_rl.shapes.prompt_files import write_prompt_file
-from cosmos_rl.shapes.shards import write_shards
+from cosmos_rl.data.clip_shards import ClipRecord, write_clip_shards
+from cosmos_rl.shapes.clips import DEFAULT_FRAMES, render_clip
+from cosmos_rl.shapes.motion_spec import MOTION_TASKS
+from cosmos_rl.shapes.motion_world import balanced_motion, split_motion_prompts, write_motion_prompt_file
+from cosmos_rl.shapes.shards import sample_seed, write_shards
 from cosmos_rl.shapes.spec import TASKS
 from cosmos_rl.shapes.world import HELD_OUT_FRACTION, balanced, split_prompts
 
@@ -29,12 +34,54 @@ def _parser() -> argparse.ArgumentParser:
     shards.add_argument("--samples", type=int, required=True, help="number of samples (task-balanced)")
     shards.add_argument("--size", type=int, default=32, help="image side in pixels; default 32")
     shards.add_argument("--per-shard", type=int, default=1000, help="samples per shard; default 1000")
+    video_prompts = commands.add_parser("video-prompts", help="write the moving-shapes world's train.txt and held_out.jsonl")
+    video_shards = commands.add_parser("video-shards", help="write webdataset shards of rendered training clips (mp4)")
+    for sub in (video_prompts, video_shards):
+        sub.add_argument("out_dir", type=Path)
+        sub.add_argument("--seed", type=int, default=0, help="split seed (and clip seed); default 0")
+    video_prompts.add_argument("--balanced", type=int, default=0, metavar="N",
+                               help="write N task-balanced training rows instead of every training prompt once")
+    video_shards.add_argument("--samples", type=int, required=True, help="number of clips (task-balanced)")
+    video_shards.add_argument("--size", type=int, default=32, help="frame side in pixels; default 32")
+    video_shards.add_argument("--frames", type=int, default=DEFAULT_FRAMES, help=f"frames per clip (4k + 1); default {DEFAULT_FRAMES}")
+    video_shards.add_argument("--fps", type=float, default=24.0, help="the mp4 files' frame rate; default 24")
+    video_shards.add_argument("--per-shard", type=int, default=1000, help="clips per shard; default 1000")
     return parser
+
+
+def _video(args) -> None:
+    split = split_motion_prompts(args.seed)
+    if args.command == "video-prompts":
+        if args.balanced < 0:
+            raise UserError(f"--balanced must be >= 0, got {args.balanced}")
+        train = balanced_motion(split.train, args.balanced, args.seed) if args.balanced else split.train_captions()
+        held_out = split.held_out_captions()
+        write_motion_prompt_file(args.out_dir / "train.txt", train)
+        write_motion_prompt_file(args.out_dir / "held_out.jsonl", held_out)
+        print(f"wrote {len(train)} training rows to {args.out_dir / 'train.txt'} and "
+              f"{len(held_out)} held-out prompts to {args.out_dir / 'held_out.jsonl'}")
+        for task in MOTION_TASKS:
+            print(f"  {task}: {len(split.train[task])} train, {len(split.held_out[task])} held out")
+        return
+    if args.samples <= 0:
+        raise UserError(f"--samples must be positive, got {args.samples}")
+    if args.frames < 5 or (args.frames - 1) % 4:
+        raise UserError(f"--frames must be 4k + 1 and at least 5 (the Wan VAE's clips), got {args.frames}")
+    specs = balanced_motion(split.train, args.samples, args.seed)
+    records = (
+        ClipRecord(render_clip(spec, sample_seed(args.seed, index), args.size, args.frames), spec.caption(), {"task": spec.task})
+        for index, spec in enumerate(specs)
+    )
+    paths = write_clip_shards(args.out_dir, records, args.fps, args.per_shard, prefix="motion")
+    print(f"wrote {len(specs)} clips of {args.frames} frames in {len(paths)} shards to {args.out_dir}")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.command.startswith("video-"):
+            _video(args)
+            return 0
         if not 0.0 < args.fraction < 1.0:
             raise UserError(f"--fraction must be between 0 and 1, got {args.fraction}")
         split = split_prompts(args.seed, args.fraction)
