@@ -70,8 +70,29 @@ SHAPES_VAE = dict(
     scale_factor_temporal=1,  # what the network does: no temporal_downsample stage is set
 )
 
+# The video base: the image base's transformer (it starts from the `shapes` weights) and a VAE that
+# really compresses time. Two downsampling stages, both temporal: 4x in time and 4x in space, so
+# 9 frames of 32x32 are 3 latent frames of 8x8 cells, 48 vision tokens at patch 2 (the image
+# base's 8x8 latent grid per latent frame, so the transformer's patch embedding carries over).
+SHAPES_VIDEO_VAE = dict(
+    base_dim=16,
+    z_dim=4,
+    dim_mult=[1, 1, 1],
+    num_res_blocks=1,
+    attn_scales=[],
+    temperal_downsample=[True, True],
+    latents_mean=[0.0] * 4,  # measured after the VAE is trained (shapes.preset.set_latent_stats)
+    latents_std=[1.0] * 4,
+    scale_factor_spatial=4,
+    scale_factor_temporal=4,
+)
+
 # name -> (transformer config, VAE config); vocab_size comes from the tokenizer at build time.
 PRESET_ARCHITECTURES: dict[str, tuple[dict, dict]] = {
     "tiny": (TINY_TRANSFORMER, TINY_VAE),
     "shapes": (SHAPES_TRANSFORMER, SHAPES_VAE),
+    "shapes_video": (SHAPES_TRANSFORMER, SHAPES_VIDEO_VAE),
 }
+
+# What a preset makes when nothing says otherwise (`cosmos-rl eval preset:NAME`): (frames, side).
+PRESET_MEDIA: dict[str, tuple[int, int]] = {"tiny": (1, 32), "shapes": (1, 32), "shapes_video": (9, 32)}

@@ -69,14 +69,14 @@ def sha256_of(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def read_manifest(folder: Path = WEIGHTS_DIR) -> dict:
+def read_manifest(folder: Path = WEIGHTS_DIR, rebuild: str = REBUILD) -> dict:
     path = Path(folder) / MANIFEST
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise UserError(f"model.preset: the shapes base is missing ({path} not found); rebuild it with `{REBUILD}`") from None
+        raise UserError(f"model.preset: the shipped base is missing ({path} not found); rebuild it with `{rebuild}`") from None
     except (OSError, ValueError) as exc:
-        raise UserError(f"model.preset: {path} is unreadable ({exc}); rebuild it with `{REBUILD}`") from None
+        raise UserError(f"model.preset: {path} is unreadable ({exc}); rebuild it with `{rebuild}`") from None
     return manifest
 
 
@@ -87,19 +87,21 @@ def build_shapes(with_extra_heads: bool) -> ModelParts:
     return load_shapes_base()
 
 
-def load_shapes_base(folder: Path = WEIGHTS_DIR) -> ModelParts:
-    """The shipped base: architecture + the float16 weights in `folder`, checked against its manifest."""
+def load_shapes_base(folder: Path = WEIGHTS_DIR, architecture=None, rebuild: str = REBUILD) -> ModelParts:
+    """The shipped base: architecture + the float16 weights in `folder`, checked against its manifest.
+    `architecture(seed)` builds the networks (default: the image base's); `rebuild` is the command
+    an error names."""
     from safetensors.torch import load_file
 
     folder = Path(folder)
-    manifest = read_manifest(folder)
-    parts = shapes_architecture(seed=0)
+    manifest = read_manifest(folder, rebuild)
+    parts = (architecture or shapes_architecture)(seed=0)
     for component, name in COMPONENT_FILES.items():
         path = folder / name
         expected = manifest.get("files", {}).get(name, {}).get("sha256")
         if not path.is_file() or sha256_of(path) != expected:
             found = "missing" if not path.is_file() else "its sha256 differs from manifest.json"
-            raise UserError(f"model.preset: the shapes base file {path} is {found}; rebuild it with `{REBUILD}`")
+            raise UserError(f"model.preset: the shipped base file {path} is {found}; rebuild it with `{rebuild}`")
         state = {key: value.float() for key, value in load_file(path).items()}
         getattr(parts, component).load_state_dict(state, strict=True)
     set_latent_stats(parts.vae, manifest["latents_mean"], manifest["latents_std"])

@@ -1,0 +1,180 @@
+"""Build the `shapes_video` preset with the project's own SFT: `python -m cosmos_rl.shapes.video_base_build build`.
+
+Deterministic from `--seed` (given the same torch build and thread count). Stages, each resumable
+as `shapes.base_build`'s are (each SFT stage is a run directory under `--work` with a checkpoint
+every `--checkpoint-every` steps; running the command again continues every unfinished stage,
+and larger `--vae-steps` / `--steps` extend finished ones):
+
+1. shards: `--samples` task-balanced training prompts of the moving-shapes world
+   (`split_motion_prompts(0)`: its held-out prompts stay unseen) rendered as 9-frame 32x32 clips in
+   mp4 shards;
+2. `init/`: the video architecture (`models.architectures.SHAPES_VIDEO_VAE` with random weights
+   from the seed) around the shipped `shapes` base's transformer weights;
+3. `runs/vae`: SFT with `rl.train = "vae"` on the clips, then the per-channel latent statistics of
+   the trained encoder over the first 1024 clips -> `vae_model/`;
+4. `runs/transformer`: SFT with `rl.train = "transformer"` on `vae_model/`, half the clips trained
+   image-to-video (`rl.first_frame_condition = 0.5`), so the base does T2V and I2V;
+5. the result as float16 safetensors + `manifest.json` in `--out` (default: the package's
+   `cosmos_rl/models/presets/shapes_video/`), then its held-out scores (`score` stage: the shipped
+   float16 weights through `cosmos-rl eval`'s evaluator, T2V and I2V), written into the manifest.
+
+Each stage prints its wall-clock; `manifest.json` records them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from cosmos_rl.errors import UserError
+from cosmos_rl.shapes.base_build import _train_stage
+
+SPLIT_SEED = 0
+FRAMES, SIDE, FPS = 9, 32, 24.0
+LATENT_STAT_CLIPS = 1024
+
+
+def _parser() -> argparse.ArgumentParser:
+    from cosmos_rl.shapes.video_preset import WEIGHTS_DIR
+
+    parser = argparse.ArgumentParser(prog="python -m cosmos_rl.shapes.video_base_build", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    build = commands.add_parser("build", help="train the video base and write it (continues an interrupted build)")
+    build.add_argument("--work", type=Path, default=Path("shapes_video_work"), help="folder for shards and run directories")
+    build.add_argument("--out", type=Path, default=WEIGHTS_DIR, help="where the weights go; default the package's preset folder")
+    build.add_argument("--seed", type=int, default=0, help="weights, data order and noise; default 0")
+    build.add_argument("--samples", type=int, default=12000, help="rendered training clips; default 12000")
+    build.add_argument("--vae-steps", type=int, default=800, help="VAE optimizer steps; default 800")
+    build.add_argument("--vae-batch", type=int, default=8, help="VAE clips per step; default 8")
+    build.add_argument("--vae-lr", type=float, default=1e-3, help="VAE learning rate; default 1e-3")
+    build.add_argument("--steps", type=int, default=2000, help="transformer optimizer steps; default 2000")
+    build.add_argument("--batch", type=int, default=32, help="transformer clips per step; default 32")
+    build.add_argument("--lr", type=float, default=5e-4, help="transformer learning rate; default 5e-4")
+    build.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints; default 100")
+    build.add_argument("--eval-seeds", type=int, default=4, help="noise seeds per held-out prompt (319 prompts each); default 4; 0 skips scoring")
+    build.add_argument("--threads", type=int, default=1, help="torch threads; default 1")
+    return parser
+
+
+def _stage_config(args, name: str, train: str, model_path: Path, shards: list[str]):
+    """The SFT run config of one stage, preflighted like a manifest."""
+    from cosmos_rl.config import load, preflight
+    from cosmos_rl.config.problems import ManifestError
+
+    vae = train == "vae"
+    rl = {
+        "algorithm": "sft", "train": train,
+        "max_steps": args.vae_steps if vae else args.steps,
+        "samples_per_step": args.vae_batch if vae else args.batch,
+        "optimizer": {"lr": args.vae_lr if vae else args.lr, "warmup_steps": 0 if vae else min(100, args.steps // 10)},
+        "data": {"shards": shards},
+    }
+    if not vae:
+        rl["first_frame_condition"] = 0.5
+    raw = {
+        "job": {"name": name, "output_dir": str((args.work / "runs").resolve()), "seed": args.seed, "log_every": 10, "progress": False},
+        "model": {"path": str(model_path.resolve()), "image_size": SIDE, "num_frames": FRAMES, "lora": {"rank": 0}},
+        "grid": {"device": "cpu"},
+        "checkpoint": {"every": args.checkpoint_every, "keep": 1},
+        "rl": rl,
+    }  # fmt: skip
+    config = load.structure(raw, f"shapes_video stage {name}")
+    errors = [p for p in preflight.check(config, args.work) if p.severity == "error"]
+    if errors:
+        raise ManifestError(errors, f"shapes_video stage {name}")
+    return config
+
+
+def clip_latent_stats(vae, source, count: int) -> tuple[list[float], list[float]]:
+    """Per-channel mean and std of the encoder's posterior means over the first `count` clips."""
+    import torch
+
+    chunks = []
+    with torch.no_grad():
+        for start in range(0, min(count, len(source)), 64):
+            clips = torch.stack([source[i].image for i in range(start, min(start + 64, count, len(source)))])
+            chunks.append(vae.encode(clips * 2 - 1).latent_dist.mode())
+    latents = torch.cat(chunks).transpose(0, 1).reshape(vae.config.z_dim, -1)
+    return latents.mean(dim=1).tolist(), latents.std(dim=1).tolist()
+
+
+def _shards(args) -> list[str]:
+    from cosmos_rl.data.clip_shards import ClipRecord, write_clip_shards
+    from cosmos_rl.shapes.clips import render_clip
+    from cosmos_rl.shapes.motion_world import balanced_motion, split_motion_prompts
+    from cosmos_rl.shapes.shards import sample_seed
+
+    shard_dir = args.work / "shards"
+    if not any(shard_dir.glob("motion-*.tar")):
+        specs = balanced_motion(split_motion_prompts(SPLIT_SEED).train, args.samples, args.seed)
+        records = (ClipRecord(render_clip(spec, sample_seed(args.seed, i), SIDE, FRAMES), spec.caption(), {"task": spec.task})
+                   for i, spec in enumerate(specs))  # fmt: skip
+        write_clip_shards(shard_dir, records, FPS, 1000, prefix="motion")
+    return [str(p.resolve()) for p in sorted(shard_dir.glob("motion-*.tar"))]
+
+
+def build(args) -> dict:
+    import torch
+
+    from cosmos_rl.models.build import save_parts
+    from cosmos_rl.shapes.preset import load_shapes_base, set_latent_stats, write_weights
+    from cosmos_rl.shapes.video_preset import shapes_video_architecture
+
+    torch.set_num_threads(args.threads)
+    work = args.work
+    shards = _shards(args)
+    init = work / "init"
+    if not (init / "transformer").is_dir():
+        parts = shapes_video_architecture(args.seed)
+        parts.transformer.load_state_dict(load_shapes_base().transformer.state_dict(), strict=True)
+        save_parts(parts, init)
+
+    vae_trainer = _train_stage(_stage_config(args, "vae", "vae", init, shards))
+    parts = vae_trainer.parts
+    set_latent_stats(parts.vae, *clip_latent_stats(parts.vae.eval(), vae_trainer.source, LATENT_STAT_CLIPS))
+    save_parts(parts, work / "vae_model")
+
+    flow_trainer = _train_stage(_stage_config(args, "transformer", "transformer", work / "vae_model", shards))
+    parts = flow_trainer.parts
+    parts.transformer.eval()
+    runs = work / "runs"
+    info = {
+        "preset": "shapes_video",
+        "command": shlex.join(["python", "-m", "cosmos_rl.shapes.video_base_build", *sys.argv[1:]]),
+        "recipe": {k: v for k, v in vars(args).items() if k not in ("work", "out", "command")},
+        "media": {"frames": FRAMES, "size": SIDE, "fps": FPS},
+        "split_seed": SPLIT_SEED,
+        "wall_clock_s": {s: round(json.loads((runs / s / "wall_clock_s.json").read_text())["seconds"]) for s in ("vae", "transformer")},
+        "torch": torch.__version__,
+    }
+    manifest = write_weights(parts, args.out, info)
+    if args.eval_seeds > 0:
+        from cosmos_rl.shapes.video_held_out import held_out_video_scores
+
+        shipped = load_shapes_base(Path(args.out), shapes_video_architecture)  # the float16 files, as shipped
+        manifest["held_out"] = held_out_video_scores(shipped, seeds=args.eval_seeds)
+        (Path(args.out) / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return manifest
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        for name in ("samples", "vae_steps", "vae_batch", "steps", "batch", "checkpoint_every", "threads"):
+            if getattr(args, name) < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+        manifest = build(args)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({k: manifest[k] for k in ("files", "wall_clock_s", "held_out") if k in manifest}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
