@@ -241,7 +241,7 @@ def evaluate(
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt file (.txt or .jsonl), every prompt in order; default: the shapes world's held-out prompts."),
     seeds: int = typer.Option(2, "--seeds", help="Seeds per prompt (0 .. N-1), the same on every call."),
     per_task: int = typer.Option(8, "--per-task", help="Held-out default only: at most this many prompts per task, evenly spread; 0 = all 319."),
-    reward: str = typer.Option("shapes_strict", "--reward", help="Built-in weight-free reward; shapes_strict or shapes_partial = the shapes verifier (both scores)."),
+    reward: Optional[str] = typer.Option(None, "--reward", help="Built-in weight-free reward; shapes_strict or shapes_partial = the shapes verifier (both scores); for video shapes_video_strict or shapes_video_partial. Default: the verifier's strict score of what the target makes."),
     batch_size: int = typer.Option(32, "--batch-size", help="Samples per sampler call."),
     image_size: Optional[int] = typer.Option(None, "--image-size", help="Image side for a bare model (default 32); a run uses its model.image_size."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder for the grid and eval.json; default RUN_DIR/eval, or eval/NAME for a model."),
@@ -249,6 +249,8 @@ def evaluate(
     sample_steps: Optional[int] = typer.Option(None, "--sample-steps", help="Sampler steps instead of the target's own (a run's rl.sample_steps, else 20)."),
     guidance: Optional[float] = typer.Option(None, "--guidance", help="Guidance instead of the target's own (a run's rl.guidance, else 3.0)."),
     step: Optional[int] = typer.Option(None, "--step", help="A run's committed checkpoint step to use (default: the newest)."),
+    frames: Optional[int] = typer.Option(None, "--frames", help="Frames per clip for a bare model (4k + 1; default: a preset's own, else 1 = images); a run uses its model.num_frames."),
+    i2v: bool = typer.Option(False, "--i2v", help="Video: condition every clip on the first frame of its caption's ground-truth clip (image-to-video)."),
 ) -> None:
     """Score a run's newest checkpoint and its base (or a model) on held-out prompts x fixed seeds; write a sample grid."""
     from cosmos_rl.evaluation.command import render, run_eval
@@ -258,7 +260,7 @@ def evaluate(
         result = run_eval(
             target, prompts=prompts, seeds=seeds, per_task=per_task, reward=reward, batch_size=batch_size,
             image_size=image_size, out_dir=out_dir, device=device, warn=warn, sample_steps=sample_steps, guidance=guidance,
-            step=step,
+            step=step, frames=frames, i2v=i2v,
         )
     except UserError as exc:
         _fail(exc)

@@ -18,9 +18,10 @@ def _run(args: list[str], cwd: Path) -> None:
 
 
 def shipped_checkout(tmp: Path) -> Path:
-    """`tmp` holding manifests/ and shapes/{sft,pairs}/ as the shapes manifests' headers write them."""
+    """`tmp` holding manifests/ and shapes/{sft,video,pairs}/ as the shapes manifests' headers write them."""
     shutil.copytree(ROOT / "manifests", tmp / "manifests")
     _run(["cosmos_rl.shapes", "shards", "shapes/sft", "--samples", "40", "--per-shard", "2"], tmp)  # sft_shapes_cpu's 20 shards
+    _run(["cosmos_rl.shapes", "video-shards", "shapes/video", "--samples", "40", "--per-shard", "2"], tmp)  # sft_video_shapes_cpu's 20
     prompts = tmp / "prompts.txt"
     prompts.write_text("".join((ROOT / "manifests" / "shapes_train.txt").read_text().splitlines(keepends=True)[:8]))
     _run(["cosmos_rl.cli", "pairs", "mine", "preset:shapes", "--reward", "shapes_strict", "--prompts", str(prompts),

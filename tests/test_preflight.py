@@ -503,3 +503,9 @@ def test_a_frame_size_off_the_vae_latent_cell_is_refused(tmp_path):
     found = errors(DPO_PUBLIC, [f'model.path="{folder}"', "model.image_size=48"])
     assert "32-pixel latent cell" in found["model.image_size"], found
     assert "model.image_size" not in errors(DPO_PUBLIC, [f'model.path="{folder}"', "model.image_size=64"])
+
+
+def test_a_video_runs_evaluation_scores_clips():
+    found = errors(SFT, ["model.num_frames=9", "rl.eval.every=10"])
+    assert "scores clips with the moving-shapes verifier" in found["rl.eval.reward"], found
+    assert "rl.eval.reward" not in errors(SFT, ["model.num_frames=9", "rl.eval.every=10", 'rl.eval.reward="shapes_video_strict"'])

@@ -93,3 +93,49 @@ def test_sft_trains_the_video_vae_on_clips(tmp_path, folder, shards):
     trainer = SFTTrainer(make_config(tmp_path, folder, shards, train="vae", samples_per_step=2), tmp_path / "vae", CPU)
     rows = [trainer.train_step(step) for step in range(1, 3)]
     assert all(math.isfinite(r["train/loss"]) and math.isfinite(r["train/psnr"]) for r in rows)
+
+
+def _rows(run_dir):
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not k.startswith("time/") and not k.endswith("_per_s")} for r in rows]
+
+
+@pytest.mark.slow
+def test_the_video_sft_manifest_trains_evaluates_and_resumes_exactly_after_sigterm(shipped_manifests, tmp_path):
+    """`cosmos-rl train manifests/sft_video_shapes_cpu.toml` at a short budget under torchrun: a
+    SIGTERM commits and exits 75, `resume --exact` finishes, and every logged number (eval/ rows
+    included) equals a straight run's."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    manifest = shipped_manifests / "sft_video_shapes_cpu.toml"
+    small = ["rl.samples_per_step=2", "rl.eval.every=2", "rl.eval.per_task=1", "rl.eval.seeds=1", "rl.eval.sample_steps=2",
+             "job.log_every=1", "checkpoint.every=0", "rl.optimizer.warmup_steps=0", f'job.output_dir="{tmp_path}"']  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GLOO_SOCKET_IFNAME": "lo"}
+
+    def cosmos(*args, **kw):
+        return subprocess.run([sys.executable, "-m", "cosmos_rl.cli", *args], cwd=shipped_manifests.parent, env=env,
+                              capture_output=True, text=True, timeout=600, **kw)  # fmt: skip
+
+    straight = cosmos("train", str(manifest), *small, 'job.name="straight"', "rl.max_steps=4")
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    argv = [sys.executable, "-m", "cosmos_rl.cli", "train", str(manifest), *small, 'job.name="split"', "rl.max_steps=100000"]
+    proc = subprocess.Popen(argv, cwd=shipped_manifests.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)  # fmt: skip
+    metrics, deadline = tmp_path / "split" / "metrics.jsonl", time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 1:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 75, stderr[-3000:]
+    resumed = cosmos("resume", str(tmp_path / "split"), "--exact", "rl.max_steps=4")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    rows = _rows(tmp_path / "straight")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4] and [r["step"] for r in rows if "eval/score" in r] == [2, 4]
+    assert "eval/task/motion" in rows[1] and "train/first_frame_conditioned" in rows[0]
+    assert _rows(tmp_path / "split") == rows

@@ -224,7 +224,12 @@ def _eval(c: schema.RunConfig, e: schema.EvalConfig, r: Rules) -> None:
     r.at_least("rl.eval.sample_steps", e.sample_steps, 0, "set rl.eval.sample_steps to 0 (the run's own) or a number of sampler steps")
     if e.guidance is not None:
         r.at_least("rl.eval.guidance", e.guidance, 0, "set rl.eval.guidance to 1 (conditional only) or more, or remove it")
-    if e.reward not in BUILTIN_REWARDS:
+    clip_rewards = ("shapes_video_strict", "shapes_video_partial")  # evaluation.scores.VIDEO_REWARDS
+    if c.model.num_frames > 1:
+        if e.reward not in clip_rewards:
+            r.error("rl.eval.reward", "a video run's evaluation scores clips with the moving-shapes verifier", e.reward,
+                    f"set rl.eval.reward = {show(clip_rewards[0])} (or {show(clip_rewards[1])})")
+    elif e.reward not in BUILTIN_REWARDS:
         r.error("rl.eval.reward", "not a built-in weight-free reward (evaluation scores in-process)", e.reward,
                 f"use one of {', '.join(show(n) for n in BUILTIN_REWARDS)}")
     if e.prompts:

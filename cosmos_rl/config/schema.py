@@ -30,7 +30,7 @@ def required(doc: str):
 frozen = attrs.frozen(kw_only=True)
 
 # Built-in model presets (`model.preset`, `rl.init_from = "preset:NAME"`).
-PresetName = Literal["tiny", "shapes", "shapes_video"]
+PresetName = Literal["tiny", "shapes"]
 
 # How an image reward's frame scores make a clip's score (the reduction is rewards/frames.py).
 FrameReduce = Literal["mean", "min", "first", "last"]
@@ -84,7 +84,7 @@ class ModelConfig:
         "", "Local diffusers folder of the model (e.g. Cosmos3-Nano): architecture, VAE, tokenizer, scheduler and, unless `rl.init_from` says otherwise, weights. Name the model here or in `preset`, not both."
     )
     preset: Optional[PresetName] = knob(
-        None, "Built-in model instead of `path` (no default: a manifest names its model): `tiny` (random weights from job.seed, CPU-sized), `shapes` (the shipped base pretrained on the shapes world, docs/sft.md) or `shapes_video` (the moving-shapes world's video base, docs/video.md)."
+        None, "Built-in model instead of `path` (no default: a manifest names its model): `tiny` (random weights from job.seed, CPU-sized) or `shapes` (the shipped base pretrained on the shapes world, docs/sft.md)."
     )
     dtype: Literal["float32", "bfloat16"] = knob(
         "float32", "Parameter compute dtype: bfloat16 enables FSDP2 mixed precision (GPU); float32 on CPU."

@@ -14,28 +14,34 @@ from typing import Callable
 from cosmos_rl.errors import UserError
 from cosmos_rl.evaluation.prompts import DEFAULT_PER_TASK, DEFAULT_SEEDS, eval_captions, overlap, spread
 from cosmos_rl.evaluation.intervals import cell, settings as bootstrap_settings
-from cosmos_rl.evaluation.scores import EvalScores, caption_groups, difference, reward_names
+from cosmos_rl.evaluation.scores import EvalScores, caption_groups, default_reward, difference, reward_names
 from cosmos_rl.config.sampler import DEFAULT_BATCH
 
-DEFAULT_REWARD = "shapes_strict"
+DEFAULT_REWARD = "shapes_strict"  # of images; a video target's default is shapes_video_strict (scores.default_reward)
 GRID_COLUMNS = 8  # prompts shown in the grid (seed 0), evenly spread over the evaluation's prompts
 RESULT_FILE = "eval.json"
 
 
-def check_options(seeds: int, per_task: int, reward: str, batch_size: int) -> None:
+def check_options(seeds: int, per_task: int, reward: str | None, batch_size: int, video: bool = False) -> None:
+    """The counts, and the reward unless it is None (not known yet: it follows the target's media)."""
     if seeds < 1:
         raise UserError(f"--seeds: must be >= 1 (got {seeds}); seeds 0 .. N-1 are used on every call")
     if per_task < 0:
         raise UserError(f"--per-task: must be >= 0 (got {per_task}); 0 takes every held-out prompt")
-    check_sampling_options(reward, batch_size)
+    if reward is None:
+        if batch_size < 1:
+            raise UserError(f"--batch-size: must be >= 1 (got {batch_size})")
+        return
+    check_sampling_options(reward, batch_size, video)
 
 
-def check_sampling_options(reward: str, batch_size: int) -> None:
+def check_sampling_options(reward: str, batch_size: int, video: bool = False) -> None:
     """The options every command that samples and scores with a built-in reward shares (eval, pairs mine)."""
     if batch_size < 1:
         raise UserError(f"--batch-size: must be >= 1 (got {batch_size})")
-    if reward not in reward_names():
-        raise UserError(f"--reward: {reward!r} is not a built-in weight-free reward; use one of {', '.join(reward_names())}")
+    if reward not in reward_names(video):
+        what = "clip reward (the target makes video)" if video else "weight-free reward"
+        raise UserError(f"--reward: {reward!r} is not a built-in {what}; use one of {', '.join(reward_names(video))}")
 
 
 def check_sampler_overrides(sample_steps: int | None, guidance: float | None) -> None:
@@ -47,26 +53,37 @@ def check_sampler_overrides(sample_steps: int | None, guidance: float | None) ->
 
 def run_eval(
     target: str, *, prompts: Path | None = None, seeds: int = DEFAULT_SEEDS, per_task: int = DEFAULT_PER_TASK,
-    reward: str = DEFAULT_REWARD, batch_size: int = DEFAULT_BATCH, image_size: int | None = None,
+    reward: str | None = None, batch_size: int = DEFAULT_BATCH, image_size: int | None = None,
     out_dir: Path | None = None, device: str = "auto", warn: Callable[[str], None] = lambda line: None,
     sample_steps: int | None = None, guidance: float | None = None, step: int | None = None,
+    frames: int | None = None, i2v: bool = False,
 ) -> dict:  # fmt: skip
     """Evaluate `target` and return the result object (see docs/eval.md); `warn` gets warning lines.
 
     `sample_steps` / `guidance` replace the target's own sampler settings (to compare models of
-    different runs under one sampler); None keeps them."""
-    check_options(seeds, per_task, reward, batch_size)
-    check_sampler_overrides(sample_steps, guidance)
-    captions, described = eval_captions(prompts, per_task)
-    origin = f"--prompts {prompts}" if prompts else "the held-out prompts"
-    caption_groups(captions, reward, origin)  # a bad prompt or TARGET fails before torch is even imported
+    different runs under one sampler); None keeps them. `reward` None is the verifier's strict score
+    of what the target makes (images or clips); `frames` a bare model's clip length; `i2v` conditions
+    every clip on the first frame of its caption's ground-truth clip."""
     if image_size is not None and image_size < 1:
         raise UserError(f"--image-size: must be >= 1 (got {image_size})")
-    from cosmos_rl.evaluation.target import open_target
-    from cosmos_rl.models.media import MediaSpec, latent_shape
+    if frames is not None and (frames < 1 or (frames > 1 and (frames - 1) % 4)):
+        raise UserError(f"--frames: a clip has 4k + 1 frames (the Wan VAE's), or 1 for images (got {frames})")
+    check_options(seeds, per_task, None, batch_size)
+    check_sampler_overrides(sample_steps, guidance)
+    from cosmos_rl.evaluation.target import open_target, target_media
 
-    media = MediaSpec.image(image_size) if image_size is not None else None
-    t = open_target(target, step=step, media=media, out_dir=out_dir)  # refuses before anything loads
+    media = target_media(target, image_size, frames)
+    t = open_target(target, step=step, media=media, out_dir=out_dir, frames=frames)  # refuses before anything loads
+    video = t.media.is_video
+    reward = default_reward(video) if reward is None else reward
+    check_sampling_options(reward, batch_size, video)
+    if i2v and not video:
+        raise UserError(f"--i2v: {target} makes images ({t.media.frames} frame); image-to-video needs a video target (--frames 9 for a bare model)")
+    captions, described = eval_captions(prompts, per_task, video)
+    origin = f"--prompts {prompts}" if prompts else "the held-out prompts"
+    caption_groups(captions, reward, origin)  # a bad prompt fails before torch is even imported
+    from cosmos_rl.models.media import latent_shape
+
     from cosmos_rl.dist.world import pick_device
     from cosmos_rl.evaluation.evaluator import Evaluator
 
@@ -82,7 +99,7 @@ def run_eval(
     evaluator = Evaluator(
         captions, seeds, reward, t.settings, tokenizer=model.parts.tokenizer, vae=model.parts.vae, media=t.media,
         latent_shape=latent_shape(t.media, model.parts.vae.config, model.parts.transformer.config), device=where, batch_size=batch_size, origin=origin,
-        model_parts=model.model_parts,
+        model_parts=model.model_parts, i2v=i2v,
     )  # fmt: skip
     columns = [item.index for item in spread(evaluator.items[: len(captions)], GRID_COLUMNS)]
     keep = frozenset(columns)
@@ -99,6 +116,9 @@ def run_eval(
     grid = write_grid(t.out_dir / ("before_after.png" if base is not None else "samples.png"),
                       [(label, [kept[i] for i in columns]) for label, kept in rows],
                       [evaluator.items[i].caption for i in columns], reward)  # fmt: skip
+    clip_extra = {}
+    if video:  # the PNG is the frame strips; the GIF plays the same clips side by side
+        clip_extra = {"grid_gif": str(grid.with_suffix(".gif")), "frames": t.media.frames, "fps": t.media.fps, "i2v": i2v}
     result = {
         "target": t.label, "kind": t.kind, "step": t.step, "reward": reward,
         **_scores_json(scores, ""), **(_scores_json(base, "base_") if base else _scores_json(None, "base_")),
@@ -108,6 +128,7 @@ def run_eval(
         # Added with the intervals, after every older key (docs/eval.md, "How sure a score is").
         **_intervals_json(scores, ""), **_intervals_json(base, "base_"),
         **_scores_json(diff, "diff_"), **_intervals_json(diff, "diff_"), "bootstrap": bootstrap_settings(),
+        **clip_extra,
     }  # fmt: skip
     (t.out_dir / RESULT_FILE).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     return result
@@ -147,6 +168,11 @@ def write_grid(path: Path, rows: list[tuple[str, list]], captions: list[str], re
             text, passed = verdict_text(reward, sample.score, sample.partial)
             tiles.append(Tile(sample.image, caption, text, passed))
         sheet_rows.append((label, tiles))
+    if sheet_rows[0][1][0].image.ndim == 4:  # clips [F, H, W, 3]: frame strips, and the same as a GIF
+        from cosmos_rl.evaluation.grid import clip_strips, save_clip_gif
+
+        save_clip_gif(path.with_suffix(".gif"), sheet_rows)
+        return save_sheet(path, [(label.replace("\n", " "), tiles) for label, tiles in clip_strips(sheet_rows)])
     return save_sheet(path, sheet_rows)
 
 

@@ -31,6 +31,7 @@ class Evaluator:
         self, captions: Sequence[str], seeds: int, reward: str, settings: SamplerSettings, *,
         tokenizer, vae, media: MediaSpec, latent_shape: tuple[int, ...], device: torch.device,
         batch_size: int = DEFAULT_BATCH, origin: str = "the evaluation prompts", model_parts=None,
+        i2v: bool = False,
     ):  # fmt: skip
         self.groups = caption_groups(captions, reward, origin)
         self.captions = list(captions)
@@ -41,14 +42,19 @@ class Evaluator:
         self.media, self.batch_size = media, batch_size
         self.latent_shape = tuple(latent_shape)  # one sample's (C, T, h, w), from models.media.latent_shape
         self._tokens: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        # Image-to-video: every clip starts from the first frame of the world's ground-truth clip of
+        # its caption and seed (`shapes.clips.render_clip`), held clean as the pipeline holds it.
+        if i2v and not media.is_video:
+            raise ValueError("image-to-video evaluation needs clips (media with more than one frame)")
+        self.i2v = i2v
 
     @classmethod
     def for_run(cls, config, parts, device: torch.device) -> "Evaluator":
         """The `[rl.eval]` evaluation of a run, sampling with `parts` (anything with .transformer,
         .vae and .tokenizer, e.g. a TrainableModel)."""
         cfg = config.rl.eval
-        captions, _ = eval_captions(cfg.prompts, cfg.per_task)
         media = MediaSpec.from_model_config(config.model)
+        captions, _ = eval_captions(cfg.prompts, cfg.per_task, video=media.is_video)
         return cls(
             captions, cfg.seeds, cfg.reward, run_settings(config), tokenizer=parts.tokenizer, vae=parts.vae,
             media=media, latent_shape=latent_shape(media, parts.vae.config, parts.transformer.config),
@@ -72,9 +78,23 @@ class Evaluator:
             self._tokens[caption] = (cond[0].to(self.device), uncond[0].to(self.device))
         return self._tokens[caption]
 
+    def first_frame(self, item: Item) -> np.ndarray:
+        """uint8 [H, W, 3]: frame 0 of the ground-truth clip of the item's caption and seed."""
+        from cosmos_rl.shapes.clips import render_clip
+
+        return render_clip(item.caption, item.seed, self.media.size, self.media.frames)[0]
+
+    def condition(self, batch: Sequence[Item]) -> torch.Tensor | None:
+        if not self.i2v:
+            return None
+        from cosmos_rl.models.generate import condition_latents
+
+        frames = torch.from_numpy(np.stack([self.first_frame(item) for item in batch]))
+        return condition_latents(self.vae, frames.to(self.device))
+
     @torch.no_grad()
     def sample(self, transformer: torch.nn.Module, items: Sequence[Item]) -> np.ndarray:
-        """uint8 [N, H, W, 3] images of `items` (in order), `batch_size` per sampler call."""
+        """uint8 [N, H, W, 3] images (clips: [N, F, H, W, 3]) of `items` (in order), `batch_size` per sampler call."""
         from cosmos_rl.dist.fsdp import gathered_while_sampling
         from cosmos_rl.models.generate import generate
 
@@ -88,7 +108,7 @@ class Evaluator:
                 ids = [self._ids(item.caption) for item in batch]
                 _, pixels = generate(
                     parts, self.media, ([c for c, _ in ids], [u for _, u in ids]),
-                    torch.cat([self.noise(item) for item in batch]), self.settings,
+                    torch.cat([self.noise(item) for item in batch]), self.settings, condition=self.condition(batch),
                 )  # fmt: skip
                 out.append(pixels.numpy())
         return np.concatenate(out)
@@ -138,7 +158,7 @@ class Evaluator:
 class Sample:
     """One scored item kept for the grid."""
 
-    image: np.ndarray  # uint8 [H, W, 3]
+    image: np.ndarray  # uint8 [H, W, 3], or a clip [F, H, W, 3]
     score: float
     partial: float | None
 

@@ -32,7 +32,7 @@ PASS_INK, FAIL_INK = (0, 120, 0), (180, 0, 0)
 
 @dataclass(frozen=True)
 class Tile:
-    image: np.ndarray  # uint8 [H, W, 3]
+    image: np.ndarray  # uint8 [H, W, 3] (a clip's tiles: `clip_strips`, `save_clip_gif`)
     caption: str
     verdict: str  # e.g. verdict_text(...): "pass, partial 1.00"
     passed: bool | None = None  # colours the verdict: green, red, or ink when the reward has no pass/fail
@@ -141,4 +141,33 @@ def sheet(rows: Sequence[tuple[str, Sequence[Tile]]]) -> Image.Image:
 def save_sheet(path: Path, rows: Sequence[tuple[str, Sequence[Tile]]]) -> Path:
     """`sheet(rows)` as a PNG at `path` (the folder must exist)."""
     sheet(rows).save(path, format="PNG")
+    return path
+
+
+GIF_FRAME_MS = 250  # how long each frame of a clip shows in the animated sheet (slowed down to be read)
+STRIP_GAP_PX = 1  # between a strip's frames, in source pixels
+
+
+def clip_strips(rows: Sequence[tuple[str, Sequence[Tile]]]) -> list[tuple[str, list[Tile]]]:
+    """Clips [F, H, W, 3] as frame strips: one sheet row per (item, model), the models of an item
+    next to each other, each tile its frames side by side left to right (time runs rightwards)."""
+    out = []
+    for column in range(len(rows[0][1])):
+        for label, tiles in rows:
+            tile = tiles[column]
+            frames, height, width, _ = tile.image.shape
+            strip = np.full((height, frames * width + (frames - 1) * STRIP_GAP_PX, 3), BACKGROUND, dtype=np.uint8)
+            for t in range(frames):
+                left = t * (width + STRIP_GAP_PX)
+                strip[:, left : left + width] = tile.image[t]
+            out.append((label, [Tile(strip, tile.caption, tile.verdict, tile.passed)]))
+    return out
+
+
+def save_clip_gif(path: Path, rows: Sequence[tuple[str, Sequence[Tile]]]) -> Path:
+    """An animated GIF whose frame t is the sheet of every clip's frame t (looping)."""
+    frames = rows[0][1][0].image.shape[0]
+    sheets = [sheet([(label, [Tile(t.image[k], t.caption, t.verdict, t.passed) for t in tiles]) for label, tiles in rows])
+              for k in range(frames)]  # fmt: skip
+    sheets[0].save(path, format="GIF", save_all=True, append_images=sheets[1:], duration=GIF_FRAME_MS, loop=0)
     return path

@@ -44,23 +44,31 @@ def spread(values: Sequence[T], k: int) -> list[T]:
     return [values[(2 * i + 1) * n // (2 * k)] for i in range(k)]
 
 
-def held_out_captions(per_task: int = DEFAULT_PER_TASK) -> list[str]:
-    """The shapes world's held-out captions, up to `per_task` per task (0 = all), in TASKS order."""
+def held_out_captions(per_task: int = DEFAULT_PER_TASK, video: bool = False) -> list[str]:
+    """The shapes world's held-out captions (the moving-shapes world's for video), up to `per_task`
+    per task (0 = all), in task order."""
+    if video:
+        from cosmos_rl.shapes.motion_spec import MOTION_TASKS
+        from cosmos_rl.shapes.motion_world import split_motion_prompts
+
+        motion = split_motion_prompts(SPLIT_SEED)
+        return [spec.caption() for task in MOTION_TASKS for spec in spread(motion.held_out[task], per_task)]
     from cosmos_rl.shapes import TASKS, split_prompts
 
     split = split_prompts(SPLIT_SEED)
     return [spec.caption() for task in TASKS for spec in spread(split.held_out[task], per_task)]
 
 
-def eval_captions(prompts_file: str | Path | None, per_task: int) -> tuple[list[str], str]:
+def eval_captions(prompts_file: str | Path | None, per_task: int, video: bool = False) -> tuple[list[str], str]:
     """(captions, a description for people) of a prompt file, or of the held-out default."""
     if prompts_file:
         from cosmos_rl.data.prompt_file import load_prompts
 
         return load_prompts(prompts_file), f"every prompt of {prompts_file}"
-    captions = held_out_captions(per_task)
+    captions = held_out_captions(per_task, video)
     amount = "every prompt" if per_task <= 0 else f"up to {per_task} per task"
-    return captions, f"shapes held-out prompts (split seed {SPLIT_SEED}), {amount}"
+    world = "moving-shapes" if video else "shapes"
+    return captions, f"{world} held-out prompts (split seed {SPLIT_SEED}), {amount}"
 
 
 def make_items(captions: Sequence[str], seeds: int) -> list[Item]:
@@ -83,11 +91,14 @@ def rank_share(items: Sequence[Item], rank: int, world: int) -> list[tuple[Item,
 
 def _canonical(caption: str) -> str:
     from cosmos_rl.shapes import CaptionError, parse_caption
+    from cosmos_rl.shapes.motion_caption import parse_motion_caption
 
-    try:
-        return parse_caption(caption).canonical().caption()
-    except CaptionError:
-        return " ".join(caption.lower().split())
+    for parse in (parse_caption, parse_motion_caption):
+        try:
+            return parse(caption).canonical().caption()
+        except CaptionError:
+            continue
+    return " ".join(caption.lower().split())
 
 
 def overlap(train_prompts: Sequence[str], captions: Sequence[str]) -> list[str]:

@@ -27,19 +27,33 @@ import numpy as np
 
 from cosmos_rl.evaluation.intervals import Intervals, bootstrap, paired
 from cosmos_rl.shapes import TASKS, CaptionError, task_of, verify
+from cosmos_rl.shapes.motion_caption import motion_task_of
+from cosmos_rl.shapes.motion_spec import MOTION_TASKS
 
 SHAPES_REWARDS = ("shapes_strict", "shapes_partial")
+VIDEO_REWARDS = ("shapes_video_strict", "shapes_video_partial")  # the moving-shapes verifier, on clips
 OTHER = "other"  # the task of a prompt outside the shapes grammar (non-shapes rewards only)
-GROUPS = (*TASKS, OTHER)
+GROUPS = (*TASKS, *MOTION_TASKS, OTHER)
 _PARTS = ("n", "score", "partial")
 
 
 def uses_verifier(reward: str) -> bool:
-    return reward in SHAPES_REWARDS
+    return reward in SHAPES_REWARDS or reward in VIDEO_REWARDS
 
 
-def reward_names() -> list[str]:
-    """The rewards an evaluation may use: the built-in weight-free ones."""
+def scores_clips(reward: str) -> bool:
+    return reward in VIDEO_REWARDS
+
+
+def default_reward(video: bool) -> str:
+    """The verifier's strict score of the media: shapes_strict for images, shapes_video_strict for clips."""
+    return VIDEO_REWARDS[0] if video else SHAPES_REWARDS[0]
+
+
+def reward_names(video: bool = False) -> list[str]:
+    """The rewards an evaluation may use: the built-in weight-free ones (of clips, for video)."""
+    if video:
+        return list(VIDEO_REWARDS)
     from cosmos_rl.rewards.functions import REWARDS
 
     return sorted(REWARDS)
@@ -47,6 +61,8 @@ def reward_names() -> list[str]:
 
 def group_of(caption: str, reward: str) -> str:
     """The task a caption's images count under; with a shapes reward a caption must parse."""
+    if scores_clips(reward):
+        return motion_task_of(caption)
     if uses_verifier(reward):
         return task_of(caption)
     try:
@@ -65,15 +81,22 @@ def caption_groups(captions: Sequence[str], reward: str, origin: str) -> dict[st
         try:
             groups[caption] = group_of(caption, reward)
         except CaptionError as exc:
+            command = "video-prompts" if scores_clips(reward) else "prompts"
             raise UserError(
                 f"{origin}: prompt {number}: {exc}; the shapes verifier ({reward}) scores shapes captions only: "
-                "use a shapes prompt file (python -m cosmos_rl.shapes prompts DIR) or another reward"
+                f"use a shapes prompt file (python -m cosmos_rl.shapes {command} DIR) or another reward"
             ) from None
     return groups
 
 
 def score_images(reward: str, images: np.ndarray, captions: Sequence[str]) -> tuple[list[float], list[float] | None]:
-    """(score, partial or None) per uint8 [N, H, W, 3] image."""
+    """(score, partial or None) per uint8 [N, H, W, 3] image, or per [N, F, H, W, 3] clip with a
+    video reward."""
+    if scores_clips(reward):
+        from cosmos_rl.shapes.motion_verifier import verify_clips
+
+        verdicts = verify_clips(images, captions)
+        return [v.strict for v in verdicts], [v.partial for v in verdicts]
     if uses_verifier(reward):
         verdicts = verify(images, captions)
         return [v.strict for v in verdicts], [v.partial for v in verdicts]

@@ -83,7 +83,23 @@ class Model:
         return getattr(self.parts, "parts", self.parts)
 
 
-def open_target(text: str, *, step: int | None = None, media: MediaSpec | None = None, out_dir: Path | None = None) -> Target:
+def target_media(text: str, image_size: int | None, frames: int | None) -> MediaSpec | None:
+    """What a bare model samples from `--image-size` / `--frames`: a preset's own media
+    (`models.architectures.PRESET_MEDIA`) where they are not given, else 32 px images. None when
+    neither is given for anything else (a run samples its own; a folder the default)."""
+    from cosmos_rl.models.architectures import PRESET_MEDIA
+
+    own = PRESET_MEDIA.get(text[len(PRESET):]) if text.startswith(PRESET) else None
+    if own is None and image_size is None and frames is None:
+        return None
+    default_frames, default_side = own or (DEFAULT_MEDIA.frames, DEFAULT_MEDIA.height)
+    side = image_size if image_size is not None else default_side
+    return MediaSpec(frames=frames if frames is not None else default_frames, height=side, width=side)
+
+
+def open_target(
+    text: str, *, step: int | None = None, media: MediaSpec | None = None, out_dir: Path | None = None, frames: int | None = None
+) -> Target:
     """The run or model `text` names; `step` picks a run's committed checkpoint (None: the newest);
     `media` is what a bare model samples (`--image-size`; None: DEFAULT_MEDIA), a run samples its own.
     Refuses what cannot be honoured (a UserError) before anything loads; torch-free."""
@@ -98,7 +114,7 @@ def open_target(text: str, *, step: int | None = None, media: MediaSpec | None =
         return _model_target(text, step, media, out_dir, f"preset_{text[len(PRESET):]}")
     path = Path(text)
     if (path / "manifest.toml").is_file():
-        return _run_target(path, step, media, out_dir)
+        return _run_target(path, step, media, out_dir, frames)
     if not path.is_dir():
         raise UserError(
             f"TARGET {text!r}: no such folder; pass a run directory (holds manifest.toml), a diffusers "
@@ -129,19 +145,21 @@ def _model_target(text: str, step: int | None, media: MediaSpec | None, out_dir:
     )
 
 
-def _run_target(run_dir: Path, step: int | None, media: MediaSpec | None, out_dir: Path | None) -> Target:
+def _run_target(run_dir: Path, step: int | None, media: MediaSpec | None, out_dir: Path | None, frames: int | None = None) -> Target:
     from cosmos_rl.config import load
 
     step = _pick_step(run_dir, step)
     config = load.load(run_dir / "manifest.toml", saved_run=True)
     trained = MediaSpec.from_model_config(config.model)
-    if media is not None and media != trained:
+    if media is not None and media.size != trained.size:
         raise UserError(
             f"--image-size {media.size_json()}: the run {run_dir} trains at "
             + (f"model.image_size = {trained.height}" if trained.height == trained.width
                else f"model.height x model.width = {trained.height}x{trained.width}")
             + "; drop --image-size (it is for bare models)"
         )
+    if frames is not None and frames != trained.frames:
+        raise UserError(f"--frames {frames}: the run {run_dir} trains at model.num_frames = {trained.frames}; drop --frames (it is for bare models)")
     return Target(
         label=str(run_dir), kind="run", settings=run_settings(config), media=trained,
         out_dir=Path(out_dir) if out_dir is not None else run_dir / "eval", step=step, config=config,

@@ -4,6 +4,9 @@ Its transformer is the image base's architecture (started from its weights); its
 time 4x (`models.architectures.SHAPES_VIDEO_VAE`). The float16 weights and `manifest.json` live in
 `cosmos_rl/models/presets/shapes_video/`, written by `python -m cosmos_rl.shapes.video_base_build
 build` and checked against the manifest's sha256 on every load, as the `shapes` base is.
+
+Not yet a `model.preset`: its weights are not built (docs/video.md, "The video base"). Once they
+ship, `build_shapes_video` goes into `models.build.PRESETS` and the name into `schema.PresetName`.
 """
 
 from __future__ import annotations
