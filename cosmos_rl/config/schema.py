@@ -163,8 +163,8 @@ class EvalConfig:
     seeds: int = knob(2, "Sampling seeds per prompt (seeds 0 .. N-1, the same noise for every run and call).")
     reward: str = knob("shapes_strict", "Built-in weight-free reward that scores the images; `shapes_strict` or `shapes_partial` = the shapes verifier (both scores).")
     hacking_window: int = knob(3, "Warn of reward hacking when over the last this many evaluations the training reward rose while `eval/score` fell.")
-    sample_steps: int = knob(0, "Sampler steps of the evaluation (and of `cosmos-rl eval RUN_DIR`); 0 = the run's own (NFT: rl.sample_steps; DPO and SFT: 20).")
-    guidance: Optional[float] = knob(None, "Guidance of the evaluation (and of `cosmos-rl eval RUN_DIR`); unset = the run's own (NFT: rl.guidance; DPO and SFT: 3.0).")
+    sample_steps: int = knob(0, "Sampler steps of the evaluation (and of `cosmos-rl eval RUN_DIR`); 0 = the run's own (NFT and GRPO: rl.sample_steps; DPO and SFT: 20).")
+    guidance: Optional[float] = knob(None, "Guidance of the evaluation (and of `cosmos-rl eval RUN_DIR`); unset = the run's own (NFT and GRPO: rl.guidance; DPO and SFT: 3.0).")
 
 
 # ------------------------------------------------------------------------------ every algorithm
