@@ -187,6 +187,31 @@ def nft_section(config: schema.RunConfig, base_dir: Path) -> dict:
     return out
 
 
+def grpo_section(config: schema.RunConfig, base_dir: Path) -> dict:
+    """GRPO: the online section, with its SDE rollout sampler and the steps that train."""
+    from cosmos_rl.config.preflight_grpo import trained_step_count, window_range
+
+    out = online_section(config, base_dir)
+    rl = config.rl
+    out["roles"]["rollout"] = (
+        f"{algorithms.of(config).resolve_name('trainer')}.sample (the SDE sampler with the policy itself, each SDE step's log-prob recorded)"
+    )
+    if rl.sde_window:
+        lo, hi = window_range(rl)
+        variant = f"Flow-GRPO-Fast: SDE on {rl.sde_window} consecutive step(s), start drawn each step from {lo}..{hi - rl.sde_window}, ODE elsewhere"
+        trained = rl.sde_window
+    else:
+        variant = f"Flow-GRPO: SDE on every step but the last, the first floor({rl.timestep_fraction:g} x {rl.sample_steps}) train"
+        trained = trained_step_count(rl.timestep_fraction, rl.sample_steps)
+    out["sampler"].update(
+        noise_level=rl.noise_level, variant=variant,
+        evaluation="held-out evaluation samples with UniPC (the model's own scheduler), as every algorithm's",
+    )  # fmt: skip
+    out["per_step"]["trained_steps_per_sample"] = trained
+    out["objective"] = {"clip_range": rl.clip_range, "kl_beta": rl.kl_beta, "kl": "exact KL of the policy's and the reference's SDE steps"}
+    return out
+
+
 def sft_section(config: schema.RunConfig, base_dir: Path) -> dict:
     rl, size = config.rl, world_size(config)[0]
     out = {

@@ -1,6 +1,7 @@
-"""One process plays every rank of an NFT group (no Ray, no process group, no HTTP): test code.
+"""One process plays every rank of an online group (NFT's, GRPO's; no Ray, no process group, no
+HTTP): test code.
 
-It exists so fast tests drive the real NFT step through public calls, and so a test can show that
+It exists so fast tests drive the real online step through public calls, and so a test can show that
 one process playing G ranks gives the numbers G Ray actors give. No manifest reaches it: a run
 always makes one sample per model rank (the spec's rule), so it lives with the tests, not the package.
 Rewards are the built-in reward functions called in-process (the service would compute the
@@ -15,9 +16,9 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from cosmos_rl.config import schema
+from cosmos_rl.config import algorithms, schema
 from cosmos_rl.trainers.loop import LoopSpec, run_steps
-from cosmos_rl.trainers.nft import NFTTrainer
+from cosmos_rl.trainers.online import OnlineTrainer
 
 
 class LocalCollectives:
@@ -40,19 +41,21 @@ class LocalCollectives:
         return dict(zip(keys, vec.tolist()))
 
 
-def local_trainer(config: schema.RunConfig, run_dir: Path, device: torch.device | None = None) -> NFTTrainer:
-    """An unbuilt NFTTrainer playing all `rl.group_size` ranks, scoring with the built-in reward in-process."""
+def local_trainer(config: schema.RunConfig, run_dir: Path, device: torch.device | None = None) -> OnlineTrainer:
+    """The run's unbuilt online rank trainer (NFTTrainer, GRPOTrainer) playing all `rl.group_size`
+    ranks, scoring with the built-in reward in-process."""
     from cosmos_rl.rewards.functions import REWARDS
     from cosmos_rl.rewards.multi import reward_terms
 
-    assert isinstance(config.rl, schema.NFTConfig), "an NFT config"
+    assert isinstance(config.rl, schema.OnlineRLBase), "an online algorithm's config"
+    trainer_cls = algorithms.of(config).resolve("trainer")
     rewards = {term.name: REWARDS[term.name] for term in reward_terms(config.rl)}  # built-in rewards only
 
     def score(rank: int, pixels: np.ndarray, prompts: Sequence[str]) -> dict[str, list[float]]:
         return {name: [float(v) for v in fn(pixels, list(prompts))] for name, fn in rewards.items()}
 
     device = device or torch.device("cpu")
-    return NFTTrainer(config, Path(run_dir), device, LocalCollectives(config.rl.group_size, device), score)
+    return trainer_cls(config, Path(run_dir), device, LocalCollectives(config.rl.group_size, device), score)
 
 
 def run_local(config: schema.RunConfig, run_dir: Path, *, resume: bool = False) -> list[dict]:
@@ -67,7 +70,7 @@ def run_local(config: schema.RunConfig, run_dir: Path, *, resume: bool = False) 
     spec = LoopSpec(
         run_dir=Path(run_dir), start_step=start, resumed=resume, main=True, unit="samples",
         items_per_step=config.rl.group_size * config.rl.prompts_per_step,
-        progress_fields=("train/reward_mean", "train/policy_loss"),
+        progress_fields=tuple(trainer.progress_fields),
     )
     from cosmos_rl.evaluation.during import with_eval
 

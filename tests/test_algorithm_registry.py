@@ -24,7 +24,7 @@ CODE_FIELDS = ("trainer", "preflight", "plan_section", "checkpoint_contents", "d
 
 
 def test_every_built_in_entry_resolves_and_names_its_own_config():
-    for name in ("dpo", "nft", "sft"):
+    for name in ("dpo", "nft", "sft", "grpo"):
         entry = algorithms.get(name)
         assert entry.name == name and issubclass(entry.config, schema.RLBase)
         assert entry.config.__attrs_attrs__.algorithm.type.__args__ == (name,)  # Literal["dpo"] ...
@@ -39,10 +39,10 @@ def _raw(algorithm: str, **rl) -> dict:
 
 def test_an_unknown_algorithm_is_refused_with_the_options():
     with pytest.raises(ManifestError) as err:
-        load.structure(_raw("grpo"))
+        load.structure(_raw("ppo"))
     (problem,) = err.value.problems
     assert problem.path == "rl.algorithm" and problem.problem == "unknown algorithm"
-    assert all(name in problem.fix for name in ('"dpo"', '"nft"', '"sft"'))
+    assert all(name in problem.fix for name in ('"dpo"', '"nft"', '"sft"', '"grpo"'))
 
 
 def test_an_import_string_that_names_nothing_is_refused_naming_it():

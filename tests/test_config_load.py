@@ -72,7 +72,7 @@ def test_integers_are_accepted_for_float_fields():
 def test_algorithm_is_required_and_checked():
     assert "rl.algorithm" in problems_of({"job": {"name": "x"}})
     assert "rl.algorithm" in problems_of({"rl": {"beta": 1.0}})
-    found = problems_of({"rl": {"algorithm": "grpo"}})
+    found = problems_of({"rl": {"algorithm": "ppo"}})
     assert 'use one of "dpo", "nft"' in found["rl.algorithm"]
 
 
@@ -95,7 +95,7 @@ def test_a_key_of_the_other_algorithm_says_which_algorithm_owns_it():
 def test_a_non_string_algorithm_is_a_type_error_listing_the_options(value):
     found = problems_of({"rl": {"algorithm": value}})
     assert found["rl.algorithm"].startswith("rl.algorithm: expected a string naming the algorithm")
-    assert found["rl.algorithm"].endswith('use one of "dpo", "nft", "sft"')
+    assert found["rl.algorithm"].endswith('use one of "dpo", "nft", "sft", "grpo"')
 
 
 def test_every_problem_is_reported_in_one_pass():

@@ -13,6 +13,8 @@ NFT = ROOT / "manifests" / "nft_t2i_smoke.toml"
 DPO = ROOT / "manifests" / "dpo_t2i_smoke.toml"
 SFT = ROOT / "manifests" / "sft_shapes_cpu.toml"  # its shards are unwritten here: only rl.data.shards[0] besides
 DPO_PUBLIC = ROOT / "manifests" / "dpo_t2i_public_4gpu.toml"  # names no model: model.path is the test's
+GRPO = ROOT / "manifests" / "grpo_shapes_cpu.toml"  # Flow-GRPO-Fast: sde_window = 2 over sde_window_range = [0, 5]
+PLAIN = ["rl.sde_window=0", "rl.sde_window_range=[]"]  # the same manifest as plain Flow-GRPO
 
 
 def errors(manifest: Path, overrides: list[str]) -> dict[str, str]:
@@ -418,6 +420,49 @@ def test_factory_with_validation_needs_membership_ids(tmp_path, monkeypatch):
 def test_factory_with_membership_ids_passes(tmp_path, monkeypatch):
     _factory_module(tmp_path, monkeypatch, with_membership=True)
     assert errors(DPO, ["rl.validation.data.synthetic_pairs=0", 'rl.validation.data.factory="my_pairs_mod:make"']) == {}
+
+
+GRPO_CASES = [
+    # (overrides, key that must be named, text in the message)
+    (['rl.scheduler="unipc"'], "rl.scheduler", "GRPO rolls out with the SDE sampler"),
+    (["rl.old.build_old=true"], "rl.old.build_old", "GRPO keeps no moving old policy"),
+    (["rl.noise_level=0.0"], "rl.noise_level", "> 0"),
+    (["rl.clip_range=0.0"], "rl.clip_range", "> 0"),
+    (["rl.kl_beta=-0.1"], "rl.kl_beta", ">= 0"),
+    (["rl.advantage_clip=0.0"], "rl.advantage_clip", "> 0"),
+    (["rl.sde_window=-1"], "rl.sde_window", "0 (plain Flow-GRPO)"),
+    (["rl.sde_window=10", "rl.sde_window_range=[]"], "rl.sde_window", "longer than the 9 steps of rl.sample_steps = 10"),
+    (["rl.sde_window_range=[0, 1]"], "rl.sde_window_range", "room for rl.sde_window = 2 steps"),
+    (["rl.sde_window_range=[0, 10]"], "rl.sde_window_range", "hi <= 9"),
+    (["rl.sde_window_range=[0, 2, 4]"], "rl.sde_window_range", "must be [lo, hi]"),
+    ([*PLAIN, "rl.timestep_fraction=1.0"], "rl.timestep_fraction", "floor(1 x 10) = 10 of the rl.sample_steps = 10"),
+    ([*PLAIN, "rl.timestep_fraction=0.05"], "rl.timestep_fraction", "between 1 and 9"),
+    ([*PLAIN, "rl.timestep_fraction=0.0"], "rl.timestep_fraction", "must be in (0, 1]"),
+    ([*PLAIN, "rl.timestep_fraction=nan"], "rl.timestep_fraction", "must be in (0, 1]"),
+    # NFT's topology and reward rules, naming GRPO
+    (['grid.backend="local"'], "grid.backend", "GRPO's five roles are one Ray actor group"),
+    (["grid.shapes={policy=[1,4], rollout=[2,2]}"], "grid.shapes.rollout", "GRPO needs (1, group_size) = (1, 4)"),
+    (["grid.num_replicas=2"], "grid.num_replicas", "GRPO runs one execution replica"),
+    (['rl.reward.revision=""'], "rl.reward.revision", "required"),
+    (["rl.sample_steps=1"], "rl.sample_steps", ">= 2"),
+    (["model.num_frames=9"], "model.num_frames", 'rl.algorithm = "grpo" does not train video in this release'),
+]
+
+
+@pytest.mark.parametrize("overrides, key, text", GRPO_CASES, ids=[c[1] + ":" + c[0][-1] for c in GRPO_CASES])
+def test_grpo_rule(overrides, key, text):
+    found = errors(GRPO, overrides)
+    assert key in found, found
+    assert text in found[key]
+
+
+def test_grpo_plain_and_fast_pass_and_warn_of_knobs_the_other_variant_ignores():
+    assert errors(GRPO, []) == {} and errors(GRPO, PLAIN) == {}
+    assert errors(GRPO, [*PLAIN, "rl.timestep_fraction=0.5", "rl.guidance=4.5", "rl.kl_beta=0.0"]) == {}
+    assert "has no effect with Flow-GRPO-Fast" in warnings(GRPO, ["rl.timestep_fraction=0.5"])["rl.timestep_fraction"]
+    assert "has no effect with plain Flow-GRPO" in warnings(GRPO, ["rl.sde_window=0"])["rl.sde_window_range"]
+    # NFT's own keys are not GRPO's
+    assert "belongs to NFT" in errors(GRPO, ['rl.profile="t2i_tiny"'])["rl.profile"]
 
 
 def test_nft_shapes_from_num_replicas_and_ranks():

@@ -175,6 +175,10 @@ def _evolve_path(obj, parts: list[str], pin: Callable[[str], str]):
     return attrs.evolve(obj, **{name: new})
 
 
+# The online seed contract: what fixes a rollout's noise and the prompt rows it samples.
+ONLINE_SEED_KEYS = ("rollout_seed_clock", "group_size", "prompts_per_step", "prompts.shuffle")
+
+
 def online(**fields) -> Algorithm:
     """An entry for an online algorithm (config subclassing schema.OnlineRLBase, trainer subclassing
     trainers.online.OnlineTrainer): launched from the Ray driver with reward services, one rank per
@@ -188,7 +192,7 @@ def online(**fields) -> Algorithm:
         data_check="cosmos_rl.data.scan:prompt_data",
         train_prompts="cosmos_rl.data.prompts:run_prompts",
         world_size=group_world,
-        seed_keys=("rollout_seed_clock", "group_size", "prompts_per_step", "prompts.shuffle"),
+        seed_keys=ONLINE_SEED_KEYS,
         path_fields=("prompts.file", "rewards[].model"),
         train_signal="train/reward_mean",
         sampler_fields=("sample_steps", "sampler_shift", "guidance"),
@@ -225,6 +229,14 @@ register(Algorithm(
     seed_keys=("data.shuffle",),
     path_fields=("data.jsonl", "data.shards[]"),
     part_field="train", video=True,
+))  # fmt: skip
+register(online(
+    name="grpo", config=schema.GRPOConfig, title="Flow-GRPO",
+    trainer="cosmos_rl.trainers.grpo:GRPOTrainer",
+    preflight="cosmos_rl.config.preflight_grpo:grpo_rules",
+    plan_section="cosmos_rl.plan:grpo_section",
+    # the fast variant's window draws: which steps take SDE noise
+    seed_keys=(*ONLINE_SEED_KEYS, "sde_window", "sde_window_range"),
 ))  # fmt: skip
 
 # The names this package ships (docs/manifest.md documents these tables; others are the user's own).

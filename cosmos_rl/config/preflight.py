@@ -240,8 +240,8 @@ def _eval(c: schema.RunConfig, e: schema.EvalConfig, r: Rules) -> None:
 
 # ---------------------------------------------------------------------------------------- NFT
 def nft_shapes(c: schema.RunConfig) -> tuple[dict[str, list[int]] | None, list[tuple[str, str, object, str]]]:
-    """Role shapes for NFT, from grid.shapes when given, else grid.num_replicas/grid.ranks."""
-    rl, g = c.rl, c.grid
+    """Role shapes of an online run (NFT's topology), from grid.shapes when given, else grid.num_replicas/grid.ranks."""
+    rl, g, name = c.rl, c.grid, _name(c.rl)
     want = [1, rl.group_size]
     bad: list[tuple[str, str, object, str]] = []
     if g.shapes is not None:
@@ -251,12 +251,12 @@ def nft_shapes(c: schema.RunConfig) -> tuple[dict[str, list[int]] | None, list[t
             bad.append(("grid.shapes", "must name exactly the roles policy and rollout", sorted(g.shapes), f"write {{policy = {want}, rollout = {want}}}"))
         for role in ("policy", "rollout"):
             if role in g.shapes and g.shapes[role] != want:
-                bad.append((f"grid.shapes.{role}", f"NFT needs (1, group_size) = {tuple(want)}", g.shapes[role], f"set grid.shapes.{role} = {want}"))
+                bad.append((f"grid.shapes.{role}", f"{name} needs (1, group_size) = {tuple(want)}", g.shapes[role], f"set grid.shapes.{role} = {want}"))
         return (None if bad else {"policy": want, "rollout": want}), bad
     replicas = 1 if g.num_replicas is None else g.num_replicas
     ranks = rl.group_size if g.ranks is None else g.ranks
     if replicas != 1:
-        bad.append(("grid.num_replicas", "NFT runs one execution replica", g.num_replicas, "set grid.num_replicas = 1 or remove it"))
+        bad.append(("grid.num_replicas", f"{name} runs one execution replica", g.num_replicas, "set grid.num_replicas = 1 or remove it"))
     if ranks != rl.group_size:
         bad.append(("grid.ranks", f"must equal rl.group_size ({rl.group_size}): one sample per model rank", g.ranks, f"set grid.ranks = {rl.group_size} or remove it"))
     return (None if bad else {"policy": [replicas, ranks], "rollout": [replicas, ranks]}), bad

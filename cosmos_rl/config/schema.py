@@ -166,8 +166,8 @@ class EvalConfig:
     seeds: int = knob(2, "Sampling seeds per prompt (seeds 0 .. N-1, the same noise for every run and call).")
     reward: str = knob("shapes_strict", "Built-in weight-free reward that scores the images; `shapes_strict` or `shapes_partial` = the shapes verifier (both scores).")
     hacking_window: int = knob(3, "Warn of reward hacking when over the last this many evaluations the training reward rose while `eval/score` fell.")
-    sample_steps: int = knob(0, "Sampler steps of the evaluation (and of `cosmos-rl eval RUN_DIR`); 0 = the run's own (NFT: rl.sample_steps; DPO and SFT: 20).")
-    guidance: Optional[float] = knob(None, "Guidance of the evaluation (and of `cosmos-rl eval RUN_DIR`); unset = the run's own (NFT: rl.guidance; DPO and SFT: 3.0).")
+    sample_steps: int = knob(0, "Sampler steps of the evaluation (and of `cosmos-rl eval RUN_DIR`); 0 = the run's own (NFT and GRPO: rl.sample_steps; DPO and SFT: 20).")
+    guidance: Optional[float] = knob(None, "Guidance of the evaluation (and of `cosmos-rl eval RUN_DIR`); unset = the run's own (NFT and GRPO: rl.guidance; DPO and SFT: 3.0).")
 
 
 # ------------------------------------------------------------------------------ every algorithm
@@ -336,6 +336,40 @@ class NFTConfig(OnlineRLBase):
         "Measure the implicit policies' errors in x0 space (x0 = x_t - t * v), each divided by a stop-gradient of "
         "its mean absolute x0 error, as the official release does (the default); false = the velocity-space error of the spec.",
     )
+
+
+# -------------------------------------------------------------------------------------------- GRPO
+@frozen
+class GRPOOldPolicyConfig(OldPolicyConfig):
+    build_old: bool = knob(
+        False, "GRPO keeps no moving old policy: the policy that sampled a step's rollouts is its old policy (their log-probs are recorded then); must stay false."
+    )
+
+
+@frozen
+class GRPOConfig(OnlineRLBase):
+    """Flow-GRPO (docs/grpo.md): the paper's defaults where this project's online base says nothing."""
+
+    algorithm: Literal["grpo"] = required("`grpo` selects online Flow-GRPO (docs/grpo.md).")
+    sample_steps: int = knob(10, "Sampler steps per rollout (Flow-GRPO trains at 10); every step but the last can be a Gaussian action with a log-prob.")
+    scheduler: str = knob("sde", "Rollout sampler: only `sde`, Flow-GRPO's Euler-Maruyama SDE over the model's own sigmas (held-out evaluation samples with UniPC).")
+    old: GRPOOldPolicyConfig = section(GRPOOldPolicyConfig, "No moving old policy: on-policy, one optimizer step per rollout.")
+    noise_level: float = knob(0.7, "Noise level a of the SDE sampler, sigma_s = a * sqrt(s / (1 - s)) (the paper's 0.7); > 0.")
+    clip_range: float = knob(1e-4, "PPO clip range of the ratio of per-element-mean log-probs (Flow-GRPO's base config); > 0.")
+    kl_beta: float = knob(0.04, "Weight of the exact KL between the policy's and the frozen reference's SDE steps (Flow-GRPO's 0.04); 0 = no KL term (measured on logged steps only).")
+    timestep_fraction: float = knob(
+        0.99, "Plain Flow-GRPO (sde_window = 0): the first floor(fraction * sample_steps) sampler steps train, between 1 and sample_steps - 1 of them."
+    )
+    sde_window: int = knob(
+        0, "0 = plain Flow-GRPO (SDE on every step but the last); k > 0 = Flow-GRPO-Fast: SDE on k consecutive steps at a start drawn each step, the ODE elsewhere, only those k train."
+    )
+    sde_window_range: list[int] = knob(
+        attrs.Factory(list), "Flow-GRPO-Fast: [lo, hi], the steps the window may cover (its start drawn uniformly from lo to hi - sde_window); empty = every step but the last."
+    )
+    advantage_std_scope: Literal["group", "batch"] = knob(
+        "group", "Normalise each reward by its prompt group's std (the paper) or by one std over the step's batch (Flow-GRPO's SD3 configs)."
+    )
+    advantage_clip: float = knob(5.0, "Clamp advantages to [-advantage_clip, advantage_clip] (Flow-GRPO's adv_clip_max); > 0.")
 
 
 # --------------------------------------------------------------------------------------------- SFT

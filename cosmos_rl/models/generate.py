@@ -73,11 +73,9 @@ def generate(
     - `record`: called after every sampler step (see `StepRecord`), e.g. for the sigmas a rollout
       trains at or an SDE algorithm's per-step log-probabilities.
     """
-    from cosmos_rl.data.pixels import to_uint8
     from cosmos_rl.models.media import frame_timing
     from cosmos_rl.models.packing import velocity
     from cosmos_rl.models.sampling import sample_latents
-    from cosmos_rl.models.vae import decode_clips, decode_latents
 
     if noise.dim() != 5:
         raise ValueError(f"noise must be [B, C, T, h, w] for {media}, got {tuple(noise.shape)}")
@@ -96,11 +94,21 @@ def generate(
         lambda x, sigma, ids: velocity(transformer, x, sigma, ids, clean_frames=clean_frames, **timing),
         start, cond, uncond, settings.steps, settings.shift, settings.guidance, parts=parts, record=record,
     )
+    return latents, decode_pixels(parts.vae, media, latents)
+
+
+@torch.no_grad()
+def decode_pixels(vae: torch.nn.Module, media: MediaSpec, latents: torch.Tensor) -> torch.Tensor:
+    """Clean latents [B, C, T, h, w] -> uint8 pixels as `generate` returns them: images [B, H, W, 3]
+    for one frame, clips [B, F, H, W, 3] for video (a sampler of an algorithm's own decodes here too)."""
+    from cosmos_rl.data.pixels import to_uint8
+    from cosmos_rl.models.vae import decode_clips, decode_latents
+
     if not media.is_video:
-        images = decode_latents(parts.vae, latents)
-        return latents, torch.from_numpy(to_uint8(images.permute(0, 2, 3, 1).float().cpu().numpy()))
-    clips = decode_clips(parts.vae, latents)  # [B, 3, F, H, W]
-    return latents, torch.from_numpy(to_uint8(clips.permute(0, 2, 3, 4, 1).float().cpu().numpy()))
+        images = decode_latents(vae, latents)
+        return torch.from_numpy(to_uint8(images.permute(0, 2, 3, 1).float().cpu().numpy()))
+    clips = decode_clips(vae, latents)  # [B, 3, F, H, W]
+    return torch.from_numpy(to_uint8(clips.permute(0, 2, 3, 4, 1).float().cpu().numpy()))
 
 
 @torch.no_grad()

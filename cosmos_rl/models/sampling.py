@@ -73,6 +73,21 @@ def consistent_sigmas(sigmas: torch.Tensor, timesteps: torch.Tensor, num_train_t
     raise RuntimeError(f"no float32 sigma floors to the scheduler's timesteps {timesteps.tolist()}")
 
 
+def _evaluated_sigmas(scheduler: UniPCMultistepScheduler, steps: int, device) -> torch.Tensor:
+    """The sigmas [steps] the model is evaluated at, float32, consistent with the scheduler's integers."""
+    return consistent_sigmas(scheduler.sigmas[:steps].to(device), scheduler.timesteps, scheduler.config.num_train_timesteps)
+
+
+def sampler_sigmas(
+    steps: int, shift: float | None, parts: "ModelParts | None" = None, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """The model's own sampler sigmas with the final sigma 0 appended, [steps + 1] float32, for a
+    sampler of an algorithm's own (Flow-GRPO's SDE): the sigmas `sample_latents` evaluates the model
+    at for the same `steps`, `shift` and `parts`, so a forward at one sees the scheduler's integer."""
+    sigmas = _evaluated_sigmas(rollout_scheduler(steps, shift, parts, device=device), steps, device)
+    return torch.cat([sigmas, sigmas.new_zeros(1)])
+
+
 @torch.no_grad()
 def sample_latents(
     velocity_fn: VelocityFn,
@@ -105,9 +120,7 @@ def sample_latents(
             f"{len(cond_ids)} cond, {len(uncond_ids)} uncond"
         )
     scheduler = rollout_scheduler(steps, shift, parts, device=noise.device)
-    sigmas = consistent_sigmas(
-        scheduler.sigmas[:steps].to(noise.device), scheduler.timesteps, scheduler.config.num_train_timesteps
-    )
+    sigmas = _evaluated_sigmas(scheduler, steps, noise.device)
 
     latents = noise.float()
     for index, timestep in enumerate(scheduler.timesteps):

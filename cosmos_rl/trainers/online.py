@@ -7,7 +7,8 @@ makes ONE sample per row, so a prompt's group is the row's samples across the ra
 world size).
 
 `OnlineTrainer` is one process's share of that work, and an algorithm's rank trainer subclasses it
-with its training half, `learn(step, rollouts, tables, cond)` (NFT: `trainers/nft.py`). In a run,
+with its training half, `learn(step, rollouts, tables, cond)` (NFT: `trainers/nft.py`), and, when
+it samples its own way, its rollout sampler `sample` (GRPO's SDE: `trainers/grpo.py`). In a run,
 each Ray actor (`trainers.ray_driver.RankWorker`) holds one and plays one rank; the ranks meet
 through `RankCollectives` (gloo/NCCL). For fast tests, the test suite builds one trainer that plays
 every rank of a group in one process (another `nft_collectives.Collectives`) and gives the same
@@ -252,10 +253,10 @@ class OnlineTrainer:
         raise NotImplementedError
 
     def rollout(self, step: int, cond: list[torch.Tensor], uncond: list[torch.Tensor]) -> list[Rollout]:
-        """One sample per row for each rank this process plays, with the old policy (or the policy)."""
+        """One sample per row for each rank this process plays, with the old policy (or the policy),
+        each rank's by `sample` from its seeded initial noise."""
         from cosmos_rl.models.sampler_settings import SamplerSettings
         from cosmos_rl.dist.fsdp import gathered_while_sampling
-        from cosmos_rl.models.generate import generate
 
         rl = self.rl
         # The model's own scheduler; rl.sampler_shift None keeps its shift.
@@ -265,14 +266,26 @@ class OnlineTrainer:
         with torch.no_grad(), gathered_while_sampling(self.transformer):
             for rank in self.comm.ranks:
                 start = rollout_noise(rl, self.config.job.seed, rank, step, self.latent_shape, self.device)
-                sigmas: list[torch.Tensor] = []  # the sampler's sigmas, which training draws its timesteps from
-                x0, pixels = generate(
-                    self.model.parts, self.media, (cond, uncond), start, settings,
-                    record=lambda index, sigma, latents, v: sigmas.append(sigma),
-                )
-                rollouts.append((x0, torch.stack(sigmas), pixels))
+                rollouts.append(self.sample(step, rank, start, (cond, uncond), settings))
         self._activate(POLICY)
         return rollouts
+
+    def sample(self, step: int, rank: int, noise: torch.Tensor, prompt_ids, settings) -> Rollout:
+        """Rank `rank`'s rollout of `step` from its initial `noise`: the algorithm's rollout sampler.
+
+        This default is the model's own UniPC sampler (`models.generate.generate`), recording the
+        sigmas it evaluated the model at (NFT trains at them). An algorithm with a sampler of its own
+        (GRPO's SDE) overrides it; it runs under no grad, the gathered weights and the rollout's
+        adapter, and returns (x0 latents, the sigmas the model was evaluated at, uint8 pixels).
+        """
+        from cosmos_rl.models.generate import generate
+
+        sigmas: list[torch.Tensor] = []
+        x0, pixels = generate(
+            self.model.parts, self.media, prompt_ids, noise, settings,
+            record=lambda index, sigma, latents, v: sigmas.append(sigma),
+        )
+        return x0, torch.stack(sigmas), pixels
 
     def _scores(self, rollouts: list[Rollout], texts: list[str]) -> dict[str, torch.Tensor] | None:
         """Each reward's [rows, G] table, every rank's images scored; None when another rank's

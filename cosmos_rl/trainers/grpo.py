@@ -1,0 +1,160 @@
+"""The Flow-GRPO rank trainer: the online step (`trainers/online.py`) with GRPO's rollout sampler
+and training half (the math: `algorithms/grpo.py`, `algorithms/grpo_sampler.py`, docs/grpo.md).
+
+Rollout (`sample`): the SDE sampler `grpo_sampler.sample_sde` over the packed velocity with native
+guidance (v_uncond + g * (v_cond - v_uncond), as `models.sampling` guides), on the model's own
+sigmas with sigma 0 appended (`models.sampling.sampler_sigmas`), sampled by the policy itself.
+Each SDE step's record (x, x_next and the sampling policy's log-prob of x_next) stays in memory
+until `learn` of the same step: the step's replay, never kept across steps.
+
+Learn: group-relative advantages (`grpo.grpo_advantages`, the run's reward combination), then for
+each trained step of each own sample the policy's step mean (and the frozen reference's, adapters
+off, when the KL is weighed or logged), the log-prob of the recorded x_next, its ratio to the
+recorded one, `grpo.grpo_step_loss`; one backward per trained step (the gradients accumulate, so
+one step's graph is alive at a time) and ONE optimizer step per run step.
+
+On-policy: the old policy is the policy that sampled the step, and the step makes one update, so
+the ratio is 1 to float rounding and the clip is a guard, not a brake (docs/grpo.md, "Running
+GRPO"). Nothing beyond OnlineTrainer's components needs checkpointing: a resumed step samples again.
+
+Seeds: the initial noise is OnlineTrainer's (`rl.rollout_seed_clock`); the SDE steps' noise comes
+from a generator of (job.seed, rank, step), the fast variant's window start from one of
+(job.seed, step), the same on every rank, so every rank trains the same number of steps (FSDP's
+collectives need that) at the same sigmas.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from cosmos_rl.algorithms import grpo as grpo_math
+from cosmos_rl.algorithms import grpo_sampler
+from cosmos_rl.config import schema
+from cosmos_rl.seeds import derive_seed
+from cosmos_rl.trainers.online import OnlineTrainer
+
+__all__ = ["GRPOTrainer", "METRIC_NAMES", "guided_velocity"]
+
+METRIC_NAMES = (
+    "train/reward_mean", "train/reward_std", "train/loss", "train/policy_loss", "train/ratio_mean",
+    "train/clip_fraction", "train/approx_kl", "train/grad_norm", "train/advantage_mean", "train/advantage_abs_mean",
+    "time/rollout_s", "time/reward_s", "time/train_s",
+)  # fmt: skip
+
+
+def guided_velocity(transformer, prompt_ids, guidance: float, x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+    """The guided velocity [B, ...] (float32) at latents x [B, ...] and sigmas [B], as the UniPC
+    sampler guides: guidance 1 is the conditional branch alone, else both branches in one packed
+    forward and v = v_uncond + g * (v_cond - v_uncond). prompt_ids: (cond, uncond), B each."""
+    from cosmos_rl.models.packing import velocity
+
+    cond, uncond = prompt_ids
+    if guidance == 1.0:
+        return velocity(transformer, x, sigma, cond).float()
+    both = velocity(transformer, torch.cat([x, x]), torch.cat([sigma, sigma]), list(cond) + list(uncond))
+    v_cond, v_uncond = both.float().chunk(2)
+    return v_uncond + guidance * (v_cond - v_uncond)
+
+
+class GRPOTrainer(OnlineTrainer):
+    """One process's share of a GRPO run (the online state and step: OnlineTrainer)."""
+
+    progress_fields = ("train/reward_mean", "train/policy_loss")
+
+    def __init__(self, config, run_dir, device, comm, score):
+        if not isinstance(config.rl, schema.GRPOConfig):
+            raise TypeError("GRPOTrainer needs a GRPO config")
+        super().__init__(config, run_dir, device, comm, score)
+        # rank -> (prompt ids, SDE step records) of the step being trained: set by sample, taken by learn
+        self.replay: dict[int, tuple[tuple[list, list], list[grpo_sampler.SDEStepRecord]]] = {}
+
+    # ----------------------------------------------------------------- which steps
+    def sde_steps(self, step: int) -> list[int]:
+        """The sampler steps that are SDE steps in `step`'s rollouts (the same on every rank)."""
+        rl = self.rl
+        if not rl.sde_window:
+            return grpo_sampler.default_sde_steps(rl.sample_steps)
+        gen = torch.Generator().manual_seed(derive_seed(self.config.job.seed, "grpo-window", step))
+        window_range = tuple(rl.sde_window_range) if rl.sde_window_range else None
+        start = grpo_sampler.draw_window_start(rl.sample_steps, rl.sde_window, gen, window_range)
+        return grpo_sampler.sde_window(rl.sample_steps, rl.sde_window, start)
+
+    def trained_steps(self, sde_steps: list[int]) -> list[int]:
+        """Of a rollout's SDE steps, those that train: plain, the first floor(fraction * N); fast, all."""
+        rl = self.rl
+        if rl.sde_window:
+            return list(sde_steps)
+        return grpo_sampler.train_steps(rl.sample_steps, rl.timestep_fraction)
+
+    # ----------------------------------------------------------------- rollout
+    def sample(self, step, rank, noise, prompt_ids, settings):
+        from cosmos_rl.models.generate import decode_pixels
+        from cosmos_rl.models.sampling import sampler_sigmas
+
+        assert not self.media.is_video, "preflight refuses video for GRPO"
+        sigmas = sampler_sigmas(settings.steps, settings.shift, self.model.parts, self.device)
+        gen = torch.Generator(device=self.device).manual_seed(derive_seed(self.config.job.seed, "grpo-sde", rank, step))
+        x0, records = grpo_sampler.sample_sde(
+            lambda x, sigma: guided_velocity(self.transformer, prompt_ids, settings.guidance, x, sigma),
+            noise, sigmas, self.rl.noise_level, gen, self.sde_steps(step),
+        )
+        self.replay[rank] = (prompt_ids, records)
+        return x0, sigmas[:-1], decode_pixels(self.model.vae, self.media, x0)
+
+    # ----------------------------------------------------------------- learn
+    def learn(self, step, rollouts, tables, cond):
+        from cosmos_rl.models.setup import optimizer_step
+
+        rl, ranks = self.rl, self.comm.ranks
+        advantages = grpo_math.grpo_advantages(
+            tables, self.reward_weights, rl.reward_combine, std_scope=rl.advantage_std_scope, clip_max=rl.advantage_clip
+        )
+        replay = [self.replay.pop(rank) for rank in ranks]
+        # With kl_beta = 0 the KL is measured only on logged steps (one no-grad reference forward
+        # more there), so train/kl is never a number that was not computed.
+        measure_kl = rl.kl_beta > 0 or step % self.config.job.log_every == 0 or step == rl.max_steps
+        # Every played rank trains the same steps; the loss is the mean over them and over the
+        # played ranks (FSDP averages over ranks), so one process playing G ranks takes the step G
+        # processes take.
+        share = 1.0 / len(ranks)
+        self.optimizer.zero_grad(set_to_none=True)
+        per_rank = []
+        for rank, (prompt_ids, records) in zip(ranks, replay):
+            trained = set(self.trained_steps([r.index for r in records]))
+            chosen = [r for r in records if r.index in trained]
+            assert chosen and len(chosen) == len(trained), (sorted(trained), [r.index for r in records])
+            adv = advantages[:, rank].to(device=self.device, dtype=torch.float32)
+            sums: dict[str, float] = {}
+            for record in chosen:
+                loss, metrics = self._step_loss(record, prompt_ids, adv, measure_kl)
+                (loss * (share / len(chosen))).backward()
+                for key, value in metrics.items():
+                    sums[key] = sums.get(key, 0.0) + float(value) / len(chosen)
+            per_rank.append(sums)
+        norm, _ = optimizer_step(self.model.trainable_parameters(), self.optimizer, self.schedule, rl.optimizer.grad_clip)
+        extra = {
+            "train/advantage_mean": float(advantages.mean()),
+            # near the clamp bound = the advantages are pinned there (rewards too spread for the range)
+            "train/advantage_abs_mean": float(advantages.abs().mean()),
+        }
+        return [{**m, "grad_norm": float(norm)} for m in per_rank], extra
+
+    def _step_loss(self, record: grpo_sampler.SDEStepRecord, prompt_ids, advantages: torch.Tensor, measure_kl: bool):
+        """One trained step of this rank's samples: (loss with grad, metrics); `kl_loss` is named `kl`
+        (the exact KL of the two step Gaussians; NFT's `kl_loss` is a velocity MSE)."""
+        rl = self.rl
+        x, s, s_next = record.x, record.sigma, record.sigma_next
+        sigma = s.expand(x.shape[0])
+        mean_ref = None
+        if measure_kl:
+            with torch.no_grad(), self.model.reference() as ref:
+                v_ref = guided_velocity(ref, prompt_ids, rl.guidance, x, sigma)
+                mean_ref, _ = grpo_math.sde_step_mean_std(x, v_ref, s, s_next, rl.noise_level)
+        v = guided_velocity(self.transformer, prompt_ids, rl.guidance, x, sigma)
+        mean, std = grpo_math.sde_step_mean_std(x, v, s, s_next, rl.noise_level)
+        logp = grpo_math.step_log_prob(record.x_next, mean, std)
+        kl = None if mean_ref is None else grpo_math.gaussian_kl(mean, mean_ref, std)
+        loss, metrics = grpo_math.grpo_step_loss(logp, record.log_prob, advantages, kl, rl.clip_range, rl.kl_beta)
+        if "kl_loss" in metrics:
+            metrics["kl"] = metrics.pop("kl_loss")
+        return loss, metrics

@@ -1,0 +1,157 @@
+"""The GRPO step driven in one process playing both ranks of a group (tests/_nft_local.py): the
+rollout's recorded old log-prob is the policy's own (ratio 1 at the one update), a step moves the
+weights with finite metrics, the seed contract reproduces rollouts, the fast variant's window;
+and the torch-free preflight/plan step counts agree with the sampler's."""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+import pytest
+import torch
+
+from cosmos_rl import plan
+from cosmos_rl.algorithms import grpo_sampler
+from cosmos_rl.algorithms.grpo import sde_step_mean_std, step_log_prob
+from cosmos_rl.config import load, preflight
+from cosmos_rl.config.preflight_grpo import trained_step_count
+
+from _nft_local import local_trainer
+
+# Tiny and fast: 2 ranks x 1 row, 3 sampler steps (SDE on 0 and 1; both train), CFG 2 (both
+# branches in one forward), the KL weighed, a learning rate large enough to move a LoRA adapter.
+RAW = {
+    "job": {"name": "grpo", "seed": 0, "progress": False},
+    "model": {"preset": "tiny", "image_size": 32, "lora": {"rank": 4, "alpha": 8.0}},
+    "grid": {"backend": "ray", "device": "cpu"},
+    "rl": {
+        "algorithm": "grpo", "init_from": "preset:tiny", "group_size": 2, "prompts_per_step": 1,
+        "sample_steps": 3, "guidance": 2.0, "max_steps": 2, "sample_grid_every": 0, "kl_beta": 0.04,
+        "reward": {"name": "brightness", "revision": "builtin-v1"}, "optimizer": {"lr": 1e-2},
+    },
+    "checkpoint": {"every": 0, "keep": 0},
+}  # fmt: skip
+
+
+def _config(tmp_path, **rl):
+    raw = {**RAW, "job": {**RAW["job"], "output_dir": str(tmp_path)}, "rl": {**RAW["rl"], **rl}}
+    config = load.structure(raw)
+    assert [p.render() for p in preflight.check(config) if p.severity == "error"] == []
+    return config
+
+
+@pytest.fixture(scope="module")
+def trainer(tmp_path_factory):
+    root = tmp_path_factory.mktemp("grpo")
+    built = local_trainer(_config(root), root / "run")
+    built.build(resume=False)
+    return built
+
+
+def _policy_tensors(trainer) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in trainer.transformer.named_parameters() if p.requires_grad}
+
+
+def _rollout(trainer, step):
+    rows = trainer.cursor.next_batch(trainer.prompts)
+    cond, uncond = trainer._tokens([row for row, _ in rows])
+    return trainer.rollout(step, cond, uncond), {rank: trainer.replay[rank] for rank in trainer.comm.ranks}
+
+
+def test_the_recorded_log_prob_is_the_policys_own_and_a_step_moves_the_weights(trainer):
+    """Before any update the policy is the sampling policy, so recomputing each recorded step's
+    mean from its x with the policy gives back the recorded log-prob of x_next exactly (ratio 1,
+    approx_kl 0). Then one train_step: finite metrics, ratio 1 and no clipped sample at its one
+    update, KL 0 at step 1 (LoRA starts at B = 0: the policy is the reference), and the policy
+    adapter moved."""
+    cursor = trainer.cursor.state_dict()
+    _, replay = _rollout(trainer, 1)
+    trainer.cursor.load_state_dict(cursor)
+    (cond, uncond), records = replay[0]
+    assert [r.index for r in records] == [0, 1]  # every step but the last is an SDE step
+    from cosmos_rl.trainers.grpo import guided_velocity
+
+    with torch.no_grad():
+        for r in records:
+            v = guided_velocity(trainer.transformer, (cond, uncond), 2.0, r.x, r.sigma.expand(1))
+            mean, std = sde_step_mean_std(r.x, v, r.sigma, r.sigma_next, 0.7)
+            assert torch.equal(step_log_prob(r.x_next, mean, std), r.log_prob)
+
+    before = _policy_tensors(trainer)
+    metrics = trainer.train_step(1)
+    assert all(math.isfinite(v) for v in metrics.values()), metrics
+    assert metrics["train/ratio_mean"] == 1.0 and metrics["train/approx_kl"] == 0.0
+    assert metrics["train/clip_fraction"] == 0.0 and metrics["train/kl"] == 0.0
+    assert metrics["train/grad_norm"] > 0.0
+    after = _policy_tensors(trainer)
+    assert any(not torch.equal(before[n], after[n]) for n in before)
+
+
+def test_the_seed_contract_reproduces_rollouts_and_ranks_and_steps_differ(trainer):
+    """A rollout depends on (job.seed, rank, step) only: rolling step 5 out twice (the weights
+    unchanged in between) gives the same latents, records and pixels; the two ranks and step 6
+    draw other noise."""
+    cursor = trainer.cursor.state_dict()
+    first, replay_a = _rollout(trainer, 5)
+    trainer.cursor.load_state_dict(cursor)
+    again, replay_b = _rollout(trainer, 5)
+    trainer.cursor.load_state_dict(cursor)
+    other_step, _ = _rollout(trainer, 6)
+    trainer.cursor.load_state_dict(cursor)
+    for (x_a, s_a, p_a), (x_b, s_b, p_b) in zip(first, again):
+        assert torch.equal(x_a, x_b) and torch.equal(s_a, s_b) and torch.equal(p_a, p_b)
+    for rank in (0, 1):
+        for a, b in zip(replay_a[rank][1], replay_b[rank][1], strict=True):
+            assert torch.equal(a.x_next, b.x_next) and torch.equal(a.log_prob, b.log_prob)
+    assert not torch.equal(first[0][0], first[1][0])  # rank 0 and rank 1
+    assert not torch.equal(first[0][0], other_step[0][0])
+    # The sigmas are the model's own sampler's (UniPC's, what evaluation samples at), without the appended 0.
+    from cosmos_rl.models.sampling import sampler_sigmas
+
+    assert torch.equal(first[0][1], sampler_sigmas(3, None, trainer.model.parts)[:-1])
+
+
+def test_the_fast_variant_draws_one_window_per_step_the_same_on_every_rank(trainer):
+    """rl.sde_window = 1 over 3 steps (window range: steps 0-1): the window start is drawn from
+    (job.seed, step), so both ranks' rollouts have one SDE record at the same index, the step
+    trains exactly it, and over 12 steps both starts occur. (The same built trainer with its rl
+    table switched to the fast variant: the rule reads rl only.)"""
+    plain = trainer.rl
+    trainer.rl = attrs.evolve(plain, sde_window=1)
+    try:
+        starts = [trainer.sde_steps(step) for step in range(1, 13)]
+        assert {tuple(s) for s in starts} == {(0,), (1,)} and starts == [trainer.sde_steps(s) for s in range(1, 13)]
+        cursor = trainer.cursor.state_dict()
+        _, replay = _rollout(trainer, 3)
+        trainer.cursor.load_state_dict(cursor)
+        window = trainer.sde_steps(3)
+        assert [[r.index for r in replay[rank][1]] for rank in (0, 1)] == [window, window]
+        assert trainer.trained_steps(window) == window
+    finally:
+        trainer.rl = plain
+        trainer.replay.clear()
+
+
+@pytest.mark.parametrize("steps", [2, 3, 10, 17, 100])
+def test_preflight_counts_the_trained_steps_as_the_sampler_does(steps):
+    """preflight (torch-free) refuses a timestep_fraction exactly when grpo_sampler.train_steps
+    does, and counts the same steps otherwise."""
+    for fraction in (0.01, 0.05, 0.1, 0.29, 0.5, 0.9, 0.95, 0.99, 1.0):
+        count = trained_step_count(fraction, steps)
+        try:
+            assert len(grpo_sampler.train_steps(steps, fraction)) == count
+        except ValueError:
+            assert not 1 <= count <= steps - 1, (fraction, steps, count)
+
+
+def test_plan_shows_the_sde_sampler_the_window_and_no_old_policy(tmp_path):
+    config = _config(tmp_path, sde_window=2, sample_steps=10, sde_window_range=[0, 5])
+    shown = plan.build(config)
+    assert shown["sampler"]["scheduler"] == "sde" and shown["sampler"]["noise_level"] == 0.7
+    assert "Flow-GRPO-Fast" in shown["sampler"]["variant"] and "0..3" in shown["sampler"]["variant"]
+    assert shown["per_step"]["trained_steps_per_sample"] == 2
+    assert shown["seed_contract"]["rl.sde_window"] == 2 and shown["seed_contract"]["rl.sde_window_range"] == [0, 5]
+    assert not any("old" in item for item in shown["checkpoint"]["contents"])
+    assert shown["roles"]["rollout"].startswith("cosmos_rl.trainers.grpo.GRPOTrainer.sample")
+    assert plan.build(_config(tmp_path, sample_steps=10))["per_step"]["trained_steps_per_sample"] == 9
