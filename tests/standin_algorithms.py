@@ -14,7 +14,7 @@ from __future__ import annotations
 import attrs
 import torch
 
-from cosmos_rl.config import algorithms, schema
+from cosmos_rl.config import algorithms, schema, schema_online
 from cosmos_rl.config.preflight import data_parallel_grid, online_rules
 from cosmos_rl.flow import noisy_latents, velocity_target
 from cosmos_rl.models.media import latent_shape
@@ -40,7 +40,7 @@ class RewardWeightedConfig(schema.OnlineRLBase):
 
 
 for _cls in (PlainFlowConfig, RewardWeightedConfig):
-    attrs.resolve_types(_cls, {**vars(schema), **globals()})
+    attrs.resolve_types(_cls, {**vars(schema), **vars(schema_online), **globals()})
 
 
 def plain_rules(c: schema.RunConfig, rl: PlainFlowConfig, r) -> None:

@@ -38,7 +38,7 @@ LAYERS = [
     ("checkpoint", "checkpoint/"),
     ("dist", "dist/ preempt.py"),
     ("algorithms", "algorithms/"),
-    ("base", "__init__.py errors.py seeds.py flow.py metrics.py run_lock.py config/schema.py config/problems.py config/paths.py"),
+    ("base", "__init__.py errors.py seeds.py flow.py metrics.py run_lock.py config/schema.py config/schema_common.py config/schema_online.py config/problems.py config/paths.py"),
 ]
 
 # Layers whose modules may import only the standard library, these packages and their own layer.

@@ -13,28 +13,9 @@ from typing import Literal, Optional, Union
 import attrs
 
 
-def knob(default, doc: str, **kwargs):
-    """A field with its documentation attached; ``default`` may be an attrs Factory."""
-    return attrs.field(default=default, metadata={"doc": doc}, **kwargs)
-
-
-def section(cls, doc: str):
-    """A nested table whose defaults come from ``cls``."""
-    return attrs.field(factory=cls, metadata={"doc": doc})
-
-
-def required(doc: str):
-    return attrs.field(metadata={"doc": doc})
-
-
-frozen = attrs.frozen(kw_only=True)
-
-# Built-in model presets (`model.preset`, `rl.init_from = "preset:NAME"`).
-PresetName = Literal["tiny", "shapes"]
-
-# How an image reward's frame scores make a clip's score (the reduction is rewards/frames.py).
-FrameReduce = Literal["mean", "min", "first", "last"]
-
+from cosmos_rl.config.schema_common import (  # noqa: F401  (the helpers and shared tables are this module's names too)
+    EvalConfig, FrameReduce, OptimizerConfig, PresetName, RLBase, frozen, knob, required, section,
+)
 
 # --------------------------------------------------------------------------------------------- job
 @frozen
@@ -146,46 +127,6 @@ class GridConfig:
     )
 
 
-# --------------------------------------------------------------------------------------- optimizer
-@frozen
-class OptimizerConfig:
-    lr: float = knob(1e-4, "AdamW learning rate.")
-    weight_decay: float = knob(0.0, "AdamW decoupled weight decay.")
-    betas: list[float] = knob(attrs.Factory(lambda: [0.9, 0.999]), "AdamW moment coefficients [beta1, beta2].")
-    eps: float = knob(1e-8, "AdamW denominator epsilon.")
-    grad_clip: float = knob(1.0, "Clip the global gradient norm to this; 0 disables clipping.")
-    warmup_steps: int = knob(0, "Linear learning-rate warm-up over this many steps, then constant.")
-
-
-# -------------------------------------------------------------------------------------------- eval
-@frozen
-class EvalConfig:
-    every: int = knob(0, "Evaluate the policy on held-out prompts every this many steps (`eval/` metrics); 0 = never. A multiple of job.log_every.")
-    prompts: str = knob("", "Prompt file (text or JSONL, every prompt in file order); empty = the shapes world's held-out prompts (docs/eval.md).")
-    per_task: int = knob(8, "With the shapes held-out default: at most this many prompts per task, evenly spread; 0 = all 319.")
-    seeds: int = knob(2, "Sampling seeds per prompt (seeds 0 .. N-1, the same noise for every run and call).")
-    reward: str = knob("shapes_strict", "Built-in weight-free reward that scores the images; `shapes_strict` or `shapes_partial` = the shapes verifier (both scores).")
-    hacking_window: int = knob(3, "Warn of reward hacking when over the last this many evaluations the training reward rose while `eval/score` fell.")
-    sample_steps: int = knob(0, "Sampler steps of the evaluation (and of `cosmos-rl eval RUN_DIR`); 0 = the run's own (NFT and GRPO: rl.sample_steps; DPO and SFT: 20).")
-    guidance: Optional[float] = knob(None, "Guidance of the evaluation (and of `cosmos-rl eval RUN_DIR`); unset = the run's own (NFT and GRPO: rl.guidance; DPO and SFT: 3.0).")
-
-
-# ------------------------------------------------------------------------------ every algorithm
-@frozen
-class RLBase:
-    """The `rl` fields every algorithm has. Manifest paths stay flat (`rl.max_steps`, `rl.init_from`);
-    an algorithm restates a field here only to give it its own default or doc text."""
-
-    algorithm: str = required("The algorithm (config/algorithms.py registers the names); selects the rest of the table.")
-    max_steps: int = knob(100, "Optimizer steps.")
-    init_from: str = knob("", "Base weights: `model.path` itself, a weights or DCP folder, `s3://` (pulled once per node) or `preset:NAME`; empty = model.path's own weights (or the preset's).")
-    init_keys_to_skip_loading: list[str] = knob(
-        attrs.Factory(list), "Glob patterns (`*` crosses dots) of base-checkpoint keys the model does not build, e.g. the Nano sound and action heads `audio_*`, `action_*` (a T2I model never builds them); any other extra or missing key fails the load."
-    )
-    optimizer: OptimizerConfig = section(OptimizerConfig, "Optimizer of the policy.")
-    eval: EvalConfig = section(EvalConfig, "Evaluation during training on held-out prompts (`eval/` metrics).")
-
-
 # --------------------------------------------------------------------------------------------- DPO
 @frozen
 class PreferenceDataConfig:
@@ -224,152 +165,6 @@ class DPOConfig(RLBase):
     )
     data: PreferenceDataConfig = section(PreferenceDataConfig, "Training preference pairs.")
     validation: ValidationConfig = section(ValidationConfig, "Held-out preference validation.")
-
-
-# --------------------------------------------------------------------------------------------- NFT
-@frozen
-class PromptSourceConfig:
-    file: str = knob("", "Prompt file: text (one per line) or JSONL (`{\"prompt\": ...}`); empty = built-in list.")
-    shuffle: bool = knob(True, "Shuffle prompt order each pass (seeded from job.seed).")
-
-
-@frozen
-class OldPolicyConfig:
-    build_old: bool = knob(True, "Keep a moving old policy (second adapter) for rollouts and v_old.")
-    update_every: int = knob(1, "Refresh the old policy every this many steps (>= 1 when build_old).")
-    decay_rate: float = knob(0.001, "Old-policy keep factor grows as min(decay_rate * step, decay_cap).")
-    decay_cap: float = knob(0.5, "Upper bound of the keep factor: old = keep * old + (1 - keep) * policy.")
-
-
-@frozen
-class RefPolicyConfig:
-    update_every: int = knob(0, "The reference is frozen; any non-zero value is rejected.")
-
-
-@frozen
-class RewardClientConfig:
-    """How the run reaches one reward service (shared by `[rl.reward]` and each `[[rl.rewards]]`)."""
-
-    url: str = knob("", "Reward service URL; empty = start a built-in service for this reward on a free loopback port.")
-    revision: str = knob("", "Provider revision the service must declare (required; part of the run identity).")
-    timeout_s: float = knob(30.0, "Seconds to wait for one scoring request.")
-    max_retries: int = knob(3, "Retries after a failed request before the run stops.")
-    backoff_s: float = knob(0.5, "First retry delay; doubles on each retry.")
-    token_env: str = knob("", "Environment variable holding a bearer token for the service; empty = none.")
-    frame_reduce: FrameReduce = knob("mean", "Video runs, an image reward (its service lists no `video` modality) scoring clips frame by frame: the clip's score is the `mean` or `min` of its scored frames' scores, or the score of its `first` or `last` frame alone (docs/rewards.md). Image runs: leave it.")
-    frame_stride: int = knob(1, "Video runs, an image reward: score every this many frames, from frame 0 (1 = every frame; with `frame_reduce` `mean` or `min`). Image runs: leave it.")
-
-
-@frozen
-class RewardConfig(RewardClientConfig):
-    name: str = knob("jpeg_compressibility", "Reward function the service computes.")
-
-
-@frozen
-class WeightedRewardConfig(RewardClientConfig):
-    name: str = knob("", "Reward the service computes (required), e.g. `pickscore` or `brightness`; unique within rl.rewards.")
-    weight: float = knob(1.0, "Weight of this reward in the combined advantage (> 0); see rl.reward_combine.")
-    reward_revision: str = knob(
-        "", "The reward's own revision as the service's /info lists it under `revisions` (model rewards: a hash of the weights); empty = not pinned."
-    )
-    model: str = knob("", "Built-in service only (url empty): local folder of a model reward (`pickscore`, `clipscore`, `aesthetic`) to load.")
-
-
-@frozen
-class OnlineRLBase(RLBase):
-    """The `rl` fields of an online algorithm (trainers/online.py): a group of samples per prompt
-    row, one per model rank, scored by reward services; the rollout's sampler; the old policy."""
-
-    init_from: str = knob("", "Base weights (required): `model.path` itself, a weights or DCP folder, `s3://` URL (pulled once per node) or `preset:tiny`.")
-    group_size: int = knob(4, "Samples per prompt, and the model rank count (one sample per rank).")
-    prompts_per_step: int = knob(1, "Prompt rows per step; every rank samples one image per row.")
-    prompts: PromptSourceConfig = section(PromptSourceConfig, "Where prompts come from.")
-    sample_steps: int = knob(20, "Sampler steps per generation.")
-    sampler_shift: Optional[float] = knob(
-        None, "Rectified-flow sampler shift; unset = the model's own (`flow_shift` in model.path's scheduler/scheduler_config.json, or the preset's)."
-    )
-    guidance: float = knob(3.0, "Native CFG: v_uncond + g * (v_cond - v_uncond); 1 = conditional only, 0 = unconditional.")
-    rollout_seed_clock: Literal["source_row", "optimizer_step"] = knob(
-        "source_row", "Rank-local rollout seeds advance per prompt row (`source_row`) or per optimizer step."
-    )
-    scheduler: str = knob("unipc", "Sampler; only `unipc` is supported.")
-    sample_grid_every: int = knob(10, "Save a PNG grid of the step's samples every this many steps; 0 = never.")
-    old: OldPolicyConfig = section(OldPolicyConfig, "Moving old policy.")
-    ref: RefPolicyConfig = section(RefPolicyConfig, "Frozen reference policy.")
-    reward: RewardConfig = section(RewardConfig, "The HTTP reward service (one reward; for several use `[[rl.rewards]]` instead).")
-    rewards: list[WeightedRewardConfig] = knob(
-        attrs.Factory(list), "Several rewards at once, one `[[rl.rewards]]` table each; empty = the one `[rl.reward]`. Not both."
-    )
-    reward_combine: Literal["weighted_sum", "normalised_sum"] = knob(
-        "weighted_sum", "With rl.rewards: advantages of the weighted sum of rewards, or the weighted sum of each reward's own advantages (normalised per group first, so no reward's scale drowns another)."
-    )
-
-
-@frozen
-class NFTConfig(OnlineRLBase):
-    algorithm: Literal["nft"] = required("`nft` selects online DiffusionNFT.")
-    modality: Literal["image", "video"] = knob(
-        "video", "Decoded media type; must agree with model.num_frames (`video` iff it is above 1). Video NFT is not in this release."
-    )
-    profile: str = knob("", "Known T2I profile (image only); sets the production coordinates.")
-    init_keys_to_skip_loading: list[str] = knob(
-        attrs.Factory(list), "Glob patterns of base-checkpoint keys the model does not build (`audio_*`, `action_*`); must be empty for video."
-    )
-    beta: float = knob(1.0, "Objective sharpness (implicit policies' step away from the old policy).")
-    kl_beta: float = knob(1.0, "KL penalty weight against the frozen reference.")
-    policy_loss_scale: float = knob(5.0, "Scale on the policy loss term.")
-    advantage_low: float = knob(-5.0, "Lower advantage clamp.")
-    advantage_high: float = knob(5.0, "Upper advantage clamp.")
-    advantage_std_scope: Literal["batch", "group"] = knob(
-        "batch", "Normalise advantages by the std of the whole gathered batch or of each prompt's group."
-    )
-    r_map: Literal["linear", "sigmoid"] = knob("linear", "Optimality map from advantage to r in [0, 1].")
-    r_tau: float = knob(0.5, "Temperature of the sigmoid map.")
-    uniform_timestep: bool = knob(False, "Train at t ~ U(0, 1) instead of the sampler's timesteps.")
-    timesteps_per_sample: int = knob(
-        0,
-        "Training timesteps per sample, drawn at random per sample from the rollout's sampler timesteps "
-        "(t ~ U(0, 1) with uniform_timestep); 0 = all but one, the one left out drawn at random.",
-    )
-    x0_weighting: bool = knob(
-        True,
-        "Measure the implicit policies' errors in x0 space (x0 = x_t - t * v), each divided by a stop-gradient of "
-        "its mean absolute x0 error, as the official release does (the default); false = the velocity-space error of the spec.",
-    )
-
-
-# -------------------------------------------------------------------------------------------- GRPO
-@frozen
-class GRPOOldPolicyConfig(OldPolicyConfig):
-    build_old: bool = knob(
-        False, "GRPO keeps no moving old policy: the policy that sampled a step's rollouts is its old policy (their log-probs are recorded then); must stay false."
-    )
-
-
-@frozen
-class GRPOConfig(OnlineRLBase):
-    """Flow-GRPO (docs/grpo.md): the paper's defaults where this project's online base says nothing."""
-
-    algorithm: Literal["grpo"] = required("`grpo` selects online Flow-GRPO (docs/grpo.md).")
-    sample_steps: int = knob(10, "Sampler steps per rollout (Flow-GRPO trains at 10); every step but the last can be a Gaussian action with a log-prob.")
-    scheduler: str = knob("sde", "Rollout sampler: only `sde`, Flow-GRPO's Euler-Maruyama SDE over the model's own sigmas (held-out evaluation samples with UniPC).")
-    old: GRPOOldPolicyConfig = section(GRPOOldPolicyConfig, "No moving old policy: on-policy, one optimizer step per rollout.")
-    noise_level: float = knob(0.7, "Noise level a of the SDE sampler, sigma_s = a * sqrt(s / (1 - s)) (the paper's 0.7); > 0.")
-    clip_range: float = knob(1e-4, "PPO clip range of the ratio of per-element-mean log-probs (Flow-GRPO's base config); > 0.")
-    kl_beta: float = knob(0.04, "Weight of the exact KL between the policy's and the frozen reference's SDE steps (Flow-GRPO's 0.04); 0 = no KL term (measured on logged steps only).")
-    timestep_fraction: float = knob(
-        0.99, "Plain Flow-GRPO (sde_window = 0): the first floor(fraction * sample_steps) sampler steps train, between 1 and sample_steps - 1 of them."
-    )
-    sde_window: int = knob(
-        0, "0 = plain Flow-GRPO (SDE on every step but the last); k > 0 = Flow-GRPO-Fast: SDE on k consecutive steps at a start drawn each step, the ODE elsewhere, only those k train."
-    )
-    sde_window_range: list[int] = knob(
-        attrs.Factory(list), "Flow-GRPO-Fast: [lo, hi], the steps the window may cover (its start drawn uniformly from lo to hi - sde_window); empty = every step but the last."
-    )
-    advantage_std_scope: Literal["group", "batch"] = knob(
-        "group", "Normalise each reward by its prompt group's std (the paper) or by one std over the step's batch (Flow-GRPO's SD3 configs)."
-    )
-    advantage_clip: float = knob(5.0, "Clamp advantages to [-advantage_clip, advantage_clip] (Flow-GRPO's adv_clip_max); > 0.")
 
 
 # --------------------------------------------------------------------------------------------- SFT
@@ -424,6 +219,12 @@ class RunConfig:
     grid: GridConfig = section(GridConfig, "Topology and launch.")
     checkpoint: CheckpointConfig = section(CheckpointConfig, "Checkpoint cadence and retention.")
 
+
+# The online tables (NFT, GRPO and what they share) are declared in schema_online.
+from cosmos_rl.config.schema_online import (  # noqa: E402, F401
+    GRPOConfig, GRPOOldPolicyConfig, NFTConfig, OldPolicyConfig, OnlineRLBase, PromptSourceConfig,
+    RefPolicyConfig, RewardClientConfig, RewardConfig, WeightedRewardConfig,
+)
 
 # Knobs added after checkpoint format 1 whose default reproduces what every run did before they
 # existed. Left at that default they are not part of the run identity (plan.identity_fields), so run

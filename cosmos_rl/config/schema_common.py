@@ -1,0 +1,80 @@
+"""The manifest schema's building blocks: the field helpers every table is declared with, and the
+tables every algorithm's `rl` shares (optimizer, `[rl.eval]`, `RLBase`). `config/schema.py` (and
+`config/schema_online.py`) build on these and re-export them; the rest of the code names them
+through `config/schema.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+import attrs
+
+
+def knob(default, doc: str, **kwargs):
+    """A field with its documentation attached; ``default`` may be an attrs Factory."""
+    return attrs.field(default=default, metadata={"doc": doc}, **kwargs)
+
+
+def section(cls, doc: str):
+    """A nested table whose defaults come from ``cls``."""
+    return attrs.field(factory=cls, metadata={"doc": doc})
+
+
+def required(doc: str):
+    return attrs.field(metadata={"doc": doc})
+
+
+frozen = attrs.frozen(kw_only=True)
+
+# Built-in model presets (`model.preset`, `rl.init_from = "preset:NAME"`).
+PresetName = Literal["tiny", "shapes"]
+
+# How an image reward's frame scores make a clip's score (the reduction is rewards/frames.py).
+FrameReduce = Literal["mean", "min", "first", "last"]
+
+
+# --------------------------------------------------------------------------------------- optimizer
+@frozen
+class OptimizerConfig:
+    lr: float = knob(1e-4, "AdamW learning rate.")
+    weight_decay: float = knob(0.0, "AdamW decoupled weight decay.")
+    betas: list[float] = knob(attrs.Factory(lambda: [0.9, 0.999]), "AdamW moment coefficients [beta1, beta2].")
+    eps: float = knob(1e-8, "AdamW denominator epsilon.")
+    grad_clip: float = knob(1.0, "Clip the global gradient norm to this; 0 disables clipping.")
+    warmup_steps: int = knob(0, "Linear learning-rate warm-up over this many steps, then constant.")
+
+
+# -------------------------------------------------------------------------------------------- eval
+@frozen
+class EvalConfig:
+    every: int = knob(0, "Evaluate the policy on held-out prompts every this many steps (`eval/` metrics); 0 = never. A multiple of job.log_every.")
+    prompts: str = knob("", "Prompt file (text or JSONL, every prompt in file order); empty = the shapes world's held-out prompts (docs/eval.md).")
+    per_task: int = knob(8, "With the shapes held-out default: at most this many prompts per task, evenly spread; 0 = all 319.")
+    seeds: int = knob(2, "Sampling seeds per prompt (seeds 0 .. N-1, the same noise for every run and call).")
+    reward: str = knob("shapes_strict", "Built-in weight-free reward that scores the images; `shapes_strict` or `shapes_partial` = the shapes verifier (both scores).")
+    hacking_window: int = knob(3, "Warn of reward hacking when over the last this many evaluations the training reward rose while `eval/score` fell.")
+    sample_steps: int = knob(0, "Sampler steps of the evaluation (and of `cosmos-rl eval RUN_DIR`); 0 = the run's own (NFT and GRPO: rl.sample_steps; DPO and SFT: 20).")
+    guidance: Optional[float] = knob(None, "Guidance of the evaluation (and of `cosmos-rl eval RUN_DIR`); unset = the run's own (NFT and GRPO: rl.guidance; DPO and SFT: 3.0).")
+
+
+# ------------------------------------------------------------------------------ every algorithm
+@frozen
+class RLBase:
+    """The `rl` fields every algorithm has. Manifest paths stay flat (`rl.max_steps`, `rl.init_from`);
+    an algorithm restates a field here only to give it its own default or doc text."""
+
+    algorithm: str = required("The algorithm (config/algorithms.py registers the names); selects the rest of the table.")
+    max_steps: int = knob(100, "Optimizer steps.")
+    init_from: str = knob("", "Base weights: `model.path` itself, a weights or DCP folder, `s3://` (pulled once per node) or `preset:NAME`; empty = model.path's own weights (or the preset's).")
+    init_keys_to_skip_loading: list[str] = knob(
+        attrs.Factory(list), "Glob patterns (`*` crosses dots) of base-checkpoint keys the model does not build, e.g. the Nano sound and action heads `audio_*`, `action_*` (a T2I model never builds them); any other extra or missing key fails the load."
+    )
+    optimizer: OptimizerConfig = section(OptimizerConfig, "Optimizer of the policy.")
+    eval: EvalConfig = section(EvalConfig, "Evaluation during training on held-out prompts (`eval/` metrics).")
+
+
+# Resolve the string annotations once so that tools walking the tree (docs, did-you-mean) see types.
+for _cls in list(globals().values()):
+    if isinstance(_cls, type) and attrs.has(_cls):
+        attrs.resolve_types(_cls, globals())
