@@ -249,7 +249,7 @@ def test_validate_data_exits_2_naming_every_bad_clip_row(tmp_path):
         (tmp_path / name).write_bytes(data)
     rows = tmp_path / "clips.jsonl"
     rows.write_text("".join(json.dumps({"video": name, "caption": "a red square", "id": name}) + "\n" for name in files))
-    args = ["validate", SFT, "rl.data.shards=[]", f'rl.data.jsonl="{rows}"', "model.num_frames=9"]
+    args = ["validate", SFT, "rl.data.shards=[]", f'rl.data.jsonl="{rows}"', "model.num_frames=9", "rl.eval.every=0"]
     result = subprocess.run([sys.executable, "-m", "cosmos_rl.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert result.returncode == 2, result.stdout + result.stderr
     expected = {
