@@ -52,7 +52,7 @@ class EvalConfig:
     prompts: str = knob("", "Prompt file (text or JSONL, every prompt in file order); empty = the shapes world's held-out prompts (docs/eval.md).")
     per_task: int = knob(8, "With the shapes held-out default: at most this many prompts per task, evenly spread; 0 = all 319.")
     seeds: int = knob(2, "Sampling seeds per prompt (seeds 0 .. N-1, the same noise for every run and call).")
-    reward: str = knob("shapes_strict", "Built-in weight-free reward that scores the images; `shapes_strict` or `shapes_partial` = the shapes verifier (both scores).")
+    reward: str = knob("shapes_strict", "Built-in weight-free reward that scores the images; `shapes_strict` or `shapes_partial` = the shapes verifier (both scores); a video run (model.num_frames > 1) names `shapes_video_strict` or `shapes_video_partial`, the moving-shapes verifier.")
     hacking_window: int = knob(3, "Warn of reward hacking when over the last this many evaluations the training reward rose while `eval/score` fell.")
     sample_steps: int = knob(0, "Sampler steps of the evaluation (and of `cosmos-rl eval RUN_DIR`); 0 = the run's own (NFT and GRPO: rl.sample_steps; DPO and SFT: 20).")
     guidance: Optional[float] = knob(None, "Guidance of the evaluation (and of `cosmos-rl eval RUN_DIR`); unset = the run's own (NFT and GRPO: rl.guidance; DPO and SFT: 3.0).")
