@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,9 +32,9 @@ from typing import Union
 
 import numpy as np
 
-from cosmos_rl.errors import UserError
 from cosmos_rl.shapes.motion_caption import parse_motion_caption
 from cosmos_rl.shapes.motion_spec import DIRECTIONS, MOTION_TASKS, Clause, MotionSpec
+from cosmos_rl.shapes.prompt_files import prompt_file_kind, replace_lines
 from cosmos_rl.shapes.spec import COLOURS, SHAPES, Group
 
 HELD_OUT_PER_TASK = 40
@@ -156,20 +155,11 @@ def write_motion_prompt_file(path: Union[str, Path], prompts: Sequence[Union[Mot
     A ``.jsonl`` row is ``{"prompt", "task", "spec", "frame_caption"}``; the project's prompt
     loader reads ``prompt`` and ignores the rest (``frame_caption`` is null for a colour change).
     """
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in (".txt", ".jsonl"):
-        raise UserError(f"{path}: prompt files must end in .txt (one per line) or .jsonl, got {suffix!r}")
-    if not prompts:
-        raise UserError(f"{path}: no prompts to write")
+    suffix = prompt_file_kind(path, prompts)
     specs = [p if isinstance(p, MotionSpec) else parse_motion_caption(p) for p in prompts]
     if suffix == ".txt":
         lines = [spec.caption() for spec in specs]
     else:
         lines = [json.dumps({"prompt": s.caption(), "task": s.task, "spec": s.to_dict(),
                              "frame_caption": s.frame_caption()}) for s in specs]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    os.replace(partial, path)
-    return path
+    return replace_lines(path, lines)

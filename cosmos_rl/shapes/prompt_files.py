@@ -18,21 +18,32 @@ from cosmos_rl.shapes.caption import parse_caption
 from cosmos_rl.shapes.spec import Spec
 
 
-def write_prompt_file(path: Union[str, Path], prompts: Sequence[Union[Spec, str]]) -> Path:
-    """Write ``prompts`` (specs or captions of the world, in order) to ``path``, replacing it."""
-    path = Path(path)
-    suffix = path.suffix.lower()
+def prompt_file_kind(path: Union[str, Path], prompts: Sequence) -> str:
+    """".txt" or ".jsonl" for a prompt file about to be written, or a UserError naming `path`."""
+    suffix = Path(path).suffix.lower()
     if suffix not in (".txt", ".jsonl"):
         raise UserError(f"{path}: prompt files must end in .txt (one per line) or .jsonl, got {suffix!r}")
     if not prompts:
         raise UserError(f"{path}: no prompts to write")
-    specs = [p if isinstance(p, Spec) else parse_caption(p) for p in prompts]
-    if suffix == ".txt":
-        lines = [spec.caption() for spec in specs]
-    else:
-        lines = [json.dumps({"prompt": s.caption(), "task": s.task, "spec": s.to_dict()}) for s in specs]
+    return suffix
+
+
+def replace_lines(path: Union[str, Path], lines: Sequence[str]) -> Path:
+    """Write `lines` to `path` through a `.partial` file, so a reader never sees half a file."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
     partial.write_text("\n".join(lines) + "\n", encoding="utf-8")
     os.replace(partial, path)
     return path
+
+
+def write_prompt_file(path: Union[str, Path], prompts: Sequence[Union[Spec, str]]) -> Path:
+    """Write ``prompts`` (specs or captions of the world, in order) to ``path``, replacing it."""
+    suffix = prompt_file_kind(path, prompts)
+    specs = [p if isinstance(p, Spec) else parse_caption(p) for p in prompts]
+    if suffix == ".txt":
+        lines = [spec.caption() for spec in specs]
+    else:
+        lines = [json.dumps({"prompt": s.caption(), "task": s.task, "spec": s.to_dict()}) for s in specs]
+    return replace_lines(path, lines)
