@@ -32,39 +32,53 @@ SPLIT_SEED = 0  # the world's standard split: the base never sees a held-out pro
 LATENT_STAT_SAMPLES = 2048
 
 
+# The image base's recipe defaults; the video base's build passes its own (shapes.video_base_build).
+IMAGE_RECIPE = dict(work="shapes_base_work", samples=20000, vae_steps=1500, vae_batch=32, steps=4000, batch=64, eval_seeds=8)
+
+
+def build_parser(prog: str, description: str, weights_dir: Path, recipe: dict, unit: str = "samples",
+                 what: str = "the base") -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:  # fmt: skip
+    """(the parser, its `build` command) of a base build: `recipe` gives its defaults
+    (IMAGE_RECIPE's keys), `unit` what a training sample is called in the help."""
+    parser = argparse.ArgumentParser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    build = commands.add_parser("build", help=f"train {what} and write it (continues an interrupted build)")
+    build.add_argument("--work", type=Path, default=Path(recipe["work"]), help="folder for shards and run directories")
+    build.add_argument("--out", type=Path, default=weights_dir, help="where the weights go; default the package's preset folder")
+    build.add_argument("--seed", type=int, default=0, help="weights, data order and noise; default 0")
+    build.add_argument("--samples", type=int, default=recipe["samples"], help=f"rendered training {unit}; default {recipe['samples']}")
+    build.add_argument("--vae-steps", type=int, default=recipe["vae_steps"], help=f"VAE optimizer steps; default {recipe['vae_steps']}")
+    build.add_argument("--vae-batch", type=int, default=recipe["vae_batch"], help=f"VAE {unit} per step; default {recipe['vae_batch']}")
+    build.add_argument("--vae-lr", type=float, default=1e-3, help="VAE learning rate; default 1e-3")
+    build.add_argument("--steps", type=int, default=recipe["steps"], help=f"transformer optimizer steps; default {recipe['steps']}")
+    build.add_argument("--batch", type=int, default=recipe["batch"], help=f"transformer {unit} per step; default {recipe['batch']}")
+    build.add_argument("--lr", type=float, default=5e-4, help="transformer learning rate; default 5e-4")
+    build.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints; default 100")
+    build.add_argument("--eval-seeds", type=int, default=recipe["eval_seeds"],
+                       help=f"noise seeds per held-out prompt (319 prompts each); default {recipe['eval_seeds']}; 0 skips it")
+    build.add_argument("--threads", type=int, default=1, help="torch threads; default 1")
+    return parser, build
+
+
 def _parser() -> argparse.ArgumentParser:
     from cosmos_rl.shapes.preset import WEIGHTS_DIR
 
-    parser = argparse.ArgumentParser(prog="python -m cosmos_rl.shapes.base_build", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    commands = parser.add_subparsers(dest="command", required=True)
-    build = commands.add_parser("build", help="train the base and write it (continues an interrupted build)")
-    build.add_argument("--work", type=Path, default=Path("shapes_base_work"), help="folder for shards and run directories")
-    build.add_argument("--out", type=Path, default=WEIGHTS_DIR, help="where the weights go; default the package's preset folder")
-    build.add_argument("--seed", type=int, default=0, help="weights, data order and noise; default 0")
-    build.add_argument("--samples", type=int, default=20000, help="rendered training samples; default 20000")
-    build.add_argument("--vae-steps", type=int, default=1500, help="VAE optimizer steps; default 1500")
-    build.add_argument("--vae-batch", type=int, default=32, help="VAE samples per step; default 32")
-    build.add_argument("--vae-lr", type=float, default=1e-3, help="VAE learning rate; default 1e-3")
-    build.add_argument("--steps", type=int, default=4000, help="transformer optimizer steps; default 4000")
-    build.add_argument("--batch", type=int, default=64, help="transformer samples per step; default 64")
-    build.add_argument("--lr", type=float, default=5e-4, help="transformer learning rate; default 5e-4")
-    build.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints; default 100")
-    build.add_argument("--eval-seeds", type=int, default=8, help="noise seeds per held-out prompt (319 prompts each); default 8; 0 skips it")
+    parser, build = build_parser("python -m cosmos_rl.shapes.base_build", __doc__, WEIGHTS_DIR, IMAGE_RECIPE)
     build.add_argument("--guidance", type=float, nargs="+", default=[1.0, 3.0], help="guidance scales to score; default 1 3")
-    build.add_argument("--threads", type=int, default=1, help="torch threads; default 1")
     return parser
 
 
-def _stage_config(args, name: str, train: str, model_path: Path, shards: list[str]):
-    """The SFT run config of one stage, preflighted like a manifest."""
+def stage_config(args, name: str, train: str, model_path: Path, shards: list[str], label: str = "shapes_base",
+                 model: dict | None = None, flow: dict | None = None):  # fmt: skip
+    """The SFT run config of one stage, preflighted like a manifest. `model` adds `[model]` keys
+    (e.g. num_frames), `flow` `rl` keys of the transformer stage only (e.g. first_frame_condition)."""
     from cosmos_rl.config import load, preflight
     from cosmos_rl.config.problems import ManifestError
 
     vae = train == "vae"
     raw = {
         "job": {"name": name, "output_dir": str((args.work / "runs").resolve()), "seed": args.seed, "log_every": 10, "progress": False},
-        "model": {"path": str(model_path.resolve()), "image_size": 32, "lora": {"rank": 0}},
+        "model": {"path": str(model_path.resolve()), "image_size": 32, **(model or {}), "lora": {"rank": 0}},
         "grid": {"device": "cpu"},
         "checkpoint": {"every": args.checkpoint_every, "keep": 1},
         "rl": {
@@ -73,12 +87,13 @@ def _stage_config(args, name: str, train: str, model_path: Path, shards: list[st
             "samples_per_step": args.vae_batch if vae else args.batch,
             "optimizer": {"lr": args.vae_lr if vae else args.lr, "warmup_steps": 0 if vae else min(100, args.steps // 10)},
             "data": {"shards": shards},
+            **({} if vae else flow or {}),
         },
     }
-    config = load.structure(raw, f"shapes_base stage {name}")
+    config = load.structure(raw, f"{label} stage {name}")
     errors = [p for p in preflight.check(config, args.work) if p.severity == "error"]
     if errors:
-        raise ManifestError(errors, f"shapes_base stage {name}")
+        raise ManifestError(errors, f"{label} stage {name}")
     return config
 
 
@@ -151,12 +166,12 @@ def build(args) -> dict:
     if not (init / "transformer").is_dir():
         save_parts(shapes_architecture(args.seed), init)
 
-    vae_trainer = _train_stage(_stage_config(args, "vae", "vae", init, shards))
+    vae_trainer = _train_stage(stage_config(args, "vae", "vae", init, shards))
     parts = vae_trainer.parts
     set_latent_stats(parts.vae, *latent_stats(parts.vae.eval(), vae_trainer.source, LATENT_STAT_SAMPLES))
     save_parts(parts, work / "vae_model")
 
-    flow_trainer = _train_stage(_stage_config(args, "transformer", "transformer", work / "vae_model", shards))
+    flow_trainer = _train_stage(stage_config(args, "transformer", "transformer", work / "vae_model", shards))
     parts = flow_trainer.parts
     parts.transformer.eval()
     runs = work / "runs"
@@ -178,18 +193,23 @@ def build(args) -> dict:
     return manifest
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = _parser().parse_args(argv)
+def run_main(parser: argparse.ArgumentParser, build_fn, argv: Optional[Sequence[str]] = None) -> int:
+    """Parse, check the counts, build; a user error is one line and exit 2."""
+    args = parser.parse_args(argv)
     try:
         for name in ("samples", "vae_steps", "vae_batch", "steps", "batch", "checkpoint_every", "threads"):
             if getattr(args, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-        manifest = build(args)
+        manifest = build_fn(args)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(json.dumps({k: manifest[k] for k in ("files", "wall_clock_s", "held_out") if k in manifest}, indent=2))
     return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    return run_main(_parser(), build, argv)
 
 
 if __name__ == "__main__":

@@ -30,64 +30,28 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from cosmos_rl.errors import UserError
-from cosmos_rl.shapes.base_build import _train_stage
+from cosmos_rl.shapes.base_build import _train_stage, build_parser, run_main, stage_config
 
 SPLIT_SEED = 0
 FRAMES, SIDE, FPS = 9, 32, 24.0
 LATENT_STAT_CLIPS = 1024
 
 
+VIDEO_RECIPE = dict(work="shapes_video_work", samples=12000, vae_steps=800, vae_batch=8, steps=2000, batch=32, eval_seeds=4)
+
+
 def _parser() -> argparse.ArgumentParser:
     from cosmos_rl.shapes.video_preset import WEIGHTS_DIR
 
-    parser = argparse.ArgumentParser(prog="python -m cosmos_rl.shapes.video_base_build", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    commands = parser.add_subparsers(dest="command", required=True)
-    build = commands.add_parser("build", help="train the video base and write it (continues an interrupted build)")
-    build.add_argument("--work", type=Path, default=Path("shapes_video_work"), help="folder for shards and run directories")
-    build.add_argument("--out", type=Path, default=WEIGHTS_DIR, help="where the weights go; default the package's preset folder")
-    build.add_argument("--seed", type=int, default=0, help="weights, data order and noise; default 0")
-    build.add_argument("--samples", type=int, default=12000, help="rendered training clips; default 12000")
-    build.add_argument("--vae-steps", type=int, default=800, help="VAE optimizer steps; default 800")
-    build.add_argument("--vae-batch", type=int, default=8, help="VAE clips per step; default 8")
-    build.add_argument("--vae-lr", type=float, default=1e-3, help="VAE learning rate; default 1e-3")
-    build.add_argument("--steps", type=int, default=2000, help="transformer optimizer steps; default 2000")
-    build.add_argument("--batch", type=int, default=32, help="transformer clips per step; default 32")
-    build.add_argument("--lr", type=float, default=5e-4, help="transformer learning rate; default 5e-4")
-    build.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints; default 100")
-    build.add_argument("--eval-seeds", type=int, default=4, help="noise seeds per held-out prompt (319 prompts each); default 4; 0 skips scoring")
-    build.add_argument("--threads", type=int, default=1, help="torch threads; default 1")
+    parser, _ = build_parser("python -m cosmos_rl.shapes.video_base_build", __doc__, WEIGHTS_DIR, VIDEO_RECIPE,
+                             unit="clips", what="the video base")  # fmt: skip
     return parser
 
 
 def _stage_config(args, name: str, train: str, model_path: Path, shards: list[str]):
-    """The SFT run config of one stage, preflighted like a manifest."""
-    from cosmos_rl.config import load, preflight
-    from cosmos_rl.config.problems import ManifestError
-
-    vae = train == "vae"
-    rl = {
-        "algorithm": "sft", "train": train,
-        "max_steps": args.vae_steps if vae else args.steps,
-        "samples_per_step": args.vae_batch if vae else args.batch,
-        "optimizer": {"lr": args.vae_lr if vae else args.lr, "warmup_steps": 0 if vae else min(100, args.steps // 10)},
-        "data": {"shards": shards},
-    }
-    if not vae:
-        rl["first_frame_condition"] = 0.5
-    raw = {
-        "job": {"name": name, "output_dir": str((args.work / "runs").resolve()), "seed": args.seed, "log_every": 10, "progress": False},
-        "model": {"path": str(model_path.resolve()), "image_size": SIDE, "num_frames": FRAMES, "lora": {"rank": 0}},
-        "grid": {"device": "cpu"},
-        "checkpoint": {"every": args.checkpoint_every, "keep": 1},
-        "rl": rl,
-    }  # fmt: skip
-    config = load.structure(raw, f"shapes_video stage {name}")
-    errors = [p for p in preflight.check(config, args.work) if p.severity == "error"]
-    if errors:
-        raise ManifestError(errors, f"shapes_video stage {name}")
-    return config
+    """One stage's SFT config: the image build's, on 9-frame clips, half of them trained image to video."""
+    return stage_config(args, name, train, model_path, shards, label="shapes_video",
+                        model={"image_size": SIDE, "num_frames": FRAMES}, flow={"first_frame_condition": 0.5})  # fmt: skip
 
 
 def clip_latent_stats(vae, source, count: int) -> tuple[list[float], list[float]]:
@@ -163,17 +127,7 @@ def build(args) -> dict:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = _parser().parse_args(argv)
-    try:
-        for name in ("samples", "vae_steps", "vae_batch", "steps", "batch", "checkpoint_every", "threads"):
-            if getattr(args, name) < 1:
-                raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-        manifest = build(args)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps({k: manifest[k] for k in ("files", "wall_clock_s", "held_out") if k in manifest}, indent=2))
-    return 0
+    return run_main(_parser(), build, argv)
 
 
 if __name__ == "__main__":
