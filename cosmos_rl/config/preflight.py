@@ -19,7 +19,7 @@ from cosmos_rl.config.paths import resolve_path
 from cosmos_rl.config.preflight_data import _data_source, _sources
 from cosmos_rl.config.preflight_media import folder_vae_rules, frame_rules, modality_rule
 from cosmos_rl.config.preflight_rules import Rules, seed_rule
-from cosmos_rl.config.preflight_rewards import BUILTIN_REWARDS, _one_reward, _reward_terms
+from cosmos_rl.config.preflight_rewards import BUILTIN_REWARDS, VIDEO_REWARDS, _one_reward, _reward_terms
 from cosmos_rl.config.problems import Problem, show
 from cosmos_rl.models.layout import (
     PIPELINE_INDEX,
@@ -224,11 +224,10 @@ def _eval(c: schema.RunConfig, e: schema.EvalConfig, r: Rules) -> None:
     r.at_least("rl.eval.sample_steps", e.sample_steps, 0, "set rl.eval.sample_steps to 0 (the run's own) or a number of sampler steps")
     if e.guidance is not None:
         r.at_least("rl.eval.guidance", e.guidance, 0, "set rl.eval.guidance to 1 (conditional only) or more, or remove it")
-    clip_rewards = ("shapes_video_strict", "shapes_video_partial")  # evaluation.scores.VIDEO_REWARDS
     if c.model.num_frames > 1:
-        if e.reward not in clip_rewards:
+        if e.reward not in VIDEO_REWARDS:
             r.error("rl.eval.reward", "a video run's evaluation scores clips with the moving-shapes verifier", e.reward,
-                    f"set rl.eval.reward = {show(clip_rewards[0])} (or {show(clip_rewards[1])})")
+                    f"set rl.eval.reward = {show(VIDEO_REWARDS[0])} (or {show(VIDEO_REWARDS[1])})")
     elif e.reward not in BUILTIN_REWARDS:
         r.error("rl.eval.reward", "not a built-in weight-free reward (evaluation scores in-process)", e.reward,
                 f"use one of {', '.join(show(n) for n in BUILTIN_REWARDS)}")

@@ -25,13 +25,13 @@ from typing import Sequence
 
 import numpy as np
 
+from cosmos_rl.config.preflight_rewards import VIDEO_REWARDS  # the moving-shapes verifier's, on clips
 from cosmos_rl.evaluation.intervals import Intervals, bootstrap, paired
 from cosmos_rl.shapes import TASKS, CaptionError, task_of, verify
 from cosmos_rl.shapes.motion_caption import motion_task_of
 from cosmos_rl.shapes.motion_spec import MOTION_TASKS
 
 SHAPES_REWARDS = ("shapes_strict", "shapes_partial")
-VIDEO_REWARDS = ("shapes_video_strict", "shapes_video_partial")  # the moving-shapes verifier, on clips
 OTHER = "other"  # the task of a prompt outside the shapes grammar (non-shapes rewards only)
 GROUPS = (*TASKS, *MOTION_TASKS, OTHER)
 _PARTS = ("n", "score", "partial")
