@@ -31,22 +31,14 @@ def _as_clip(images: torch.Tensor) -> torch.Tensor:
 
 def encode_images(vae: AutoencoderKLWan, images: torch.Tensor) -> torch.Tensor:
     """[B, 3, H, W] in [0, 1] -> normalised latents [B, C, 1, h, w] (posterior mean, so deterministic)."""
-    clip = _as_clip(images)
-    vae_dtype = next(vae.parameters()).dtype
-    raw = vae.encode(clip.to(vae_dtype) * 2.0 - 1.0).latent_dist.mode()  # in the VAE's [-1, 1] range
-    mean, std = _latent_stats(vae, raw)
-    return ((raw - mean) / std).to(images.dtype)
+    return encode_clips(vae, _as_clip(images))
 
 
 def decode_latents(vae: AutoencoderKLWan, latents: torch.Tensor) -> torch.Tensor:
     """Normalised latents of single frames [B, C, 1, h, w] -> images [B, 3, H, W] in [0, 1]."""
     if latents.dim() != 5 or latents.shape[2] != 1:
         raise ValueError(f"latents must have shape [B, C, T=1, h, w], got {tuple(latents.shape)}")
-    vae_dtype = next(vae.parameters()).dtype
-    z = latents.to(vae_dtype)
-    mean, std = _latent_stats(vae, z)
-    clip = vae.decode(z * std + mean).sample  # [B, 3, 1, H, W], clamped to [-1, 1]
-    return ((clip.squeeze(2) + 1.0) / 2.0).clamp(0.0, 1.0).to(latents.dtype)
+    return decode_clips(vae, latents).squeeze(2)
 
 
 def raw_latents(vae: AutoencoderKLWan, images: torch.Tensor) -> torch.Tensor:
@@ -76,9 +68,15 @@ def encode_clips(vae: AutoencoderKLWan, clips: torch.Tensor) -> torch.Tensor:
     """[B, 3, F, H, W] in [0, 1] -> normalised latents [B, C, T, h, w] (posterior mean)."""
     _check_clips(clips)
     vae_dtype = next(vae.parameters()).dtype
-    raw = vae.encode(clips.to(vae_dtype) * 2.0 - 1.0).latent_dist.mode()
+    return normalised_latents(vae, clips.to(vae_dtype) * 2.0 - 1.0).to(clips.dtype)
+
+
+def normalised_latents(vae: AutoencoderKLWan, signed: torch.Tensor) -> torch.Tensor:
+    """Clips [B, 3, F, H, W] already in the VAE's [-1, 1] range and dtype -> normalised latents
+    (the posterior mean, minus `latents_mean`, over `latents_std`), in the VAE's dtype."""
+    raw = vae.encode(signed).latent_dist.mode()
     mean, std = _latent_stats(vae, raw)
-    return ((raw - mean) / std).to(clips.dtype)
+    return (raw - mean) / std
 
 
 def decode_clips(vae: AutoencoderKLWan, latents: torch.Tensor) -> torch.Tensor:
