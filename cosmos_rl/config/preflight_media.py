@@ -16,7 +16,7 @@ from pathlib import Path
 from cosmos_rl.config import schema
 from cosmos_rl.config.preflight_rules import Rules
 from cosmos_rl.models.layout import read_json
-from cosmos_rl.models.media import DEFAULT_FPS, vae_spatial_factor, vae_temporal_factor
+from cosmos_rl.models.media import DEFAULT_FPS, is_wan_frame_count, vae_spatial_factor, vae_temporal_factor
 
 VAE_CONFIG = Path("vae") / "config.json"
 
@@ -35,7 +35,7 @@ def frame_rules(m: schema.ModelConfig, r: Rules) -> None:
     elif m.num_frames == 1 and m.fps != DEFAULT_FPS:
         r.error("model.fps", "set for an image run (model.num_frames = 1), where it plays no part", m.fps,
                 "remove model.fps, or set model.num_frames above 1 for video")
-    if m.num_frames > 1 and (m.num_frames - 1) % 4:
+    if m.num_frames > 1 and not is_wan_frame_count(m.num_frames):
         r.error("model.num_frames", "the Wan VAE encodes frame 0, then chunks of 4 frames, and silently drops the rest: "
                 "a clip has 4k + 1 frames", m.num_frames, f"use {_nearest_valid(m.num_frames)}")
 

@@ -66,7 +66,9 @@ def run_eval(
     every clip on the first frame of its caption's ground-truth clip."""
     if image_size is not None and image_size < 1:
         raise UserError(f"--image-size: must be >= 1 (got {image_size})")
-    if frames is not None and (frames < 1 or (frames > 1 and (frames - 1) % 4)):
+    from cosmos_rl.models.media import is_wan_frame_count
+
+    if frames is not None and not is_wan_frame_count(frames):
         raise UserError(f"--frames: a clip has 4k + 1 frames (the Wan VAE's), or 1 for images (got {frames})")
     check_options(seeds, per_task, None, batch_size)
     check_sampler_overrides(sample_steps, guidance)

@@ -91,6 +91,11 @@ def vae_temporal_factor(vae_config: Any) -> int:
     return 2 ** sum(bool(flag) for flag in list(_get(vae_config, "temperal_downsample"))[:stages])
 
 
+def is_wan_frame_count(frames: int) -> bool:
+    """1 (an image) or 4k + 1 (a clip the Wan encoder reads whole: frame 0, then chunks of 4)."""
+    return frames >= 1 and (frames - 1) % _WAN_FRAME_CHUNK == 0
+
+
 def latent_frames(frames: int, temporal_factor: int) -> int:
     """Latent frames the Wan encoder makes of `frames`: frame 0 alone, then 4 / temporal_factor per
     chunk of 4 frames (it silently drops frames past the last whole chunk, so only 4k + 1 is exact)."""

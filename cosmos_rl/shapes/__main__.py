@@ -65,7 +65,7 @@ def _video(args) -> None:
         return
     if args.samples <= 0:
         raise UserError(f"--samples must be positive, got {args.samples}")
-    if args.frames < 5 or (args.frames - 1) % 4:
+    if args.frames < 5 or (args.frames - 1) % 4:  # the Wan VAE reads frame 0, then chunks of 4 (shapes sits below models/)
         raise UserError(f"--frames must be 4k + 1 and at least 5 (the Wan VAE's clips), got {args.frames}")
     specs = balanced_motion(split.train, args.samples, args.seed)
     records = (
