@@ -21,6 +21,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 NFT = REPO / "manifests" / "nft_t2i_public_4gpu.toml"
 DPO = REPO / "manifests" / "dpo_t2i_public_4gpu.toml"
+GRPO = REPO / "manifests" / "grpo_t2i_public_4gpu.toml"
 STEPS = 2
 
 
@@ -53,6 +54,16 @@ def test_the_public_nft_manifest_trains_from_a_nano_folder(ray_cluster, nano, tm
     assert [row["step"] for row in rows] == [1, 2]
     # jpeg_compressibility scores are negative bits per pixel: finite is what a scored rollout gives.
     assert all(math.isfinite(row["train/reward_mean"]) and math.isfinite(row["train/loss"]) for row in rows)
+
+
+def test_the_public_grpo_manifest_trains_from_a_nano_folder(ray_cluster, nano, tmp_path):
+    # Plain Flow-GRPO at 4 sampler steps: floor(0.99 x 4) = 3 SDE steps per sample train, guided (CFG 3).
+    overrides = _cpu(nano, tmp_path, str(nano)) + ["rl.sample_steps=4", 'rl.reward.url=""']
+    rows = _train(GRPO, overrides)
+    assert [row["step"] for row in rows] == [1, 2]
+    assert all(math.isfinite(row["train/reward_mean"]) and math.isfinite(row["train/loss"]) for row in rows)
+    # On-policy: the recomputed log-prob of each recorded SDE step is the recorded one.
+    assert all(row["train/ratio_mean"] == pytest.approx(1.0, abs=1e-4) for row in rows)
 
 
 DPO_FOUR_PAIRS = [
