@@ -234,6 +234,25 @@ def _check_device(device: str) -> None:
         _fail(UserError(f"--device: {device!r} is not one of auto, cpu, cuda"))
 
 
+@app.command()
+def compare(
+    run_dirs: List[Path] = typer.Argument(..., help="Run directories (each holds manifest.toml and metrics.jsonl) of runs from one base."),
+    out_dir: Path = typer.Option(Path("compare"), "--out", help="Folder for compare.json and compare.png."),
+    base_eval: Optional[Path] = typer.Option(None, "--base-eval", help="The eval.json of `cosmos-rl eval BASE` with the runs' [rl.eval] settings (checked): its score is the base of 'first step to base + margin'."),
+    base_score: Optional[float] = typer.Option(None, "--base-score", help="Instead of --base-eval: the base's score under the runs' [rl.eval] settings, taken as given."),
+    margin: float = typer.Option(0.1, "--margin", help="The gain over --base-score whose first evaluated step is reported."),
+) -> None:
+    """Put runs side by side: held-out eval/score against steps, images and wall-clock, and eval.json's paired changes per task."""
+    from cosmos_rl import compare as compare_mod
+
+    try:
+        result = compare_mod.compare(run_dirs, base_score=base_score, base_eval=base_eval, margin=margin)
+        files = compare_mod.write(result, out_dir)
+    except UserError as exc:
+        _fail(exc)
+    compare_mod.render(out, result, files)
+
+
 @app.command("eval")
 def evaluate(
     target: str = typer.Argument(..., help="A run directory (its newest checkpoint, or --step, vs its base), a diffusers model folder, or preset:NAME."),

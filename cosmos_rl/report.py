@@ -179,6 +179,17 @@ def plot_family(title: str, members: list[Series], path: Path) -> None:
     fig = Figure(figsize=FIG_SIZE_IN, dpi=FIG_DPI)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
+    draw_series(ax, members)
+    ax.set_title(title)
+    ax.set_xlabel("step")
+    fig.tight_layout()  # re-lays out axes inside the fixed canvas; the pixel size stays FIG_SIZE_IN x FIG_DPI
+    fig.savefig(path, dpi=FIG_DPI)
+
+
+def draw_series(ax, members: list[Series]) -> None:
+    """Draw `members` on the matplotlib axes `ax` (x: each Series' steps, which may be any numbers):
+    an `X_lo`/`X_hi` pair as X's interval band, an `X_std` as a band around `X_mean`, the rest as
+    lines (markers when sparse); grid and legend. `cosmos-rl compare` draws its panels with it too."""
     by_name = {s.name: s for s in members}
     for s in members:
         low = by_name.get(s.name[: -len("_hi")] + "_lo") if s.name.endswith("_hi") else None
@@ -199,12 +210,8 @@ def plot_family(title: str, members: list[Series], path: Path) -> None:
         # Sparse series (validation every N steps) get markers so single points are visible.
         sparse = len(s.steps) < 30 or s.name.startswith(("val/", "eval/"))
         ax.plot(s.steps, s.values, label=s.name, marker="o" if sparse else None, markersize=3, linewidth=1.2)
-    ax.set_title(title)
-    ax.set_xlabel("step")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()  # re-lays out axes inside the fixed canvas; the pixel size stays FIG_SIZE_IN x FIG_DPI
-    fig.savefig(path, dpi=FIG_DPI)
 
 
 # -------------------------------------------------------------------------------------- report

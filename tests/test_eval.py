@@ -312,6 +312,32 @@ def test_report_plots_eval_and_shows_the_before_after_grid(nft_run):
     assert f"| **overall** | {score} | " in text
 
 
+def test_compare_reads_a_real_run_directory(nft_run, tmp_path):
+    """`cosmos-rl compare` on what a run and `cosmos-rl eval` really write: the curve is the eval/
+    rows, wall-clock the running sum of each row's time/* phases (one row a step here), the final
+    change eval.json's."""
+    from cosmos_rl import compare
+    from cosmos_rl.evaluation.command import run_eval
+
+    run_dir, rows = nft_run
+    if not (run_dir / "eval" / "eval.json").is_file():
+        run_eval(str(run_dir), reward="brightness", **SMALL)
+    final = json.loads((run_dir / "eval" / "eval.json").read_text())
+    config = load.load(run_dir / "manifest.toml", saved_run=True)
+    # base + margin = the step-2 score: reached at step 1 if step 1 scored at least as much, else at 2.
+    result = compare.compare([run_dir], base_score=rows[1]["eval/score"] - 0.1, margin=0.1)
+    run = result["runs"][0]
+    per_step = config.rl.group_size * config.rl.prompts_per_step
+    seconds = [sum(v for k, v in row.items() if k.startswith("time/")) for row in rows]
+    assert [(p["step"], p["score"], p["images"]) for p in run["curve"]] == [(r["step"], r["eval/score"], r["step"] * per_step) for r in rows]
+    assert [p["wall_s"] for p in run["curve"]] == pytest.approx([seconds[0], seconds[0] + seconds[1]])
+    assert run["first_reach"]["step"] == (1 if rows[0]["eval/score"] >= rows[1]["eval/score"] else 2)
+    assert run["final"]["change"]["value"] == final["diff_score"] and run["final"]["step"] == 2
+    assert result["final_base"]["score"] == final["base_score"]
+    compare.write(result, tmp_path)
+    assert (tmp_path / "compare.png").is_file() and json.loads((tmp_path / "compare.json").read_text()) == json.loads(json.dumps(result))
+
+
 def test_eval_config_defaults_are_off_and_not_part_of_the_run_identity():
     from cosmos_rl import plan
 

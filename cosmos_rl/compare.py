@@ -1,0 +1,516 @@
+"""`cosmos-rl compare RUN_DIR...`: runs side by side, from their run directories alone.
+
+For each run: the in-training held-out curve (`eval/score` rows of `metrics.jsonl`, with their
+`eval/score_lo`/`_hi` interval when written) against optimizer steps, against images and against
+wall-clock; the final scores of `cosmos-rl eval RUN_DIR` (`eval/eval.json`: every task's score and
+its paired change against the base, with 95% intervals); and, given the base's score under the
+runs' in-training evaluation (`--base-eval` its eval.json, checked, or `--base-score`), the first
+evaluated step at which the curve reaches base + margin. Output: rich tables, `compare.json` and `compare.png` (docs/eval.md, "Comparing
+runs", documents both). Torch-free: it reads files, never a model.
+
+**Images per step**, the x axis that puts algorithms on one budget (docs/eval.md states the same):
+
+* online (NFT, GRPO: an `rl` table with `group_size` and `prompts_per_step`): images *generated*,
+  `prompts_per_step x group_size` a step (each scored by the reward);
+* DPO (`pairs_per_step`): images *seen*, `2 x pairs_per_step` (winner and loser); when the pair
+  shards lie beside the `mine.json` that `cosmos-rl pairs mine` writes, the images it generated
+  to mine them (`rows x samples`) are counted before step 1 ("mining counted");
+* SFT (`samples_per_step`): images *seen*, `samples_per_step` ground-truth images a step.
+
+**Wall-clock** is the sum of a logged row's `time/*` phases (the online step's rollout, reward,
+train and orchestration seconds), counted for that row and for the unlogged steps before it
+(`job.log_every`); start-up, evaluation and checkpoints are not in it. A run whose rows carry no
+`time/*` metric (DPO, SFT today) has none, shown as n/a, never as zero.
+
+**What must agree** (else exit 2, naming both runs and the key): the base (`model.preset` or
+`model.path`, the base weights `rl.init_from`, the media size), the in-training evaluation of the
+runs that evaluate (`rl.eval` prompts, per_task, seeds, reward and the resolved sampler), and the
+`eval.json` settings (reward, prompts, seeds, sampler, image size) and base scores of the runs
+that have one: on identical noise one base scores the same every time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import attrs
+
+from cosmos_rl.errors import UserError
+from cosmos_rl.report import EVAL_DIR, EVAL_RESULT, MANIFEST, Series, load_run
+
+SCORE = "eval/score"
+MINE_SUMMARY = "mine.json"  # what `cosmos-rl pairs mine` writes beside its shards (mining.command.SUMMARY_FILE)
+DEFAULT_MARGIN = 0.1
+JSON_FILE, FIGURE_FILE = "compare.json", "compare.png"
+FIG_SIZE_IN, FIG_DPI = (12.8, 8.0), 100  # four panels of report.py's 6.4 x 4.0 in
+_REACH_SLACK = 1e-9  # 0.235 + 0.1 is 0.33499999999999996: a score of 0.335 reaches it
+
+
+@attrs.frozen
+class ImageBudget:
+    """How many images a run's step costs: `per_step` (`kind` "generated" or "seen"), plus `before`
+    generated before step 1 (DPO's mining, when recorded)."""
+
+    per_step: int | None
+    kind: str
+    before: int = 0
+    note: str = ""
+
+    def at(self, step: int) -> int | None:
+        return None if self.per_step is None else self.before + step * self.per_step
+
+
+@attrs.frozen
+class Point:
+    step: int
+    score: float
+    images: int | None
+    wall_s: float | None
+    lo: float | None = None
+    hi: float | None = None
+
+
+@attrs.frozen
+class RunFigures:
+    name: str
+    path: Path
+    algorithm: str
+    last_step: int
+    budget: ImageBudget
+    curve: tuple[Point, ...]
+    wall_s: float | None  # at the last logged step
+    final: dict | None  # eval.json, as `cosmos-rl eval` wrote it
+    notes: tuple[str, ...] = ()
+
+
+# ---------------------------------------------------------------------------------- pure figures
+def cumulative_wall_clock(logged_steps, step_seconds: dict[int, float]) -> dict[int, float | None]:
+    """Seconds spent by each logged step: a row at step r after a row at p (0 before the first)
+    stands for the r - p steps since, each at its own `step_seconds[r]`. From the first logged row
+    without timings on, the sum is unknown (None)."""
+    out: dict[int, float | None] = {}
+    total: float | None = 0.0
+    previous = 0
+    for step in sorted(logged_steps):
+        seconds = step_seconds.get(step)
+        total = None if total is None or seconds is None else total + (step - previous) * seconds
+        out[step] = total
+        previous = step
+    return out
+
+
+def first_reach(curve, threshold: float) -> Point | None:
+    """The first point of `curve` (in step order) whose score is at least `threshold`."""
+    for point in sorted(curve, key=lambda p: p.step):
+        if math.isfinite(point.score) and point.score >= threshold - _REACH_SLACK:
+            return point
+    return None
+
+
+def image_budget(rl, mined: int | None = None) -> ImageBudget:
+    """The image cost of one step from a run's `rl` table (module docstring). Asked of the table's
+    fields, not of the algorithm's name, so a registered algorithm with the same fields counts alike."""
+    if hasattr(rl, "group_size") and hasattr(rl, "prompts_per_step"):
+        return ImageBudget(rl.group_size * rl.prompts_per_step, "generated")
+    if hasattr(rl, "pairs_per_step"):
+        if mined is None:
+            return ImageBudget(2 * rl.pairs_per_step, "seen", 0, "the mining of its pairs is not counted (no mine.json beside the shards)")
+        return ImageBudget(2 * rl.pairs_per_step, "seen", mined, f"{mined} images generated to mine its pairs counted before step 1")
+    if hasattr(rl, "samples_per_step"):
+        return ImageBudget(rl.samples_per_step, "seen")
+    return ImageBudget(None, "", 0, "no image count: its rl table has none of group_size x prompts_per_step, pairs_per_step, samples_per_step")
+
+
+# ------------------------------------------------------------------------------------- reading
+def _mined_images(rl) -> int | None:
+    """Images `cosmos-rl pairs mine` generated for a DPO run's shards: rows x samples of the
+    mine.json beside them (one per shard folder); None unless every shard folder has one."""
+    shards = list(getattr(getattr(rl, "data", None), "shards", None) or [])
+    if not shards:
+        return None
+    total = 0
+    for folder in sorted({Path(s).parent for s in shards}):
+        path = folder / MINE_SUMMARY
+        if not path.is_file():
+            return None
+        try:
+            summary = json.loads(path.read_text(encoding="utf-8"))
+            rows, samples = summary["rows"], summary["samples"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise UserError(f"{path}: not the summary `cosmos-rl pairs mine` writes ({type(exc).__name__}: {exc}); mine the pairs again, or delete it") from None
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (rows, samples)):
+            raise UserError(f"{path}: \"rows\" and \"samples\" must be counts (got {rows!r}, {samples!r}); mine the pairs again, or delete it")
+        total += rows * samples
+    return total
+
+
+def base_of(config) -> dict:
+    """What a run starts from: the architecture (preset or folder), the base weights and the media."""
+    from cosmos_rl.models.media import MediaSpec
+
+    model, weights = config.model, config.rl.init_from
+    architecture = f"preset:{model.preset}" if model.preset else model.path
+    if not weights or weights == model.path:
+        weights = architecture  # "" = model.* 's own weights
+    media = MediaSpec.from_model_config(model)
+    return {"model": architecture, "init_from": weights, "frames": media.frames, "size": media.size_json()}
+
+
+def held_out_of(config) -> dict | None:
+    """The in-training held-out evaluation of a run ([rl.eval], its sampler resolved); None without one."""
+    from cosmos_rl.config.sampler import run_settings
+
+    e = config.rl.eval
+    if e.every <= 0:
+        return None
+    settings = run_settings(config)
+    return {
+        "prompts": e.prompts, "per_task": e.per_task, "seeds": e.seeds, "reward": e.reward,  # prompts "": the held-out default
+        "sample_steps": settings.steps, "sampler_shift": settings.shift, "guidance": settings.guidance,
+    }  # fmt: skip
+
+
+def final_settings(result: dict) -> dict:
+    """The eval.json keys that make two evaluations the same measurement."""
+    return {k: result.get(k) for k in ("reward", "prompts", "n_prompts", "seeds", "sampler", "image_size")}
+
+
+def base_from_eval(path: Path, held_out: dict | None, base: dict) -> float:
+    """The base's score from `cosmos-rl eval MODEL`'s eval.json at `path`, refused unless it is the
+    runs' base (its target names their `rl.init_from` or model) measured as their [rl.eval] measures:
+    the same prompts, seeds, reward, sampler steps and guidance (and shift, where the runs set one)
+    and image size."""
+    from cosmos_rl.evaluation.prompts import eval_captions
+
+    where = f"--base-eval {path}"
+    try:
+        result = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{where}: not readable as JSON ({exc}); pass the eval.json `cosmos-rl eval MODEL` wrote") from None
+    if not isinstance(result, dict) or result.get("kind") != "model" or not isinstance(result.get("score"), (int, float)):
+        raise UserError(f"{where}: not the eval.json of `cosmos-rl eval MODEL` (\"kind\": \"model\" and a \"score\"); evaluate the base model itself, e.g. `cosmos-rl eval preset:shapes`")
+    if result.get("target") not in (base["init_from"], base["model"]):
+        raise UserError(f"{where}: evaluates {result.get('target')!r}, but the runs start from {base['init_from']!r}; evaluate that base")
+    if held_out is None:
+        raise UserError(f"{where}: no run has in-training eval/score rows for this base score to be the base of; drop --base-eval")
+    captions, described = eval_captions(held_out["prompts"] or None, held_out["per_task"], base["frames"] > 1)
+    sampler = result.get("sampler") if isinstance(result.get("sampler"), dict) else {}
+    expected = {
+        "prompts": described, "n_prompts": len(captions), "seeds": list(range(held_out["seeds"])), "reward": held_out["reward"],
+        "sampler steps": held_out["sample_steps"], "sampler guidance": held_out["guidance"], "image_size": base["size"],
+    }  # fmt: skip
+    found = {**{k: result.get(k) for k in ("prompts", "n_prompts", "seeds", "reward", "image_size")},
+             "sampler steps": sampler.get("steps"), "sampler guidance": sampler.get("guidance")}  # fmt: skip
+    if held_out["sampler_shift"] is not None:  # unset: the model's own, which eval.json records resolved
+        expected["sampler shift"], found["sampler shift"] = held_out["sampler_shift"], sampler.get("shift")
+    differ = [f"{k}: {found[k]!r}, the runs' [rl.eval] {expected[k]!r}" for k in expected if found[k] != expected[k]]
+    if differ:
+        raise UserError(f"{where}: not measured as the runs' [rl.eval] measures ({'; '.join(differ)}); run `cosmos-rl eval` "
+                        "on the base with their --prompts, --per-task, --seeds, --reward, --sample-steps and --guidance")  # fmt: skip
+    return float(result["score"])
+
+
+def read_run(run_dir: Path, name: str) -> tuple[RunFigures, object]:
+    """A run directory's figures and its saved config (schema.RunConfig)."""
+    from cosmos_rl.config import load
+
+    run = load_run(run_dir)  # refuses a folder without manifest.toml or metrics.jsonl
+    config = load.load(run.path / MANIFEST, saved_run=True)
+    mined = _mined_images(config.rl) if hasattr(config.rl, "pairs_per_step") else None
+    budget = image_budget(config.rl, mined)
+    logged = sorted({s for series in run.series.values() for s in series.steps})
+    seconds: dict[int, float] = {}
+    for series in run.series.values():
+        if series.name.startswith("time/"):
+            for step, value in zip(series.steps, series.values):
+                if math.isfinite(value):
+                    seconds[step] = seconds.get(step, 0.0) + value
+    wall = cumulative_wall_clock(logged, seconds)
+    notes = [budget.note] if budget.note else []
+    if not seconds:
+        notes.append("no time/* metrics: wall-clock n/a")
+    score = run.series.get(SCORE)
+    lo, hi = run.series.get(SCORE + "_lo"), run.series.get(SCORE + "_hi")
+    bounds = {s: (a, b) for s, a, b in zip(lo.steps, lo.values, hi.values)} if lo and hi and lo.steps == hi.steps else {}
+    curve = tuple(
+        Point(step, value, budget.at(step), wall.get(step), *bounds.get(step, (None, None)))
+        for step, value in (zip(score.steps, score.values) if score else ())
+    )  # fmt: skip
+    if not curve:
+        notes.append("no in-training eval/score rows (rl.eval.every = 0)")
+    final = run.eval_result
+    if final is None:
+        notes.append(f"no {EVAL_DIR}/{EVAL_RESULT}: run `cosmos-rl eval {run.path}` for the final intervals")
+    elif final.get("step") is not None and final["step"] != logged[-1]:
+        notes.append(f"{EVAL_DIR}/{EVAL_RESULT} scores checkpoint step {final['step']}, the run logged up to step {logged[-1]}")
+    figures = RunFigures(
+        name=name, path=run.path, algorithm=config.rl.algorithm, last_step=logged[-1], budget=budget, curve=curve,
+        wall_s=wall[logged[-1]], final=final, notes=tuple(notes),
+    )  # fmt: skip
+    return figures, config
+
+
+def _names(run_dirs: list[Path]) -> list[str]:
+    """Each run's label: its folder's name, or the path as given where two names clash."""
+    names = [Path(d).resolve().name for d in run_dirs]
+    return [n if names.count(n) == 1 else str(d) for n, d in zip(names, run_dirs)]
+
+
+def _same(what: str, key_of, runs: list, fix: str) -> None:
+    """Refuse (UserError) unless `key_of(run)` is one value over the runs it is not None for."""
+    known = [(run, key_of(run)) for run in runs]
+    known = [(run, key) for run, key in known if key is not None]
+    for run, key in known[1:]:
+        first, first_key = known[0]
+        if key != first_key:
+            differ = sorted(k for k in set(key) | set(first_key) if key.get(k) != first_key.get(k))
+            shown = "; ".join(f"{k}: {first_key.get(k)!r} in {first.name}, {key.get(k)!r} in {run.name}" for k in differ)
+            raise UserError(f"{what} differ ({shown}): the runs are not compared on one footing; {fix}")
+
+
+def compare(
+    run_dirs: list[Path], *, base_score: float | None = None, base_eval: Path | None = None, margin: float = DEFAULT_MARGIN
+) -> dict:
+    """The comparison as one JSON-able object (docs/eval.md, "Comparing runs"); refuses mismatches.
+    The base's in-training-comparable score is `base_score` (taken as given) or read, checked, from
+    the eval.json `base_eval`; with neither there is no 'first step to base + margin'."""
+    if not run_dirs:
+        raise UserError("RUN_DIR: pass at least one run directory")
+    resolved = [Path(d).resolve() for d in run_dirs]
+    for i, path in enumerate(resolved):
+        if path in resolved[:i]:
+            raise UserError(f"RUN_DIR {run_dirs[i]}: given twice; pass each run directory once")
+    if base_score is not None and base_eval is not None:
+        raise UserError("--base-score and --base-eval: pass one (a number you vouch for, or the base's eval.json, which is checked)")
+    if base_score is not None and not math.isfinite(base_score):
+        raise UserError(f"--base-score: must be a finite number (got {base_score})")
+    if not math.isfinite(margin):
+        raise UserError(f"--margin: must be a finite number (got {margin})")
+    pairs = [read_run(Path(d), n) for d, n in zip(run_dirs, _names(run_dirs))]
+    runs = [figures for figures, _ in pairs]
+    configs = {figures.name: config for figures, config in pairs}
+    _same("the bases (model, rl.init_from, media)", lambda r: base_of(configs[r.name]), runs,
+          "compare runs that post-train the same base")  # fmt: skip
+    _same("the in-training held-out evaluations ([rl.eval] and its sampler)", lambda r: held_out_of(configs[r.name]) if r.curve else None,
+          runs, "train the runs with the same rl.eval.* (prompts, per_task, seeds, reward, sample_steps, guidance)")  # fmt: skip
+    _same(f"the {EVAL_RESULT} settings", lambda r: final_settings(r.final) if r.final else None, runs,
+          "run `cosmos-rl eval` on every run with the same --prompts, --per-task, --seeds, --reward, --sample-steps and --guidance")  # fmt: skip
+    _same(f"the base's scores in {EVAL_RESULT}", lambda r: _base_scores(r.final) if r.final else None, runs,
+          "on identical settings one base scores alike: the runs have different bases, or an eval.json is stale (run `cosmos-rl eval` again)")  # fmt: skip
+    held_out = next((held_out_of(configs[r.name]) for r in runs if r.curve), None)
+    base = base_of(configs[runs[0].name])
+    if base_eval is not None:
+        base_score = base_from_eval(base_eval, held_out, base)
+    threshold = None if base_score is None else base_score + margin
+    final = next((r.final for r in runs if r.final), None)
+    return {
+        "base": base,
+        "held_out": held_out,
+        "final_settings": final_settings(final) if final else None,
+        "final_base": _base_scores(final) if final else None,
+        "base_score": base_score, "base_score_from": str(base_eval) if base_eval is not None else ("--base-score" if base_score is not None else None),
+        "margin": margin, "threshold": threshold,
+        "runs": [_run_json(r, threshold) for r in runs],
+    }  # fmt: skip
+
+
+def _base_scores(result: dict) -> dict:
+    return {"score": result.get("base_score"), "tasks": result.get("base_tasks"), "score_partial": result.get("base_score_partial")}
+
+
+def _run_json(run: RunFigures, threshold: float | None) -> dict:
+    reached = first_reach(run.curve, threshold) if threshold is not None else None
+    final = run.final
+    return {
+        "name": run.name, "path": str(run.path), "algorithm": run.algorithm, "last_step": run.last_step,
+        "images": {"per_step": run.budget.per_step, "kind": run.budget.kind, "before_step_1": run.budget.before,
+                   "at_last_step": run.budget.at(run.last_step)},
+        "wall_s": run.wall_s,
+        "curve": [attrs.asdict(p) for p in run.curve],
+        "last_eval": attrs.asdict(run.curve[-1]) if run.curve else None,
+        "best_eval": attrs.asdict(max(run.curve, key=lambda p: p.score)) if run.curve else None,
+        "first_reach": (attrs.asdict(reached) if reached else None) if threshold is not None else None,
+        "final": None if final is None else _final_json(final),
+        "notes": list(run.notes),
+    }  # fmt: skip
+
+
+def _final_json(result: dict) -> dict:
+    """A run's eval.json in the comparison: the overall and per-task score and paired change, each
+    with its interval where the file has them (None where it predates them)."""
+
+    def entry(prefix_key: str, interval_key: str, task: str | None) -> dict:
+        def pick(key: str):
+            value = result.get(key)
+            return value.get(task) if task is not None and isinstance(value, dict) else (value if task is None else None)
+
+        return {"value": pick(prefix_key), "interval": pick(interval_key)}
+
+    tasks = list(result.get("tasks") or {})
+    return {
+        "step": result.get("step"),
+        "score": entry("score", "score_interval", None), "change": entry("diff_score", "diff_score_interval", None),
+        "base": result.get("base_score"),
+        "tasks": {t: {"score": entry("tasks", "tasks_interval", t), "change": entry("diff_tasks", "diff_tasks_interval", t),
+                      "base": (result.get("base_tasks") or {}).get(t)} for t in tasks},
+    }  # fmt: skip
+
+
+# -------------------------------------------------------------------------------------- output
+def write(result: dict, out_dir: Path) -> tuple[Path, Path]:
+    """compare.json and compare.png in `out_dir` (created)."""
+    out_dir = Path(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / JSON_FILE).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"--out {out_dir}: cannot write the comparison there ({exc.strerror}); pass a writable folder") from None
+    figure = out_dir / FIGURE_FILE
+    plot(result, figure)
+    return out_dir / JSON_FILE, figure
+
+
+def plot(result: dict, path: Path) -> None:
+    """Four panels: eval/score against steps, images and wall-clock (one line and interval band per
+    run; the base and base + margin as lines when --base-score is given), and the final paired
+    change per task with its 95% interval (from eval.json)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from cosmos_rl.report import draw_series
+
+    fig = Figure(figsize=FIG_SIZE_IN, dpi=FIG_DPI)
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(2, 2)
+    for ax, (x, label) in zip(axes.flat, [("step", "optimizer step"), ("images", "images (generated or seen)"), ("wall_s", "wall-clock s (time/*)")]):
+        members = []
+        for run in result["runs"]:
+            points = [p for p in run["curve"] if p[x] is not None]
+            if not points:
+                continue
+            xs = tuple(p[x] for p in points)
+            members.append(Series(run["name"], xs, tuple(p["score"] for p in points)))
+            if all(p["lo"] is not None for p in points):
+                members.append(Series(run["name"] + "_lo", xs, tuple(p["lo"] for p in points)))
+                members.append(Series(run["name"] + "_hi", xs, tuple(p["hi"] for p in points)))
+        if result["base_score"] is not None:
+            ax.axhline(result["base_score"], color="grey", linewidth=1, label="base")
+            ax.axhline(result["threshold"], color="grey", linewidth=1, linestyle="--", label=f"base + {result['margin']:g}")
+        if members:
+            draw_series(ax, members)
+        else:
+            ax.text(0.5, 0.5, "no run has this axis", ha="center", va="center", transform=ax.transAxes)
+        ax.set_xlabel(label)
+        ax.set_ylabel(SCORE)
+    _plot_changes(axes[1, 1], result)
+    fig.tight_layout()
+    fig.savefig(path, dpi=FIG_DPI)
+
+
+def _plot_changes(ax, result: dict) -> None:
+    finals = [(run["name"], run["final"]) for run in result["runs"] if run["final"]]
+    ax.set_title("final change vs base (eval.json, paired, 95%)", fontsize=9)
+    if not finals:
+        ax.text(0.5, 0.5, "no eval.json", ha="center", va="center", transform=ax.transAxes)
+        return
+    labels = ["overall", *finals[0][1]["tasks"]]
+    width = 0.8 / len(finals)
+    for i, (name, final) in enumerate(finals):
+        changes = [final["change"], *(final["tasks"][t]["change"] for t in labels[1:])]
+        xs = [k + (i - (len(finals) - 1) / 2) * width for k in range(len(labels))]
+        values = [c["value"] if c["value"] is not None else math.nan for c in changes]
+        # A zero-width interval (a task of one prompt) can sit a rounding error past its value: clamp at 0.
+        errors = [[max(0.0, v - c["interval"][0]) if c["interval"] else 0 for v, c in zip(values, changes)],
+                  [max(0.0, c["interval"][1] - v) if c["interval"] else 0 for v, c in zip(values, changes)]]  # fmt: skip
+        ax.bar(xs, values, width, yerr=errors, capsize=2, label=name)
+    ax.axhline(0, color="grey", linewidth=1)
+    ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=7)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+
+
+def _number(value, digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _count(value) -> str:
+    return "n/a" if value is None else f"{value:,}"
+
+
+def _seconds(value) -> str:
+    return "n/a" if value is None else f"{value:.0f} s"
+
+
+def render(console, result: dict, files: tuple[Path, Path] | None = None) -> None:
+    """The comparison as rich tables (outside text escaped): the curves' figures per run, then the
+    final paired changes per task."""
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
+    from cosmos_rl.evaluation.intervals import cell
+
+    threshold = result["threshold"]
+    # One column per run, one row per figure: a handful of runs fit 80 columns.
+    table = Table(title="compare: in-training held-out eval/score", title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("")
+    for run in result["runs"]:
+        table.add_column(escape(run["name"]), justify="right")
+    reach = f"first >= {threshold:.3f} (base + {result['margin']:g})" if threshold is not None else None
+    rows: dict[str, list[str]] = {}
+    for run in result["runs"]:
+        images, last, best, hit = run["images"], run["last_eval"], run["best_eval"], run["first_reach"]
+        figures = {
+            "algorithm": escape(run["algorithm"]),
+            "images a step": "n/a" if images["per_step"] is None else f"{images['per_step']:,} {images['kind']}",
+            "images before step 1": _count(images["before_step_1"]),
+            "steps": str(run["last_step"]),
+            "images": _count(images["at_last_step"]),
+            "wall-clock (time/*)": _seconds(run["wall_s"]),
+            "last eval/score": f"{_number(last['score'])} @ {last['step']}" if last else "n/a",
+            "best eval/score": f"{_number(best['score'])} @ {best['step']}" if best else "n/a",
+        }  # fmt: skip
+        if reach is not None:
+            missing = "not reached" if run["curve"] else "n/a"
+            figures[reach + ": step"] = str(hit["step"]) if hit else missing
+            figures["  images then"] = _count(hit["images"]) if hit else missing
+            figures["  wall-clock then"] = _seconds(hit["wall_s"]) if hit else missing
+        for key, value in figures.items():
+            rows.setdefault(key, []).append(value)
+    for key, values in rows.items():
+        table.add_row(key, *values)
+    console.print(table)
+    finals = [run for run in result["runs"] if run["final"]]
+    if finals:
+        tasks = list(finals[0]["final"]["tasks"])
+        base = result["final_base"] or {}
+        final = Table(title="compare: final change vs the common base (eval.json; paired, 95% interval over prompts)",
+                      title_justify="left", box=box.SIMPLE_HEAD)  # fmt: skip
+        final.add_column("task")
+        final.add_column("base", justify="right")
+        for run in finals:
+            final.add_column(f"{escape(run['name'])} (step {run['final']['step']})", justify="right")
+        for task in [*tasks, None]:
+            label = "[bold]overall[/]" if task is None else escape(task)
+            base_value = base.get("score") if task is None else (base.get("tasks") or {}).get(task)
+            cells = []
+            for run in finals:
+                change = run["final"]["change"] if task is None else run["final"]["tasks"][task]["change"]
+                cells.append(cell(change["value"], change["interval"], signed=True))
+            if task is None:
+                final.add_section()
+            final.add_row(label, _number(base_value), *cells)
+        scores = ["final score: " + ", ".join(f"{escape(r['name'])} {cell(r['final']['score']['value'], r['final']['score']['interval'])}" for r in finals)]
+        console.print(final)
+        console.print(scores[0], highlight=False)
+    for run in result["runs"]:
+        for note in run["notes"]:
+            console.print(f"note: {escape(run['name'])}: {escape(note)}", highlight=False)
+    if threshold is None:
+        console.print("first step to base + margin: pass --base-eval (the base's eval.json under the runs' [rl.eval]) or --base-score", highlight=False)
+    else:
+        console.print(f"base score {result['base_score']:.3f} (from {escape(result['base_score_from'])}), threshold {threshold:.3f}", highlight=False)
+    if files:
+        console.print(f"[bold green]wrote[/] {escape(str(files[0]))}, {escape(str(files[1]))}", highlight=False)
