@@ -509,7 +509,8 @@ def render(console, result: dict, files: tuple[Path, Path] | None = None) -> Non
         for note in run["notes"]:
             console.print(f"note: {escape(run['name'])}: {escape(note)}", highlight=False)
     if threshold is None:
-        console.print("first step to base + margin: pass --base-eval (the base's eval.json under the runs' [rl.eval]) or --base-score", highlight=False)
+        console.print("first step to base + margin: pass --base-eval (the base's eval.json under the runs' [rl.eval]) or --base-score",
+                      markup=False, highlight=False)  # fmt: skip
     else:
         console.print(f"base score {result['base_score']:.3f} (from {escape(result['base_score_from'])}), threshold {threshold:.3f}", highlight=False)
     if files:

@@ -297,3 +297,8 @@ def test_a_zero_width_interval_a_rounding_error_past_its_value_still_draws(tmp_p
     final["diff_tasks"]["counting"] = 0.1
     compare.write(compare.compare([nft_run(tmp_path, final=final)]), tmp_path / "out")
     assert (tmp_path / "out" / "compare.png").is_file()
+
+
+def test_a_run_name_with_brackets_prints_verbatim(tmp_path):
+    code, output = cli(nft_run(tmp_path, "exp[bold]a[x]"), "--out", tmp_path / "out")
+    assert code == 0 and "exp[bold]a[x]" in output and "the runs' [rl.eval])" in output
