@@ -19,7 +19,8 @@ Timings are medians over `--iters` after one warm-up (rollouts: best of `--repea
 torch.cuda.max_memory_allocated per phase on a GPU, the process's peak RSS on CPU (which never
 goes down, so the CPU ratio is left out; `bench/nft_bench.py --memory` measures it in fresh
 processes). MFU counts model FLOPs (bench/mfu.py) against the device's dense bf16 peak; null on CPU,
-where the run uses one torch thread.
+where the run uses one torch thread. `dtypes`: what the first forward received and computed in, and
+the dtypes of the reduced gradients, AdamW moments and master weights after the first phase.
 """
 
 from __future__ import annotations
@@ -92,6 +93,39 @@ class Flops:
             params_per_token=self.params, tokens=sum(text_lens) + sum(vision), layers=self.layers,
             attn_width=self.width, attention_pairs=mfu.cosmos3_attention_pairs(text_lens, vision),
         )  # fmt: skip
+
+
+class DtypeWatch:
+    """What the transformer's forwards receive (the pipeline's integer timesteps and float32 mRoPE
+    positions: never the compute dtype) and compute in (a decoder layer's gathered weights: bf16
+    under mixed precision), and, at `report`, what training keeps (reduced gradients, AdamW moments,
+    master weights: float32). docs/scale.md, "Precision", says what is cast where."""
+
+    def __init__(self, transformer: torch.nn.Module):
+        self.seen: dict[str, str] = {}
+        self.hooks = [
+            transformer.register_forward_pre_hook(self._root, with_kwargs=True),
+            transformer.layers[0].register_forward_pre_hook(self._layer),
+        ]
+
+    def _root(self, module, args, kwargs) -> None:
+        self.seen.setdefault("timesteps", str(kwargs["vision_timesteps"].dtype))
+        self.seen.setdefault("positions", str(kwargs["position_ids"].dtype))
+
+    def _layer(self, module, args) -> None:
+        self.seen.setdefault("layer_weights", str(next(module.parameters()).dtype))
+
+    def report(self, params: list, optimizer) -> dict:
+        for hook in self.hooks:
+            hook.remove()
+        local = lambda t: t.to_local() if hasattr(t, "to_local") else t  # noqa: E731  (a DTensor's shard)
+        moments = [local(s[k]) for s in optimizer.state.values() for k in ("exp_avg", "exp_avg_sq") if k in s]
+        return {
+            **self.seen,
+            "reduced_grads": sorted({str(local(p.grad).dtype) for p in params if p.grad is not None}),
+            "optimizer_state": sorted({str(m.dtype) for m in moments}),
+            "master_weights": sorted({str(p.dtype) for p in params}),
+        }
 
 
 def step_phase(clock, device, iters, run_step, flops: Flops, text_lens, peak_tflops) -> dict:
@@ -219,10 +253,12 @@ def run(args) -> dict:
             lora_rank=spec.lora_rank, image_size=spec.image, vision_tokens_per_image=flops.vision,
             text_tokens_mean=round(statistics.mean(nft.text_lens), 1),
         )  # fmt: skip
+        watch = DtypeWatch(policy.transformer)
         result["nft_policy_only"] = step_phase(
             clock, device, args.iters,
             lambda: steps.nft_step(policy, optimizer, nft, with_old=False, kl_beta=0.0), flops, nft.text_lens, peak_tflops,
         )  # fmt: skip
+        result["dtypes"] = watch.report(policy.trainable_parameters(), optimizer)
         del parts, policy, optimizer
         release(device)
 

@@ -37,12 +37,20 @@ def _bench_module(name: str):
 
 
 def test_tiny_cpu_run_reports_every_figure(tmp_path):
-    """The --model path: a diffusers folder's architecture and tokenizer, random weights."""
+    """The --model path: a diffusers folder's architecture and tokenizer, random weights; in bfloat16,
+    the GPU run's default (mixed precision runs on the CPU too, slowly)."""
     from cosmos_rl.models.build import build_preset, save_parts
 
     folder = save_parts(build_preset("tiny", seed=0), tmp_path / "model")
-    out = _run("--model", str(folder), "--iters", "1", "--repeats", "1")
+    out = _run("--model", str(folder), "--iters", "1", "--repeats", "1", "--dtype", "bfloat16")
     assert out["device"] == "cpu" and out["fsdp2"] is True and out["peak_bf16_tflops"] is None
+    assert out["dtype"] == "bfloat16"
+    # The pipeline's integer timesteps and float32 positions reach the forward; the layers compute in
+    # bf16; gradients, AdamW moments and master weights stay float32 (docs/scale.md, "Precision").
+    assert out["dtypes"] == {
+        "timesteps": "torch.int64", "positions": "torch.float32", "layer_weights": "torch.bfloat16",
+        "reduced_grads": ["torch.float32"], "optimizer_state": ["torch.float32"], "master_weights": ["torch.float32"],
+    }  # fmt: skip
     assert out["model"] == str(folder)
     config = out["model_config"]
     assert (config["hidden_size"], config["num_hidden_layers"], config["vision_tokens_per_image"]) == (64, 2, 16)

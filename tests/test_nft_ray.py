@@ -219,3 +219,24 @@ def test_eval_rows_of_the_actors_match_cosmos_rl_eval_of_the_finished_run(runs):
     assert result["base_score"] != result["score"]
     report = write_report(runs["straight"])
     assert (report.parent / "plots" / "eval.png").is_file() and "before_after.png" in report.read_text()
+
+
+def test_a_bfloat16_run_trains_on_four_actors(runs, tmp_path):
+    """The public manifests' model.dtype on the CPU (docs/scale.md, "Precision"): 2 steps of the
+    four-actor FSDP2 world in bf16 mixed precision over gloo, rollouts included."""
+    run = _train(tmp_path, "bf16", "rl.max_steps=2", "checkpoint.every=2", "rl.eval.every=0", 'model.dtype="bfloat16"')
+    rows = _rows(run)
+    assert [r["step"] for r in rows] == [1, 2]
+    for row in rows:
+        missing = [name for name in METRIC_NAMES if name not in row]
+        assert not missing, f"step {row['step']} lacks {missing}"
+        assert 0.0 <= row["train/reward_mean"] <= 1.0 and row["train/grad_norm"] > 0.0
+    assert rows[0]["train/kl_loss"] == 0.0 and rows[1]["train/kl_loss"] > 0.0  # the policy moved at step 1
+    # The fp32 run's step-1 rollouts start from the same weights and noise: bf16 sampling changes
+    # the images a little, and changes them at all (a silent fp32 run would score exactly the same).
+    fp32 = _rows(runs["straight"])[0]["train/reward_mean"]
+    assert rows[0]["train/reward_mean"] == pytest.approx(fp32, abs=0.02) and rows[0]["train/reward_mean"] != fp32
+    tensors = _checkpoint_tensors(run, 2, tmp_path)
+    saved = [k for k in tensors if k.startswith(("policy.", "old.", "optimizer."))]
+    assert any(k.startswith("old.") for k in saved) and any(k.startswith("optimizer.") for k in saved)
+    assert {tensors[k].dtype for k in saved} == {torch.float32}  # fp32 master weights and AdamW state

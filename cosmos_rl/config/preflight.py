@@ -63,10 +63,7 @@ def machine_problems(config: schema.RunConfig, visible_gpus: int) -> list[Proble
     here = g.backend == "local" or not (g.ray_address or os.environ.get("RAY_ADDRESS"))
     if here and g.device == "cuda" and visible_gpus < g.gpus_per_node:
         r.error("grid.device", f"\"cuda\" with grid.gpus_per_node = {g.gpus_per_node}, but this machine has {visible_gpus} visible CUDA GPU(s)", "cuda",
-                'run on a machine with the GPUs (check CUDA_VISIBLE_DEVICES and nvidia-smi), or, to try it on a CPU, set grid.device = "cpu" and model.dtype = "float32"')
-    if here and g.device == "auto" and visible_gpus == 0 and config.model.dtype == "bfloat16":
-        r.error("model.dtype", "bfloat16 needs a GPU, and grid.device = \"auto\" resolves to the CPU on this machine (no CUDA GPU)", "bfloat16",
-                'set model.dtype = "float32", or run on a GPU machine')
+                'run on a machine with the GPUs (check CUDA_VISIBLE_DEVICES and nvidia-smi), or, to try it on a CPU, set grid.device = "cpu" (model.dtype = "float32" is faster there)')
     return r.problems
 
 
@@ -89,8 +86,6 @@ def _common(c: schema.RunConfig, r: Rules) -> None:
         r.positive("model.lora.alpha", c.model.lora.alpha)
     _media_size(c.model, r)
     frame_rules(c.model, r)
-    if c.model.dtype == "bfloat16" and c.grid.device == "cpu":
-        r.error("model.dtype", "bfloat16 mixed precision needs a GPU; CPU runs train in float32", "bfloat16", 'set model.dtype = "float32" or grid.device = "cuda"')
     r.at_least("model.config.parallelism.data_parallel_shard_degree", c.model.config.parallelism.data_parallel_shard_degree, 1)
     r.at_least("grid.nodes", c.grid.nodes, 1)
     r.at_least("grid.gpus_per_node", c.grid.gpus_per_node, 1)

@@ -68,7 +68,7 @@ class ModelConfig:
         None, "Built-in model instead of `path` (no default: a manifest names its model): `tiny` (random weights from job.seed, CPU-sized) or `shapes` (the shipped base pretrained on the shapes world, docs/sft.md)."
     )
     dtype: Literal["float32", "bfloat16"] = knob(
-        "float32", "Parameter compute dtype: bfloat16 enables FSDP2 mixed precision (GPU); float32 on CPU."
+        "float32", "Compute dtype of the trainers' sharded transformer: `bfloat16` is FSDP2 mixed precision (bf16 weights and activations in the forward; float32 master weights, gradients, optimizer state, timesteps and positions: docs/scale.md, \"Precision\"). Runs on CPU too, but slower there than `float32`."
     )
     height: Optional[int] = knob(
         None, "Image height in pixels for training and sampling (multiple of 16); with `width`, instead of `image_size`. Unset: `image_size`."

@@ -243,7 +243,7 @@ class ActorGroup:
             raise UserError(
                 f'grid.device: "cuda" puts each of the {self.size} ranks on its own GPU, but the Ray cluster has '
                 f"{total['GPU']:g} GPU(s); run where the GPUs are (or join that cluster with grid.ray_address), "
-                'or set grid.device = "cpu" with model.dtype = "float32"'
+                'or set grid.device = "cpu" (model.dtype = "float32" is faster there)'
             )
         if short:
             raise UserError(

@@ -69,8 +69,18 @@ def set_active(transformer: torch.nn.Module, name: str) -> None:
 
 @contextmanager
 def adapters_disabled(transformer: torch.nn.Module) -> Iterator[None]:
-    """Run the base model (the frozen reference) inside the block; the active adapter comes back after."""
+    """Run the base model (the frozen reference) inside the block; the active adapter comes back after.
+
+    peft's disable_adapters also clears requires_grad on every adapter; the flags are put back at
+    once (a disabled adapter takes no part in the forward, so they change nothing inside). FSDP2
+    fixes a layer's gradient dtypes at its first forward from the trainable parameters it sees:
+    seeing none (DPO's first forward is the reference's), it would reduce bf16 gradients in bf16
+    and fail to store them on the fp32 master weights.
+    """
+    trainable = [(p, p.requires_grad) for _, layer in _lora_layers(transformer) for p in layer.parameters()]
     transformer.disable_adapters()
+    for param, flag in trainable:
+        param.requires_grad_(flag)
     try:
         yield
     finally:
