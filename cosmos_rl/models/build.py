@@ -5,7 +5,8 @@ smoke runs; `shapes`: the pretrained shapes-world base shipped in the package, s
 `shapes/preset.py`) or a local diffusers-style folder with `transformer/`, `vae/`, `tokenizer/` (or
 `text_tokenizer/`), `scheduler/` subfolders, e.g. a Cosmos3-Nano pipeline folder. A folder's
 model is built for text-to-image: without the sound and action heads its transformer config may
-enable. Nothing is ever fetched from a hub.
+enable. Nothing is ever fetched from a hub, and nothing a folder's configs ask for is allocated
+before `models.folder_check` has matched them against the folder's weights.
 
 A model also names its prompt template (`models/text.py`): `chat` (the pipeline's, and what a
 folder without `cosmos_rl.json` uses) or `minimal`. `save_parts` writes it to
@@ -25,10 +26,10 @@ import torch
 from diffusers import AutoencoderKLWan, Cosmos3OmniTransformer, UniPCMultistepScheduler
 from transformers import PreTrainedTokenizerFast
 
-from cosmos_rl.errors import UserError, library_text
-from cosmos_rl.models.architectures import TINY_TRANSFORMER, TINY_VAE
 from cosmos_rl.checkpoint.weight_files import FolderProblem, read_config
+from cosmos_rl.errors import UserError, library_text
 from cosmos_rl.models import folder_check
+from cosmos_rl.models.architectures import TINY_TRANSFORMER, TINY_VAE
 from cosmos_rl.models.layout import PIPELINE_INDEX, PRESET_FLOW_SHIFT, scheduler_problem
 from cosmos_rl.models.text import PROMPT_TEMPLATES
 from cosmos_rl.models.tokenizer import build_tiny_tokenizer
