@@ -223,6 +223,9 @@ CLIP_CASES = [
     ("bad JSON", lambda d: (d / "config.json").write_text("[1,"), r"config.json': config.json is not valid JSON"),
     ("huge crop", lambda d: _edit(d / "processor_config.json", "image_processor", crop_size={"height": 100000, "width": 100000}),
      r"processor_config.json': image processor crop_size is \{'height': 100000, 'width': 100000\}; the model takes 32x32"),
+    ("huge crop, older layout", lambda d: (d / "preprocessor_config.json").write_text(json.dumps(
+        {**json.loads((d / "processor_config.json").read_text())["image_processor"], "crop_size": 100000})),
+     r"preprocessor_config.json': image processor crop_size is 100000; the model takes 32x32"),
     ("huge resize", lambda d: _edit(d / "processor_config.json", "image_processor", size={"shortest_edge": 100000}),
      r"processor_config.json': image processor size is \{'shortest_edge': 100000\}, outside 1 to 128"),
     ("no crop, other size", lambda d: _edit(d / "processor_config.json", "image_processor", do_center_crop=False),

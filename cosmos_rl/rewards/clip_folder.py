@@ -98,15 +98,34 @@ def _sides(value, path: Path, key: str) -> list[int]:
     )
 
 
-def _check_processor(folder: Path, vision: dict) -> None:
-    found = [folder / name for name in PROCESSOR_FILES if (folder / name).is_file()]
+def _image_processor_configs(folder: Path) -> list[tuple[Path, dict]]:
+    """Every image processor config the folder holds: `processor_config.json`'s `image_processor`
+    (what transformers 5 writes) and a whole `preprocessor_config.json` (older saves); both are
+    judged when both are there, whichever the library ends up reading."""
+    found = []
+    for name in PROCESSOR_FILES:
+        path = folder / name
+        if not path.is_file():
+            continue
+        data = read_config(path, name)
+        if name == "processor_config.json":
+            if "image_processor" not in data:
+                continue  # an older processor_config.json names the classes only
+            data = data["image_processor"]
+        if not isinstance(data, dict):
+            raise FolderProblem(f"{shown(path)}: image_processor is not a JSON object; save the CLIPProcessor with save_pretrained")
+        found.append((path, data))
     if not found:
-        raise FolderProblem(f"{shown(folder)}: no {' or '.join(PROCESSOR_FILES)}; save the CLIPProcessor with save_pretrained")
-    path = found[0]
-    data = read_config(path, path.name)
-    processor = data.get("image_processor", data) if path.name == PROCESSOR_FILES[0] else data
-    if not isinstance(processor, dict):
-        raise FolderProblem(f"{shown(path)}: image_processor is not a JSON object; save the CLIPProcessor with save_pretrained")
+        raise FolderProblem(f"{shown(folder)}: no image processor config ({' or '.join(PROCESSOR_FILES)}); save the CLIPProcessor with save_pretrained")
+    return found
+
+
+def _check_processor(folder: Path, vision: dict) -> None:
+    for path, processor in _image_processor_configs(folder):
+        _check_image_processor(path, processor, vision)
+
+
+def _check_image_processor(path: Path, processor: dict, vision: dict) -> None:
     side = vision.get("image_size", 224)
     crop = processor.get("do_center_crop", True)
     fix = f"the model takes {side}x{side} images (vision_config.image_size); use the processor saved with it"
