@@ -30,3 +30,17 @@ def exit_code_for(exc: BaseException) -> int:
     if isinstance(exc, UserError):
         return EXIT_USAGE
     return EXIT_FAILED
+
+
+def library_text(exc: BaseException, limit: int = 200) -> str:
+    """A library's error message as one printable line for a UserError: terminal colour codes
+    (torch puts ANSI bold into its unpickler errors) dropped, other control characters escaped,
+    whitespace collapsed, at most `limit` characters; the exception's type when it says nothing."""
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]", "", str(exc))
+    text = " ".join(text.split())
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return text or type(exc).__name__

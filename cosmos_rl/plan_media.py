@@ -20,7 +20,8 @@ from pathlib import Path
 
 from cosmos_rl.config import schema
 from cosmos_rl.models.architectures import PRESET_ARCHITECTURES
-from cosmos_rl.models.layout import read_json
+from cosmos_rl.checkpoint.weight_files import config_problem, read_config
+from cosmos_rl.models.folder_check import TRANSFORMER_BOUNDS, VAE_BOUNDS
 from cosmos_rl.models.media import MediaSpec, latent_shape
 
 HIDDEN_VECTORS_PER_LAYER = 12
@@ -34,12 +35,14 @@ def _architecture(config: schema.RunConfig, base_dir: Path) -> tuple[dict, dict]
         return PRESET_ARCHITECTURES.get(model.preset)
     folder = Path(model.path) if Path(model.path).is_absolute() else base_dir / model.path
     try:
-        return (
-            read_json(folder / "transformer" / "config.json", "transformer/config.json"),
-            read_json(folder / "vae" / "config.json", "vae/config.json"),
-        )
+        transformer = read_config(folder / "transformer" / "config.json", "transformer/config.json")
+        vae = read_config(folder / "vae" / "config.json", "vae/config.json")
     except ValueError:
         return None
+    # A config out of bounds has no costs to show: loading the folder refuses it, naming the key.
+    if config_problem(transformer, TRANSFORMER_BOUNDS, folder) or config_problem(vae, VAE_BOUNDS, folder):
+        return None
+    return transformer, vae
 
 
 def activation_bytes(tokens: int, transformer: dict, dtype: str, checkpointing: bool) -> int:

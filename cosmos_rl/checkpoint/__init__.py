@@ -12,6 +12,9 @@ Modules, one concern each:
 * ``dcp_io``: reading DCP folders without running code (the ``.metadata`` index, byte entries).
 * ``collective``: the few collectives a save or load needs.
 * ``loading``: the templates DCP reads a step into, checked against its index.
+* ``weight_files``: what every loader of a model folder checks before building anything: bounded
+  configs, safetensors headers read alone, an index's files inside its folder, the config's meta
+  build against the weights. Torch-free.
 * ``manager``: ``CheckpointManager``: save, commit, prune, load and ``resume_latest``.
 
 Importing this package, or ``cosmos_rl.checkpoint.layout``, does not import torch: the names

@@ -20,7 +20,6 @@ user wrote it (the ``s3://`` URL, not the cache folder).
 from __future__ import annotations
 
 import fnmatch
-import json
 import os
 from pathlib import Path
 from typing import Iterable
@@ -35,6 +34,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from cosmos_rl.checkpoint import load_dcp, read_dcp_metadata
+from cosmos_rl.checkpoint.weight_files import FolderProblem, folder_weight_shapes
 from cosmos_rl.errors import UserError
 from cosmos_rl.models.layout import S3_SCHEME, base_format
 from cosmos_rl.models.s3_cache import INIT_FROM, pull_once
@@ -80,16 +80,6 @@ def resolve_init_from(value: str, cache_dir: Path, *, endpoint_url: str | None =
 # --------------------------------------------------------------------------- reading
 
 
-def _safetensors_files(folder: Path, setting: str, shown: str) -> list[Path]:
-    indexes = sorted(folder.glob("*.safetensors.index.json"))
-    if len(indexes) > 1:
-        raise UserError(f"{setting}: {shown} has several shard indexes {[p.name for p in indexes]}; keep one")
-    if indexes:
-        weight_map = json.loads(indexes[0].read_text())["weight_map"]
-        return [folder / name for name in sorted(set(weight_map.values()))]
-    return sorted(folder.glob("*.safetensors"))
-
-
 class _BaseCheckpoint:
     """Key -> shape of a base checkpoint, and reading a chosen subset of its tensors."""
 
@@ -101,16 +91,13 @@ class _BaseCheckpoint:
         self.shapes: dict[str, tuple[int, ...] | None] = {}  # None: not a tensor
         self._file_of: dict[str, Path] = {}
         if self.kind == "safetensors":
-            for file in _safetensors_files(self.folder, setting, shown_as):
-                with safe_open(file, framework="pt") as f:
-                    for key in f.keys():
-                        if key in self._file_of:
-                            raise UserError(
-                                f"{setting}: key {key!r} is in both {self._file_of[key].name} and "
-                                f"{file.name} in {shown_as}; remove the duplicate files"
-                            )
-                        self._file_of[key] = file
-                        self.shapes[key] = tuple(f.get_slice(key).get_shape())
+            # Headers only, bounded, and an index's files resolved inside the folder: nothing is
+            # read or allocated for a tensor before the keys and shapes are judged below.
+            try:
+                shapes, self._file_of = folder_weight_shapes(self.folder)
+            except FolderProblem as exc:
+                raise UserError(f"{setting}: {shown_as}: {exc}") from None
+            self.shapes.update(shapes)
         else:
             self._metadata = read_dcp_metadata(self.folder).state_dict_metadata
             for key, md in self._metadata.items():

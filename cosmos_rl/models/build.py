@@ -5,7 +5,8 @@ smoke runs; `shapes`: the pretrained shapes-world base shipped in the package, s
 `shapes/preset.py`) or a local diffusers-style folder with `transformer/`, `vae/`, `tokenizer/` (or
 `text_tokenizer/`), `scheduler/` subfolders, e.g. a Cosmos3-Nano pipeline folder. A folder's
 model is built for text-to-image: without the sound and action heads its transformer config may
-enable. Nothing is ever fetched from a hub.
+enable. Nothing is ever fetched from a hub, and nothing a folder's configs ask for is allocated
+before `models.folder_check` has matched them against the folder's weights.
 
 A model also names its prompt template (`models/text.py`): `chat` (the pipeline's, and what a
 folder without `cosmos_rl.json` uses) or `minimal`. `save_parts` writes it to
@@ -25,9 +26,11 @@ import torch
 from diffusers import AutoencoderKLWan, Cosmos3OmniTransformer, UniPCMultistepScheduler
 from transformers import PreTrainedTokenizerFast
 
-from cosmos_rl.errors import UserError
+from cosmos_rl.checkpoint.weight_files import FolderProblem, read_config
+from cosmos_rl.errors import UserError, library_text
+from cosmos_rl.models import folder_check
 from cosmos_rl.models.architectures import TINY_TRANSFORMER, TINY_VAE
-from cosmos_rl.models.layout import PIPELINE_INDEX, PRESET_FLOW_SHIFT, read_json, scheduler_problem
+from cosmos_rl.models.layout import PIPELINE_INDEX, PRESET_FLOW_SHIFT, scheduler_problem
 from cosmos_rl.models.text import PROMPT_TEMPLATES
 from cosmos_rl.models.tokenizer import build_tiny_tokenizer
 
@@ -177,13 +180,6 @@ def _refuse_pickled_only(sub: Path) -> None:
         )
 
 
-def _load_safetensors_model(cls, folder: Path, component: str):
-    """A diffusers model from `<folder>/<component>/`, from safetensors weights only."""
-    sub = _component_folder(folder, component)
-    _refuse_pickled_only(sub)
-    return cls.from_pretrained(sub, local_files_only=True, use_safetensors=True)
-
-
 # Transformer config switch -> the glob of the head weights it adds (the public manifests' skip list).
 HEAD_SWITCHES = {"sound_gen": "audio_*", "action_gen": "action_*"}
 
@@ -206,9 +202,9 @@ def _pipeline_options(folder: Path) -> bool:
     if not index.is_file():
         return False
     try:
-        options = read_json(index, f"model.path: {index}")
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
+        options = read_config(index, PIPELINE_INDEX)
+    except FolderProblem as exc:
+        raise UserError(f"model.path: {exc}") from None
     if not options.get("default_use_system_prompt", True):
         raise UserError(
             f"model.path: {index} sets default_use_system_prompt = false; this release tokenizes prompts "
@@ -218,24 +214,29 @@ def _pipeline_options(folder: Path) -> bool:
     return bool(options.get("use_native_flow_schedule", False))
 
 
-def _load_scheduler(folder: Path, transformer_config) -> UniPCMultistepScheduler:
+def _scheduler_config(folder: Path, transformer_config: dict) -> dict:
     sub = _component_folder(folder, "scheduler")
+    path = sub / "scheduler_config.json"
     try:
-        config = read_json(sub / "scheduler_config.json", f"model.path: {sub / 'scheduler_config.json'}")
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
+        config = read_config(path, "scheduler_config.json")
+    except FolderProblem as exc:
+        raise UserError(f"model.path: {exc}") from None
     problem = scheduler_problem(config)
     if problem:
-        raise UserError(f"model.path: {sub / 'scheduler_config.json'} {problem}; Cosmos3 samples with flow UniPC")
-    scheduler = UniPCMultistepScheduler.from_config(config)
-    per_unit = 1.0 / transformer_config.timestep_scale
-    if abs(scheduler.config.num_train_timesteps - per_unit) > 1e-6:
-        raise UserError(
-            f"model.path: the scheduler's num_train_timesteps ({scheduler.config.num_train_timesteps}) is "
-            f"not 1 / the transformer's timestep_scale ({transformer_config.timestep_scale}), so the "
-            "pipeline's timesteps would not be flow times; fix one of the two configs"
-        )
-    return scheduler
+        raise UserError(f"model.path: {path} {problem}; Cosmos3 samples with flow UniPC")
+    folder_check.check_scheduler(path, config, transformer_config)
+    return config
+
+
+def _load_tokenizer(folder: Path, transformer_config: dict, transformer_folder: Path) -> PreTrainedTokenizerFast:
+    sub = _tokenizer_folder(folder)
+    folder_check.check_tokenizer_files(sub)
+    try:
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(sub, local_files_only=True)
+    except Exception as exc:  # the tokenizers library's refusal of the file, whatever its type
+        raise UserError(f"model.path: {str(sub)!r} is not a loadable tokenizer ({library_text(exc)}); save it again with save_pretrained") from None
+    folder_check.check_vocabulary(sub, len(tokenizer), transformer_config, transformer_folder)
+    return tokenizer
 
 
 def load_parts(
@@ -248,6 +249,10 @@ def load_parts(
     strictly: base keys the model does not build must match a `skip_keys` glob (None: the globs
     of the heads the folder's config declares; a run passes rl.init_keys_to_skip_loading). With
     `weights=False` the transformer keeps its random init, for a caller that loads a base next.
+
+    Every part is judged before any is built (`models.folder_check`): configs within bounds and
+    building exactly the tensors the weights' headers declare, so nothing a config asks for is
+    allocated unless the folder's files hold it.
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -258,19 +263,25 @@ def load_parts(
     native_flow_schedule = _pipeline_options(folder)
     sub = _component_folder(folder, "transformer")
     _refuse_pickled_only(sub)
-    config = Cosmos3OmniTransformer.load_config(sub, local_files_only=True)
+    config = folder_check.check_transformer(sub, t2i_transformer_config)
+    vae_folder = _component_folder(folder, "vae")
+    _refuse_pickled_only(vae_folder)
+    folder_check.check_vae(vae_folder)
+    tokenizer = _load_tokenizer(folder, config, sub)
+    scheduler_config = _scheduler_config(folder, config)
+    prompt_template = read_prompt_template(folder)
+
     transformer = Cosmos3OmniTransformer.from_config(t2i_transformer_config(config))
     if weights:
         from cosmos_rl.models.base_checkpoint import load_base_weights
 
         skip = declared_heads(config) if skip_keys is None else list(skip_keys)
         load_base_weights(transformer, sub, skip, shown_as=str(folder), setting="model.path")
-    vae = _load_safetensors_model(AutoencoderKLWan, folder, "vae")
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(_tokenizer_folder(folder), local_files_only=True)
-    scheduler = _load_scheduler(folder, transformer.config)
+    vae = AutoencoderKLWan.from_pretrained(vae_folder, local_files_only=True, use_safetensors=True)
+    scheduler = UniPCMultistepScheduler.from_config(scheduler_config)
     transformer.eval()
     vae.eval()
     return ModelParts(
         transformer=transformer, vae=vae, tokenizer=tokenizer, scheduler=scheduler,
-        native_flow_schedule=native_flow_schedule, prompt_template=read_prompt_template(folder),
+        native_flow_schedule=native_flow_schedule, prompt_template=prompt_template,
     )  # fmt: skip

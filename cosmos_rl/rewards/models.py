@@ -23,7 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from cosmos_rl.errors import UserError
+from cosmos_rl.checkpoint.weight_files import FolderProblem, read_safetensors_header
+from cosmos_rl.errors import UserError, library_text
+from cosmos_rl.rewards.clip_folder import check_clip_folder
 
 MODEL_KINDS = ("pickscore", "clipscore", "aesthetic")
 HEAD_FILE = "aesthetic_head.safetensors"
@@ -83,15 +85,16 @@ class ClipRewardModel:
             raise UserError(f"--model {kind}=...: unknown model reward {kind!r}; use one of {list(MODEL_KINDS)}")
         folder = Path(folder).expanduser().resolve()
         _check_folder(kind, folder)
+        # Config, weights' headers, processor and tokenizer judged before anything is allocated.
+        check_clip_folder(kind, folder)
         self.kind, self.folder = kind, folder
         self.device = _device(device)
         hf_logging.set_verbosity_error()  # no progress bars or backend notes in the service log
         try:
             self.model = CLIPModel.from_pretrained(folder, use_safetensors=True, local_files_only=True)
             self.processor = CLIPProcessor.from_pretrained(folder, local_files_only=True)
-        except (OSError, ValueError, KeyError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise UserError(f"--model {kind}={folder}: not a loadable CLIP checkpoint with its processor ({first})") from None
+        except Exception as exc:  # the library's refusal of a file the checks above let through
+            raise UserError(f"--model {kind}={folder}: not a loadable CLIP checkpoint with its processor ({library_text(exc)})") from None
         self.model.to(self.device).eval()
         self.max_text = int(self.model.config.text_config.max_position_embeddings)
         self.head = load_head(folder / HEAD_FILE, self.device) if kind == "aesthetic" else None
@@ -174,13 +177,17 @@ def head_layers(state: dict) -> list[tuple]:
 
 
 def load_head(path: Path, device) -> list[tuple]:
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     try:
+        read_safetensors_header(path)  # bounded, and every tensor inside the file, before any is read
         state = load_file(str(path), device=str(device))
         return [(w.float(), b.float()) for w, b in head_layers(state)]
-    except (ValueError, OSError, RuntimeError) as exc:
-        raise UserError(f"{path}: not an aesthetic head ({exc}); convert the published head with `cosmos-rl reward convert-head`") from None
+    except (FolderProblem, ValueError, OSError, RuntimeError, SafetensorError) as exc:
+        raise UserError(
+            f"{path}: not an aesthetic head ({library_text(exc)}); convert the published head with `cosmos-rl reward convert-head`"
+        ) from None
 
 
 def apply_head(layers: list[tuple], embeds):
@@ -190,30 +197,113 @@ def apply_head(layers: list[tuple], embeds):
     return x[:, 0]
 
 
+# A published aesthetic head is a few MB; a .pth this large is something else.
+MAX_HEAD_BYTES = 1 << 30
+
+
+def _check_source(source: Path) -> None:
+    if not source.exists():
+        raise UserError(f"{str(source)!r}: file not found; pass the head's .pth/.pt file")
+    if not source.is_file():
+        raise UserError(f"{str(source)!r}: not a regular file (a folder, device or pipe); pass the head's .pth/.pt file")
+    size = source.stat().st_size
+    if size > MAX_HEAD_BYTES:
+        raise UserError(f"{str(source)!r}: {size} bytes, over the {MAX_HEAD_BYTES}-byte cap for a head (published heads are a few MB); pass the head's .pth/.pt file")
+
+
+def _check_target(target: Path) -> None:
+    if target.is_dir():
+        raise UserError(f"{str(target)!r}: is a folder; give the file to write, e.g. {str(target / HEAD_FILE)!r}")
+    if target.exists() and not target.is_file():
+        raise UserError(f"{str(target)!r}: exists and is not a regular file; give a new .safetensors path")
+    if target.suffix != ".safetensors":
+        raise UserError(f"{str(target)!r}: does not end in .safetensors; name it e.g. {HEAD_FILE}")
+
+
+def _unpickler_reason(exc: BaseException) -> str:
+    """torch's reason in one line: the unpickler's own sentence (e.g. "Unsupported global: GLOBAL
+    print was not an allowed global by default."), without the advice around it to load with
+    weights_only=False or to allow the global, which would run the file's code."""
+    text = library_text(exc, limit=100_000)
+    found = re.search(r"WeightsUnpickler error: (.*?\.)(?: |$)", text)
+    return (found.group(1) if found else text)[:200]
+
+
+def _state_problem(state) -> str | None:
+    """Why `state` is not a plain state dict of dense tensors with values, or None."""
+    import torch
+
+    if not isinstance(state, dict):
+        return f"holds a {type(state).__name__}, not a state dict (tensor name -> tensor)"
+    if not state:
+        return "holds an empty state dict"
+    for key, value in state.items():
+        name = repr(key) if isinstance(key, str) else f"{key!r} (of type {type(key).__name__})"
+        if not isinstance(key, str):
+            return f"has key {name[:80]}; a state dict's keys are tensor names (strings)"
+        if not isinstance(value, torch.Tensor):
+            return f"has {name[:80]} holding a {type(value).__name__}, not a tensor"
+        if value.layout != torch.strided:
+            return f"has {name[:80]} as a {str(value.layout).removeprefix('torch.')} tensor; only dense tensors are heads"
+        if value.device.type == "meta":
+            return f"has {name[:80]} on the meta device (a shape without values)"
+        if value.is_quantized or value.is_complex():
+            return f"has {name[:80]} of dtype {str(value.dtype).removeprefix('torch.')}; a head holds real floats"
+    return None
+
+
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def convert_head(source: str | Path, target: str | Path) -> list[str]:
     """One-time: a pickled .pth/.pt head -> safetensors, reading with `weights_only=True` (no code runs).
 
-    Accepts a plain state dict, or one nested under `state_dict`. Returns the tensor names written.
+    Accepts a plain state dict, or one nested under `state_dict`. Tensors that share storage are
+    written as separate copies. The file is written under a temporary name beside `target` and
+    renamed when complete. Returns the tensor names written.
     """
+    import os
+    import tempfile
+
     import torch
     from safetensors.torch import save_file
 
     source, target = Path(source), Path(target)
-    if not source.is_file():
-        raise UserError(f"{source}: file not found; pass the head's .pth/.pt file")
+    _check_source(source)
+    _check_target(target)
     try:
         state = torch.load(source, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises UnpicklingError and friends for anything but plain tensors
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"{source}: not a weights-only checkpoint ({first}); it would need code to load, which is refused") from None
+        raise UserError(
+            f"{str(source)!r}: not a weights-only checkpoint ({_unpickler_reason(exc)}); it would need code to load, which is refused"
+        ) from None
     if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
         state = state["state_dict"]
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise UserError(f"{source}: expected a dict of tensors (a state dict), got {type(state).__name__}")
+    problem = _state_problem(state)
+    if problem:
+        raise UserError(f"{str(source)!r}: {problem}; pass the head's own state dict (layers.N.weight / .bias tensors)")
     try:
         head_layers(state)
     except ValueError as exc:
-        raise UserError(f"{source}: not an aesthetic head: {exc}") from None
-    target.parent.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in state.items()}, str(target))
+        raise UserError(f"{str(source)!r}: not an aesthetic head: {exc}") from None
+    # clone: safetensors refuses tensors sharing storage, and a view must not drag its whole storage along
+    plain = {k: v.detach().clone().contiguous() for k, v in state.items()}
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        handle, staging = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        os.close(handle)
+        try:
+            save_file(plain, staging)
+            os.chmod(staging, 0o666 & ~_umask())  # mkstemp's 0600, widened to what the user's umask gives
+            os.replace(staging, target)
+        finally:
+            if os.path.exists(staging):
+                os.unlink(staging)
+    except OSError as exc:
+        raise UserError(f"{str(target)!r}: cannot be written ({exc.strerror or library_text(exc)}); give a writable path") from None
     return sorted(state)
