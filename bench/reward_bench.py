@@ -6,9 +6,10 @@ so an older tree can be measured with the same client), then:
   - hostile cases, each on a fresh service so the peak memory (VmHWM) is that case's alone:
     a 12000x12000 PNG of zeros (about 445 KB) once and three times in one request; an
     unauthenticated 200 MiB body to a service with a token; 400 slow connections that send half a
-    request line; malformed fields; `--port 99999`.
+    request line; malformed fields; `--port 99999`; one connection trickling its headers a byte
+    every 0.5 s, to the plain service and to `--replicas 1` (Ray Serve): when each cuts it.
 
-    python bench/reward_bench.py [--pythonpath /path/to/checkout] [--quick]
+    python bench/reward_bench.py [--pythonpath /path/to/checkout] [--quick] [--only-trickle]
 
 Prints one JSON object. Every request goes to 127.0.0.1 and every loop is bounded.
 """
@@ -257,6 +258,40 @@ def case_slow_connections(pythonpath: str, count: int, hold_s: float) -> dict:
         service.stop()
 
 
+def case_header_trickle(pythonpath: str, hold_s: float, *extra: str) -> dict:
+    """One connection sending its request headers one byte every 0.5 s: when does the service cut
+    it? uvicorn (the plain service) at its header deadline; `--replicas` (Ray Serve's proxy, which
+    takes no header deadline) is reported as still open after `hold_s`."""
+    service = Service(pythonpath, *extra)
+    try:
+        headers = b"POST /score HTTP/1.1\r\nHost: x\r\n" + b"X-Slow: " + b"a" * 100_000
+        sock = socket.create_connection((service.host, service.port), timeout=5)
+        sock.setblocking(False)
+        began, sent, cut_at = time.monotonic(), 0, None
+        while time.monotonic() - began < hold_s:
+            try:
+                if sock.recv(4096) == b"":
+                    cut_at = time.monotonic() - began
+                    break
+            except BlockingIOError:
+                pass
+            except OSError:
+                cut_at = time.monotonic() - began
+                break
+            try:
+                sock.send(headers[sent:sent + 1])
+                sent += 1
+            except OSError:  # reset by the service
+                cut_at = time.monotonic() - began
+                break
+            time.sleep(0.5)
+        sock.close()
+        return {"host": "ray_serve" if extra else "uvicorn", "bytes_sent": sent, "hold_s": hold_s,
+                "cut_after_s": None if cut_at is None else round(cut_at, 1), "open_at_end": cut_at is None}  # fmt: skip
+    finally:
+        service.stop()
+
+
 def case_malformed(pythonpath: str) -> dict:
     service = Service(pythonpath)
     image = _png(np.zeros((8, 8, 3), np.uint8))
@@ -289,9 +324,17 @@ def main() -> None:
     parser.add_argument("--side", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=4, help="requests per concurrent client")
     parser.add_argument("--quick", action="store_true", help="fewer rounds and slow connections")
+    parser.add_argument("--trickle-s", type=float, default=130.0, help="how long the header trickle is kept up")
+    parser.add_argument("--only-trickle", action="store_true", help="only the header trickle, on both hosts")
     args = parser.parse_args()
     rounds = 2 if args.quick else args.rounds
     out: dict = {"pythonpath": args.pythonpath, "images_per_request": args.images_per_request, "side": args.side}
+    trickle = 30.0 if args.quick else args.trickle_s
+    if args.only_trickle:
+        out["header_trickle"] = [case_header_trickle(args.pythonpath, trickle),
+                                 case_header_trickle(args.pythonpath, trickle, "--replicas", "1")]  # fmt: skip
+        print(json.dumps(out, indent=2))
+        return
     service = Service(args.pythonpath)
     try:
         out["throughput"] = throughput(service, args.images_per_request, args.side, rounds)
@@ -303,6 +346,9 @@ def main() -> None:
     out["unauthenticated_200mib"] = case_unauthenticated_body(args.pythonpath)
     out["slow_connections"] = case_slow_connections(args.pythonpath, 100 if args.quick else 400, 8.0 if args.quick else 15.0)
     out["malformed"] = case_malformed(args.pythonpath)
+    # Plain uvicorn vs Ray Serve's proxy (docs/rewards.md, "Connection limits"): 10 s vs not cut.
+    out["header_trickle"] = [case_header_trickle(args.pythonpath, trickle),
+                             case_header_trickle(args.pythonpath, trickle, "--replicas", "1")]  # fmt: skip
     out["port_99999"] = case_bad_port(args.pythonpath)
     print(json.dumps(out, indent=2))
 

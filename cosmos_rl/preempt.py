@@ -1,7 +1,8 @@
-"""Stop cleanly when a scheduler asks: SIGTERM/SIGUSR1 finish the step, commit, exit 75.
+"""Stop cleanly when a scheduler asks: SIGTERM/SIGUSR1/SIGINT finish the step, commit, exit 75.
 
 A scheduler sends SIGTERM (or SIGUSR1 with `--signal=USR1@90` on Slurm) some time before it kills a
-job it will requeue. The first signal only sets a flag; the training loop calls
+job it will requeue; Ctrl-C in a terminal sends SIGINT to the whole foreground group, and is the
+same request (so the first Ctrl-C of a run loses nothing, a second one aborts). The first signal only sets a flag; the training loop calls
 ``StopFlag.should_stop()`` at the end of every step, which agrees across ranks (any rank signalled
 means every rank stops at the same step), and then commits a checkpoint and raises ``Preempted``.
 A second signal before the stop's checkpoint is committed means "now": the process aborts at once
@@ -17,7 +18,7 @@ import sys
 
 from cosmos_rl.errors import EXIT_FAILED
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
 
 class StopFlag:

@@ -58,3 +58,17 @@ def test_second_signal_after_the_commit_changes_nothing():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert result.returncode == 0 and "still running SIGTERM" in result.stdout
     assert "already committed" in result.stderr
+
+
+def test_ctrl_c_is_a_stop_signal_not_a_keyboard_interrupt():
+    """SIGINT (Ctrl-C, or a scheduler signalling the group) asks for the same clean stop, and the
+    handler it replaced (Python's KeyboardInterrupt) is back after uninstall."""
+    previous = signal.getsignal(signal.SIGINT)
+    flag = StopFlag().install()
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # a KeyboardInterrupt would have been raised here
+        assert flag.signalled == "SIGINT" and flag.should_stop() == "SIGINT"
+    finally:
+        flag.uninstall()
+    assert signal.getsignal(signal.SIGINT) is previous

@@ -65,4 +65,4 @@ def test_a_cluster_bound_off_loopback_is_refused(tmp_path):
     if is_loopback(expected):
         assert f"NODE {expected}" in out, out
     else:
-        assert f"REFUSED the local Ray cluster bound {expected}, not 127.0.0.1" in out, out
+        assert f"REFUSED the local Ray cluster would bind {expected}, not 127.0.0.1" in out, out

@@ -286,3 +286,46 @@ def test_info_lists_each_rewards_revision(shared):
     assert set(info) == {"name", "revision", "rewards", "revisions", "modalities", "uses_prompt"}
     assert info["revision"] == REVISION and info["revisions"]["brightness"] == "brightness:builtin-1"
     assert json.dumps(info)  # plain JSON
+
+
+@pytest.mark.parametrize("raw, text", [
+    (b'{"reward": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
+    (b'{"reward": "brightness", "prompts": ["a"], "images": [' + b"7" * 5000 + b"]}", "does not read"),
+], ids=["nested_100000", "integer_5000_digits"])  # fmt: skip
+def test_deeply_nested_json_and_a_5000_digit_integer_are_a_400_not_a_500(shared, raw, text):
+    """A 500 is retried by clients as a service fault; these are the client's own input."""
+    answer = requests.post(shared.url + "/score", data=raw, timeout=30)
+    assert answer.status_code == 400, answer.text[:300]
+    assert text in answer.json()["error"]
+    assert requests.get(shared.url + "/info", timeout=10).status_code == 200
+
+
+def test_error_texts_name_no_object_address_and_cut_a_huge_reward_name(shared):
+    not_png = {"reward": "brightness", "prompts": ["a"], "images": [b64encode(b"GIF89a....").decode()]}
+    error = requests.post(shared.url + "/score", json=not_png, timeout=10).json()["error"]
+    assert "images[0] is not a base64-encoded PNG" in error
+    assert " object at 0x" not in error and "BytesIO" not in error, error
+    huge = "\x1b[31m" + "r" * (8 << 20)  # 8 MB, led by a terminal escape
+    answer = requests.post(shared.url + "/score", json={"reward": huge, "prompts": ["a"], "images": ["x"]}, timeout=60)
+    assert answer.status_code == 400
+    error = answer.json()["error"]
+    assert len(error) < 400, len(error)
+    assert "\x1b" not in error and "\\x1b[31m" in error  # escaped, not passed to a terminal
+    assert f"({len(huge)} characters)" in error and "unknown reward" in error
+
+
+def test_a_trailing_slash_is_checked_for_the_token_and_never_redirected():
+    with RewardServer(revision=REVISION, token="s3cret") as server:
+        for method in ("POST", "GET"):
+            for path in ("/score/", "/info/"):
+                answer = requests.request(method, server.url + path, timeout=10, allow_redirects=False)
+                assert answer.status_code == 401, (method, path, answer.status_code)
+        good = {"Authorization": "Bearer s3cret"}
+        answer = requests.post(server.url + "/score/", headers=good, timeout=10, allow_redirects=False)
+        assert answer.status_code == 404 and "no such endpoint /score/" in answer.json()["error"]
+
+
+def test_the_uvicorn_service_reads_back_the_connection_limits_it_was_given():
+    with RewardServer(revision=REVISION, limits=Limits(header_timeout_s=2.5, body_timeout_s=7.0)) as server:
+        limits = server.connection_limits()
+    assert limits["header_timeout_s"] == 2.5 and limits["body_timeout_s"] == 7.0 and limits["keep_alive_s"] == 5.0

@@ -62,5 +62,20 @@ def test_two_replicas_serve_a_model_reward_and_a_weight_free_one(ray_cluster, tm
         with pytest.raises(Exception, match="bearer token"):
             RewardClient(url, "brightness", REVISION, 10, 0, 0.0).check_revision()
         client.close()
+        _assert_the_documented_connection_limits(service)
     finally:
         service.stop()
+
+
+def _assert_the_documented_connection_limits(ray_service: RayServeService) -> None:
+    """Both hosts read their connection limits back from the running server; docs/rewards.md's
+    table says the same: one keep-alive and one pair of app deadlines, and a header deadline only
+    under uvicorn (Ray Serve's proxy takes none), where Ray Serve bounds a request end to end."""
+    from cosmos_rl.rewards.server import RewardServer
+
+    with RewardServer(revision=REVISION) as uvicorn_service:
+        plain = uvicorn_service.connection_limits()
+    served = ray_service.connection_limits()
+    assert plain == {"header_timeout_s": 10.0, "keep_alive_s": 5.0, "request_timeout_s": None,
+                     "body_timeout_s": 30.0, "score_timeout_s": 300.0}  # fmt: skip
+    assert served == {**plain, "header_timeout_s": None, "request_timeout_s": 330.0}

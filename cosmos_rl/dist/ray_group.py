@@ -16,27 +16,19 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import tempfile
 import time
 from typing import Any
 
 from cosmos_rl.config import schema
 from cosmos_rl.dist.addresses import free_loopback_port, is_loopback
+from cosmos_rl.dist.ray_head import ACTOR_ENV, LOOPBACK_ENV, Head, local_ray_init_kwargs  # noqa: F401 (re-exported)
 from cosmos_rl.errors import Preempted, RunFailed, UserError
 
 # Seconds the placement group may take to become ready before we report needed vs available.
 PLACEMENT_TIMEOUT_S = 60.0
 # Added to the collective timeout for Ray's own overhead (actor start-up, imports, serialisation).
 CALL_SLACK_S = 120.0
-
-# Set before a local cluster starts: keep every Ray service on 127.0.0.1 (docs/topology.md, "Platform traps"), no token
-# files in the home directory, and no hub traffic from the actors.
-LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled"}
-# No GLOO_SOCKET_IFNAME here: pinning gloo to `lo` breaks a multi-host world. world.loopback_gloo pins it
-# in each rank only when the rendezvous address (rank 0's) is a loopback one.
-ACTOR_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-
 
 def master_address(picked: tuple[str, int], nodes: list[tuple[str, str]]) -> tuple[str, int]:
     """The process group's rendezvous address: rank 0's own node address once the ranks span nodes.
@@ -57,29 +49,13 @@ def _where(actor) -> tuple[str, str, int]:
     return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address(), os.getpid()
 
 
-def local_ray_init_kwargs(temp_dir: str, num_cpus: float | None = None) -> dict:
-    """ray.init arguments for a private single-host cluster (also used by the tests' fixture)."""
-    for key, value in LOOPBACK_ENV.items():
-        os.environ.setdefault(key, value)
-    kwargs = dict(
-        include_dashboard=False,
-        _temp_dir=temp_dir,
-        log_to_driver=True,
-        configure_logging=False,
-        runtime_env={"env_vars": dict(ACTOR_ENV)},
-    )
-    if num_cpus is not None:
-        kwargs["num_cpus"] = num_cpus
-    return kwargs
-
-
 class RayCluster:
     """Connection to a Ray cluster; shuts down only what it started itself."""
 
     def __init__(self, grid: schema.GridConfig):
         self.grid = grid
         self.started = False
-        self._temp_dir: str | None = None
+        self._head: Head | None = None
         if not self.address():
             # Ray reads these when it is imported: set before any `import ray` of this process, they
             # keep a local cluster's GCS, raylet and actors on 127.0.0.1 instead of the host's address.
@@ -102,17 +78,31 @@ class RayCluster:
             except (ConnectionError, RuntimeError) as exc:
                 raise RunFailed(f"cannot join the Ray cluster at {address!r}: {_first_line(exc)}") from None
             return
-        # A short path: Ray's unix sockets live under it and must stay below ~107 characters.
-        self._temp_dir = tempfile.mkdtemp(prefix="cosmos-rl-ray-")
-        ray.init(**local_ray_init_kwargs(self._temp_dir))
-        self.started = True
-        node_ip = ray.util.get_node_ip_address()
+        import ray.util
+
+        node_ip = ray.util.get_node_ip_address()  # what a local cluster of this process would bind
         if not is_loopback(node_ip):
-            self.shutdown()
             raise RunFailed(
-                f"the local Ray cluster bound {node_ip}, not 127.0.0.1: Ray was imported before "
+                f"the local Ray cluster would bind {node_ip}, not 127.0.0.1: Ray was imported before "
                 "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 was set; set it in the environment, or give grid.ray_address"
             )
+        # The head runs in a session of its own (dist/ray_head.py): a stop signal sent to this
+        # process's group leaves Ray's daemons running until the driver has committed, and the head
+        # cleans up (daemons, agents, its temp folder) once this process is gone, however it went.
+        # A short path: Ray's unix sockets live under it and must stay below ~107 characters.
+        self._head = Head(tempfile.mkdtemp(prefix="cosmos-rl-ray-"))
+        try:
+            ray.init(address=self._head.info["gcs_address"], configure_logging=False, log_to_driver=True,
+                     runtime_env={"env_vars": dict(ACTOR_ENV)})  # fmt: skip
+        except BaseException:
+            self.shutdown()
+            raise
+        self.started = True
+
+    def remove_on_exit(self, path: str) -> None:
+        """A run file the local cluster's head removes even if this process is SIGKILLed."""
+        if self._head is not None:
+            self._head.remove_on_exit(path)
 
     def shutdown(self) -> None:
         import ray
@@ -120,9 +110,9 @@ class RayCluster:
         if self.started and ray.is_initialized():
             ray.shutdown()
         self.started = False
-        if self._temp_dir:
-            shutil.rmtree(self._temp_dir, ignore_errors=True)
-            self._temp_dir = None
+        if self._head is not None:
+            self._head.stop()  # the cluster's processes and its temp folder
+            self._head = None
 
 
 def _first_line(exc: BaseException) -> str:
@@ -294,6 +284,7 @@ class ActorGroup:
         self.master_addr = address[0]
         if is_loopback(address[0]):  # setup_world then pins gloo to `lo` (world.loopback_gloo)
             self._store_file = store_file_for(address[1])
+            self.cluster.remove_on_exit(self._store_file)
         self.call_all("setup_world", address)
 
     # ----------------------------------------------------------------- placement record

@@ -37,7 +37,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from cosmos_rl.rewards.batching import Batcher, RewardError
-from cosmos_rl.rewards.limits import BadRequest, Fields, Limits, decode, decoded_bytes, open_images, parse_fields
+from cosmos_rl.rewards.limits import (
+    BadRequest, Fields, Limits, decode, decoded_bytes, library_said, open_images, parse_fields,
+)  # fmt: skip
 from cosmos_rl.rewards.registry import Reward
 
 log = logging.getLogger(__name__)
@@ -110,6 +112,9 @@ class RewardApp:
             routes=[Route("/info", self._info, methods=["GET"]), Route("/score", self._score, methods=["POST"])],
             exception_handlers={HTTPException: self._http_error},
         )
+        # No 307 from `/score/` to `/score`: a redirect would answer before the token check (and
+        # tell a client without the token which paths exist); every other path is a 404 after it.
+        self.asgi.router.redirect_slashes = False
 
     def info(self) -> dict:
         names = sorted(self.registry)
@@ -224,7 +229,11 @@ class RewardApp:
         try:
             request = json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise BadRequest(f"body is not JSON: {exc}") from None
+            raise BadRequest(f"body is not JSON: {library_said(exc)}") from None
+        except RecursionError:  # the parser's own bound on nesting: the client's input, not a bug
+            raise BadRequest("body is JSON nested too deeply; the /score body is an object of flat lists") from None
+        except ValueError as exc:  # e.g. an integer over Python's 4300-digit conversion limit
+            raise BadRequest(f"body holds a value this service does not read: {library_said(exc)}") from None
         modalities = {name: reward.modalities for name, reward in self.registry.items()}
         fields = parse_fields(request, modalities, self.limits)
         return fields, open_images(fields.encoded, self.limits, fields.label, "images" if fields.frames is None else "frames")

@@ -14,6 +14,7 @@ import base64
 import binascii
 import io
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 
 import attrs
@@ -62,6 +63,26 @@ class Limits:
                 raise ValueError(f"Limits.{field.name} must be a positive finite number, got {value!r}")
 
 
+def shown(value: object, limit: int = 80) -> str:
+    """A client's value in a message: escaped (ascii), cut to `limit` characters first, so an 8 MB
+    field is neither echoed whole nor escaped whole."""
+    if isinstance(value, str) and len(value) > limit:
+        return ascii(value[:limit]) + f"... ({len(value)} characters)"
+    text = ascii(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+_OBJECT_REPR = re.compile(r"<[\w.]+ object at 0x[0-9a-fA-F]+>")
+
+
+def library_said(exc: BaseException, limit: int = 200) -> str:
+    """A decoding library's message for a client: no object reprs (`<_io.BytesIO object at 0x..>`
+    says nothing to the client and leaks an address), escaped, cut short."""
+    text = _OBJECT_REPR.sub("the data", str(exc)) or type(exc).__name__
+    text = text.encode("ascii", "backslashreplace").decode("ascii")
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def _field_type(value) -> str:
     return "null" if value is None else type(value).__name__
 
@@ -97,7 +118,7 @@ def parse_fields(request: object, modalities: Mapping[str, Sequence[str]], limit
     if not isinstance(reward, str):
         raise BadRequest(f"reward must be a string naming one of {sorted(rewards)}, got {_field_type(reward)}")
     if reward not in rewards:
-        raise BadRequest(f"unknown reward {reward!r}; this service offers {sorted(rewards)}")
+        raise BadRequest(f"unknown reward {shown(reward)}; this service offers {sorted(rewards)}")
     if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
         raise BadRequest("prompts must be a list of strings")
     field, modality = ("clips", "video") if "clips" in request else ("images", "image")
@@ -167,9 +188,9 @@ def open_images(
             raw = base64.b64decode(item, validate=True)
             image = Image.open(io.BytesIO(raw), formats=["PNG"])  # reads the header only
         except (binascii.Error, ValueError, UnidentifiedImageError, OSError) as exc:
-            raise BadRequest(f"{label(i)} is not a base64-encoded PNG: {exc}") from None
+            raise BadRequest(f"{label(i)} is not a base64-encoded PNG: {library_said(exc)}") from None
         except Image.DecompressionBombError as exc:  # pragma: no cover - our limits are lower
-            raise BadRequest(f"{label(i)}: {exc}", 413) from None
+            raise BadRequest(f"{label(i)}: {library_said(exc)}", 413) from None
         width, height = image.size
         if max(width, height) > limits.max_side:
             raise BadRequest(f"{label(i)} is {width}x{height}, over the side limit of {limits.max_side}", 413)
@@ -177,7 +198,7 @@ def open_images(
             raise BadRequest(f"{label(i)} has {width * height} pixels, over the limit of {limits.max_pixels}", 413)
         if image.mode != "RGB":
             # Converting RGBA/L here would score something other than what the model made.
-            raise BadRequest(f"{label(i)} has mode {image.mode}; send RGB images")
+            raise BadRequest(f"{label(i)} has mode {shown(image.mode)}; send RGB images")
         total += width * height
         sizes.add((height, width))
         opened.append(image)
@@ -202,7 +223,7 @@ def decode(images: Sequence[Image.Image], label: Callable[[int], str] = _image_l
             image.load()
             out[i] = np.asarray(image, dtype=np.uint8)
         except (OSError, ValueError, SyntaxError) as exc:
-            raise BadRequest(f"{label(i)} does not decode: {exc}") from None
+            raise BadRequest(f"{label(i)} does not decode: {library_said(exc)}") from None
         finally:
             image.close()
     return out

@@ -6,9 +6,13 @@ hosts a replica). Ray Serve's proxy spreads requests over the replicas; a traini
 the proxy by URL like any service. The cluster is the one `RAY_ADDRESS` / `--ray-address` names,
 else a local one on 127.0.0.1, started the way training runs start theirs (`RayCluster`).
 
-What differs from the uvicorn service: the connection-level header deadline is the proxy's (Ray
-Serve's own uvicorn), and the body-size, pixel and token checks run in the replica once the proxy
-forwards the request.
+What differs from the uvicorn service: the connection-level limits are the proxy's (Ray Serve runs
+its own uvicorn and takes no protocol class), so there is NO header deadline under --replicas: a
+client trickling its headers holds its connection open (measured by bench/reward_bench.py). What
+can be set is: the idle keep-alive (the uvicorn service's KEEP_ALIVE_S) and an end-to-end request
+timeout from complete headers to the answer (the app's body and scoring deadlines added up). The
+body-size, pixel and token checks run in the replica once the proxy forwards the request.
+docs/rewards.md says what to put in front of the proxy when clients are not trusted.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import attrs
 
 from cosmos_rl.errors import UserError
 from cosmos_rl.rewards.limits import Limits
+from cosmos_rl.rewards.server import KEEP_ALIVE_S
 
 APP_NAME = "cosmos-rl-reward"
 START_TIMEOUT_S = 300.0
@@ -85,7 +90,10 @@ class RayServeService:
             name="reward", num_replicas=self.replicas,
             ray_actor_options={"num_cpus": self.cpus, "num_gpus": self.gpus},
         )(_deployment_class())  # fmt: skip
-        serve.start(http_options={"host": self.host, "port": self.port})
+        serve.start(http_options={
+            "host": self.host, "port": self.port, "keep_alive_timeout_s": KEEP_ALIVE_S,
+            "request_timeout_s": self.limits.body_timeout_s + self.limits.score_timeout_s,
+        })  # fmt: skip
         app = deployment.bind(self.models, self.revision, self.token, attrs.asdict(self.limits))
         try:
             serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
@@ -94,6 +102,21 @@ class RayServeService:
             self.stop()
             raise
         return self.url
+
+    def connection_limits(self) -> dict:
+        """The connection-level limits the running proxies hold, read back from Serve's controller
+        (the same keys as RewardServer.connection_limits)."""
+        import ray
+        from ray.serve.context import _get_global_client
+
+        options = ray.get(_get_global_client()._controller.get_http_config.remote())
+        return {
+            "header_timeout_s": None,  # Ray Serve's proxy has none (see the module's docstring)
+            "keep_alive_s": float(options.keep_alive_timeout_s),
+            "request_timeout_s": options.request_timeout_s,
+            "body_timeout_s": self.limits.body_timeout_s,
+            "score_timeout_s": self.limits.score_timeout_s,
+        }
 
     def _wait_running(self) -> None:
         import time
@@ -144,10 +167,13 @@ def serve_forever_ray(
     probe.close()
     service = RayServeService(host, port, revision, token, models, None, replicas, cpus_per_replica, gpus_per_replica, ray_address)
     stopped = threading.Event()
-    if threading.current_thread() is threading.main_thread():
+    on_main = threading.current_thread() is threading.main_thread()
+    if on_main:
         signal.signal(signal.SIGTERM, lambda *_: stopped.set())
     try:
         url = service.start()
+        if on_main:  # again: connecting to Ray put its own SIGTERM handler (abort, exit -6) in place
+            signal.signal(signal.SIGTERM, lambda *_: stopped.set())
         print(
             f"reward service listening on {url} (revision {revision}, {replicas} Ray Serve replica(s), "
             f"models {sorted(models) or 'none'}, token {'required' if token else 'not required'})",

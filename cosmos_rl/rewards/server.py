@@ -25,6 +25,8 @@ from cosmos_rl.rewards.registry import Reward, build_registry
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 30.0
+# Seconds an idle kept-alive connection stays open between requests (the same under Ray Serve).
+KEEP_ALIVE_S = 5
 # Open connections (and requests) one service holds at most; past it uvicorn answers 503.
 MAX_CONNECTIONS = 2048
 
@@ -34,6 +36,8 @@ def _protocol_class(header_timeout_s: float):
 
     class HeaderDeadline(H11Protocol):
         """Closes the connection when a request's headers are not complete within the deadline."""
+
+        deadline_s = header_timeout_s  # read back by RewardServer.connection_limits
 
         def connection_made(self, transport) -> None:  # noqa: ANN001 (asyncio's signature)
             super().connection_made(transport)
@@ -111,7 +115,7 @@ class RewardServer:
         self._app = self.app_class(self._registry, self.revision, self.token, self.limits, self._state)
         config = uvicorn.Config(
             self._app.asgi, http=_protocol_class(self.limits.header_timeout_s), loop="asyncio", lifespan="off",
-            log_level="warning", access_log=False, timeout_keep_alive=5, limit_concurrency=MAX_CONNECTIONS,
+            log_level="warning", access_log=False, timeout_keep_alive=KEEP_ALIVE_S, limit_concurrency=MAX_CONNECTIONS,
             backlog=MAX_CONNECTIONS, timeout_graceful_shutdown=1,
         )  # fmt: skip
         self._uvicorn = uvicorn.Server(config)
@@ -149,6 +153,18 @@ class RewardServer:
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
+
+    def connection_limits(self) -> dict:
+        """The connection-level limits the running server holds, read back from its uvicorn config
+        (the same keys as RayServeService.connection_limits; docs/rewards.md compares them)."""
+        config = self._uvicorn.config
+        return {
+            "header_timeout_s": float(config.http.deadline_s),
+            "keep_alive_s": float(config.timeout_keep_alive),
+            "request_timeout_s": None,  # the app's own deadlines: body_timeout_s, then score_timeout_s
+            "body_timeout_s": self.limits.body_timeout_s,
+            "score_timeout_s": self.limits.score_timeout_s,
+        }
 
     # -- counters --------------------------------------------------------------------------
     @property

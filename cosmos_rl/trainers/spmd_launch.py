@@ -1,7 +1,7 @@
 """Start a run under torchrun (DPO, SFT: any algorithm of launcher kind "ranks"): `start(config, run_dir, resume, console) -> exit code`.
 
 `grid.backend = "local"`: run `plan.torchrun_argv` (plus `--resume` on resume) as a child
-process, print the command first, forward SIGTERM/SIGINT/SIGUSR1 to it, and turn the workers'
+process, print the command first, forward SIGTERM/SIGINT/SIGUSR1 to it (as SIGTERM), and turn the workers'
 status files into the CLI's exit semantics (torchrun reports any worker failure as 1, so the
 reason and code each rank wrote to `<run_dir>/logs/rank<N>.status` decide: a UserError -> exit 2,
 preemption -> 75, anything else -> 1).
@@ -33,9 +33,12 @@ from cosmos_rl.config import schema
 from cosmos_rl.errors import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE, Preempted, RunFailed, UserError
 from cosmos_rl.trainers.spmd_worker import QUIET_WORKERS_ENV
 
-# SIGUSR1 (a scheduler's "about to preempt") becomes SIGTERM for torchrun, which forwards only
-# the signals it handles; its default action on SIGUSR1 would kill it and orphan the workers.
-_FORWARD = {signal.SIGTERM: signal.SIGTERM, signal.SIGINT: signal.SIGINT, signal.SIGUSR1: signal.SIGTERM}
+# Every stop signal reaches torchrun as SIGTERM. SIGUSR1 (a scheduler's "about to preempt"): torchrun
+# forwards only the signals it handles, and its default action on SIGUSR1 would kill it and orphan
+# the workers. SIGINT (Ctrl-C, or a scheduler signalling the group): the workers' flag takes it too,
+# but torchrun's own SIGINT handling is the less trodden path; one signal for every stop keeps the
+# ranks on the one tested path (docs/requeue.md).
+_FORWARD = {signal.SIGTERM: signal.SIGTERM, signal.SIGINT: signal.SIGTERM, signal.SIGUSR1: signal.SIGTERM}
 
 
 def worker_argv(config: schema.RunConfig, run_dir: Path, *, resume: bool) -> list[str]:
