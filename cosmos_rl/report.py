@@ -3,6 +3,11 @@
 Reads only the run directory's files (`manifest.toml`, `metrics.jsonl`, `checkpoints/`,
 `samples/`, and `eval/` once `cosmos-rl eval RUN_DIR` has written its grid there), so it works on a finished run, a running one, or a copy pulled off a cluster, and never
 imports torch. Plots use matplotlib's object API with the Agg canvas (no pyplot, no display).
+
+A video run's grids are clips: `samples/step_<N>.png` and `eval/before_after.png` are then frame
+strips, each with an animated GIF of the same name beside it; report.md embeds the GIF above its
+strip. The held-out scores per task (`eval/task/<task>`, `eval/task_partial/<task>`) are drawn
+as one panel per task, its score and partial score together (`plots/eval_task.png`).
 """
 
 from __future__ import annotations
@@ -22,9 +27,14 @@ from cosmos_rl.errors import UserError
 MANIFEST, METRICS, CHECKPOINTS, SAMPLES = "manifest.toml", "metrics.jsonl", "checkpoints", "samples"
 # What `cosmos-rl eval RUN_DIR` writes (cosmos_rl.evaluation.command); the report shows it when present.
 EVAL_DIR, EVAL_GRID, EVAL_RESULT = "eval", "before_after.png", "eval.json"
+GIF = ".gif"  # a clip grid's animated twin: the same name as its frame-strip PNG, this suffix
 
-# Every plot has this exact pixel size (inches x dpi), so a test can check the files are real plots.
+# Every plot has this exact pixel size (inches x dpi), so a test can check the files are real plots;
+# the per-task figure is a grid of panels of TASK_PANEL_IN each, TASK_COLUMNS to a row.
 FIG_SIZE_IN, FIG_DPI = (6.4, 4.0), 100
+TASK_PANEL_IN, TASK_COLUMNS = (3.2, 2.4), 3
+# The per-task eval metrics (evaluation/scores.py EvalScores.metrics): one panel per task, not a family.
+TASK_SCORE, TASK_PARTIAL, TASK_FIGURE = "eval/task/", "eval/task_partial/", "eval/task"
 
 # Metrics read together in the specs' "is it training correctly" tables share one figure; every
 # other metric gets its own, with its train/ and val/ curves as two lines.
@@ -135,6 +145,12 @@ def _sample_grids(folder: Path) -> tuple[tuple[int, Path], ...]:
     return tuple(sorted(found))
 
 
+def gif_of(png: Path) -> Path | None:
+    """The animated GIF written beside a clip grid's frame-strip PNG, if there is one (images: None)."""
+    gif = png.with_suffix(GIF)
+    return gif if gif.is_file() else None
+
+
 def _committed_steps(folder: Path) -> tuple[int, ...]:
     return tuple(layout.committed_steps(folder))
 
@@ -145,7 +161,9 @@ def families(names) -> dict[str, list[str]]:
     groups: dict[str, list[str]] = defaultdict(list)
     for name in sorted(names):
         prefix, _, suffix = name.rpartition("/")
-        if prefix in ("train", "val"):
+        if name.startswith((TASK_SCORE, TASK_PARTIAL)):
+            key = TASK_FIGURE  # drawn by plot_tasks, a panel per task
+        elif prefix in ("train", "val"):
             key = JOINT_FAMILIES.get(suffix, suffix)
         else:
             key = prefix or suffix  # time/* -> "time"; an unprefixed metric stands alone
@@ -183,6 +201,46 @@ def plot_family(title: str, members: list[Series], path: Path) -> None:
     ax.set_title(title)
     ax.set_xlabel("step")
     fig.tight_layout()  # re-lays out axes inside the fixed canvas; the pixel size stays FIG_SIZE_IN x FIG_DPI
+    fig.savefig(path, dpi=FIG_DPI)
+
+
+def task_panels(members: list[Series]) -> dict[str, list[Series]]:
+    """{task: [its score, its partial score when logged]} of the eval/task/ and eval/task_partial/
+    series, tasks in name order, each series renamed "score" / "partial" for the panel's legend."""
+    panels: dict[str, list[Series]] = defaultdict(list)
+    for prefix, label in ((TASK_SCORE, "score"), (TASK_PARTIAL, "partial")):
+        for s in members:
+            if s.name.startswith(prefix):
+                panels[s.name[len(prefix):]].append(Series(label, s.steps, s.values))
+    return dict(sorted(panels.items()))
+
+
+def task_figure_px(tasks: int) -> tuple[int, int]:
+    """The per-task figure's pixel size for `tasks` panels."""
+    columns, rows = min(tasks, TASK_COLUMNS), math.ceil(tasks / TASK_COLUMNS)
+    return round(TASK_PANEL_IN[0] * columns * FIG_DPI), round(TASK_PANEL_IN[1] * rows * FIG_DPI)
+
+
+def plot_tasks(members: list[Series], path: Path) -> None:
+    """One panel per task (score and partial against steps), all on one y scale so tasks compare at a glance."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    panels = task_panels(members)
+    width, height = task_figure_px(len(panels))
+    fig = Figure(figsize=(width / FIG_DPI, height / FIG_DPI), dpi=FIG_DPI)
+    FigureCanvasAgg(fig)
+    columns = min(len(panels), TASK_COLUMNS)
+    axes = fig.subplots(math.ceil(len(panels) / TASK_COLUMNS), columns, sharey=True, squeeze=False).ravel()
+    for ax, (task, series) in zip(axes, panels.items()):
+        draw_series(ax, series)
+        ax.set_title(task, fontsize=9)
+        ax.tick_params(labelsize=7)
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)  # the last row's unused panels
+    fig.suptitle("eval/ per task", fontsize=10)
+    fig.supxlabel("step", fontsize=8)
+    fig.tight_layout()
     fig.savefig(path, dpi=FIG_DPI)
 
 
@@ -227,7 +285,11 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> Path:
     written = []
     for family, names in families(run.series).items():
         png = plots / f"{_safe(family)}.png"
-        plot_family(family, [run.series[n] for n in names], png)
+        members = [run.series[n] for n in names]
+        if family == TASK_FIGURE:
+            plot_tasks(members, png)
+        else:
+            plot_family(family, members, png)
         written.append((family, png))
     report = out / "report.md"
     report.write_text(render_markdown(run, written, out), encoding="utf-8")
@@ -262,11 +324,16 @@ def render_markdown(run: Run, plots: list[tuple[str, Path]], out: Path) -> str:
               "for losses and timings; other metrics (spreads, advantages, branch errors, lr, grad_norm) show n/a.", ""]
     lines += ["## Curves", ""]
     for family, png in plots:
-        lines += [f"### {family}", "", f"![{family}]({_link(png, out)})", ""]
+        note = ["One panel per task: its held-out score and partial score against steps.", ""] if family == TASK_FIGURE else []
+        lines += [f"### {family}", "", *note, f"![{family}]({_link(png, out)})", ""]
     if run.samples:
-        lines += ["## Sample grids", "", "The step's samples, oldest first.", ""]
+        clips = any(gif_of(png) for _, png in run.samples)
+        lines += ["## Sample grids", "", "The step's samples, oldest first" + (
+            ": each clip plays in the GIF, and its frames run left to right in the strip below it." if clips else "."), ""]
         for step, png in run.samples:
-            lines += [f"### step {step}", "", f"![samples at step {step}]({_link(png, out)})", ""]
+            gif = gif_of(png)
+            shown = [f"![samples at step {step} (animated)]({_link(gif, out)})", ""] if gif else []
+            lines += [f"### step {step}", "", *shown, f"![samples at step {step}]({_link(png, out)})", ""]
     lines += _eval_section(run, out)
     lines += ["## Checkpoints", ""]
     lines.append(
@@ -297,8 +364,15 @@ def _eval_section(run: Run, out: Path) -> list[str]:
         lines += ["| **overall** | " + " | ".join(_eval_cells(result, None)) + " |", ""]
     if run.eval_grid is not None:
         columns = " · ".join(f"{i + 1}. {p}" for i, p in enumerate((result or {}).get("grid_prompts", [])))
-        lines += ["Before (top: the base) and after (bottom: the checkpoint), one prompt per column, each tile's verdict under it"
-                  + (f": {columns}." if columns else "."), "", f"![before and after]({_link(run.eval_grid, out)})", ""]
+        gif = gif_of(run.eval_grid)
+        if gif is None:
+            lines += ["Before (top: the base) and after (bottom: the checkpoint), one prompt per column, each tile's verdict under it"
+                      + (f": {columns}." if columns else "."), "", f"![before and after]({_link(run.eval_grid, out)})", ""]
+        else:  # clips: the GIF has the image layout; the strips put each prompt's base and checkpoint on two lines
+            lines += ["Before (top: the base) and after (bottom: the checkpoint), one prompt per column, each clip's verdict under it"
+                      + (f": {columns}." if columns else "."), "", f"![before and after (animated)]({_link(gif, out)})", "",
+                      "The same clips as frame strips (time runs rightwards), the base's above the checkpoint's for each prompt:", "",
+                      f"![before and after, frame strips]({_link(run.eval_grid, out)})", ""]
     return lines
 
 

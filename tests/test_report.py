@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -161,3 +162,103 @@ def test_the_eval_section_shows_intervals_and_the_paired_change(tmp_path):
     (run / "eval" / "eval.json").write_text(json.dumps(older))
     text = report.write_report(run).read_text()
     assert "| colours | 0.500 | 0.250 | n/a | 0.750 | n/a | n/a |" in text and "resamples" not in text
+
+
+# ------------------------------------------------------------------------------- video runs
+VIDEO_TASKS = ("motion", "two_motions", "static", "colour_change", "counting_motion", "turn")
+FRAME_COLOURS = [(255, 0, 0), (0, 255, 0), (0, 0, 255), (255, 255, 0), (0, 255, 255)]  # frame k of every clip is one colour
+
+
+def solid_clips(frames: int = 5, size: int = 8) -> np.ndarray:
+    """uint8 [F, H, W, 3]: frame k filled with FRAME_COLOURS[k], so a GIF frame shows which clip frame it plays."""
+    return np.stack([np.full((size, size, 3), FRAME_COLOURS[k], dtype=np.uint8) for k in range(frames)])
+
+
+def colours_of(image: Image.Image) -> set[tuple[int, int, int]]:
+    return {colour for _, colour in image.convert("RGB").getcolors(maxcolors=1 << 16)}
+
+
+def video_sft_run(tmp_path: Path) -> Path:
+    """A hand-written video SFT run: the shipped manifest, eval rows at steps 2 and 4 with every
+    moving-shapes task, and what `cosmos-rl eval RUN_DIR` leaves in eval/ for clips (the grid
+    module's own writer: frame strips and a GIF)."""
+    from cosmos_rl.evaluation.grid import Tile, save_clips
+
+    run = tmp_path / "video_run"
+    (run / "eval").mkdir(parents=True)
+    (run / "manifest.toml").write_text((ROOT / "manifests" / "sft_video_shapes_cpu.toml").read_text())
+    rows = [{"step": s, "train/loss": 0.5 - 0.05 * s} for s in range(1, 5)]
+    for row, level in ((rows[1], 0.25), (rows[3], 0.5)):
+        row.update({"eval/score": level, "eval/score_lo": level - 0.1, "eval/score_hi": level + 0.1, "eval/score_partial": level + 0.25})
+        for k, task in enumerate(VIDEO_TASKS):
+            row[f"eval/task/{task}"] = level * k / 5
+            row[f"eval/task_partial/{task}"] = level * k / 5 + 0.25
+    write_rows(run / "metrics.jsonl", rows)
+    clip = solid_clips()
+    tiles = [Tile(clip, "a red square moving right", "pass, partial 1.00", True)]
+    save_clips(run / "eval" / "before_after.png", [("base", tiles), ("checkpoint\nstep 4", tiles)])
+    (run / "eval" / "eval.json").write_text(json.dumps({"step": 4, "reward": "shapes_video_strict", "score": 0.5, "tasks": {"motion": 0.5}}))
+    return run
+
+
+def test_a_video_runs_report_plays_the_eval_clips_and_draws_eval_per_task(tmp_path):
+    run = video_sft_run(tmp_path)
+    text = report.write_report(run).read_text()
+    # The before/after clips: the GIF embedded, above the frame strips.
+    gif_link, strip_link = "(../eval/before_after.gif)", "(../eval/before_after.png)"
+    assert gif_link in text and strip_link in text and text.index(gif_link) < text.index(strip_link)
+    with Image.open(run / "eval" / "before_after.gif") as gif:
+        assert gif.format == "GIF" and gif.n_frames == 5 and gif.info["loop"] == 0
+        for k in range(5):  # GIF frame k shows every clip's frame k and no other frame's colour
+            gif.seek(k)
+            seen = colours_of(gif)
+            assert FRAME_COLOURS[k] in seen and not seen & (set(FRAME_COLOURS) - {FRAME_COLOURS[k]})
+    with Image.open(run / "eval" / "before_after.png") as strips:  # every frame at once
+        assert set(FRAME_COLOURS) <= colours_of(strips)
+    # One figure for the per-task scores, 6 panels as 2 rows of 3, each 3.2 x 2.4 in at 100 dpi: 960 x 480 px.
+    plots = {p.name for p in (run / "report" / "plots").glob("*.png")}
+    assert plots == {"eval.png", "eval_task.png", "loss.png"}
+    with Image.open(run / "report" / "plots" / "eval_task.png") as image:
+        assert image.size == (960, 480)
+        low, high = image.convert("L").getextrema()
+        assert high - low > 100
+    assert "### eval/task" in text and "(plots/eval_task.png)" in text and "One panel per task" in text
+    assert "| `eval/task/turn` | 0.5 (4) | 0.5 (4) |" in text  # the table still lists every task's metric
+
+
+def test_task_panels_pair_each_tasks_score_with_its_partial():
+    series = [report.Series("eval/task/motion", (2, 4), (0.0, 0.5)), report.Series("eval/task_partial/motion", (2, 4), (0.25, 0.75)),
+              report.Series("eval/task/static", (2, 4), (1.0, 1.0))]  # fmt: skip
+    panels = report.task_panels(series)
+    assert list(panels) == ["motion", "static"]
+    assert panels["motion"] == [report.Series("score", (2, 4), (0.0, 0.5)), report.Series("partial", (2, 4), (0.25, 0.75))]
+    assert panels["static"] == [report.Series("score", (2, 4), (1.0, 1.0))]  # a reward without partial scores
+    assert report.families([s.name for s in series]) == {"eval/task": [s.name for s in sorted(series, key=lambda s: s.name)]}
+    assert report.task_figure_px(1) == (320, 240) and report.task_figure_px(4) == (960, 480)
+
+
+def test_the_online_sample_grid_of_clips_is_a_gif_and_strips_that_the_report_embeds(tmp_path):
+    """save_sample_grid, the online trainers' writer: clips [G=2, rows=1, F, H, W, 3] become
+    step_<N>.png (frame strips) and step_<N>.gif; images [G, rows, H, W, 3] stay one PNG grid."""
+    import torch
+
+    from cosmos_rl.trainers.online import save_sample_grid
+
+    run = nft_run(tmp_path)
+    clips = torch.from_numpy(np.stack([solid_clips()[None], solid_clips()[None]]))  # [2, 1, 5, 8, 8, 3]
+    save_sample_grid(run / "samples" / "step_30.png", clips, ["a red square moving right"], torch.tensor([[1.0, 0.0]]))
+    with Image.open(run / "samples" / "step_30.gif") as gif:
+        assert gif.n_frames == 5
+        gif.seek(2)
+        assert FRAME_COLOURS[2] in colours_of(gif) and FRAME_COLOURS[0] not in colours_of(gif)
+    images = torch.zeros(2, 1, 4, 4, 3, dtype=torch.uint8)
+    images[1] = 255  # rank 1's sample white: one row, rank 0 then rank 1, a 2 px black gap
+    save_sample_grid(run / "samples" / "step_40.png", images, ["a red square"], torch.tensor([[1.0, 0.0]]))
+    assert not (run / "samples" / "step_40.gif").exists()
+    with Image.open(run / "samples" / "step_40.png") as grid:
+        pixels = np.asarray(grid.convert("RGB"))
+    assert pixels.shape == (4, 10, 3) and (pixels[:, :6] == 0).all() and (pixels[:, 6:] == 255).all()
+    text = report.write_report(run).read_text()
+    assert "![samples at step 30 (animated)](../samples/step_30.gif)" in text and "![samples at step 30](../samples/step_30.png)" in text
+    assert "step 40 (animated)" not in text and "![samples at step 40](../samples/step_40.png)" in text
+    assert "each clip plays in the GIF" in text

@@ -80,7 +80,7 @@ class OnlineRLBase(RLBase):
         "source_row", "Rank-local rollout seeds advance per prompt row (`source_row`) or per optimizer step."
     )
     scheduler: str = knob("unipc", "Sampler; only `unipc` is supported.")
-    sample_grid_every: int = knob(10, "Save a PNG grid of the step's samples every this many steps; 0 = never.")
+    sample_grid_every: int = knob(10, "Save a PNG grid of the step's samples every this many steps (clips: frame strips, and an animated GIF beside them); 0 = never.")
     old: OldPolicyConfig = section(OldPolicyConfig, "Moving old policy.")
     ref: RefPolicyConfig = section(RefPolicyConfig, "Frozen reference policy.")
     reward: RewardConfig = section(RewardConfig, "The HTTP reward service (one reward; for several use `[[rl.rewards]]` instead).")

@@ -171,10 +171,9 @@ def write_grid(path: Path, rows: list[tuple[str, list]], captions: list[str], re
             tiles.append(Tile(sample.image, caption, text, passed))
         sheet_rows.append((label, tiles))
     if sheet_rows[0][1][0].image.ndim == 4:  # clips [F, H, W, 3]: frame strips, and the same as a GIF
-        from cosmos_rl.evaluation.grid import clip_strips, save_clip_gif
+        from cosmos_rl.evaluation.grid import save_clips
 
-        save_clip_gif(path.with_suffix(".gif"), sheet_rows)
-        return save_sheet(path, [(label.replace("\n", " "), tiles) for label, tiles in clip_strips(sheet_rows)])
+        return save_clips(path, sheet_rows)[0]
     return save_sheet(path, sheet_rows)
 
 

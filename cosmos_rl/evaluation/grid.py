@@ -171,3 +171,11 @@ def save_clip_gif(path: Path, rows: Sequence[tuple[str, Sequence[Tile]]]) -> Pat
               for k in range(frames)]  # fmt: skip
     sheets[0].save(path, format="GIF", save_all=True, append_images=sheets[1:], duration=GIF_FRAME_MS, loop=0)
     return path
+
+
+def save_clips(path: Path, rows: Sequence[tuple[str, Sequence[Tile]]]) -> tuple[Path, Path]:
+    """Clip tiles [F, H, W, 3] as (the frame-strip PNG at `path`, the animated GIF beside it with
+    the suffix .gif): the strips show every frame at once for a page, the GIF plays the clips side
+    by side. A label's line breaks become spaces in the strips, whose label column is one line per row."""
+    gif = save_clip_gif(path.with_suffix(".gif"), rows)
+    return save_sheet(path, [(label.replace("\n", " "), tiles) for label, tiles in clip_strips(rows)]), gif

@@ -205,9 +205,6 @@ class OnlineTrainer:
         return `{REWARD_FAILED: 1}`. Nothing else of the step has changed state (rollout draws come
         from their own generators), so the caller can still commit step - 1 exactly.
         """
-        from cosmos_rl.data.images import save_image_grid
-        from cosmos_rl.data.pixels import to_unit_float
-
         rl = self.rl
         cursor_before = self.cursor.state_dict()
         batch = self.cursor.next_batch(self.prompts)
@@ -232,11 +229,9 @@ class OnlineTrainer:
         t3 = time.perf_counter()
 
         if rl.sample_grid_every and step % rl.sample_grid_every == 0:
-            everyone = self.comm.gather([pixels.to(self.device) for _, _, pixels in rollouts]).cpu()  # [G, rows, H, W, 3]
+            everyone = self.comm.gather([pixels.to(self.device) for _, _, pixels in rollouts]).cpu()  # [G, rows, (F,) H, W, 3]
             if 0 in self.comm.ranks:
-                grid = everyone.transpose(0, 1).reshape(-1, *everyone.shape[2:])  # row-major: one prompt per line
-                images = torch.from_numpy(to_unit_float(grid.numpy())).permute(0, 3, 1, 2)
-                save_image_grid(images, self.run_dir / "samples" / f"step_{step}.png", nrow=self.comm.world_size)
+                save_sample_grid(self.run_dir / "samples" / f"step_{step}.png", everyone, texts, rewards)
 
         timings = {"time/rollout_s": t1 - t0, "time/reward_s": t2 - t1, "time/train_s": t3 - t2}
         metrics = self.comm.mean([{**{f"train/{k}": v for k, v in m.items()}, **timings} for m in per_rank])
@@ -315,6 +310,27 @@ class OnlineTrainer:
 
         self._activate(POLICY)
         return evaluate_ranks(self.evaluator, self.transformer, self.comm.ranks, self.comm.world_size, self.comm.mean)
+
+
+def save_sample_grid(path: Path, everyone: torch.Tensor, texts: Sequence[str], rewards: torch.Tensor) -> Path:
+    """A step's samples, uint8 `everyone` [G, rows, H, W, 3] (clips: [G, rows, F, H, W, 3]) with the
+    [rows, G] weighted rewards. Images: one PNG grid at `path`, a prompt per line, its G samples side
+    by side, unlabelled (as before clips existed). Clips: the frame strips at `path` and the animated
+    GIF beside it (`evaluation.grid.save_clips`), each clip labelled with its prompt and reward."""
+    if everyone.dim() == 5:
+        from cosmos_rl.data.images import save_image_grid
+        from cosmos_rl.data.pixels import to_unit_float
+
+        grid = everyone.transpose(0, 1).reshape(-1, *everyone.shape[2:])  # row-major: one prompt per line
+        images = torch.from_numpy(to_unit_float(grid.numpy())).permute(0, 3, 1, 2)
+        return save_image_grid(images, path, nrow=everyone.shape[0])
+    from cosmos_rl.evaluation.grid import Tile, save_clips
+
+    group, rows = everyone.shape[:2]
+    sheet = [(f"prompt {r + 1}", [Tile(everyone[g, r].numpy(), texts[r], f"reward {float(rewards[r, g]):.3f}") for g in range(group)])
+             for r in range(rows)]  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return save_clips(path, sheet)[0]
 
 
 def _scored_by(client) -> ScoreFn:
