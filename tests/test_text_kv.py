@@ -88,6 +88,11 @@ def test_a_text_tower_weight_changed_in_place_or_an_optimizer_step_drops_the_ent
     torch.testing.assert_close(after, fresh, atol=1e-6, rtol=0)
     text_kv.new_step()
     assert not text_kv.cache_of(transformer).entries
+    with torch.no_grad():
+        velocity(transformer, x_t, sigma, ids)
+    assert text_kv.cache_of(transformer).entries
+    transformer.load_state_dict(transformer.state_dict())  # e.g. a checkpoint loaded into the model
+    assert not text_kv.cache_of(transformer).entries
 
 
 def _nft_like_step(transformer, x_t, sigma, ids, target):

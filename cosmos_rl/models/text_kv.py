@@ -26,9 +26,10 @@ When it is off (`plan_for` returns None; the forward is exactly today's):
 - `disabled(transformer)` is active (benchmarks compare both ways).
 
 Never stale: entries live until the next optimizer step (`models/setup.optimizer_step` calls
-`new_step`), are dropped whenever a text-tower weight was replaced or changed in place (each
-parameter's identity and version counter are checked every forward), and are bounded in bytes
-(least recently used first out). Held tensors carry no autograd history.
+`new_step`) or state-dict load, are dropped whenever a text-tower weight of an unsharded model
+was replaced or changed in place (each parameter's identity and version counter are checked every
+forward), and are bounded in bytes (least recently used first out; a single batch may exceed the
+bound). Held tensors carry no autograd history.
 """
 
 from __future__ import annotations
@@ -122,16 +123,22 @@ def finish(plan: TextKVPlan | None) -> None:
 
 def _text_tower_state(transformer: torch.nn.Module) -> tuple[bool, tuple]:
     """(usable, fingerprint): usable when no text-tower parameter belongs to a LoRA layer and, in a
-    graph-building forward, none requires grad; the fingerprint is every text-tower parameter's
-    identity and in-place version."""
+    graph-building forward, none requires grad. The fingerprint is every text-tower parameter's
+    identity and in-place version; FSDP2 swaps a module's registered parameters between shards and
+    gathered copies around every forward, so a sharded model has none (its weights change only
+    through optimizer steps and state-dict loads, which drop the entries themselves)."""
+    from torch.distributed.fsdp import FSDPModule
+
     grad = torch.is_grad_enabled()
+    track = not isinstance(transformer, FSDPModule)
     fingerprint = []
     for name, param in transformer.named_parameters():
         if not UNDERSTANDING_PARAMS.search(name):
             continue
         if "lora_" in name or (grad and param.requires_grad):
             return False, ()
-        fingerprint.append((id(param), param._version))
+        if track:
+            fingerprint.append((id(param), param._version))
     return True, tuple(fingerprint)
 
 
@@ -142,6 +149,7 @@ def cache_of(transformer: torch.nn.Module) -> TextKVCache:
         cache = TextKVCache(transformer)
         # In the instance dict: a plain attribute, never a submodule, buffer or state-dict entry.
         transformer.__dict__[_ATTRIBUTE] = cache
+        transformer.register_load_state_dict_post_hook(lambda module, incompatible: cache.clear())
         _live.add(cache)
     return cache
 
