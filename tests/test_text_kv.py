@@ -185,3 +185,46 @@ def test_which_targets_adapt_the_text_tower():
     assert adapts_text_tower(["understanding", "gate_proj", "to_k", "layers.3.self_attn.to_out"]) == [
         "understanding", "gate_proj", "to_k", "layers.3.self_attn.to_out",
     ]  # fmt: skip
+
+
+def _manifest_problems(overrides: list[str]) -> dict[str, str]:
+    from pathlib import Path
+
+    from cosmos_rl.config import load
+
+    manifest = Path(__file__).resolve().parents[1] / "manifests" / "nft_t2i_smoke.toml"
+    _, problems = load.load_all_problems(manifest, overrides)
+    return {p.path: p.render() for p in problems if p.severity == "error"}
+
+
+@pytest.mark.parametrize(
+    "targets, key, text",
+    [
+        ('["generation", "generaton"]', "model.lora.target_modules[1]", 'did you mean "generation"?'),
+        ('["to q"]', "model.lora.target_modules[0]", "neither a tower name"),
+        ('[""]', "model.lora.target_modules[0]", "an empty name"),
+        ('["to_q", "to_q"]', "model.lora.target_modules", "names an entry twice"),
+    ],
+)
+def test_preflight_judges_target_names(targets, key, text):
+    problems = _manifest_problems([f"model.lora.target_modules={targets}"])
+    assert key in problems and text in problems[key], problems
+
+
+def test_tower_names_and_module_names_pass_preflight_and_plan_says_whether_reuse_is_on():
+    from pathlib import Path
+
+    from cosmos_rl import plan
+    from cosmos_rl.config import load
+
+    assert _manifest_problems(['model.lora.target_modules=["generation", "generation_mlp", "to_q"]']) == {}
+    manifest = Path(__file__).resolve().parents[1] / "manifests" / "nft_t2i_smoke.toml"
+    lines = {
+        targets: plan.build(load.load(manifest, [f"model.lora.target_modules={targets}"]))["text_tower_reuse"]
+        for targets in ('["generation"]', '["generation", "gate_proj"]', "[]")
+    }
+    assert lines['["generation"]'].startswith("on:")
+    assert lines['["generation", "gate_proj"]'].startswith("off: model.lora.target_modules adapt the text tower (gate_proj)")
+    assert lines["[]"].startswith("off: the default model.lora.target_modules adapt the text tower (to_q,")
+    full = plan.build(load.load(manifest, ["model.lora.rank=0", "rl.old.build_old=false"]))["text_tower_reuse"]
+    assert full.startswith("off in training forwards: a full fine-tune")
