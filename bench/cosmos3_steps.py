@@ -34,7 +34,7 @@ from cosmos_rl.algorithms.nft import nft_loss
 from cosmos_rl.config import schema
 from cosmos_rl.dist.world import process_group_active
 from cosmos_rl.flow import noisy_latents, velocity_target
-from cosmos_rl.models import lora, media
+from cosmos_rl.models import lora, media, text_kv
 from cosmos_rl.models.build import ModelParts, build_preset, flow_scheduler, load_parts
 from cosmos_rl.models.packing import velocity
 from cosmos_rl.models.sampling import sample_latents
@@ -152,13 +152,15 @@ def build_parts(
 
 
 def make_policy(
-    parts: ModelParts, device: torch.device, spec: Size, adapters: tuple[str, ...], *, mixed_precision: bool, seed: int = 0
+    parts: ModelParts, device: torch.device, spec: Size, adapters: tuple[str, ...], *, mixed_precision: bool, seed: int = 0,
+    targets: Optional[list[str]] = None,
 ) -> tuple[TrainableModel, torch.optim.Optimizer]:
-    """LoRA adapters `adapters` ("policy" first) on the transformer, FSDP2 when a group is up, AdamW."""
+    """LoRA adapters `adapters` ("policy" first) on the transformer (on `targets`: module or tower
+    names, None = the defaults), FSDP2 when a group is up, AdamW."""
     transformer = parts.transformer
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed + 7919)
-        lora.add_adapters(transformer, spec.lora_rank, spec.lora_alpha, list(adapters))
+        lora.add_adapters(transformer, spec.lora_rank, spec.lora_alpha, list(adapters), targets)
     transformer.train()
     sharded = process_group_active()
     if sharded:
@@ -264,6 +266,7 @@ def nft_step(policy: TrainableModel, optimizer, batch: Batch, *, with_old: bool,
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     optimizer.step()
+    text_kv.new_step()  # as models/setup.optimizer_step ends a step's text-tower reuse
     if with_old:
         lora.blend_adapter(transformer, OLD, POLICY, keep=0.5)
     return {"no_grad_forwards": int(with_old) + int(bool(kl_beta)), "grad_forwards": 1}
@@ -280,6 +283,7 @@ def dpo_step(policy: TrainableModel, optimizer, batch: Batch) -> dict:
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     optimizer.step()
+    text_kv.new_step()
     return {"no_grad_forwards": 1, "grad_forwards": 1}
 
 

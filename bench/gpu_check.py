@@ -15,6 +15,13 @@ order, each skipped (and said so) once `--budget-s` is spent, so a run always en
                    AdamW, old-adapter blend (kl_beta > 0 so the reference forward is paid for)
   dpo              the DPO step on `dpo_pairs` pairs: reference no-grad forward and policy
                    forward+backward of all 2P samples, AdamW
+  generation_targets  a fresh model with "policy" + "old" on `model.lora.target_modules =
+                   ["generation"]` (the public Cosmos3 RL recipe's): the packed rollout and the NFT
+                   train step each with text-tower reuse (models/text_kv.py) and without, alternated,
+                   and the adapter's size against the default (both towers) targets
+Every phase says which targets it adapts (`targets`), how many parameters train, and whether the
+text tower's keys/values were reused (`text_tower_reuse`: the default targets adapt the text
+tower, so reuse is off there).
 Timings are medians over `--iters` after one warm-up (rollouts: best of `--repeats`). Memory is
 torch.cuda.max_memory_allocated per phase on a GPU, the process's peak RSS on CPU (which never
 goes down, so the CPU ratio is left out; `bench/nft_bench.py --memory` measures it in fresh
@@ -128,6 +135,18 @@ class DtypeWatch:
         }
 
 
+def towers_columns(policy) -> dict:
+    """Which targets the policy adapts, its trainable size, and whether its forwards reused the text tower."""
+    from cosmos_rl.models import text_kv
+
+    counts = text_kv.cache_of(policy.transformer).counts
+    return {
+        "targets": getattr(policy, "bench_targets", "default (both towers)"),
+        "trainable_params": sum(p.numel() for p in policy.trainable_parameters()),
+        "text_tower_reuse": counts["reuse"] > 0,
+    }
+
+
 def step_phase(clock, device, iters, run_step, flops: Flops, text_lens, peak_tflops) -> dict:
     if clock.spent():
         return {"skipped": f"time budget spent after {clock.elapsed():.0f} s"}
@@ -182,6 +201,82 @@ def rollout_phase(parts, policy, spec, device, clock, repeats, flops: Flops, pea
     }  # fmt: skip
 
 
+def _best_alternating(on, off, device, repeats: int) -> tuple[float, float]:
+    times_on, times_off = [], []
+    for _ in range(repeats):
+        times_on.append(steps.timed(on, device))
+        times_off.append(steps.timed(off, device))
+    return min(times_on), min(times_off)
+
+
+def generation_targets_phase(args, spec, device, clock, default_trainable: int | None) -> dict:
+    """Text-tower reuse on and off, side by side, with adapters on the generation tower only."""
+    from cosmos_rl.models import text_kv
+
+    if clock.spent():
+        return {"skipped": f"time budget spent after {clock.elapsed():.0f} s"}
+    parts, policy, optimizer = build(args, spec, device, (steps.POLICY, steps.OLD), targets=["generation"])
+    transformer, samples = policy.transformer, spec.rollout_samples
+    prompts, cond, uncond = steps.prompt_ids(parts, samples, spec.image, device)
+    noise = steps.rollout_noise(parts, samples, spec.image, device)
+    nft = steps.make_batch(parts, spec.nft_rows * spec.timesteps_per_sample, spec.image, device, seed=1)
+    nft.ids = [cond[i % len(cond)] for i in range(len(nft.ids))]  # a sample trains on its own prompt
+
+    def rollout():
+        steps.activate(transformer, steps.OLD)
+        steps.packed_rollout(parts, transformer, spec, noise, cond, uncond)
+        steps.activate(transformer, steps.POLICY)
+
+    def rollout_off():
+        with text_kv.disabled(transformer):
+            rollout()
+
+    def nft_step():  # after the step's rollout, as in the trainer (its prompts' entries are held)
+        rollout()
+        started = time.perf_counter()
+        steps.sync(device)
+        steps.nft_step(policy, optimizer, nft, with_old=True, kl_beta=1.0)
+        steps.sync(device)
+        train_times.append(time.perf_counter() - started)
+
+    def nft_step_off():
+        with text_kv.disabled(transformer):
+            nft_step()
+
+    rollout(), rollout_off()  # warm-up
+    reset_peak(device)
+    on_s, off_s = _best_alternating(rollout, rollout_off, device, args.repeats)
+    peak = peak_mib(device)
+    result = {
+        "targets": ["generation"], "trainable_params": sum(p.numel() for p in policy.trainable_parameters()),
+        "default_targets_trainable_params": default_trainable,
+        "rollout_with_reuse_s": round(on_s, 4), "rollout_without_reuse_s": round(off_s, 4),
+        "rollout_reuse_speedup": round(off_s / on_s, 3), "rollout_peak_memory_mib": peak,
+    }  # fmt: skip
+    if not clock.spent():
+        train_times: list[float] = []
+        nft_step(), nft_step_off()  # warm-up (optimizer state)
+        train_on, train_off = [], []
+        for _ in range(args.iters):
+            train_times.clear()
+            nft_step()
+            train_on.append(train_times[-1])
+            train_times.clear()
+            nft_step_off()
+            train_off.append(train_times[-1])
+        result.update(
+            nft_train_with_reuse_s=round(statistics.median(train_on), 4),
+            nft_train_without_reuse_s=round(statistics.median(train_off), 4),
+            nft_train_reuse_speedup=round(statistics.median(train_off) / statistics.median(train_on), 3),
+        )
+    else:
+        result["nft"] = {"skipped": f"time budget spent after {clock.elapsed():.0f} s"}
+    result["text_tower_reuse"] = text_kv.cache_of(transformer).counts["reuse"] > 0
+    del parts, policy, optimizer
+    release(device)
+    return result
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=sorted(steps.SIZES), default="nano")
@@ -206,11 +301,15 @@ def _device(name: str) -> torch.device:
     return torch.device("cuda", 0)
 
 
-def build(args, spec, device, adapters):
+def build(args, spec, device, adapters, targets=None):
     parts = steps.build_parts(args.size, device, folder=args.model, load_weights=args.load_weights)
     if args.gradient_checkpointing:
         parts.transformer.enable_gradient_checkpointing()
-    policy, optimizer = steps.make_policy(parts, device, spec, adapters, mixed_precision=args.dtype == "bfloat16")
+    policy, optimizer = steps.make_policy(
+        parts, device, spec, adapters, mixed_precision=args.dtype == "bfloat16", targets=targets
+    )
+    if targets is not None:
+        policy.bench_targets = list(targets)
     return parts, policy, optimizer
 
 
@@ -272,7 +371,14 @@ def run(args) -> dict:
         result["dpo"] = step_phase(
             clock, device, args.iters, lambda: steps.dpo_step(policy, optimizer, dpo), flops, dpo.text_lens, peak_tflops,
         )  # fmt: skip
+        for phase in ("rollout", "nft", "dpo"):
+            if "skipped" not in result[phase]:
+                result[phase].update(towers_columns(policy))
+        default_trainable = sum(p.numel() for p in policy.trainable_parameters())
         result["memory"] = _memory(result, device)
+        del parts, policy, optimizer
+        release(device)
+        result["generation_targets"] = generation_targets_phase(args, spec, device, clock, default_trainable)
     finally:
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()

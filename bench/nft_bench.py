@@ -18,6 +18,14 @@ process), the "small" bench model (bench/cosmos3_steps.py), a one-rank FSDP2 wor
 was built (what the model, adapters, optimizer and activations added); `ratio` divides the deltas
 (goal <= 1.10), `ratio_of_peaks` the whole peaks (libraries included).
 
+`text_tower_reuse` (always): the packed rollout and an NFT train step (old, reference and policy
+forwards, backward, AdamW) with text-tower reuse (models/text_kv.py) and without it, side by side:
+the tiny preset with LoRA policy and old adapters on `model.lora.target_modules = ["generation"]`,
+`SIZES["tiny"]`'s work (CFG rollout of 4 samples, 4 rows x 2 timesteps), alternated, best of
+`--repeats`, at each `--reuse-sizes` image size: 32 px is the CPU preset (text tokens outnumber
+vision tokens); the larger size gives the text tower about the fifth of a step's tokens it has in
+the public 512 px manifests. `rollout_speedup` = rollout time without / with reuse.
+
     python bench/nft_bench.py --samples 8 --steps 8 --guidance 1.0 [--run-dir runs/nft_t2i_smoke] [--memory]
 
 Prints one JSON object.
@@ -148,6 +156,73 @@ def _memory_compare(train_steps: int) -> dict:
     }  # fmt: skip
 
 
+def _reuse_one(size: int, repeats: int) -> dict:
+    """Rollout and NFT train step with and without text-tower reuse at `size` px (see the docstring)."""
+    import dataclasses
+
+    import cosmos3_steps as steps
+    from cosmos_rl.models import text_kv
+
+    device = torch.device("cpu")
+    spec = dataclasses.replace(steps.SIZES["tiny"], image=size)
+    parts = steps.build_parts("tiny", device)
+    policy, optimizer = steps.make_policy(
+        parts, device, spec, (steps.POLICY, steps.OLD), mixed_precision=False, targets=["generation"]
+    )
+    transformer = policy.transformer
+    prompts, cond, uncond = steps.prompt_ids(parts, spec.rollout_samples, spec.image, device)
+    noise = steps.rollout_noise(parts, spec.rollout_samples, spec.image, device)
+    # Training rows use the rollout's prompts (a sample trains on its own prompt), as in a real step.
+    batch = steps.make_batch(parts, spec.nft_rows * spec.timesteps_per_sample, spec.image, device, seed=1)
+    batch.ids = [cond[i % len(cond)] for i in range(len(batch.ids))]
+
+    def one_step() -> tuple[float, float, float, float]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        steps.activate(transformer, steps.OLD)
+        steps.packed_rollout(parts, transformer, spec, noise, cond, uncond)
+        steps.activate(transformer, steps.POLICY)
+        rollout, rollout_cpu = time.perf_counter() - wall, time.process_time() - cpu
+        wall, cpu = time.perf_counter(), time.process_time()
+        steps.nft_step(policy, optimizer, batch, with_old=True, kl_beta=1.0)
+        return rollout, rollout_cpu, time.perf_counter() - wall, time.process_time() - cpu
+
+    def without() -> tuple[float, float, float, float]:
+        with text_kv.disabled(transformer):
+            return one_step()
+
+    one_step(), without()  # warm-up
+    cache = text_kv.cache_of(transformer)
+    before = dict(cache.counts)
+    on, off = [], []
+    for _ in range(repeats):
+        on.append(one_step())
+        off.append(without())
+    best_on, best_off = [min(column) for column in zip(*on)], [min(column) for column in zip(*off)]
+    text = sum(int(ids.numel()) for ids in cond + uncond) / (2 * len(cond))
+    vision = steps.vision_tokens(parts, spec.image)
+    names = ("rollout_s", "rollout_cpu_s", "train_step_s", "train_step_cpu_s")
+    return {
+        "image_size": size, "text_tokens_per_forward_sample": round(text, 1), "vision_tokens_per_sample": vision,
+        "text_fraction_of_tokens": round(text / (text + vision), 3),
+        "with_reuse": {k: round(v, 4) for k, v in zip(names, best_on)},
+        "without_reuse": {k: round(v, 4) for k, v in zip(names, best_off)},
+        "rollout_speedup": round(best_off[0] / best_on[0], 2),
+        "rollout_cpu_speedup": round(best_off[1] / best_on[1], 2),
+        "train_step_speedup": round(best_off[2] / best_on[2], 2),
+        "train_step_cpu_speedup": round(best_off[3] / best_on[3], 2),
+        # per step with reuse: one recording forward (the rollout's first), every other forward reuses
+        "forwards_per_step_with_reuse": {k: (cache.counts[k] - before[k]) // repeats for k in cache.counts},
+    }  # fmt: skip
+
+
+def text_tower_reuse(sizes: list[int], repeats: int) -> dict:
+    return {
+        "target_modules": ["generation"], "sampler_steps": 4, "guidance": 3.0, "rollout_samples": 4,
+        "train_rows": "4 rows x 2 timesteps (old, reference and policy forwards)",
+        "sizes": [_reuse_one(size, repeats) for size in sizes], "goal_rollout_speedup_at_public_ratio": 1.2,
+    }  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=8)
@@ -162,12 +237,18 @@ def main() -> None:
     parser.add_argument("--memory", action="store_true", help="add the policy+old+reference vs policy-only memory figure")
     parser.add_argument("--memory-steps", type=int, default=3)
     parser.add_argument("--memory-one", choices=MEMORY_VARIANTS, help=argparse.SUPPRESS)
+    parser.add_argument("--reuse-sizes", default="32,192", help="image sizes (px) of the text-tower reuse comparison")
+    parser.add_argument("--only-reuse", action="store_true", help="print only the text-tower reuse comparison")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.memory_one:
         print(json.dumps(_memory_one(args.memory_one, args.memory_steps)))
         return
 
+    reuse = text_tower_reuse([int(v) for v in args.reuse_sizes.split(",")], args.repeats)
+    if args.only_reuse:
+        print(json.dumps({"text_tower_reuse": reuse, "threads": args.threads}, indent=1))
+        return
     device = torch.device(args.device)
     parts = build_preset("tiny", seed=0)
     parts.transformer.to(device)
@@ -202,6 +283,7 @@ def main() -> None:
     }
     if args.run_dir is not None:
         result["step_split_median_s"] = {k: round(v, 4) if isinstance(v, float) else v for k, v in _step_split(args.run_dir).items()}
+    result["text_tower_reuse"] = reuse
     if args.memory:
         result["memory"] = _memory_compare(args.memory_steps)
     print(json.dumps(result, indent=1))

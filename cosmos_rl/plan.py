@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from cosmos_rl.config import algorithms, load, preflight, schema
-from cosmos_rl.models import layout
+from cosmos_rl.models import layout, towers
 from cosmos_rl.plan_media import media_section
 
 # nft.md section 4's five roles of one colocated process per rank, and the code that plays each.
@@ -78,6 +78,18 @@ def _weights(config: schema.RunConfig) -> str:
     return "policy LoRA adapter" if config.model.lora.rank > 0 else "policy weights (full fine-tune)"
 
 
+def text_tower_reuse(config: schema.RunConfig) -> str:
+    """Whether training forwards reuse the text tower's keys/values (models/text_kv.py), and why."""
+    if config.model.lora.rank == 0:
+        return "off in training forwards: a full fine-tune trains the text tower (rollouts still reuse within a step)"
+    named = list(config.model.lora.target_modules)
+    hits = towers.adapts_text_tower(named or list(towers.DEFAULT_TARGET_MODULES))
+    if hits:
+        which = "model.lora.target_modules" if named else "the default model.lora.target_modules"
+        return f"off: {which} adapt the text tower ({', '.join(hits)}); [\"generation\"] would turn it on"
+    return "on: no adapter on the text tower, its keys and values are computed once per prompt per step"
+
+
 def checkpoint_contents(config: schema.RunConfig) -> list[str]:
     contents = algorithms.of(config).resolve("checkpoint_contents")
     return contents(config) if contents is not None else [_weights(config), "optimizer", "step", "RNG streams"]
@@ -137,6 +149,7 @@ def build(config: schema.RunConfig, manifest_path: str = "MANIFEST", overrides: 
         "model": config.model.path or f"built-in preset {config.model.preset!r}",
         "base": base_summary(config, _base_dir(manifest_path)),
         "fine_tune": f"LoRA rank {config.model.lora.rank}" if config.model.lora.rank else "full",
+        "text_tower_reuse": text_tower_reuse(config),
         "run_dir": str(run_dir(config)),
         "max_steps": rl.max_steps,
         "checkpoint": {"every": config.checkpoint.every, "keep": config.checkpoint.keep, "contents": checkpoint_contents(config)},

@@ -46,6 +46,7 @@ def render_plan(console: Console, plan: dict) -> None:
         ("world size", f"{plan['world_size']}  <- {plan['world_size_from']}"),
         ("nodes / device", f"{plan['nodes']} / {plan['device']} ({plan['dtype']})"),
         ("model", f"{plan['model']}, {plan['fine_tune']} fine-tune"),
+        ("text-tower reuse", plan["text_tower_reuse"]),
         ("base weights", _base(plan["base"])),
     ]
     if "shapes" in plan:

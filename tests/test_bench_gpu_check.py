@@ -69,6 +69,14 @@ def test_tiny_cpu_run_reports_every_figure(tmp_path):
     for phase in (only, nft, dpo):
         assert phase["step_s"] > 0 and phase["mfu"] is None and phase["peak_memory_mib"] > 100
 
+    # the default targets adapt the text tower (no reuse); the generation-only phase reuses it
+    assert (rollout["targets"], rollout["text_tower_reuse"], nft["text_tower_reuse"]) == ("default (both towers)", False, False)
+    towers = out["generation_targets"]
+    assert towers["targets"] == ["generation"] and towers["text_tower_reuse"] is True
+    assert 0 < towers["trainable_params"] < towers["default_targets_trainable_params"] == rollout["trainable_params"]
+    assert towers["rollout_reuse_speedup"] == pytest.approx(towers["rollout_without_reuse_s"] / towers["rollout_with_reuse_s"], rel=0.01)
+    assert towers["nft_train_with_reuse_s"] > 0 and towers["nft_train_without_reuse_s"] > 0
+
     assert out["memory"]["kind"] == "cpu_peak_rss" and out["memory"]["ratio"] is None
     assert out["memory"]["peak_mib"] >= nft["peak_memory_mib"]
 

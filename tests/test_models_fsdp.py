@@ -78,3 +78,13 @@ def test_bf16_mixed_precision_step_stays_close_to_fp32(two_rank_results):
     assert result["grad_diff"] < 0.05 * result["grad_max"]
     assert result["forward_diff"] < 0.1
     assert result["base_forward_diff"] < 0.1
+
+
+@pytest.mark.slow
+def test_sharded_text_tower_reuse_keeps_the_unsharded_gradients(two_rank_results):
+    result = two_rank_results["generation_reuse"]
+    # per rank: the no-grad forward records, the training forward and the sampling forward reuse
+    assert result["counts"] == {"record": 1, "reuse": 2}
+    assert result["grad_keys_match"] and result["grad_max"] > 1e-4
+    assert result["grad_diff"] < 1e-6
+    assert result["forward_diff"] < 1e-6 and result["sampling_diff"] < 1e-6

@@ -6,6 +6,7 @@ filesystem checks only and never imports torch, ray or diffusers.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import os
@@ -67,6 +68,22 @@ def machine_problems(config: schema.RunConfig, visible_gpus: int) -> list[Proble
     return r.problems
 
 
+def _lora_targets(names: list[str], r: Rules) -> None:
+    from cosmos_rl.models.towers import TOWERS, target_problem
+
+    for index, name in enumerate(names):
+        problem = target_problem(name)
+        if problem is not None:
+            near = difflib.get_close_matches(str(name), list(TOWERS), n=1)
+            fix = f'did you mean "{near[0]}"?' if near else f"use a tower name ({', '.join(TOWERS)}) or a module name such as to_q or add_q_proj"
+            r.error(f"model.lora.target_modules[{index}]", problem, name, fix)
+        elif name not in TOWERS and difflib.get_close_matches(name, list(TOWERS), n=1, cutoff=0.8):
+            near = difflib.get_close_matches(name, list(TOWERS), n=1, cutoff=0.8)[0]
+            r.error(f"model.lora.target_modules[{index}]", f"{name!r} is no module of a Cosmos3 layer and is one letter or two from the tower name {near!r}", name, f'did you mean "{near}"?')
+    if len(set(names)) != len(names):
+        r.error("model.lora.target_modules", "names an entry twice", list(names), "list each name once")
+
+
 # --------------------------------------------------------------------------------------- both
 def _common(c: schema.RunConfig, r: Rules) -> None:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", c.job.name):
@@ -84,6 +101,7 @@ def _common(c: schema.RunConfig, r: Rules) -> None:
     r.at_least("model.lora.rank", c.model.lora.rank, 0)
     if c.model.lora.rank > 0:
         r.positive("model.lora.alpha", c.model.lora.alpha)
+    _lora_targets(c.model.lora.target_modules, r)
     _media_size(c.model, r)
     frame_rules(c.model, r)
     r.at_least("model.config.parallelism.data_parallel_shard_degree", c.model.config.parallelism.data_parallel_shard_degree, 1)

@@ -37,7 +37,13 @@ class LoraConfig:
     alpha: float = knob(16.0, "LoRA scaling numerator (the update is scaled by alpha / rank).")
     target_modules: list[str] = knob(
         attrs.Factory(list),
-        "Module names the adapters wrap; empty = the attention and MLP projections of every decoder layer.",
+        "What the adapters wrap: tower names and/or module names. `generation` = the vision pathway's attention "
+        "(`add_q_proj`, `add_k_proj`, `add_v_proj`, `to_add_out`; the public Cosmos3 RL recipe's choice), `generation_mlp` "
+        "= its MLP (`mlp_moe_gen.*_proj`), `understanding` = the text tower (`to_q`, `to_k`, `to_v`, `to_out`, `mlp.*_proj`); "
+        "tower names match full module paths, a module name matches as peft matches it (the name or a path ending in it, so "
+        "`gate_proj` hits both towers' MLPs). Empty = the attention and MLP projections of both towers in every decoder "
+        "layer (kept as the default until the tower-target measurement decides). With no adapter on the text tower its "
+        "keys and values are computed once per prompt per step and reused (exact; docs/benchmarks.md).",
     )
 
 

@@ -16,14 +16,8 @@ import torch
 from peft import LoraConfig
 from peft.tuners.lora import LoraLayer
 
-# Attention projections of both pathways (text "und" and vision "gen") and both MLPs of every
-# decoder layer. Vision tokens read the text pathway's keys/values, so adapting only the vision
-# pathway would leave half of what shapes the image frozen.
-DEFAULT_TARGET_MODULES = (
-    "to_q", "to_k", "to_v", "to_out",
-    "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out",
-    "gate_proj", "up_proj", "down_proj",
-)  # fmt: skip
+from cosmos_rl.models.towers import DEFAULT_TARGET_MODULES, peft_targets  # noqa: F401  (DEFAULT_TARGET_MODULES is this module's name too)
+
 
 
 def add_adapters(
@@ -33,12 +27,17 @@ def add_adapters(
     names: list[str],
     target_modules: list[str] | None = None,
 ) -> None:
-    """Add one LoRA adapter per name (all equal to the base at first); the first name ends up active."""
+    """Add one LoRA adapter per name (all equal to the base at first); the first name ends up active.
+
+    `target_modules`: module names (peft's suffix match) and/or tower names (`models/towers.TOWERS`,
+    matched by full module path); None or empty = `DEFAULT_TARGET_MODULES`."""
     if not names:
         raise ValueError("add_adapters needs at least one adapter name")
     if len(set(names)) != len(names):
         raise ValueError(f"adapter names must be distinct, got {names}")
-    targets = list(target_modules or DEFAULT_TARGET_MODULES)
+    requested = list(target_modules or DEFAULT_TARGET_MODULES)
+    _check_targets_match(transformer, requested)
+    targets = peft_targets(requested)
     for name in names:
         config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets, init_lora_weights=True)
         with warnings.catch_warnings():
@@ -46,6 +45,23 @@ def add_adapters(
             warnings.filterwarnings("ignore", message="Already found a `peft_config` attribute")
             transformer.add_adapter(config, adapter_name=name)
     set_active(transformer, names[0])
+
+
+def _check_targets_match(transformer: torch.nn.Module, requested: list[str]) -> None:
+    # peft only fails when nothing matches; an entry that matches nothing among others would adapt
+    # less than the manifest says, silently.
+    from cosmos_rl.errors import UserError
+    from cosmos_rl.models.towers import TOWERS
+
+    paths = [name for name, _ in transformer.named_modules() if name]
+    for index, target in enumerate(requested):
+        if target in TOWERS:
+            continue
+        if not any(path == target or path.endswith("." + target) for path in paths):
+            raise UserError(
+                f"model.lora.target_modules[{index}]: {target!r} names no module of this transformer; name a module "
+                f"it has (e.g. to_q, add_q_proj, gate_proj) or a tower ({', '.join(TOWERS)})"
+            )
 
 
 def _lora_layers(transformer: torch.nn.Module) -> Iterator[tuple[str, LoraLayer]]:

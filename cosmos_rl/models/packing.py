@@ -31,6 +31,7 @@ from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import (
 )
 
 from cosmos_rl.flow import model_timesteps
+from cosmos_rl.models import text_kv
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -72,7 +73,9 @@ class PackedAttnProcessor:
     """Cosmos3's dual-pathway attention, optionally per sample.
 
     `rotary_emb` is (cos_und, sin_und, cos_gen, sin_gen) as the model builds it, optionally followed
-    by a `_Segments`. Without one it computes what the stock processor computes for a single sample.
+    by a `_Segments` and a `text_kv.TextKVPlan`. Without them it computes what the stock processor
+    computes for a single sample. A reusing plan brings the text keys/values (the text stream then
+    arrives empty and the text outputs are empty); a recording plan keeps the ones computed here.
     """
 
     def __call__(
@@ -83,41 +86,50 @@ class PackedAttnProcessor:
         rotary_emb: tuple,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         cos_und, sin_und, cos_gen, sin_gen = rotary_emb[:4]
-        if len(rotary_emb) == 5:
+        if len(rotary_emb) >= 5:
             groups, per_sample = rotary_emb[4]
         else:  # one sample: all text, then all vision
             groups, per_sample = ((1, und_seq.shape[0]),), gen_seq.shape[0]
+        plan = rotary_emb[5] if len(rotary_emb) == 6 else None
         heads, kv_heads, dim = attn.num_attention_heads, attn.num_key_value_heads, attn.head_dim
 
-        q_und = attn.norm_q(attn.to_q(und_seq).view(-1, heads, dim))
-        k_und = attn.norm_k(attn.to_k(und_seq).view(-1, kv_heads, dim))
-        v_und = attn.to_v(und_seq).view(-1, kv_heads, dim)
-        k_und_for_gen = attn.k_norm_und_for_gen(k_und) if attn.k_norm_und_for_gen is not None else k_und
         q_gen = attn.norm_added_q(attn.add_q_proj(gen_seq).view(-1, heads, dim))
         k_gen = attn.norm_added_k(attn.add_k_proj(gen_seq).view(-1, kv_heads, dim))
         v_gen = attn.add_v_proj(gen_seq).view(-1, kv_heads, dim)
-
-        q_und, k_und = _rope(q_und, cos_und, sin_und), _rope(k_und, cos_und, sin_und)
-        k_und_for_gen = _rope(k_und_for_gen, cos_und, sin_und)
         q_gen, k_gen = _rope(q_gen, cos_gen, sin_gen), _rope(k_gen, cos_gen, sin_gen)
+        if plan is not None and plan.reuse:
+            k_und_for_gen, v_und = plan.keys_values(attn)
+            q_und = k_und = None
+        else:
+            q_und = attn.norm_q(attn.to_q(und_seq).view(-1, heads, dim))
+            k_und = attn.norm_k(attn.to_k(und_seq).view(-1, kv_heads, dim))
+            v_und = attn.to_v(und_seq).view(-1, kv_heads, dim)
+            k_und_for_gen = attn.k_norm_und_for_gen(k_und) if attn.k_norm_und_for_gen is not None else k_und
+            q_und, k_und = _rope(q_und, cos_und, sin_und), _rope(k_und, cos_und, sin_und)
+            k_und_for_gen = _rope(k_und_for_gen, cos_und, sin_und)
+            if plan is not None:
+                plan.keep(attn, k_und_for_gen, v_und)
 
         und_outs, gen_outs = [], []
         text_at = vision_at = 0
         for count, length in groups:
             text = partial(_run, start=text_at, count=count, tokens=length)
             vision = partial(_run, start=vision_at, count=count, tokens=per_sample)
-            und_outs.append(_attend(text(q_und), text(k_und), text(v_und), causal=True))
+            if q_und is not None:
+                und_outs.append(_attend(text(q_und), text(k_und), text(v_und), causal=True))
             keys = torch.cat([text(k_und_for_gen), vision(k_gen)], dim=1)
             values = torch.cat([text(v_und), vision(v_gen)], dim=1)
             gen_outs.append(_attend(vision(q_gen), keys, values, causal=False))
             text_at, vision_at = text_at + count * length, vision_at + count * per_sample
-        if (text_at, vision_at) != (und_seq.shape[0], gen_seq.shape[0]):
+        if (text_at, vision_at) != (v_und.shape[0], gen_seq.shape[0]):
             raise RuntimeError(
                 f"segments cover {text_at} text / {vision_at} vision tokens, the forward has "
-                f"{und_seq.shape[0]} / {gen_seq.shape[0]}"
+                f"{v_und.shape[0]} / {gen_seq.shape[0]}"
             )
-        und_out = und_outs[0] if len(und_outs) == 1 else torch.cat(und_outs)
         gen_out = gen_outs[0] if len(gen_outs) == 1 else torch.cat(gen_outs)
+        if q_und is None:  # reuse: no text stream runs through this forward
+            return und_seq, attn.to_add_out(gen_out)
+        und_out = und_outs[0] if len(und_outs) == 1 else torch.cat(und_outs)
         return attn.to_out(und_out), attn.to_add_out(gen_out)
 
 
@@ -197,18 +209,31 @@ def _layout(
 
 
 @contextmanager
-def _segments_in_rotary_tuple(transformer: Cosmos3OmniTransformer, layout: _Layout) -> Iterator[None]:
+def _segments_in_rotary_tuple(
+    transformer: Cosmos3OmniTransformer, layout: _Layout, plan: "text_kv.TextKVPlan | None" = None
+) -> Iterator[None]:
     if transformer._cp_shard_fn is not None:
         raise RuntimeError("packed forwards do not support context parallelism (_cp_shard_fn is already set)")
+    reuse = plan is not None and plan.reuse
+    extra = (layout.segments,) if plan is None else (layout.segments, plan)
 
     def add_segments(und_seq, gen_seq, rotary_emb):
-        return und_seq, gen_seq, (*rotary_emb, layout.segments)
+        # Reusing held text keys/values: the text stream enters the layers empty (zero rows).
+        return (und_seq[:0] if reuse else und_seq), gen_seq, (*rotary_emb, *extra)
+
+    def text_rows_back(und_out, gen_out):
+        # The final hidden state is indexed as [text | vision]; only vision rows are read.
+        return und_out.new_zeros(layout.und_len, und_out.shape[-1]), gen_out
 
     transformer._cp_shard_fn = add_segments
+    if reuse:
+        transformer._cp_gather_fn = text_rows_back
     try:
         yield
     finally:
         del transformer._cp_shard_fn  # back to the class default (None)
+        if reuse:
+            del transformer._cp_gather_fn
 
 
 def timesteps_per_unit(config) -> int:
@@ -349,8 +374,10 @@ def velocity(
     inputs, layout = packed_inputs(
         config, x_t, sigma, prompt_ids, fps=fps, temporal_factor=temporal_factor, clean_frames=clean_frames
     )
-    with _segments_in_rotary_tuple(transformer, layout):
+    plan = text_kv.plan_for(transformer, prompt_ids)
+    with _segments_in_rotary_tuple(transformer, layout, plan):
         predictions = transformer(**inputs, return_dict=False)[0]
+    text_kv.finish(plan)
     if reordered:
         restored = [None] * len(order)
         for position, index in enumerate(order):

@@ -48,7 +48,7 @@ import torch
 from cosmos_rl.config import schema
 from cosmos_rl.dist.world import process_group_active
 from cosmos_rl.errors import UserError
-from cosmos_rl.models import lora
+from cosmos_rl.models import lora, text_kv
 from cosmos_rl.models.base_checkpoint import load_base_weights, resolve_init_from
 from cosmos_rl.models.build import ModelParts, build_preset, load_parts
 from cosmos_rl.models.layout import PRESET_SCHEME, init_cache_root, is_pipeline_folder
@@ -236,7 +236,8 @@ def optimizer_step(
     grad_clip: float,
 ) -> tuple[torch.Tensor, float]:
     """Clip (grad_clip > 0) or just measure the gradient norm, then step the optimizer and the LR
-    schedule. Returns (the norm before clipping, the LR the step used); shared by every trainer."""
+    schedule, and end the step's text-tower reuse. Returns (the norm before clipping, the LR the step
+    used); shared by every trainer."""
     if grad_clip > 0:
         norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
     else:
@@ -246,4 +247,6 @@ def optimizer_step(
     lr = schedule.get_last_lr()[0]
     optimizer.step()
     schedule.step()
+    # Held text-tower keys/values live for one optimizer step (models/text_kv.py).
+    text_kv.new_step()
     return norm, lr
