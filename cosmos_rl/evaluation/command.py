@@ -71,11 +71,13 @@ def check_prompts_file(prompts: Path | None) -> None:
 
 
 def check_sampler_overrides(sample_steps: int | None, guidance: float | None) -> None:
-    if sample_steps is not None and not 1 <= sample_steps <= SAMPLE_STEPS_MAX:
-        raise UserError(f"--sample-steps: must be in [1, {SAMPLE_STEPS_MAX}] (got {sample_steps}): the flow sampler "
+    if sample_steps is not None and sample_steps < 1:
+        raise UserError(f"--sample-steps: must be >= 1 (got {sample_steps})")
+    if sample_steps is not None and sample_steps > SAMPLE_STEPS_MAX:
+        raise UserError(f"--sample-steps: at most {SAMPLE_STEPS_MAX} (got {sample_steps}): the flow sampler "
                         "converges in tens of steps (the rollouts use 10 to 50); use e.g. 20")
     if guidance is not None and not (math.isfinite(guidance) and guidance >= 0):
-        raise UserError(f"--guidance: must be a finite number >= 0 (got {guidance}); 1 is conditional only")
+        raise UserError(f"--guidance: must be >= 0 and finite (got {guidance}); 1 is conditional only")
 
 
 def run_eval(
