@@ -262,3 +262,14 @@ def test_the_cli_refusals_stay_one_line_in_a_subprocess(tmp_path):
                           capture_output=True, text=True, cwd=tmp_path, timeout=120)  # fmt: skip
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert [line for line in proc.stderr.splitlines() if line.strip()] == [line for line in proc.stderr.splitlines() if line.startswith("error: --seeds")]
+
+
+def test_a_hand_edited_non_finite_value_in_a_saved_run_is_refused_by_eval(tmp_path):
+    """eval/export/pairs mine read a run's manifest.toml without the whole preflight; the finite rule
+    is asked again, so an edited `guidance = inf` never reaches the sampler or eval.json."""
+    run_dir = _run_at_step(tmp_path, 1)
+    text = (run_dir / "manifest.toml").read_text()
+    (run_dir / "manifest.toml").write_text(text.replace("beta = 500.0", "beta = inf"))
+    assert "beta = inf" in (run_dir / "manifest.toml").read_text()
+    refused(invoke("eval", str(run_dir), "--device", "cpu"), "rl.beta: must be a finite number (got inf)")
+    refused(invoke("export", str(run_dir), "--out", str(tmp_path / "model")), "rl.beta: must be a finite number")

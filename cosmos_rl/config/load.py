@@ -353,7 +353,17 @@ def load(path: str | Path, overrides: list[str] = (), *, saved_run: bool = False
     """Load a manifest; `saved_run` = it is a run directory's resolved manifest.toml (see with_later_knobs)."""
     raw = read_manifest(path)
     raw = apply_overrides(with_later_knobs(raw) if saved_run else raw, list(overrides))
-    return structure(raw, str(path))
+    config = structure(raw, str(path))
+    if saved_run:
+        # eval, export and pairs mine read a run's saved manifest without the whole preflight (it
+        # ran when the run started); a hand-edited inf or nan would still reach the sampler and
+        # the JSON it writes, so that one rule is asked again here.
+        from cosmos_rl.config.preflight_numbers import non_finite
+
+        bad = [Problem(key, "must be a finite number", value, f"set {key} to a finite value") for key, value in non_finite(config)]
+        if bad:
+            raise ManifestError(bad, str(path))
+    return config
 
 
 # ---------------------------------------------------------------------------------- unstructure
