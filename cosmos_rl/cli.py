@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -32,6 +33,33 @@ app.add_typer(pairs_app, name="pairs")
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
+
+def finite_float(value) -> float:
+    """The parser of every float option: `inf`, `-inf` and `nan` parse as floats but mean nothing to
+    any option here (an infinite --guidance sampled garbage and wrote `Infinity` into eval.json)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise typer.BadParameter(f"{value!r} is not a number") from None
+    if not math.isfinite(number):
+        raise typer.BadParameter(f"{value!r} is not a finite number; give a finite value")
+    return number
+
+
+def _json(value) -> None:
+    """Print JSON output; allow_nan=False because `Infinity`/`NaN` are not JSON (every number the
+    commands print is finite by their checks, so a non-finite one is a bug, not a user's mistake)."""
+    print(json.dumps(value, indent=2, allow_nan=False))
+
+
+def _out_path(value: Optional[str], option: str = "--out") -> Optional[Path]:
+    """An --out folder: an empty one would become Path("") == "." (the current folder, shown as '.')."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise UserError(f"{option}: empty; pass the folder to write to (e.g. {option} out)")
+    return Path(value)
+
 
 OVERRIDES = typer.Argument(None, help="KEY=VALUE overrides with TOML values, e.g. rl.max_steps=5 job.name=\"x\".", show_default=False)
 
@@ -116,7 +144,7 @@ def validate(
         config, warnings, notes = _checked(manifest, overrides or [], data)
     except ManifestError as exc:
         if as_json:
-            print(json.dumps({"ok": False, "problems": [p.as_json() for p in exc.problems]}, indent=2))
+            _json({"ok": False, "problems": [p.as_json() for p in exc.problems]})
             raise typer.Exit(EXIT_USAGE)
         _fail(exc)
     except UserError as exc:
@@ -126,7 +154,7 @@ def validate(
     resolved = plan_mod.build(config, str(manifest), overrides or [])
     summary = {k: resolved[k] for k in ("algorithm", "backend", "world_size", "max_steps", "run_dir", "identity")}
     if as_json:
-        print(json.dumps({"ok": True, "warnings": [w.as_json() for w in warnings], "summary": summary, "data": notes}, indent=2))
+        _json({"ok": True, "warnings": [w.as_json() for w in warnings], "summary": summary, "data": notes})
         return
     _print_warnings(warnings)
     out.print(f"[bold green]OK[/] {escape(str(manifest))}", highlight=False)
@@ -151,7 +179,7 @@ def plan(
         _fail(exc)
     resolved = plan_mod.build(config, str(manifest), overrides or [])
     if as_json:
-        print(json.dumps(resolved, indent=2))
+        _json(resolved)
         return
     _print_warnings(warnings)
     from cosmos_rl.render import render_plan
@@ -211,13 +239,13 @@ def resume(
 @app.command()
 def report(
     run_dir: Path = typer.Argument(..., help="Run directory (holds manifest.toml and metrics.jsonl)."),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder for the report; default RUN_DIR/report."),
+    out_dir: Optional[str] = typer.Option(None, "--out", help="Folder for the report; default RUN_DIR/report."),
 ) -> None:
     """Plot a run's metric curves and write report.md (final values, plots, sample grids, manifest)."""
     from cosmos_rl.report import write_report
 
     try:
-        path = write_report(run_dir, out_dir)
+        path = write_report(run_dir, _out_path(out_dir))
     except UserError as exc:
         _fail(exc)
     out.print(f"[bold green]wrote[/] {escape(str(path))}", highlight=False)
@@ -263,10 +291,10 @@ def evaluate(
     reward: Optional[str] = typer.Option(None, "--reward", help="Built-in weight-free reward; shapes_strict or shapes_partial = the shapes verifier (both scores); for video shapes_video_strict or shapes_video_partial. Default: the verifier's strict score of what the target makes."),
     batch_size: int = typer.Option(32, "--batch-size", help="Samples per sampler call."),
     image_size: Optional[int] = typer.Option(None, "--image-size", help="Image side for a bare model (default 32); a run uses its model.image_size."),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder for the grid and eval.json; default RUN_DIR/eval, or eval/NAME for a model."),
+    out_dir: Optional[str] = typer.Option(None, "--out", help="Folder for the grid and eval.json; default RUN_DIR/eval, or eval/NAME for a model."),
     device: str = typer.Option("auto", "--device", help="auto (CUDA when available), cpu or cuda."),
     sample_steps: Optional[int] = typer.Option(None, "--sample-steps", help="Sampler steps instead of the target's own (a run's rl.sample_steps, else 20)."),
-    guidance: Optional[float] = typer.Option(None, "--guidance", help="Guidance instead of the target's own (a run's rl.guidance, else 3.0)."),
+    guidance: Optional[float] = typer.Option(None, "--guidance", parser=finite_float, help="Guidance instead of the target's own (a run's rl.guidance, else 3.0)."),
     step: Optional[int] = typer.Option(None, "--step", help="A run's committed checkpoint step to use (default: the newest)."),
     frames: Optional[int] = typer.Option(None, "--frames", help="Frames per clip for a bare model (4k + 1; default: a preset's own, else 1 = images); a run uses its model.num_frames."),
     i2v: bool = typer.Option(False, "--i2v", help="Video: condition every clip on the first frame of its caption's ground-truth clip (image-to-video)."),
@@ -278,13 +306,13 @@ def evaluate(
     try:
         result = run_eval(
             target, prompts=prompts, seeds=seeds, per_task=per_task, reward=reward, batch_size=batch_size,
-            image_size=image_size, out_dir=out_dir, device=device, warn=warn, sample_steps=sample_steps, guidance=guidance,
+            image_size=image_size, out_dir=_out_path(out_dir), device=device, warn=warn, sample_steps=sample_steps, guidance=guidance,
             step=step, frames=frames, i2v=i2v,
         )
     except UserError as exc:
         _fail(exc)
     if as_json:
-        print(json.dumps(result, indent=2))
+        _json(result)
         return
     render(out, result)
 
@@ -292,7 +320,7 @@ def evaluate(
 @app.command("export")
 def export(
     run_dir: str = typer.Argument(..., help="A run directory (the folder `cosmos-rl train` created)."),
-    out_dir: Path = typer.Option(..., "--out", help="New folder for the model (diffusers pipeline layout); must not exist or be empty."),
+    out_dir: str = typer.Option(..., "--out", help="New folder for the model (diffusers pipeline layout); must not exist or be empty."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object."),
     step: Optional[int] = typer.Option(None, "--step", help="A run's committed checkpoint step to use (default: the newest)."),
 ) -> None:
@@ -300,14 +328,23 @@ def export(
     from cosmos_rl.export import export_run
 
     try:
-        summary = export_run(run_dir, out_dir, step=step, progress=lambda line: err.print(line, markup=False, highlight=False))
+        summary = export_run(run_dir, _out_path(out_dir), step=step, progress=lambda line: err.print(line, markup=False, highlight=False))
     except UserError as exc:
         _fail(exc)
     if as_json:
-        print(json.dumps(summary, indent=2))
+        _json(summary)
         return
-    out.print(f"[bold green]exported[/] step {summary['step']} of {escape(run_dir)} ({summary['trained']}) to {escape(str(out_dir))}", highlight=False)
-    out.print(f"  use it with: model.path = \"{escape(str(out_dir))}\"  or  cosmos-rl eval {escape(str(out_dir))}", highlight=False)
+    out.print(f"[bold green]exported[/] step {summary['step']} of {escape(run_dir)} ({summary['trained']}) to {escape(out_dir)}", highlight=False)
+    out.print(f"  use it with: model.path = \"{escape(out_dir)}\"  or  cosmos-rl eval {escape(out_dir)}", highlight=False)
+
+
+def bind_host(host: str) -> str:
+    """--host as the socket takes it: a bracketed IPv6 literal (`[::1]`, as URLs write it) without
+    its brackets, so `[::1]` is the loopback it names rather than an unknown name taken for a
+    public address; anything else as given."""
+    if host.startswith("[") and host.endswith("]"):
+        return host[1:-1]
+    return host
 
 
 @reward_app.command("serve")
@@ -319,8 +356,8 @@ def reward_serve(
     model: Optional[List[str]] = typer.Option(None, "--model", help="NAME=FOLDER: serve a model reward (pickscore, clipscore, aesthetic) from a local folder; repeatable."),
     insecure: bool = typer.Option(False, "--insecure", help="Allow a non-loopback --host without a token."),
     replicas: int = typer.Option(0, help="Serve on this many Ray Serve replicas (joins RAY_ADDRESS / --ray-address, else starts a local cluster); 0 = one uvicorn process."),
-    cpus_per_replica: float = typer.Option(1.0, help="CPUs each Ray Serve replica reserves."),
-    gpus_per_replica: float = typer.Option(0.0, help="GPUs each Ray Serve replica reserves (model rewards then run on CUDA)."),
+    cpus_per_replica: float = typer.Option(1.0, parser=finite_float, help="CPUs each Ray Serve replica reserves."),
+    gpus_per_replica: float = typer.Option(0.0, parser=finite_float, help="GPUs each Ray Serve replica reserves (model rewards then run on CUDA)."),
     ray_address: str = typer.Option("", help="Ray cluster to join with --replicas; empty = RAY_ADDRESS, else a local cluster."),
 ) -> None:
     """Serve the built-in rewards (and model rewards from local folders) over HTTP until interrupted."""
@@ -329,6 +366,7 @@ def reward_serve(
     from cosmos_rl.rewards.registry import parse_model_specs
 
     try:
+        host = bind_host(host)
         token = None
         if token_env:
             token = os.environ.get(token_env)
@@ -368,14 +406,14 @@ def pairs_mine(
     reward: str = typer.Option(..., "--reward", help="Built-in weight-free reward that scores the samples (shapes_partial ranks by partial credit, shapes_strict by all-or-nothing)."),
     prompts: Path = typer.Option(..., "--prompts", help="Prompt file (.txt or .jsonl): one pair at most per row."),
     samples: int = typer.Option(4, "--samples", help="Samples per prompt row (K >= 2); the best and the worst make the pair."),
-    out_dir: Path = typer.Option(..., "--out", help="Folder for pairs-NNNNNN.tar and mine.json (must hold no pairs-*.tar yet)."),
+    out_dir: str = typer.Option(..., "--out", help="Folder for pairs-NNNNNN.tar and mine.json (must hold no pairs-*.tar yet)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the samples' noise; another seed mines other samples."),
     batch_size: int = typer.Option(32, "--batch-size", help="Samples per sampler call."),
     per_shard: int = typer.Option(1000, "--per-shard", help="Pairs per shard."),
     device: str = typer.Option("auto", "--device", help="auto (CUDA when available), cpu or cuda."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object."),
     sample_steps: Optional[int] = typer.Option(None, "--sample-steps", help="Sampler steps instead of the target's own (a run's [rl.eval] or rl.sample_steps, else 20)."),
-    guidance: Optional[float] = typer.Option(None, "--guidance", help="Guidance instead of the target's own (a run's [rl.eval] or rl.guidance, else 3.0)."),
+    guidance: Optional[float] = typer.Option(None, "--guidance", parser=finite_float, help="Guidance instead of the target's own (a run's [rl.eval] or rl.guidance, else 3.0)."),
     step: Optional[int] = typer.Option(None, "--step", help="A run's committed checkpoint step to use (default: the newest)."),
 ) -> None:
     """Sample K images per prompt, score them, write best-vs-worst pairs (ties dropped) as webdataset shards for rl.data.shards."""
@@ -389,21 +427,21 @@ def pairs_mine(
         with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as bar:
             task = bar.add_task("mine", total=None)
             summary = run_mine(
-                target, reward=reward, prompts=prompts, samples=samples, out_dir=out_dir, seed=seed,
+                target, reward=reward, prompts=prompts, samples=samples, out_dir=_out_path(out_dir), seed=seed,
                 batch_size=batch_size, per_shard=per_shard, device=device, warn=warn, sample_steps=sample_steps, guidance=guidance, step=step,
                 progress=lambda done, total: bar.update(task, completed=done, total=total),
             )
     except UserError as exc:
         _fail(exc)
     if as_json:
-        print(json.dumps(summary, indent=2))
+        _json(summary)
         return
     out.print(
         f"[bold green]wrote[/] {summary['pairs']} pairs from {summary['rows']} prompt rows "
-        f"({summary['ties_dropped']} tied and dropped) to {len(summary['shards'])} shard(s) in {escape(str(out_dir))}",
+        f"({summary['ties_dropped']} tied and dropped) to {len(summary['shards'])} shard(s) in {escape(out_dir)}",
         highlight=False,
     )
-    out.print(f"  use them with: rl.data.shards = [\"{escape(str(out_dir))}/pairs-{{000000..{len(summary['shards']) - 1:06d}}}.tar\"]", highlight=False)
+    out.print(f"  use them with: rl.data.shards = [\"{escape(out_dir)}/pairs-{{000000..{len(summary['shards']) - 1:06d}}}.tar\"]", highlight=False)
 
 
 def main() -> None:

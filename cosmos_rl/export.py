@@ -16,14 +16,17 @@ An NFT run that set `rl.sampler_shift` writes that shift into `scheduler/`: its 
 what it learned, used it. Besides, `cosmos_rl.json` keeps the model's prompt template (the shapes base's `minimal`) and
 where the folder came from (run, step, algorithm, run identity, and the sampler the run is
 evaluated with: steps and guidance are arguments of a pipeline call, not part of a folder). The folder is written under a
-temporary name beside FOLDER and renamed when complete, so an interrupted export leaves no
-half-written model behind.
+temporary name beside FOLDER (`.FOLDER.export-PID-XXXX`) and renamed when complete, so an
+interrupted export leaves no half-written model behind; one that was killed outright (SIGKILL, so
+its clean-up never ran) leaves that temporary folder, and the next export of the same FOLDER
+removes it once its pid is gone. The finished folder has the modes the user's umask gives.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -32,8 +35,17 @@ from typing import Callable
 from cosmos_rl.errors import UserError
 
 
+STAGING = ".{name}.export-{pid}-"  # the temporary folder beside --out: its name, the exporting pid, a random part
+_STAGING_RE = re.compile(r"^\.(?P<name>.+)\.export-(?P<pid>[0-9]+)-[A-Za-z0-9_]+$")
+
+
 def check_out_folder(out: Path) -> None:
-    """--out must be a new (or empty) folder whose parent exists: an export never overwrites a model."""
+    """--out must be a new (or empty) folder whose parent exists: an export never overwrites a model.
+    Judged before anything loads."""
+    if out.is_symlink():
+        # The finished folder is renamed onto --out, which would replace the link itself rather
+        # than fill the folder it points to: name that folder instead.
+        raise UserError(f"--out {str(out)!r}: is a symbolic link (to {os.readlink(out)!r}); pass the folder it points to, or a new folder")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"--out {str(out)!r}: already exists and is not an empty folder; pick a new folder or delete it")
     if not out.parent.is_dir():
@@ -48,8 +60,8 @@ def export_run(
     from cosmos_rl.evaluation.target import open_run
 
     out = Path(out)
+    check_out_folder(out)  # first: a bad --out is refused before the run is even opened
     target = open_run(run_dir, step=step)  # refuses a folder that is not a run, or a --step it lacks; loads nothing
-    check_out_folder(out)
     import torch
     from diffusers import Cosmos3OmniPipeline
 
@@ -73,12 +85,15 @@ def export_run(
         "run": str(Path(run_dir).resolve()), "step": target.step, "algorithm": config.rl.algorithm, "run_identity": plan.run_identity(config),
         "lora_merged": merged, "trained": _trained(config), "sampler": sampler.as_json(), "out": str(out),
     }  # fmt: skip
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
+    for stale in remove_stale_staging(out):
+        progress(f"removed {stale}, left by an export that was killed")
+    staging = Path(tempfile.mkdtemp(prefix=STAGING.format(name=out.name, pid=os.getpid()), dir=out.parent))
     try:
         progress(f"writing the model folder (step {target.step}, {summary['trained']})")
         pipe.save_pretrained(staging, safe_serialization=True)
         info = {"prompt_template": parts.prompt_template, "exported_from": {k: summary[k] for k in ("run", "step", "algorithm", "run_identity", "sampler")}}
-        (staging / MODEL_INFO).write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
+        (staging / MODEL_INFO).write_text(json.dumps(info, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+        apply_umask(staging)
         if out.exists():
             out.rmdir()  # empty (checked above)
         os.replace(staging, out)
@@ -86,6 +101,49 @@ def export_run(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return summary
+
+
+def remove_stale_staging(out: Path) -> list[Path]:
+    """Remove the temporary folders an earlier export of the same --out left beside it when it was
+    killed (SIGKILL, a power cut: no `finally` ran). A folder counts as stale only when the pid in
+    its name is no longer running, so a concurrent export of the same --out keeps its own."""
+    removed = []
+    try:
+        entries = list(out.parent.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        match = _STAGING_RE.match(entry.name)
+        if not match or match["name"] != out.name or not entry.is_dir() or entry.is_symlink():
+            continue
+        if _alive(int(match["pid"])):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # another user's process (or a pid no kernel has): leave its folder alone
+    return True
+
+
+def apply_umask(folder: Path) -> None:
+    """Give the exported folder the modes any new file of the user gets: mkdtemp makes it 0700 and
+    some writers 0600, which would keep the group (a shared model store) out of a public model."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for root, dirs, files in os.walk(folder):
+        os.chmod(root, 0o777 & ~mask)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o666 & ~mask)
 
 
 def _plain_transformer(network):

@@ -107,7 +107,7 @@ def _wandb_run_id(run_dir: Path) -> str:
 def _parses(line: str) -> bool:
     try:
         return isinstance(json.loads(line), dict)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # RecursionError: a row nested too deeply to read
         return False
 
 

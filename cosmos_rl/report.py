@@ -83,7 +83,7 @@ def load_run(run_dir: Path) -> Run:
         raise UserError(f"{manifest}: not found, so {run_dir} is not a run directory; pass the folder `cosmos-rl train` created")
     return Run(
         path=run_dir,
-        manifest_text=manifest.read_text(encoding="utf-8"),
+        manifest_text=_text(manifest, "the resolved manifest `cosmos-rl train` wrote"),
         series=read_metrics(run_dir / METRICS),
         samples=_sample_grids(run_dir / SAMPLES),
         checkpoints=_committed_steps(run_dir / CHECKPOINTS),
@@ -97,6 +97,8 @@ def _eval_result(path: Path) -> dict | None:
         return None
     try:
         result = json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise UserError(f"{path}: JSON nested too deeply to read; run `cosmos-rl eval` on the run again, or delete it") from None
     except (OSError, ValueError) as exc:
         raise UserError(f"{path}: not readable as JSON ({exc}); run `cosmos-rl eval` on the run again, or delete it") from None
     numbers = [result.get("score"), *(result.get("tasks") or {}).values()] if isinstance(result, dict) else []
@@ -110,12 +112,14 @@ def read_metrics(path: Path) -> dict[str, Series]:
     if not path.is_file():
         raise UserError(f"{path}: not found; the run has not written metrics yet (rank 0 writes a row every job.log_every steps)")
     points: dict[str, dict[int, float]] = defaultdict(dict)
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(_text(path, "JSON rows").splitlines(), start=1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
             step = int(row.pop("step"))
+        except RecursionError:
+            raise UserError(f"{path}:{number}: not a metrics row (JSON nested too deeply to read); each line must be a flat JSON object with \"step\"") from None
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise UserError(f"{path}:{number}: not a metrics row ({type(exc).__name__}: {exc}); each line must be a JSON object with \"step\"") from None
         for name, value in row.items():
@@ -125,6 +129,16 @@ def read_metrics(path: Path) -> dict[str, Series]:
     if not points:
         raise UserError(f"{path}: holds no metric rows yet; wait for the first logged step (job.log_every) and run the report again")
     return {name: Series(name, tuple(sorted(by_step)), tuple(by_step[s] for s in sorted(by_step))) for name, by_step in sorted(points.items())}
+
+
+def _text(path: Path, what: str) -> str:
+    """A run file's text; a binary or unreadable one is the user's to fix (one line, no traceback)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not UTF-8 text (it should hold {what}); restore it from a backup, or pass another run") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read it ({exc.strerror}); check its permissions") from None
 
 
 def _as_float(value) -> float | None:

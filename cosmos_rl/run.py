@@ -93,6 +93,7 @@ def load_for_resume(run_dir: Path, overrides: list[str], *, exact: bool) -> tupl
                      fix="resume with the run's own value, or start a new run") for line in blocking],
             f"resume {run_dir}" + (" --exact" if exact else ""),
         )
+    _refuse_done(run_dir, config)  # before anything is written: a refused resume leaves the run as it was
     notices = [f"changed on resume: {line}" for line in other + world_changes]
     if not has_committed_checkpoint(run_dir):
         # Stopped before its first checkpoint (e.g. preempted while starting): nothing was lost.
@@ -104,3 +105,15 @@ def load_for_resume(run_dir: Path, overrides: list[str], *, exact: bool) -> tupl
         (run_dir / MANIFEST).write_text(load.to_toml(config), encoding="utf-8")
     problems = [p for p in problems if p.severity != "error"]
     return config, notices + [p.render() for p in problems]
+
+
+def _refuse_done(run_dir: Path, config: schema.RunConfig) -> None:
+    """A resume must have steps left: rl.max_steps at or below the newest committed step would
+    start the backend (torchrun, Ray) to train nothing and show "step 4/2"."""
+    done = layout.latest_committed(layout.checkpoints_root(run_dir))
+    if done is not None and config.rl.max_steps <= done:
+        raise ManifestError(
+            [Problem("rl.max_steps", f"the run has already done step {done} (its newest committed checkpoint), so a resume has no step to train",
+                     config.rl.max_steps, f"resume with rl.max_steps={done + 1} or more to train further, or start a new run")],
+            f"resume {run_dir}",
+        )

@@ -17,6 +17,7 @@ from cosmos_rl.checkpoint import integrity, layout
 from cosmos_rl.checkpoint.collective import quiet_single_process
 from cosmos_rl.checkpoint import (
     CheckpointError,
+    CheckpointWriteError,
     CheckpointManager,
     ModelState,
     OptimizerState,
@@ -146,7 +147,7 @@ def test_crash_before_commit_keeps_previous_checkpoint(tmp_path, monkeypatch):
     monkeypatch.setattr(integrity, "write_durably", crash_on_marker)
     model(torch.randn(2, 6)).sum().backward()
     opt.step()
-    with pytest.raises(CheckpointError, match="disk vanished"):
+    with pytest.raises(CheckpointWriteError, match="disk vanished"):  # a runtime failure: exit 1
         manager.save(2, components(model, opt, {"step": 2}))
     leftovers = [p.name for p in (tmp_path / "checkpoints").iterdir()]
     assert any(name.startswith("step_2.tmp-") for name in leftovers)

@@ -4,6 +4,7 @@ samples what the run's checkpoint samples, and that a new run or `cosmos-rl eval
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -207,3 +208,60 @@ def test_step_picks_a_committed_checkpoint_for_eval_and_export_and_names_the_one
     assert not (tmp_path / "other").exists()
     with pytest.raises(UserError, match="is a model, which has no checkpoints"):
         run_eval("preset:tiny", step=1, **SMALL)
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    return int(proc.stdout)
+
+
+def test_export_cleans_a_killed_exports_staging_and_writes_with_the_users_umask(dpo_lora_run, tmp_path):
+    """A SIGKILLed export leaves `.model.export-PID-XXXX/` (no `finally` runs): the next export of the
+    same --out removes it once that pid is gone, keeps a live one's and another folder's; the
+    finished folder has the modes the umask gives (mkdtemp alone made it 0700, its weights 0600)."""
+    run_dir, _ = dpo_lora_run
+    dead, alive = _dead_pid(), os.getppid()  # pytest's parent is running
+    stale = tmp_path / f".model.export-{dead}-abc123"
+    live = tmp_path / f".model.export-{alive}-def456"
+    other = tmp_path / f".other.export-{dead}-ghi789"
+    for folder in (stale, live, other):
+        folder.mkdir()
+        (folder / "part.safetensors").write_bytes(b"x")
+    old_mask = os.umask(0o022)
+    try:
+        lines = []
+        export_run(str(run_dir), tmp_path / "model", progress=lines.append)
+    finally:
+        os.umask(old_mask)
+    assert not stale.exists() and live.is_dir() and other.is_dir()
+    assert any(str(stale) in line and "killed" in line for line in lines)
+    modes = {p.relative_to(tmp_path / "model"): p.stat().st_mode & 0o777 for p in (tmp_path / "model").rglob("*")}
+    modes[Path(".")] = (tmp_path / "model").stat().st_mode & 0o777
+    weights = [p for p in modes if p.suffix == ".safetensors"]
+    assert weights and all(modes[p] == 0o644 for p in weights), modes
+    assert all(mode == (0o755 if (tmp_path / "model" / p).is_dir() else 0o644) for p, mode in modes.items()), modes
+
+
+def test_export_refuses_a_symlinked_out_before_it_opens_the_run(dpo_lora_run, tmp_path, monkeypatch):
+    """--out a symbolic link (the finished folder is renamed onto it, which would replace the link):
+    refused first, before the run is opened or any model built."""
+    import cosmos_rl.evaluation.target as target_mod
+
+    run_dir, _ = dpo_lora_run
+    real = tmp_path / "real"
+    real.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(real)
+
+    def must_not_open(*args, **kwargs):
+        raise AssertionError("the run was opened before --out was judged")
+
+    monkeypatch.setattr(target_mod, "open_run", must_not_open)
+    with pytest.raises(UserError, match=r"--out .*link.*is a symbolic link .*pass the folder it points to"):
+        export_run(str(run_dir), link)
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(UserError, match="is a symbolic link"):
+        export_run(str(run_dir), dangling)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "link", "real"] and not any(real.iterdir())

@@ -20,8 +20,10 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-from cosmos_rl.checkpoint import CheckpointError, CheckpointManager, ModelState, OptimizerState, load_dcp, read_dcp_metadata
+from cosmos_rl.checkpoint import CheckpointError, CheckpointManager, CheckpointWriteError, ModelState, OptimizerState, load_dcp, read_dcp_metadata
 from _overrides import DPO_SMALL
+
+from cosmos_rl.errors import EXIT_FAILED, exit_code_for
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFEST = REPO / "manifests" / "dpo_t2i_smoke.toml"
@@ -199,12 +201,17 @@ def test_full_disk_during_save_keeps_the_previous_checkpoint(tiny_fs, tmp_path, 
         monkeypatch.setattr(dcp, "FileSystemWriter", FullWriter)
 
     big, big_opt = trained(128, 1)  # ~200 KiB of weights + moments: cannot fit in 64 KiB
-    with pytest.raises(CheckpointError) as info:
+    with pytest.raises(CheckpointWriteError) as info:
         manager.save(2, {"model": ModelState(big), "optimizer": OptimizerState(big, big_opt)})
     message = str(info.value)
     assert "\n" not in message
+    assert exit_code_for(info.value) == EXIT_FAILED  # a full disk is a runtime failure, not a usage error
     assert f"writing checkpoint {run_dir / 'checkpoints' / 'step_2'} failed" in message
     assert "out of disk space?" in message and "earlier checkpoints are intact" in message
+    # The size named: weights + Adam's two moments (float32) + one float32 step count per parameter.
+    params = list(big.parameters())
+    expected = sum(p.numel() for p in params) * 4 * 3 + 4 * len(params)
+    assert f"holds about {expected / 2**20:.2f} MiB of tensors, every rank's share together" in message
     assert manager.committed_steps() == [1]
     # No committed step_2, and no partial files left to keep the disk full.
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step_1"]

@@ -197,14 +197,22 @@ def disk_space_hint(root: Path, to_save: dict[str, Any], exc: BaseException) -> 
         free = shutil.disk_usage(root).free
     except OSError:
         return ""
-    need = 0
-    for value in flatten_keys(to_save).values():
-        if isinstance(value, torch.Tensor):
-            local = value.to_local() if hasattr(value, "to_local") else value
-            need += local.numel() * local.element_size()
+    need = checkpoint_bytes(to_save)
     if enospc or free < need:
         return (
-            f" (out of disk space? the filesystem holding {root} has {_mib(free)} free; this "
-            f"rank's share of the checkpoint is about {_mib(need)})"
+            f" (out of disk space? the filesystem holding {root} has {_mib(free)} free; the "
+            f"checkpoint holds about {_mib(need)} of tensors, every rank's share together)"
         )
     return ""
+
+
+def checkpoint_bytes(to_save: dict[str, Any]) -> int:
+    """The tensor bytes one save writes across all ranks, the same number on every rank: a sharded
+    DTensor counts its global size (each rank writes its shard), a plain tensor once (DCP writes a
+    replicated tensor from one rank only). Summing local tensors instead counted every replicated
+    tensor once per rank and each DTensor only by this rank's shard, which is no rank's share."""
+    total = 0
+    for value in flatten_keys(to_save).values():
+        if isinstance(value, torch.Tensor):
+            total += value.numel() * value.element_size()  # a DTensor's numel is its global one
+    return total

@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from cosmos_rl.errors import UserError
+from cosmos_rl.errors import RunFailed, UserError
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,11 @@ LEGACY_NAMES = {LR_SCHEDULE: ("schedule",), DATA_CURSOR: ("pair_cursor", "cursor
 
 class CheckpointError(UserError):
     """A checkpoint could not be saved or loaded; the message names the directory and keys."""
+
+
+class CheckpointWriteError(RunFailed):
+    """Writing or committing a checkpoint failed at run time (a full disk, a vanished mount): no
+    mistake of the user's manifest, so the run exits 1 (not 2); earlier checkpoints are intact."""
 
 
 def checkpoint_due(step: int, max_steps: int, every: int) -> bool:
@@ -102,6 +107,8 @@ def read_meta(root: Path, step: int) -> dict[str, Any]:
     where = step_dir(root, step)
     try:
         meta = json.loads((where / META_FILE).read_text(encoding="utf-8"))
+    except RecursionError:
+        raise CheckpointError(f"checkpoint {where}: cannot read {META_FILE}: JSON nested too deeply") from None
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"checkpoint {where}: cannot read {META_FILE}: {exc}") from None
     if not isinstance(meta, dict):

@@ -40,7 +40,7 @@ from cosmos_rl.checkpoint.collective import (
     single_process,
 )
 from cosmos_rl.checkpoint.dcp_io import describe_dcp_failure, disk_space_hint, load_dcp, read_dcp_metadata
-from cosmos_rl.checkpoint.layout import COMMIT_MARKER, META_FILE, CheckpointError
+from cosmos_rl.checkpoint.layout import COMMIT_MARKER, META_FILE, CheckpointError, CheckpointWriteError
 from cosmos_rl.checkpoint.loading import build_templates
 from cosmos_rl.checkpoint.state import Component, PlainState, as_component, decode_plain, encode_plain
 from cosmos_rl.errors import UserError
@@ -148,7 +148,7 @@ class CheckpointManager:
             # the next save (a preemption save, say) from fitting either.
             if rank == 0:
                 shutil.rmtree(tmp, ignore_errors=True)
-            raise CheckpointError(
+            raise CheckpointWriteError(
                 f"writing checkpoint {final} failed: {describe_dcp_failure(exc)}"
                 f"{disk_space_hint(self.root, to_save, exc)}; the partial {tmp.name} was removed "
                 "and earlier checkpoints are intact"
@@ -169,7 +169,7 @@ class CheckpointManager:
                     error = f"{final} is committed, but pruning old checkpoints failed: {type(exc).__name__}: {exc}"
         error = from_rank0(error)
         if error:
-            raise CheckpointError(error)
+            raise CheckpointWriteError(error)
         return final
 
     def _hash_files(self, tmp: Path, final: Path, rank: int, world: int) -> tuple[dict[str, int], dict[str, str]]:
@@ -189,7 +189,7 @@ class CheckpointManager:
         if problems:
             if rank == 0:
                 shutil.rmtree(tmp, ignore_errors=True)
-            raise CheckpointError(
+            raise CheckpointWriteError(
                 f"writing checkpoint {final} failed: {'; '.join(problems)}; the partial {tmp.name} "
                 "was removed and earlier checkpoints are intact"
             )

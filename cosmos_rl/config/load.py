@@ -318,18 +318,52 @@ def read_manifest(path: str | Path) -> dict:
     if not path.is_file():
         raise ManifestError([Problem(str(path), "manifest file not found", fix="pass the path of a .toml manifest")])
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ManifestError([Problem(str(path), "not valid TOML", fix=str(exc))]) from None
     except UnicodeDecodeError:
         raise ManifestError([Problem(str(path), "not UTF-8 text", fix="save the manifest as UTF-8 TOML")]) from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise ManifestError([Problem(str(path), "nested too deeply to read", fix=f"no manifest value nests deeper than {MAX_DEPTH} levels; fix the file")]) from None
+    if _depth(raw) > MAX_DEPTH:
+        # Shallow enough for tomllib, but the copies and checks after it recurse too.
+        raise ManifestError([Problem(str(path), f"nests values more than {MAX_DEPTH} levels deep", fix="no manifest key is nested that deep; fix the file")])
+    return raw
+
+
+# The deepest a manifest goes is a table of an array of tables of a table (rl.rewards[0].x); a file
+# nested far deeper is damaged or hostile, and would exhaust Python's recursion in deepcopy or cattrs.
+MAX_DEPTH = 32
+
+
+def _depth(value) -> int:
+    """How deeply tables and arrays nest in a parsed TOML value (iterative: the value may be deep)."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        node, level = stack.pop()
+        deepest = max(deepest, level)
+        if deepest > MAX_DEPTH:
+            break
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        stack.extend((child, level + 1) for child in children)
+    return deepest
 
 
 def load(path: str | Path, overrides: list[str] = (), *, saved_run: bool = False) -> schema.RunConfig:
     """Load a manifest; `saved_run` = it is a run directory's resolved manifest.toml (see with_later_knobs)."""
     raw = read_manifest(path)
     raw = apply_overrides(with_later_knobs(raw) if saved_run else raw, list(overrides))
-    return structure(raw, str(path))
+    config = structure(raw, str(path))
+    if saved_run:
+        # eval, export and pairs mine read a run's saved manifest without the whole preflight (it
+        # ran when the run started); a hand-edited inf or nan would still reach the sampler and
+        # the JSON it writes, so that one rule is asked again here.
+        from cosmos_rl.config.preflight_numbers import non_finite
+
+        bad = [Problem(key, "must be a finite number", value, f"set {key} to a finite value") for key, value in non_finite(config)]
+        if bad:
+            raise ManifestError(bad, str(path))
+    return config
 
 
 # ---------------------------------------------------------------------------------- unstructure

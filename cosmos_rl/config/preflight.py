@@ -19,6 +19,7 @@ from cosmos_rl.config import schema
 from cosmos_rl.config.paths import resolve_path
 from cosmos_rl.config.preflight_data import _data_source, _sources
 from cosmos_rl.config.preflight_media import folder_vae_rules, frame_rules, modality_rule
+from cosmos_rl.config.preflight_numbers import finite_rule
 from cosmos_rl.config.preflight_rules import Rules, seed_rule
 from cosmos_rl.config.preflight_rewards import BUILTIN_REWARDS, VIDEO_REWARDS, _one_reward, _reward_terms
 from cosmos_rl.config.problems import Problem, show
@@ -41,6 +42,7 @@ GRID_TIMEOUT_MAX_S = 7 * 24 * 3600
 
 def check(config: schema.RunConfig, base_dir: Path | str = ".") -> list[Problem]:
     rules = Rules(Path(base_dir))
+    finite_rule(config, rules)
     _common(config, rules)
     algorithm = algorithms.of(config)
     if config.model.num_frames > 1 and not algorithm.video and not hasattr(config.rl, "modality"):
@@ -320,7 +322,8 @@ def online_rules(c: schema.RunConfig, rl: schema.OnlineRLBase, r: Rules) -> None
     r.at_least("rl.group_size", rl.group_size, 2, "set rl.group_size to 2 or more (advantages compare samples within a group)")
     for path, problem, got, fix in nft_shapes(c)[1]:
         r.error(path, problem, got, fix)
-    if g.device == "cuda" and g.nodes * g.gpus_per_node != rl.group_size:
+    # A count below 1 is already refused above; a product of it would suggest a negative fix.
+    if g.device == "cuda" and g.nodes >= 1 and g.gpus_per_node >= 1 and g.nodes * g.gpus_per_node != rl.group_size:
         r.error("grid.gpus_per_node", f"{name} puts one rank on each GPU, so grid.nodes * grid.gpus_per_node must equal rl.group_size ({rl.group_size})",
                 g.gpus_per_node, f"use {g.nodes} node(s) x {rl.group_size / g.nodes:g} GPUs, or change rl.group_size")
     if g.nodes > 1 and not rl.reward.url and not rl.rewards:
@@ -373,7 +376,9 @@ def data_parallel_grid(c: schema.RunConfig, r: Rules) -> None:
         if getattr(g, key) is not None:
             r.error(f"grid.{key}", f"an NFT role-shape setting; {name}'s width is model.config.parallelism.data_parallel_shard_degree", getattr(g, key), f"remove grid.{key}")
     dp = c.model.config.parallelism.data_parallel_shard_degree
-    if dp != g.nodes * g.gpus_per_node:
+    # grid.nodes or grid.gpus_per_node below 1 is refused on its own key; their product here would
+    # advise "set it to -1".
+    if g.nodes >= 1 and g.gpus_per_node >= 1 and dp != g.nodes * g.gpus_per_node:
         r.error("model.config.parallelism.data_parallel_shard_degree", f"must equal grid.nodes * grid.gpus_per_node = {g.nodes} * {g.gpus_per_node}", dp,
                 f"set it to {g.nodes * g.gpus_per_node} or change grid.nodes/grid.gpus_per_node")
     if g.backend == "local" and g.nodes > 1 and not (g.rdzv_endpoint or os.environ.get(RDZV_ENV)):

@@ -49,8 +49,13 @@ class Rules:
         """Every local shard a path or brace pattern (``::`` joins several) names must be a file, so a
         run whose shards were never written stops here rather than after its launch; URLs are opened later."""
         from cosmos_rl.data.tar_index import shard_names
+        from cosmos_rl.errors import UserError
 
-        names = shard_names([value])
+        try:
+            names = shard_names([value])
+        except UserError as exc:  # a brace range past the cap (counted, never expanded)
+            self.error(path, str(exc), fix="name fewer shards (e.g. pairs-{000000..000099}.tar)")
+            return
         local = [name.removeprefix("file:") for name in names if "://" not in name and not name.startswith("pipe:")]
         resolved = [Path(os.path.normpath(name if os.path.isabs(name) else self.base_dir / name)) for name in local]
         missing = [shard for shard in resolved if not shard.is_file()]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import attrs
 
 from cosmos_rl.errors import UserError
@@ -28,8 +30,22 @@ class Problem:
     def as_json(self) -> dict:
         out = {"path": self.path, "problem": self.problem, "fix": self.fix, "severity": self.severity}
         if self.got is not _NOTHING:
-            out["got"] = self.got if isinstance(self.got, (str, int, float, bool, list, dict, type(None))) else repr(self.got)
+            out["got"] = _json_value(self.got)
         return out
+
+
+def _json_value(value: object) -> object:
+    """A user value as JSON can hold it: JSON has no inf or nan (json.dumps would write the non-JSON
+    `Infinity`), so those become the string TOML writes (`inf`, `nan`); anything else not JSON, its repr."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, (str, int, bool, type(None))):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    return repr(value)
 
 
 def show(value: object) -> str:

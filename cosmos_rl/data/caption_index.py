@@ -77,7 +77,7 @@ def _shard_entry(archive: tarfile.TarFile, key: str, members: dict, shard: Path,
     if "json" in members:
         try:
             row = json.loads(archive.extractfile(members["json"]).read())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: nested too deeply
             raise UserError(f"{origin}: json member is not valid JSON ({exc})") from exc
         if not isinstance(row, dict):
             raise UserError(f"{origin}: json member holds a {type(row).__name__}, not an object")
@@ -128,6 +128,8 @@ def _row(text: str, line: int, path: Path, frames: int = 1) -> CaptionRow:
         row = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UserError(f"{origin}: malformed JSON ({exc.msg} at column {exc.colno}); fix the row") from exc
+    except RecursionError:
+        raise UserError(f"{origin}: JSON nested too deeply to read; fix the row") from None
     if not isinstance(row, dict):
         raise UserError(f"{origin}: a row must be a JSON object, found {type(row).__name__}")
     kind, field = _media_file(row, origin, frames)

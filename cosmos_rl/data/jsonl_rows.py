@@ -53,6 +53,8 @@ def parse_row(text: str, line: int, path: Path) -> PairRow:
         row = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UserError(f"{origin}: malformed JSON ({exc.msg} at column {exc.colno}); fix the row") from exc
+    except RecursionError:
+        raise UserError(f"{origin}: JSON nested too deeply to read; fix the row") from None
     pair_id, prompt, winner_prompt, loser_prompt = parse_pair_metadata(row, origin)
     winner, winner_stat = _image_path(row, "winner", path.parent, origin)
     loser, loser_stat = _image_path(row, "loser", path.parent, origin)

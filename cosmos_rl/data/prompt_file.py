@@ -20,6 +20,8 @@ def _jsonl_prompt(text: str, origin: str) -> str:
         row = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UserError(f"{origin}: malformed JSON ({exc.msg} at column {exc.colno}); fix the row") from exc
+    except RecursionError:
+        raise UserError(f"{origin}: JSON nested too deeply to read; fix the row") from None
     if not isinstance(row, dict) or "prompt" not in row:
         raise UserError(f'{origin}: expected an object with a "prompt" field, found {text.strip()[:80]!r}')
     prompt = row["prompt"]

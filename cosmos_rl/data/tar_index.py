@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,11 +58,106 @@ def split_member_name(name: str) -> Optional[tuple[str, str]]:
     return folder + slash + stem, ext
 
 
+# A shard list names at most this many shards: a million shards of the 1000 pairs `pairs mine`
+# writes per shard is a billion pairs, and the list of names alone is ~100 MB. braceexpand builds
+# every range in full (itertools.product), so `{0..99999999999999}` took 3 GB in 15 s before failing.
+SHARD_NAMES_MAX = 1_000_000
+
+
 def shard_names(entries: Sequence[Union[str, Path]]) -> list[str]:
     """Every shard name a shard list gives, in order: each entry's ``::``-joined parts, each part
     brace-expanded (``pairs-{000..002}.tar`` is three). The one expansion the reader, preflight and
-    plan share."""
-    return [name for entry in entries for part in str(entry).split("::") for name in braceexpand(part)]
+    plan share. Counted before it is expanded: more than SHARD_NAMES_MAX names is a UserError."""
+    parts = [part for entry in entries for part in str(entry).split("::")]
+    total = 0
+    for part in parts:
+        total += brace_count(part, SHARD_NAMES_MAX - total)
+    return [name for part in parts for name in braceexpand(part)]
+
+
+class _TooMany(Exception):
+    pass
+
+
+def brace_count(pattern: str, limit: int = SHARD_NAMES_MAX) -> int:
+    """How many names braceexpand(pattern) gives, worked out without expanding (the same grammar,
+    counting instead of generating); a UserError when it, or any range inside it, exceeds `limit`."""
+    try:
+        return _pattern_count(pattern, max(limit, 0))
+    except _TooMany:
+        raise UserError(
+            f"{pattern[:200]!r}: names more than {SHARD_NAMES_MAX} shards in all, the cap (a million shards of the 1000 "
+            "pairs `pairs mine` writes per shard is a billion pairs, so a larger brace range is a typo); check the range"
+        ) from None
+    except ValueError:  # an unbalanced brace: braceexpand raises its own error, reported where it is read
+        return 0
+
+
+def _bounded(n: int, limit: int) -> int:
+    if n > limit:
+        raise _TooMany
+    return n
+
+
+def _pattern_count(pattern: str, limit: int) -> int:
+    # braceexpand.parse_pattern: the product of its top-level items.
+    start = pos = depth = 0
+    total = 1
+    while pos < len(pattern):
+        char = pattern[pos]
+        if char == "\\":
+            pos += 2
+            continue
+        if char == "{":
+            if depth == 0:
+                start = pos
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                total = _bounded(total * _expression_count(pattern[start + 1:pos], limit), limit)
+        pos += 1
+    if depth != 0:
+        raise ValueError("unbalanced braces")
+    return total
+
+
+_INT_RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)(?:\.\.-?(\d+))?$")
+_CHAR_RANGE = re.compile(r"^([A-Za-z])\.\.([A-Za-z])(?:\.\.-?(\d+))?$")
+
+
+def _expression_count(expr: str, limit: int) -> int:
+    # braceexpand.parse_expression: an int range, a char range, a comma list, else literal braces.
+    if len(expr) > 10_000:  # a range of numbers that long is past any limit (and int() refuses 4300+ digits)
+        raise _TooMany
+    match = _INT_RANGE.match(expr)
+    if match:
+        if max(len(match.group(1)), len(match.group(2))) > 4000:  # int() refuses 4300+ digits; no shard is numbered so
+            raise _TooMany
+        first, last, step = int(match.group(1)), int(match.group(2)), int(match.group(3) or 0) or 1
+        return _bounded(abs(last - first) // step + 1, limit)
+    match = _CHAR_RANGE.match(expr)
+    if match:
+        return len(list(braceexpand("{" + expr + "}")))  # at most 52 letters
+    depth, start, items = 0, 0, []
+    pos = 0
+    while pos < len(expr):
+        char = expr[pos]
+        if char == "\\":
+            pos += 2
+            continue
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            items.append(expr[start:pos])
+            start = pos + 1
+        pos += 1
+    if depth != 0 or not items:
+        return _pattern_count(expr, limit)  # braces kept literally around the expanded inside
+    items.append(expr[start:])
+    return _bounded(sum(_pattern_count(item, limit) for item in items), limit)
 
 
 def shard_paths(urls_or_paths: Union[str, Path, Sequence[Union[str, Path]]]) -> list[Path]:
@@ -156,7 +252,7 @@ def _sample_of(archive: tarfile.TarFile, key: str, members: dict[str, tarfile.Ta
         )
     try:
         row = json.loads(archive.extractfile(members["json"]).read())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: nested too deeply
         raise UserError(f"{origin}: json member is not valid JSON ({exc})") from exc
     pair_id, prompt, winner_prompt, loser_prompt = parse_pair_metadata(row, origin)
     winner = side_blob(members, "winner", origin)

@@ -8,6 +8,7 @@ docs/eval.md; `score` is the headline (strict with the shapes verifier).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Callable
 
@@ -21,11 +22,22 @@ DEFAULT_REWARD = "shapes_strict"  # of images; a video target's default is shape
 GRID_COLUMNS = 8  # prompts shown in the grid (seed 0), evenly spread over the evaluation's prompts
 RESULT_FILE = "eval.json"
 
+# Caps on the counts an option sets, so a typo (10**30) is refused at once instead of allocating
+# prompts x seeds items or a 100000-pixel canvas until memory runs out. Each is far past any honest
+# use; the messages say why.
+SEEDS_MAX = 1000  # 1000 seeds x the 319 held-out prompts is 319,000 images; intervals are over prompts
+IMAGE_SIZE_MAX = 4096  # one 4096 x 4096 sample is 16.8 M pixels; Cosmos3 models are trained at 256 to 1024
+SAMPLE_STEPS_MAX = 1000  # the flow sampler converges in tens of steps (rollouts use 10 to 50)
+FRAMES_MAX = 257  # 4k + 1: Cosmos3 clips are 93 to 121 frames; every latent frame adds a full frame's tokens
+
 
 def check_options(seeds: int, per_task: int, reward: str | None, batch_size: int, video: bool = False) -> None:
     """The counts, and the reward unless it is None (not known yet: it follows the target's media)."""
     if seeds < 1:
         raise UserError(f"--seeds: must be >= 1 (got {seeds}); seeds 0 .. N-1 are used on every call")
+    if seeds > SEEDS_MAX:
+        raise UserError(f"--seeds: at most {SEEDS_MAX} (got {seeds}): every seed samples every prompt once more, and the "
+                        f"intervals are over prompts, so more seeds only cost time; use e.g. 2, or more prompts")
     if per_task < 0:
         raise UserError(f"--per-task: must be >= 0 (got {per_task}); 0 takes every held-out prompt")
     if reward is None:
@@ -44,11 +56,28 @@ def check_sampling_options(reward: str, batch_size: int, video: bool = False) ->
         raise UserError(f"--reward: {reward!r} is not a built-in {what}; use one of {', '.join(reward_names(video))}")
 
 
+def check_out_dir(out_dir: Path | None) -> None:
+    """An --out that exists must be a folder (a file there, /etc/passwd say, is refused before anything runs)."""
+    if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise UserError(f"--out {str(out_dir)!r}: is a file, not a folder; pass a folder (new or existing) to write to")
+
+
+def check_prompts_file(prompts: Path | None) -> None:
+    """A --prompts file must exist (said before its suffix is judged: a missing `prompts` is not a
+    naming problem)."""
+    if prompts is not None and not Path(prompts).is_file():
+        what = "is a folder" if Path(prompts).is_dir() else "file not found"
+        raise UserError(f"--prompts {str(prompts)!r}: {what}; pass a prompt file (.txt, one prompt a line, or .jsonl)")
+
+
 def check_sampler_overrides(sample_steps: int | None, guidance: float | None) -> None:
     if sample_steps is not None and sample_steps < 1:
         raise UserError(f"--sample-steps: must be >= 1 (got {sample_steps})")
-    if guidance is not None and not guidance >= 0:
-        raise UserError(f"--guidance: must be >= 0 (got {guidance}); 1 is conditional only")
+    if sample_steps is not None and sample_steps > SAMPLE_STEPS_MAX:
+        raise UserError(f"--sample-steps: at most {SAMPLE_STEPS_MAX} (got {sample_steps}): the flow sampler "
+                        "converges in tens of steps (the rollouts use 10 to 50); use e.g. 20")
+    if guidance is not None and not (math.isfinite(guidance) and guidance >= 0):
+        raise UserError(f"--guidance: must be >= 0 and finite (got {guidance}); 1 is conditional only")
 
 
 def run_eval(
@@ -64,14 +93,20 @@ def run_eval(
     different runs under one sampler); None keeps them. `reward` None is the verifier's strict score
     of what the target makes (images or clips); `frames` a bare model's clip length; `i2v` conditions
     every clip on the first frame of its caption's ground-truth clip."""
-    if image_size is not None and image_size < 1:
-        raise UserError(f"--image-size: must be >= 1 (got {image_size})")
+    if image_size is not None and not 1 <= image_size <= IMAGE_SIZE_MAX:
+        raise UserError(f"--image-size: must be in [1, {IMAGE_SIZE_MAX}] (got {image_size}): one {IMAGE_SIZE_MAX} x {IMAGE_SIZE_MAX} "
+                        "sample is 16.8 M pixels, and Cosmos3 models are trained at 256 to 1024; use e.g. 32 or 512")
     from cosmos_rl.models.media import is_wan_frame_count
 
     if frames is not None and not is_wan_frame_count(frames):
         raise UserError(f"--frames: a clip has 4k + 1 frames (the Wan VAE's), or 1 for images (got {frames})")
+    if frames is not None and frames > FRAMES_MAX:
+        raise UserError(f"--frames: at most {FRAMES_MAX} (got {frames}): Cosmos3 clips are 93 to 121 frames, and every "
+                        "latent frame adds a whole frame's tokens to each sample; use e.g. 9 or 121")
     check_options(seeds, per_task, None, batch_size)
     check_sampler_overrides(sample_steps, guidance)
+    check_out_dir(out_dir)
+    check_prompts_file(prompts)
     from cosmos_rl.evaluation.target import open_target, target_media
 
     media = target_media(target, image_size, frames)
@@ -132,7 +167,8 @@ def run_eval(
         **_scores_json(diff, "diff_"), **_intervals_json(diff, "diff_"), "bootstrap": bootstrap_settings(),
         **clip_extra,
     }  # fmt: skip
-    (t.out_dir / RESULT_FILE).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    # allow_nan=False: `Infinity` is not JSON; every number here is finite by the checks above.
+    (t.out_dir / RESULT_FILE).write_text(json.dumps(result, indent=1, allow_nan=False) + "\n", encoding="utf-8")
     return result
 
 

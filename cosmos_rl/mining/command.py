@@ -22,6 +22,9 @@ from cosmos_rl.errors import UserError
 
 SUMMARY_FILE = "mine.json"
 ROWS_PER_CHUNK = 64  # prompt rows sampled, scored and written per round (progress granularity)
+# A row's pair is only its best and worst sample, so more samples sharpen the extremes slowly while
+# each one costs a full sampling; past this a K is a typo (10**30 would allocate K noise items per row).
+SAMPLES_MAX = 1024
 
 
 def check_options(samples: int, batch_size: int, per_shard: int, reward: str) -> None:
@@ -29,6 +32,9 @@ def check_options(samples: int, batch_size: int, per_shard: int, reward: str) ->
 
     if samples < 2:
         raise UserError(f"--samples: must be >= 2 (got {samples}); a pair is the best and the worst of K samples")
+    if samples > SAMPLES_MAX:
+        raise UserError(f"--samples: at most {SAMPLES_MAX} (got {samples}): a pair keeps only the best and the worst of the K "
+                        "samples of a row, and each sample costs a full sampling; use e.g. 4 to 16")
     if per_shard < 1:
         raise UserError(f"--per-shard: must be >= 1 (got {per_shard})")
     check_sampling_options(reward, batch_size)
@@ -50,7 +56,10 @@ def run_mine(
     `sample_steps` / `guidance` replace the target's own sampler settings (as `cosmos-rl eval`'s
     flags do); None keeps them."""
     check_options(samples, batch_size, per_shard, reward)
-    from cosmos_rl.evaluation.command import check_sampler_overrides
+    from cosmos_rl.evaluation.command import check_out_dir, check_prompts_file, check_sampler_overrides
+
+    check_out_dir(out_dir)
+    check_prompts_file(prompts)
 
     check_sampler_overrides(sample_steps, guidance)
     from cosmos_rl.data.prompt_file import load_prompts
@@ -71,7 +80,10 @@ def run_mine(
     t = open_target(target, step=step, out_dir=out_dir)  # refuses before anything loads or is written
     from cosmos_rl.mining.shards import PairShardWriter
 
-    writer = PairShardWriter(out_dir, per_shard)  # refuses an old set before any sampling
+    try:
+        writer = PairShardWriter(out_dir, per_shard)  # refuses an old set before any sampling
+    except OSError as exc:  # e.g. a parent that is a file, or no permission
+        raise UserError(f"--out {str(out_dir)!r}: cannot create the folder ({exc.strerror}); pass a writable folder") from None
     from cosmos_rl.dist.world import pick_device
 
     where = pick_device(device)
@@ -118,7 +130,7 @@ def run_mine(
     if not kept:
         raise UserError(f"every one of the {n} prompt rows tied ({samples} samples scored alike under {reward}): "
                         "no pair written; raise --samples or use a finer reward (e.g. shapes_partial)")  # fmt: skip
-    Path(out_dir, SUMMARY_FILE).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    Path(out_dir, SUMMARY_FILE).write_text(json.dumps(summary, indent=1, allow_nan=False) + "\n", encoding="utf-8")
     return summary
 
 
