@@ -250,6 +250,9 @@ def test_an_entry_of_other_sizes_or_counts_is_refused_even_with_a_matching_check
         read_entry(path, Expected("k", 3, True, frozenset({1, 2}), (4, 4, 3)))
     with pytest.raises(BadEntry, match="holds partial scores; this reward gives none"):
         read_entry(path, Expected("k", 3, False, frozenset({1}), (4, 4, 3)))
+    path.write_text("[" * 50_000)  # within the size bound, nested past the parser's recursion limit
+    with pytest.raises(BadEntry, match="is not a readable JSON entry"):
+        read_entry(path, expected)
     path.write_bytes(b" " * (expected.max_bytes + 1))
     with pytest.raises(BadEntry, match="bytes, more than an entry of this evaluation can be"):
         read_entry(path, expected)

@@ -135,6 +135,7 @@ class Expected:
 
     @property
     def max_bytes(self) -> int:
+        """The most a whole entry can take: the record, two floats per item, the kept pixels in base64."""
         image = int(np.prod(self.image_shape))
         return 64 * 1024 + self.n_items * _ITEM_BYTES + len(self.kept) * (image * 4 // 3 + 256)
 
@@ -186,7 +187,7 @@ def read_entry(path: Path, expected: Expected) -> tuple[list[float], list[float]
         if size > expected.max_bytes:
             raise BadEntry(f"is {size} bytes, more than an entry of this evaluation can be ({expected.max_bytes})")
         entry = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: nesting too deep
         raise BadEntry(f"is not a readable JSON entry ({_shown(str(exc), 120)})") from None
     if not isinstance(entry, dict) or "format" not in entry:
         raise BadEntry("has no entry record (not a cosmos-rl evaluation entry)")
