@@ -303,18 +303,21 @@ def evaluate(
     from cosmos_rl.evaluation.command import render, run_eval
 
     _check_device(device)
+    notes: list[str] = []
     try:
         result = run_eval(
             target, prompts=prompts, seeds=seeds, per_task=per_task, reward=reward, batch_size=batch_size,
             image_size=image_size, out_dir=_out_path(out_dir), device=device, warn=warn, sample_steps=sample_steps, guidance=guidance,
-            step=step, frames=frames, i2v=i2v,
+            step=step, frames=frames, i2v=i2v, note=notes.append,
         )
     except UserError as exc:
         _fail(exc)
     if as_json:
         _json(result)
-        return
-    render(out, result)
+    else:
+        render(out, result)
+    for line in notes:  # images sampled and reused: on stderr, so --json's stdout stays one object
+        err.print(line, markup=False, highlight=False)
 
 
 @app.command("export")

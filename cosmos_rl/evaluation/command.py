@@ -85,9 +85,11 @@ def run_eval(
     reward: str | None = None, batch_size: int = DEFAULT_BATCH, image_size: int | None = None,
     out_dir: Path | None = None, device: str = "auto", warn: Callable[[str], None] = lambda line: None,
     sample_steps: int | None = None, guidance: float | None = None, step: int | None = None,
-    frames: int | None = None, i2v: bool = False,
+    frames: int | None = None, i2v: bool = False, note: Callable[[str], None] = lambda line: None,
 ) -> dict:  # fmt: skip
-    """Evaluate `target` and return the result object (see docs/eval.md); `warn` gets warning lines.
+    """Evaluate `target` and return the result object (see docs/eval.md); `warn` gets warning lines,
+    `note` the line of images sampled and reused (the base's, or a bare model's, verdicts are kept
+    in `evaluation.verdict_cache`).
 
     `sample_steps` / `guidance` replace the target's own sampler settings (to compare models of
     different runs under one sampler); None keeps them. `reward` None is the verifier's strict score
@@ -140,13 +142,16 @@ def run_eval(
     )  # fmt: skip
     columns = [item.index for item in spread(evaluator.items[: len(captions)], GRID_COLUMNS)]
     keep = frozenset(columns)
+    from cosmos_rl.evaluation.verdict_cache import VerdictCache, folder_for
+
+    cache = VerdictCache(*folder_for(t), warn)  # a checkpoint is sampled every time; its base (or a bare model) once
     with model.policy() as network:
-        policy_done = evaluator.scored(network, keep=keep)
+        policy_done = evaluator.scored(network, keep=keep) if model.base is not None else cache.scored(evaluator, network, keep)
     scores = evaluator.scores(policy_done.totals, policy_done.prompts)
     base, diff, rows = None, None, [("model", policy_done.kept)]
     if model.base is not None:
         with model.base() as network:
-            base_done = evaluator.scored(network, keep=keep)
+            base_done = cache.scored(evaluator, network, keep)
         base = evaluator.scores(base_done.totals, base_done.prompts)
         diff = difference(scores, base)  # identical noise per item: a paired comparison
         rows = [("base", base_done.kept), (f"checkpoint\nstep {t.step}", policy_done.kept)]
@@ -169,6 +174,7 @@ def run_eval(
     }  # fmt: skip
     # allow_nan=False: `Infinity` is not JSON; every number here is finite by the checks above.
     (t.out_dir / RESULT_FILE).write_text(json.dumps(result, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+    note(cache.summary(len(evaluator.items) if model.base is not None else 0))
     return result
 
 

@@ -36,6 +36,7 @@ class Evaluator:
         self.groups = caption_groups(captions, reward, origin)
         self.captions = list(captions)
         self.items = make_items(self.captions, seeds)
+        self.seeds = seeds
         self.reward, self.settings = reward, settings
         self.tokenizer, self.vae, self.device = tokenizer, vae, device
         self.model_parts = model_parts  # the ModelParts whose scheduler config rollouts use (None: default UniPC)
@@ -61,6 +62,33 @@ class Evaluator:
             device=device, origin=f"rl.eval.prompts {cfg.prompts}" if cfg.prompts else "rl.eval",
             model_parts=getattr(parts, "parts", parts),
         )
+
+    def identity(self) -> dict:
+        """Everything besides the network (and the code) that decides this evaluation's images and
+        verdicts, as JSON: the prompts and their token ids (the tokenizer and template), the seeds,
+        the sampler and the scheduler it steps, what a sample is, the batches (a packed batch
+        differs from single samples by up to 1e-5), the conditioning, the reward and the device."""
+        import hashlib
+        import json
+
+        from cosmos_rl.models.latent_keys import canonical_json
+
+        mp = self.model_parts
+        tokens = hashlib.sha256()
+        for caption in self.captions:
+            for ids in self._ids(caption):
+                tokens.update(json.dumps(ids.tolist()).encode())
+        scheduler = {name: value for name, value in dict(mp.scheduler.config).items() if not str(name).startswith("_")}
+        media = self.media
+        device = self.device.type + (f" {torch.cuda.get_device_name(self.device)}" if self.device.type == "cuda" else "")
+        return {
+            "prompts": hashlib.sha256(json.dumps(self.captions).encode()).hexdigest(), "n_prompts": len(self.captions),
+            "seeds": self.seeds, "reward": self.reward, "sampler": self.settings.resolved(mp).as_json(),
+            "scheduler": [type(mp.scheduler).__name__, hashlib.sha256(canonical_json(scheduler).encode()).hexdigest()],
+            "native_flow_schedule": bool(mp.native_flow_schedule), "prompt_template": getattr(mp, "prompt_template", "chat"),
+            "token_ids": tokens.hexdigest(), "media": [media.frames, media.height, media.width, media.fps],
+            "latent_shape": list(self.latent_shape), "batch_size": self.batch_size, "i2v": self.i2v, "device": device,
+        }  # fmt: skip
 
     # ------------------------------------------------------------------------------ sampling
     def noise(self, item: Item) -> torch.Tensor:
@@ -121,17 +149,27 @@ class Evaluator:
         share = rank_share(self.items, rank, world)
         images = self.sample(transformer, [item for item, _ in share])
         counted = [(item, image) for (item, counts), image in zip(share, images) if counts]
-        totals, prompts, kept = Totals(), PromptTotals.empty(len(self.captions)), {}
+        scores, partials = [], None
         if counted:
             captions = [item.caption for item, _ in counted]
             scores, partials = score_images(self.reward, np.stack([image for _, image in counted]), captions)
-            for index, (item, image) in enumerate(counted):
-                partial = partials[index] if partials else None
-                totals.add(self.groups[item.caption], scores[index], partial)
-                prompts.add(item.prompt, scores[index], partial)
-                if item.index in keep:
-                    kept[item.index] = Sample(image, scores[index], partial)
-        return Scored(totals, prompts, kept)
+        kept = {item.index: image for item, image in counted if item.index in keep}
+        return self.tally([item for item, _ in counted], scores, partials, kept)
+
+    def tally(
+        self, items: Sequence[Item], scores: Sequence[float], partials: Sequence[float] | None, images: dict[int, np.ndarray]
+    ) -> Scored:
+        """The totals of `items` scored `scores` (and `partials`), added in item order, and the items
+        of `images` (by item index) kept with their scores: what `scored` returns, also when the
+        verdicts come from the evaluation cache (`evaluation.verdict_cache`), so both add alike."""
+        totals, prompts, kept = Totals(), PromptTotals.empty(len(self.captions)), {}
+        for index, item in enumerate(items):
+            partial = partials[index] if partials else None
+            totals.add(self.groups[item.caption], scores[index], partial)
+            prompts.add(item.prompt, scores[index], partial)
+            if item.index in images:
+                kept[item.index] = Sample(images[item.index], scores[index], partial)
+        return Scored(totals, prompts, kept, tuple(scores), None if partials is None else tuple(partials))
 
     def totals(
         self, transformer: torch.nn.Module, rank: int = 0, world: int = 1, keep: frozenset[int] = frozenset()
@@ -168,6 +206,10 @@ class Scored:
     totals: Totals
     prompts: PromptTotals
     kept: dict[int, Sample]
+    # Each counted item's verdict, in the order of the share's counted items (all items, in order,
+    # for one process): what the evaluation cache keeps.
+    scores: tuple[float, ...] = ()
+    partials: tuple[float, ...] | None = None
 
 
 def evaluate_ranks(

@@ -28,6 +28,11 @@ def _canonical(value):
     return value
 
 
+def canonical_json(value) -> str:
+    """`value` as JSON that is the same in every process (unordered collections sorted, keys sorted)."""
+    return json.dumps(_canonical(value), sort_keys=True, default=str)
+
+
 def vae_identity(vae: torch.nn.Module) -> str:
     """A short hash of the entry layout, the VAE's config and every weight (computed once per run).
 
@@ -38,7 +43,7 @@ def vae_identity(vae: torch.nn.Module) -> str:
     the library that wrote it."""
     config = {name: value for name, value in dict(vae.config).items() if not str(name).startswith("_")}
     digest = hashlib.sha256(_LAYOUT.encode())
-    digest.update(json.dumps(_canonical(config), sort_keys=True, default=str).encode())
+    digest.update(canonical_json(config).encode())
     for name, tensor in sorted(vae.state_dict().items()):
         digest.update(f"{name}|{tuple(tensor.shape)}|{tensor.dtype}|".encode())
         digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
