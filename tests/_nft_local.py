@@ -5,7 +5,8 @@ It exists so fast tests drive the real online step through public calls, and so 
 one process playing G ranks gives the numbers G Ray actors give. No manifest reaches it: a run
 always makes one sample per model rank (the spec's rule), so it lives with the tests, not the package.
 Rewards are the built-in reward functions called in-process (the service would compute the
-same function of the same lossless pixels).
+same function of the same lossless pixels): image rewards on images, the clip rewards
+(`shapes_video_*`) on a video run's clips.
 """
 
 from __future__ import annotations
@@ -46,10 +47,13 @@ def local_trainer(config: schema.RunConfig, run_dir: Path, device: torch.device 
     ranks, scoring with the built-in reward in-process."""
     from cosmos_rl.rewards.functions import REWARDS
     from cosmos_rl.rewards.multi import reward_terms
+    from cosmos_rl.rewards.video import video_rewards
 
     assert isinstance(config.rl, schema.OnlineRLBase), "an online algorithm's config"
     trainer_cls = algorithms.of(config).resolve("trainer")
-    rewards = {term.name: REWARDS[term.name] for term in reward_terms(config.rl)}  # built-in rewards only
+    # built-in rewards only; a video run's clips go whole to a clip reward (no per-frame scoring here)
+    known = video_rewards() if config.model.num_frames > 1 else REWARDS
+    rewards = {term.name: known[term.name] for term in reward_terms(config.rl)}
 
     def score(rank: int, pixels: np.ndarray, prompts: Sequence[str]) -> dict[str, list[float]]:
         return {name: [float(v) for v in fn(pixels, list(prompts))] for name, fn in rewards.items()}
