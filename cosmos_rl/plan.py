@@ -183,7 +183,13 @@ def online_section(config: schema.RunConfig, base_dir: Path) -> dict:
 def nft_section(config: schema.RunConfig, base_dir: Path) -> dict:
     out = online_section(config, base_dir)
     rl = config.rl
-    out["per_step"]["train_timesteps_per_sample"] = rl.timesteps_per_sample or rl.sample_steps - 1
+    per_sample = rl.timesteps_per_sample or rl.sample_steps - 1
+    out["per_step"]["train_timesteps_per_sample"] = per_sample
+    # The training forward packs every row of a rank at each of its timesteps into one forward with
+    # grad (v_old and v_ref run without), so its activations are rows x K samples' (docs/video.md).
+    activation = media_section(config, base_dir).get("activation_mib_per_sample")
+    if activation is not None:
+        out["per_step"]["train_activation_mib_per_rank"] = round(activation * rl.prompts_per_step * per_sample, 2)
     return out
 
 

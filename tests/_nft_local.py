@@ -51,15 +51,31 @@ def local_trainer(config: schema.RunConfig, run_dir: Path, device: torch.device 
 
     assert isinstance(config.rl, schema.OnlineRLBase), "an online algorithm's config"
     trainer_cls = algorithms.of(config).resolve("trainer")
-    # built-in rewards only; a video run's clips go whole to a clip reward (no per-frame scoring here)
-    known = video_rewards() if config.model.num_frames > 1 else REWARDS
-    rewards = {term.name: known[term.name] for term in reward_terms(config.rl)}
+    # built-in rewards only; on a video run a clip reward takes whole clips and an image reward
+    # scores each clip frame by frame as the client does (rewards/frames.py: stride, reducer)
+    clip_rewards = video_rewards()
+    terms = reward_terms(config.rl)
+    rewards = {t.name: clip_rewards[t.name] if t.name in clip_rewards else _per_frame(REWARDS[t.name], t) for t in terms}
 
     def score(rank: int, pixels: np.ndarray, prompts: Sequence[str]) -> dict[str, list[float]]:
         return {name: [float(v) for v in fn(pixels, list(prompts))] for name, fn in rewards.items()}
 
     device = device or torch.device("cpu")
     return trainer_cls(config, Path(run_dir), device, LocalCollectives(config.rl.group_size, device), score)
+
+
+def _per_frame(image_reward, term):
+    """An image reward that also takes clips [N, F, H, W, 3], frame by frame (against the clip's own prompt)."""
+    from cosmos_rl.rewards import frames
+
+    def fn(pixels: np.ndarray, prompts: list[str]) -> list[float]:
+        if pixels.ndim == 4:
+            return image_reward(pixels, prompts)
+        picked = frames.scored_frames(pixels.shape[1], term.frame_reduce, term.frame_stride)
+        return [frames.reduce_scores([float(v) for v in image_reward(clip[picked], [p] * len(picked))], term.frame_reduce)
+                for clip, p in zip(pixels, prompts)]
+
+    return fn
 
 
 def run_local(config: schema.RunConfig, run_dir: Path, *, resume: bool = False) -> list[dict]:

@@ -156,6 +156,12 @@ def test_video_nft_validates_with_no_profile_and_nothing_skipped():
     it as a whole, and an image reward on it scores frame by frame."""
     assert errors(NFT, VIDEO_NFT) == {}
     assert errors(NFT, [*VIDEO_NFT, 'rl.reward.name="shapes_video_partial"']) == {}
+    # the image world's caption rewards cannot read a clip caption: refused, naming the clip reward to use
+    found = errors(NFT, [*VIDEO_NFT, 'rl.reward.name="shapes_partial"'])
+    assert list(found) == ["rl.reward.name"], found
+    assert 'caption grammar, and a video run\'s prompts are clip captions it refuses (got "shapes_partial"); use "shapes_video_partial"' in found["rl.reward.name"]
+    found = errors(NFT, [*VIDEO_NFT, *ONE_OFF, 'rl.rewards=[{name="brightness", revision="r"}, {name="shapes_strict", revision="r"}]'])
+    assert list(found) == ["rl.rewards[1].name"] and 'use "shapes_video_strict"' in found["rl.rewards[1].name"], found
 
 
 def test_the_frame_keys_of_a_video_run():
