@@ -2,10 +2,10 @@
 process (tests/_nft_local.py plays both ranks) and end to end on the session's Ray cluster.
 
 Tiny sizes: the shapes base with its image VAE (every frame its own latent frame), 5 frames at
-32x32, a group of 2, one prompt row, 2-3 sampler steps, one training timestep per clip. The reward
-is brightness scored frame by frame (an image reward on clips, as the client scores one), because
-the image base's clips at two sampler steps all score 0 with the video verifier: rewards that vary
-within a group are what make the step train.
+32x32, a group of 2, one prompt row, 2-3 sampler steps, one training timestep per clip. The rewards
+include brightness scored frame by frame (an image reward on clips, as the client scores one),
+because the image base's clips all score 0 with the video verifier (measured: 0 for all 32 clips of
+the manifest's first two steps): rewards that vary within a group are what make a step train.
 """
 
 from __future__ import annotations
@@ -25,8 +25,12 @@ MANIFEST = REPO / "manifests" / "nft_video_shapes_cpu.toml"
 FRAMES = 5
 TINY = [
     f"model.num_frames={FRAMES}", "rl.group_size=2", "rl.prompts_per_step=1", "rl.timesteps_per_sample=1",
-    'rl.reward.name="brightness"', "job.progress=false", "job.log_every=1", "checkpoint.keep=0",
+    "job.progress=false", "job.log_every=1", "checkpoint.keep=0",
 ]
+BRIGHTNESS = ['rl.reward.name="brightness"']
+# On Ray: the clip reward through the built-in service (whole clips; the driver's check that the
+# run's rewards take clips) beside brightness frame by frame, whose spread makes the steps train.
+BOTH = ["rl.reward={}", 'rl.rewards=[{name="brightness", revision="builtin-v1"}, {name="shapes_video_partial", revision="builtin-v1"}]']
 
 
 def _config(tmp_path: Path, *extra: str):
@@ -37,7 +41,7 @@ def _config(tmp_path: Path, *extra: str):
 def test_one_video_nft_step_rolls_out_clips_scores_them_per_frame_and_trains(tmp_path):
     from _nft_local import local_trainer
 
-    config = _config(tmp_path, "rl.sample_steps=2", "rl.max_steps=1", "rl.eval.every=0", "rl.sample_grid_every=1")
+    config = _config(tmp_path, *BRIGHTNESS, "rl.sample_steps=2", "rl.max_steps=1", "rl.eval.every=0", "rl.sample_grid_every=1")
     trainer = local_trainer(config, tmp_path / "run")
     assert trainer.build(resume=False) == 0
     seen = []
@@ -84,12 +88,13 @@ def _policy_tensors(run_dir: Path, step: int, tmp: Path) -> dict[str, torch.Tens
 
 @pytest.mark.slow
 def test_video_nft_on_ray_resumes_exactly(ray_cluster, tmp_path):
-    """Two steps of video NFT on two Ray actors (the built-in reward service, clips sent frame by
-    frame to an image reward; [rl.eval] with the video verifier at step 2), straight, and stopped
-    after step 1 then resumed with --exact: the same metrics rows and bit-equal weights."""
+    """Two steps of video NFT on two Ray actors (the built-in reward services: the video verifier on
+    whole clips and brightness frame by frame; [rl.eval] with the video verifier at step 2),
+    straight, and stopped after step 1 then resumed with --exact: the same metrics rows and
+    bit-equal weights."""
     from cosmos_rl import launch
 
-    fast = ["rl.sample_steps=3", "checkpoint.every=1", "rl.sample_grid_every=2",
+    fast = [*BOTH, "rl.sample_steps=3", "checkpoint.every=1", "rl.sample_grid_every=2",
             "rl.eval.every=2", "rl.eval.per_task=1", "rl.eval.seeds=1", "rl.eval.sample_steps=2"]  # fmt: skip
 
     def train(name: str, steps: int) -> Path:
@@ -105,6 +110,7 @@ def test_video_nft_on_ray_resumes_exactly(ray_cluster, tmp_path):
     strip = lambda row: {k: v for k, v in row.items() if not k.startswith("time/")}  # noqa: E731
     assert [strip(r) for r in a_rows] == [strip(r) for r in b_rows]
     assert [r["step"] for r in a_rows] == [1, 2] and all(r["train/grad_norm"] > 0 for r in a_rows)
+    assert all(0.0 <= r["train/shapes_video_partial/reward_mean"] <= 1.0 for r in a_rows)
     assert "eval/score" in a_rows[-1] and 0.0 <= a_rows[-1]["eval/score"] <= 1.0
     a, b = _policy_tensors(straight, 2, tmp_path), _policy_tensors(split, 2, tmp_path)
     assert a and set(a) == set(b) and any(k.startswith("old.") for k in a)
