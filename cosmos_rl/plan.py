@@ -15,7 +15,7 @@ from pathlib import Path
 
 from cosmos_rl.config import algorithms, load, preflight, schema
 from cosmos_rl.models import layout
-from cosmos_rl.plan_media import media_section
+from cosmos_rl.plan_media import media_section, sample_costs
 
 # nft.md section 4's five roles of one colocated process per rank, and the code that plays each.
 ONLINE_ROLES = {
@@ -187,9 +187,9 @@ def nft_section(config: schema.RunConfig, base_dir: Path) -> dict:
     out["per_step"]["train_timesteps_per_sample"] = per_sample
     # The training forward packs every row of a rank at each of its timesteps into one forward with
     # grad (v_old and v_ref run without), so its activations are rows x K samples' (docs/video.md).
-    activation = media_section(config, base_dir).get("activation_mib_per_sample")
-    if activation is not None:
-        out["per_step"]["train_activation_mib_per_rank"] = round(activation * rl.prompts_per_step * per_sample, 2)
+    costs = sample_costs(config, base_dir)
+    if costs is not None:
+        out["per_step"]["train_activation_mib_per_rank"] = round(costs[2] * rl.prompts_per_step * per_sample / 2**20, 2)
     return out
 
 

@@ -117,3 +117,19 @@ def test_video_nft_on_ray_resumes_exactly(ray_cluster, tmp_path):
     for key in a:
         assert torch.equal(a[key], b[key]), key
     assert (straight / "samples" / "step_2.gif").is_file()
+
+
+def test_plan_counts_the_training_forwards_clips_per_rank():
+    """plan's train_activation_mib_per_rank: rows x K clips of the per-sample estimate (docs/video.md).
+    Shapes base (hidden 128, MLP 256, 4 layers, patch 2; VAE 4x in space, none in time): a 9-frame
+    32x32 clip is 9 x 4 x 4 = 144 tokens, 4 x 144 x (12 x 128 + 4 x 256) x 4 bytes = 5.625 MiB."""
+    from cosmos_rl import plan
+
+    def per_rank(*extra):
+        return plan.build(load.load(MANIFEST, list(extra)), str(MANIFEST))["per_step"]["train_activation_mib_per_rank"]
+
+    assert per_rank() == 5.625 * 8 * 2  # the manifest: 8 rows x timesteps_per_sample 2
+    assert per_rank("rl.timesteps_per_sample=1") == 5.625 * 8
+    assert per_rank("model.num_frames=5") == pytest.approx(5.625 * 5 / 9 * 16, abs=0.005)  # linear in frames
+    # checkpointing keeps 4 layer inputs (4 x 144 x 128 x 4 bytes) + one layer's 144 x 2560 x 4 bytes
+    assert per_rank("model.gradient_checkpointing=true") == pytest.approx((4 * 144 * 128 * 4 + 144 * 2560 * 4) * 16 / 2**20, abs=0.005)
