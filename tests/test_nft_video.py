@@ -133,3 +133,18 @@ def test_plan_counts_the_training_forwards_clips_per_rank():
     assert per_rank("model.num_frames=5") == pytest.approx(5.625 * 5 / 9 * 16, abs=0.005)  # linear in frames
     # checkpointing keeps 4 layer inputs (4 x 144 x 128 x 4 bytes) + one layer's 144 x 2560 x 4 bytes
     assert per_rank("model.gradient_checkpointing=true") == pytest.approx((4 * 144 * 128 * 4 + 144 * 2560 * 4) * 16 / 2**20, abs=0.005)
+
+
+def test_the_shipped_video_training_prompts_are_what_the_documented_command_writes(tmp_path):
+    """manifests/shapes_video_train.txt = `python -m cosmos_rl.shapes video-prompts DIR --seed 0
+    --balanced 1200`, and none of its rows is one of the held-out prompts that command writes."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "cosmos_rl.shapes", "video-prompts", str(tmp_path), "--seed", "0", "--balanced", "1200"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    shipped = (REPO / "manifests" / "shapes_video_train.txt").read_text()
+    assert (tmp_path / "train.txt").read_text() == shipped
+    held_out = {json.loads(line)["prompt"] for line in (tmp_path / "held_out.jsonl").read_text().splitlines() if line.strip()}
+    assert len(held_out) == 319 and not held_out & set(shipped.splitlines())
