@@ -15,7 +15,7 @@ from pathlib import Path
 
 from cosmos_rl.config import algorithms, load, preflight, schema
 from cosmos_rl.models import layout, towers
-from cosmos_rl.plan_media import media_section
+from cosmos_rl.plan_media import media_section, sample_costs
 
 # nft.md section 4's five roles of one colocated process per rank, and the code that plays each.
 ONLINE_ROLES = {
@@ -196,7 +196,13 @@ def online_section(config: schema.RunConfig, base_dir: Path) -> dict:
 def nft_section(config: schema.RunConfig, base_dir: Path) -> dict:
     out = online_section(config, base_dir)
     rl = config.rl
-    out["per_step"]["train_timesteps_per_sample"] = rl.timesteps_per_sample or rl.sample_steps - 1
+    per_sample = rl.timesteps_per_sample or rl.sample_steps - 1
+    out["per_step"]["train_timesteps_per_sample"] = per_sample
+    # The training forward packs every row of a rank at each of its timesteps into one forward with
+    # grad (v_old and v_ref run without), so its activations are rows x K samples' (docs/video.md).
+    costs = sample_costs(config, base_dir)
+    if costs is not None:
+        out["per_step"]["train_activation_mib_per_rank"] = round(costs[2] * rl.prompts_per_step * per_sample / 2**20, 2)
     return out
 
 

@@ -58,26 +58,37 @@ def _mib(n: int) -> float:
     return round(n / 2**20, 2)
 
 
+def sample_costs(config: schema.RunConfig, base_dir: Path) -> tuple[list[int], int, int] | None:
+    """(latent [C, T, h, w], vision tokens, activation bytes) of one sample, or None when the
+    configs are unreadable or the size is one the VAE cannot take (preflight reports that)."""
+    architecture = _architecture(config, base_dir)
+    if architecture is None:
+        return None
+    transformer, vae = architecture
+    try:
+        channels, frames, height, width = latent_shape(MediaSpec.from_model_config(config.model), vae, transformer)
+    except (ValueError, KeyError, TypeError):
+        return None
+    patch = int(transformer["latent_patch_size"])
+    tokens = frames * math.ceil(height / patch) * math.ceil(width / patch)
+    used = activation_bytes(tokens, transformer, config.model.dtype, config.model.gradient_checkpointing)
+    return [channels, frames, height, width], tokens, used
+
+
 def media_section(config: schema.RunConfig, base_dir: Path) -> dict:
     media = MediaSpec.from_model_config(config.model)
     out: dict = {"kind": "video" if media.is_video else "image", "frames": media.frames, "size": [media.height, media.width]}
     if media.is_video:
         out.update(fps=media.fps, seconds=round(media.seconds, 3))
-    architecture = _architecture(config, base_dir)
-    if architecture is None:
+    costs = sample_costs(config, base_dir)
+    if costs is None:
         return out
-    transformer, vae = architecture
-    try:
-        channels, frames, height, width = latent_shape(media, vae, transformer)
-    except (ValueError, KeyError, TypeError):
-        return out  # preflight reports a size the VAE cannot take
-    patch = int(transformer["latent_patch_size"])
-    tokens = frames * math.ceil(height / patch) * math.ceil(width / patch)
+    latent, tokens, used = costs
     checkpointing = config.model.gradient_checkpointing
     out.update(
-        latent=[channels, frames, height, width],
+        latent=latent,
         vision_tokens_per_sample=tokens,
-        activation_mib_per_sample=_mib(activation_bytes(tokens, transformer, config.model.dtype, checkpointing)),
+        activation_mib_per_sample=_mib(used),
         activation_estimate=("layer inputs + one recomputed layer (gradient checkpointing)" if checkpointing
                              else "every layer's activations (no gradient checkpointing)") + "; vision tokens only, see docs/video.md",
     )

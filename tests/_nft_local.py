@@ -5,7 +5,8 @@ It exists so fast tests drive the real online step through public calls, and so 
 one process playing G ranks gives the numbers G Ray actors give. No manifest reaches it: a run
 always makes one sample per model rank (the spec's rule), so it lives with the tests, not the package.
 Rewards are the built-in reward functions called in-process (the service would compute the
-same function of the same lossless pixels).
+same function of the same lossless pixels): image rewards on images, the clip rewards
+(`shapes_video_*`) on a video run's clips.
 """
 
 from __future__ import annotations
@@ -46,16 +47,35 @@ def local_trainer(config: schema.RunConfig, run_dir: Path, device: torch.device 
     ranks, scoring with the built-in reward in-process."""
     from cosmos_rl.rewards.functions import REWARDS
     from cosmos_rl.rewards.multi import reward_terms
+    from cosmos_rl.rewards.video import video_rewards
 
     assert isinstance(config.rl, schema.OnlineRLBase), "an online algorithm's config"
     trainer_cls = algorithms.of(config).resolve("trainer")
-    rewards = {term.name: REWARDS[term.name] for term in reward_terms(config.rl)}  # built-in rewards only
+    # built-in rewards only; on a video run a clip reward takes whole clips and an image reward
+    # scores each clip frame by frame as the client does (rewards/frames.py: stride, reducer)
+    clip_rewards = video_rewards()
+    terms = reward_terms(config.rl)
+    rewards = {t.name: clip_rewards[t.name] if t.name in clip_rewards else _per_frame(REWARDS[t.name], t) for t in terms}
 
     def score(rank: int, pixels: np.ndarray, prompts: Sequence[str]) -> dict[str, list[float]]:
         return {name: [float(v) for v in fn(pixels, list(prompts))] for name, fn in rewards.items()}
 
     device = device or torch.device("cpu")
     return trainer_cls(config, Path(run_dir), device, LocalCollectives(config.rl.group_size, device), score)
+
+
+def _per_frame(image_reward, term):
+    """An image reward that also takes clips [N, F, H, W, 3], frame by frame (against the clip's own prompt)."""
+    from cosmos_rl.rewards import frames
+
+    def fn(pixels: np.ndarray, prompts: list[str]) -> list[float]:
+        if pixels.ndim == 4:
+            return image_reward(pixels, prompts)
+        picked = frames.scored_frames(pixels.shape[1], term.frame_reduce, term.frame_stride)
+        return [frames.reduce_scores([float(v) for v in image_reward(clip[picked], [p] * len(picked))], term.frame_reduce)
+                for clip, p in zip(pixels, prompts)]
+
+    return fn
 
 
 def run_local(config: schema.RunConfig, run_dir: Path, *, resume: bool = False) -> list[dict]:

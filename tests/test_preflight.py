@@ -77,9 +77,8 @@ NFT_CASES = [
     (["grid.shapes={policy=[1,4], rollout=[1,4]}", "grid.ranks=4"], "grid.shapes", "not both"),
     (["grid.num_replicas=2"], "grid.num_replicas", "one execution replica"),
     (["grid.ranks=3"], "grid.ranks", "must equal rl.group_size (4)"),
-    (['rl.modality="video"', "model.num_frames=9", 'rl.profile=""'], "rl.modality", "not included in this release"),
-    (['rl.modality="video"', "model.num_frames=9"], "rl.profile", "video NFT takes no profile"),
-    (['rl.modality="video"', "model.num_frames=9", 'rl.profile=""', 'rl.init_keys_to_skip_loading=["audio_*"]'], "rl.init_keys_to_skip_loading", "requires it to be empty"),
+    (['rl.modality="video"', "model.num_frames=9"], "rl.profile", 'video NFT takes no profile (a profile fixes T2I production coordinates; a clip\'s frames and size come from [model]) (got "t2i_tiny"); remove rl.profile'),
+    (['rl.modality="video"', "model.num_frames=9", 'rl.profile=""', 'rl.init_keys_to_skip_loading=["audio_*"]'], "rl.init_keys_to_skip_loading", "must be empty for video NFT"),
     (['rl.modality="video"', 'rl.profile=""'], "rl.modality", "model.num_frames = 1 makes image"),
     (["model.num_frames=9"], "rl.modality", 'makes video (got "image"); set rl.modality = "video"'),
     (['rl.profile="t2i_huge"'], "rl.profile", '"t2i_tiny", "t2i_public"'),
@@ -149,14 +148,27 @@ NFT_CASES = [
 ]
 
 
-VIDEO_NFT = ['rl.modality="video"', "model.num_frames=9", 'rl.profile=""']  # refused as a whole (rl.modality) in this release
+VIDEO_NFT = ['rl.modality="video"', "model.num_frames=9", 'rl.profile=""']
+
+
+def test_video_nft_validates_with_no_profile_and_nothing_skipped():
+    """Video NFT (rl.modality = "video", model.num_frames = 4k + 1) is a valid run: no rule refuses
+    it as a whole, and an image reward on it scores frame by frame."""
+    assert errors(NFT, VIDEO_NFT) == {}
+    assert errors(NFT, [*VIDEO_NFT, 'rl.reward.name="shapes_video_partial"']) == {}
+    # the image world's caption rewards cannot read a clip caption: refused, naming the clip reward to use
+    found = errors(NFT, [*VIDEO_NFT, 'rl.reward.name="shapes_partial"'])
+    assert list(found) == ["rl.reward.name"], found
+    assert 'caption grammar, and a video run\'s prompts are clip captions it refuses (got "shapes_partial"); use "shapes_video_partial"' in found["rl.reward.name"]
+    found = errors(NFT, [*VIDEO_NFT, *ONE_OFF, 'rl.rewards=[{name="brightness", revision="r"}, {name="shapes_strict", revision="r"}]'])
+    assert list(found) == ["rl.rewards[1].name"] and 'use "shapes_video_strict"' in found["rl.rewards[1].name"], found
 
 
 def test_the_frame_keys_of_a_video_run():
     """On a video run an image reward takes frame_reduce / frame_stride and a clip reward is a
     reward; a clip reward scores whole clips, so the frame keys are refused on it."""
     found = errors(NFT, [*VIDEO_NFT, 'rl.reward.frame_reduce="min"', "rl.reward.frame_stride=4"])
-    assert "not included in this release" in found["rl.modality"]
+    assert "rl.modality" not in found, found
     assert not {"rl.reward.frame_reduce", "rl.reward.frame_stride"} & set(found), found
     assert "must be >= 1 (got 0)" in errors(NFT, [*VIDEO_NFT, "rl.reward.frame_stride=0"])["rl.reward.frame_stride"]
     one_frame = errors(NFT, [*VIDEO_NFT, 'rl.reward.frame_reduce="first"', "rl.reward.frame_stride=2"])["rl.reward.frame_stride"]
@@ -516,7 +528,7 @@ def test_video_frames_at_any_frame_rate_pass():
 def test_an_algorithm_that_trains_no_video_refuses_clips():
     found = errors(DPO, ["model.num_frames=9"])
     assert 'rl.algorithm = "dpo" does not train video in this release' in found["model.num_frames"]
-    assert 'rl.algorithm = "sft"' in found["model.num_frames"]
+    assert 'train video with rl.algorithm = "nft", "sft"' in found["model.num_frames"]
 
 
 def test_first_frame_conditioning_needs_clips_through_the_transformer():

@@ -218,6 +218,7 @@ register(online(
     trainer="cosmos_rl.trainers.nft:NFTTrainer",
     preflight="cosmos_rl.config.preflight:nft_rules",
     plan_section="cosmos_rl.plan:nft_section",
+    video=True,  # rl.modality = "video" with model.num_frames > 1 (docs/video.md "NFT on video")
 ))  # fmt: skip
 register(Algorithm(
     name="sft", config=schema.SFTConfig, title="supervised fine-tuning", launcher="ranks",

@@ -281,12 +281,14 @@ def nft_rules(c: schema.RunConfig, rl: schema.NFTConfig, r: Rules) -> None:
     online_rules(c, rl, r)
     modality_rule(rl, c.model, r)
     if rl.modality == "video" and c.model.num_frames > 1:
+        # The spec's video contract: frames and size come from [model] alone, and the model is built
+        # with every head its checkpoint has (a Nano folder's sound and action heads, unused).
         if rl.profile:
-            r.error("rl.profile", "video NFT takes no profile", rl.profile, "remove rl.profile")
+            r.error("rl.profile", "video NFT takes no profile (a profile fixes T2I production coordinates; a clip's frames and size come from [model])",
+                    rl.profile, "remove rl.profile (set model.num_frames and model.image_size instead)")
         if rl.init_keys_to_skip_loading:
-            r.error("rl.init_keys_to_skip_loading", "the video contract requires it to be empty", rl.init_keys_to_skip_loading, "remove it")
-        r.error("rl.modality", "video NFT is not included in this release", "video",
-                'set rl.modality = "image" and model.num_frames = 1 with a T2I rl.profile (video trains with rl.algorithm = "sft")')
+            r.error("rl.init_keys_to_skip_loading", "must be empty for video NFT: the video model is built with every head of its checkpoint (sound and action heads present, unused)",
+                    rl.init_keys_to_skip_loading, "remove rl.init_keys_to_skip_loading")
     elif rl.modality == "image":
         known = ", ".join(show(p) for p in schema.T2I_PROFILES)
         if rl.profile not in schema.T2I_PROFILES:

@@ -16,6 +16,7 @@ BUILTIN_REWARDS = ("jpeg_compressibility", "jpeg_incompressibility", "brightness
                    "shapes_strict", "shapes_partial")
 MODEL_REWARDS = ("pickscore", "clipscore", "aesthetic")  # cosmos_rl.rewards.models.MODEL_KINDS, torch-free
 VIDEO_REWARDS = ("shapes_video_strict", "shapes_video_partial")  # cosmos_rl.rewards.video.video_rewards, whole clips
+CAPTION_GRAMMAR_REWARDS = ("shapes_strict", "shapes_partial")  # image rewards that parse the shapes image caption
 
 
 # A reward call (one group's images) that takes longer than this is stuck, not slow; and a finite
@@ -60,6 +61,12 @@ def _frame_keys(c: schema.RunConfig, prefix: str, t, r: Rules) -> None:
         for k in changed:
             r.error(f"{prefix}.{k}", f"plays no part: {t.name} scores whole clips itself, not frame by frame", getattr(t, k),
                     f"remove {prefix}.{k} (it is for image rewards scoring clips)")
+    elif not t.url and t.name in CAPTION_GRAMMAR_REWARDS:
+        # The online step sends each clip's frames with the clip's own prompt; the image world's
+        # parser refuses a moving-shapes caption ("moving up", "turning from"), so every call would fail.
+        video_name = t.name.replace("shapes_", "shapes_video_")
+        r.error(f"{prefix}.name", "scores each frame against the image world's caption grammar, and a video run's prompts are clip captions it refuses",
+                t.name, f'use "{video_name}", which scores whole clips with the moving-shapes verifier')
 
 
 def _one_reward(c: schema.RunConfig, rl: schema.NFTConfig, r: Rules) -> None:

@@ -96,7 +96,7 @@ class OnlineRLBase(RLBase):
 class NFTConfig(OnlineRLBase):
     algorithm: Literal["nft"] = required("`nft` selects online DiffusionNFT.")
     modality: Literal["image", "video"] = knob(
-        "video", "Decoded media type; must agree with model.num_frames (`video` iff it is above 1). Video NFT is not in this release."
+        "video", "Decoded media type; must agree with model.num_frames (`video` iff it is above 1). Video NFT takes no `rl.profile` and an empty `rl.init_keys_to_skip_loading` (docs/video.md)."
     )
     profile: str = knob("", "Known T2I profile (image only); sets the production coordinates.")
     init_keys_to_skip_loading: list[str] = knob(

@@ -210,7 +210,10 @@ def _start_services(config: schema.RunConfig, run_dir: Path, resume: bool):
     # loopback service for every reward without a url; every pin checked before Ray starts.
     services = start_reward_services(config.rl)
     try:
-        services.check_revisions()
+        # a video run's rewards must take clips (a clip reward, or an image reward frame by frame)
+        from cosmos_rl.models.media import MediaSpec
+
+        services.check_revisions(video=MediaSpec.from_model_config(config.model).is_video)
     except BaseException:
         services.stop()
         raise

@@ -1,0 +1,150 @@
+"""DiffusionNFT on video (docs/video.md "NFT on video"): clips through the online step, in this
+process (tests/_nft_local.py plays both ranks) and end to end on the session's Ray cluster.
+
+Tiny sizes: the shapes base with its image VAE (every frame its own latent frame), 5 frames at
+32x32, a group of 2, one prompt row, 2-3 sampler steps, one training timestep per clip. The rewards
+include brightness scored frame by frame (an image reward on clips, as the client scores one),
+because the image base's clips all score 0 with the video verifier (measured: 0 for all 32 clips of
+the manifest's first two steps): rewards that vary within a group are what make a step train.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from rich.console import Console
+
+from cosmos_rl.config import load
+
+REPO = Path(__file__).resolve().parents[1]
+MANIFEST = REPO / "manifests" / "nft_video_shapes_cpu.toml"
+FRAMES = 5
+TINY = [
+    f"model.num_frames={FRAMES}", "rl.group_size=2", "rl.prompts_per_step=1", "rl.timesteps_per_sample=1",
+    "job.progress=false", "job.log_every=1", "checkpoint.keep=0",
+]
+BRIGHTNESS = ['rl.reward.name="brightness"']
+# On Ray: the clip reward through the built-in service (whole clips; the driver's check that the
+# run's rewards take clips) beside brightness frame by frame, whose spread makes the steps train.
+BOTH = ["rl.reward={}", 'rl.rewards=[{name="brightness", revision="builtin-v1"}, {name="shapes_video_partial", revision="builtin-v1"}]']
+
+
+def _config(tmp_path: Path, *extra: str):
+    prompts = f'rl.prompts.file="{REPO / "manifests" / "shapes_video_train.txt"}"'
+    return load.load(MANIFEST, [*TINY, prompts, f'job.output_dir="{tmp_path}"', *extra])
+
+
+def test_one_video_nft_step_rolls_out_clips_scores_them_per_frame_and_trains(tmp_path):
+    from _nft_local import local_trainer
+
+    config = _config(tmp_path, *BRIGHTNESS, "rl.sample_steps=2", "rl.max_steps=1", "rl.eval.every=0", "rl.sample_grid_every=1")
+    trainer = local_trainer(config, tmp_path / "run")
+    assert trainer.build(resume=False) == 0
+    seen = []
+    rollout = trainer.rollout
+    trainer.rollout = lambda *a: seen.append(rollout(*a)) or seen[-1]
+    metrics = trainer.train_step(1)
+
+    (x0_a, sigmas, pixels_a), (x0_b, _, pixels_b) = seen[0]
+    # the shapes base's VAE: 4 latent channels, no temporal stage (T = F), 4x spatial (32 -> 8)
+    assert x0_a.shape == (1, 4, FRAMES, 8, 8)
+    assert pixels_a.shape == (1, FRAMES, 32, 32, 3) and pixels_a.dtype == torch.uint8
+    assert len(sigmas) == 2  # the sampler's two timesteps, which NFT trains at
+    assert not torch.equal(x0_a, x0_b)  # each rank's clip from its own noise
+    # brightness per frame, mean over the clip's frames = the clip's pixel mean / 255
+    expected = [float(p.numpy().astype(np.float64).mean()) / 255.0 for p in (pixels_a, pixels_b)]
+    assert metrics["train/reward_mean"] == pytest.approx(float(np.mean(expected)), rel=1e-9)
+    assert metrics["train/reward_std"] == pytest.approx(float(np.std(expected)), rel=1e-6) and metrics["train/reward_std"] > 0
+    # rewards that differ in the group: non-zero advantages, a real gradient step
+    assert metrics["train/advantage_abs_mean"] > 0 and metrics["train/grad_norm"] > 0
+    assert (tmp_path / "run" / "samples" / "step_1.png").is_file() and (tmp_path / "run" / "samples" / "step_1.gif").is_file()
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def _policy_tensors(run_dir: Path, step: int, tmp: Path) -> dict[str, torch.Tensor]:
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    out = tmp / f"{run_dir.name}_{step}.pt"
+    dcp_to_torch_save(str(run_dir / "checkpoints" / f"step_{step}"), str(out))
+    flat = {}
+
+    def walk(prefix, value):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        elif isinstance(value, torch.Tensor):
+            flat[prefix] = value
+
+    walk("", torch.load(out, weights_only=True))
+    return {k: v for k, v in flat.items() if k.startswith(("policy.", "old.", "optimizer."))}
+
+
+@pytest.mark.slow
+def test_video_nft_on_ray_resumes_exactly(ray_cluster, tmp_path):
+    """Two steps of video NFT on two Ray actors (the built-in reward services: the video verifier on
+    whole clips and brightness frame by frame; [rl.eval] with the video verifier at step 2),
+    straight, and stopped after step 1 then resumed with --exact: the same metrics rows and
+    bit-equal weights."""
+    from cosmos_rl import launch
+
+    fast = [*BOTH, "rl.sample_steps=3", "checkpoint.every=1", "rl.sample_grid_every=2",
+            "rl.eval.every=2", "rl.eval.per_task=1", "rl.eval.seeds=1", "rl.eval.sample_steps=2"]  # fmt: skip
+
+    def train(name: str, steps: int) -> Path:
+        config = _config(tmp_path, *fast, f"rl.max_steps={steps}", f'job.name="{name}"')
+        assert launch.train(config, MANIFEST, Console(stderr=True)) == 0
+        return tmp_path / name
+
+    straight = train("straight", 2)
+    split = train("split", 1)
+    assert launch.resume(split, ["rl.max_steps=2"], exact=True, console=Console(stderr=True)) == 0
+
+    a_rows, b_rows = _rows(straight), _rows(split)
+    strip = lambda row: {k: v for k, v in row.items() if not k.startswith("time/")}  # noqa: E731
+    assert [strip(r) for r in a_rows] == [strip(r) for r in b_rows]
+    assert [r["step"] for r in a_rows] == [1, 2] and all(r["train/grad_norm"] > 0 for r in a_rows)
+    assert all(0.0 <= r["train/shapes_video_partial/reward_mean"] <= 1.0 for r in a_rows)
+    assert "eval/score" in a_rows[-1] and 0.0 <= a_rows[-1]["eval/score"] <= 1.0
+    a, b = _policy_tensors(straight, 2, tmp_path), _policy_tensors(split, 2, tmp_path)
+    assert a and set(a) == set(b) and any(k.startswith("old.") for k in a)
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    assert (straight / "samples" / "step_2.gif").is_file()
+
+
+def test_plan_counts_the_training_forwards_clips_per_rank():
+    """plan's train_activation_mib_per_rank: rows x K clips of the per-sample estimate (docs/video.md).
+    Shapes base (hidden 128, MLP 256, 4 layers, patch 2; VAE 4x in space, none in time): a 9-frame
+    32x32 clip is 9 x 4 x 4 = 144 tokens, 4 x 144 x (12 x 128 + 4 x 256) x 4 bytes = 5.625 MiB."""
+    from cosmos_rl import plan
+
+    def per_rank(*extra):
+        return plan.build(load.load(MANIFEST, list(extra)), str(MANIFEST))["per_step"]["train_activation_mib_per_rank"]
+
+    assert per_rank() == 5.625 * 8 * 2  # the manifest: 8 rows x timesteps_per_sample 2
+    assert per_rank("rl.timesteps_per_sample=1") == 5.625 * 8
+    assert per_rank("model.num_frames=5") == pytest.approx(5.625 * 5 / 9 * 16, abs=0.005)  # linear in frames
+    # checkpointing keeps 4 layer inputs (4 x 144 x 128 x 4 bytes) + one layer's 144 x 2560 x 4 bytes
+    assert per_rank("model.gradient_checkpointing=true") == pytest.approx((4 * 144 * 128 * 4 + 144 * 2560 * 4) * 16 / 2**20, abs=0.005)
+
+
+def test_the_shipped_video_training_prompts_are_what_the_documented_command_writes(tmp_path):
+    """manifests/shapes_video_train.txt = `python -m cosmos_rl.shapes video-prompts DIR --seed 0
+    --balanced 1200`, and none of its rows is one of the held-out prompts that command writes."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "cosmos_rl.shapes", "video-prompts", str(tmp_path), "--seed", "0", "--balanced", "1200"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    shipped = (REPO / "manifests" / "shapes_video_train.txt").read_text()
+    assert (tmp_path / "train.txt").read_text() == shipped
+    held_out = {json.loads(line)["prompt"] for line in (tmp_path / "held_out.jsonl").read_text().splitlines() if line.strip()}
+    assert len(held_out) == 319 and not held_out & set(shipped.splitlines())
