@@ -108,10 +108,11 @@ def load_for_resume(run_dir: Path, overrides: list[str], *, exact: bool) -> tupl
 
 
 def _refuse_done(run_dir: Path, config: schema.RunConfig) -> None:
-    """A resume must have steps left: rl.max_steps at or below the newest committed step would
-    start the backend (torchrun, Ray) to train nothing and show "step 4/2"."""
+    """A resume must have steps left: rl.max_steps below the newest committed step would start the
+    backend (torchrun, Ray) to train nothing and show "step 4/2". Equal is let through: the newest
+    checkpoint may prove unloadable once the backend opens it, and is then set aside and retrained."""
     done = layout.latest_committed(layout.checkpoints_root(run_dir))
-    if done is not None and config.rl.max_steps <= done:
+    if done is not None and config.rl.max_steps < done:
         raise ManifestError(
             [Problem("rl.max_steps", f"the run has already done step {done} (its newest committed checkpoint), so a resume has no step to train",
                      config.rl.max_steps, f"resume with rl.max_steps={done + 1} or more to train further, or start a new run")],

@@ -105,7 +105,18 @@ def test_an_old_run_resumes_exactly_one_more_step_equal_to_the_old_codes_straigh
     run = _copy(name, tmp_path)
     result = CliRunner().invoke(app, ["resume", str(run), "--exact"])
     assert result.exit_code == 0, result.output[-3000:]
-    assert rows(run) == expected[name]["rows"]
+    # Floats to the house-parity tolerance: another kind of CPU rounds the training forward's
+    # float32 sums differently (tests/test_house_parity.py, FLOAT_REL).
+    from test_house_parity import FLOAT_ABS, FLOAT_REL
+
+    got, want = rows(run), expected[name]["rows"]
+    assert [sorted(r) for r in got] == [sorted(r) for r in want]
+    for g, w in zip(got, want):
+        for key, value in w.items():
+            if isinstance(value, float) and isinstance(g[key], float):
+                assert abs(g[key] - value) <= max(FLOAT_REL * max(abs(value), abs(g[key])), FLOAT_ABS), (g["step"], key, value, g[key])
+            else:
+                assert g[key] == value, (g["step"], key)
     # The step it saved is in today's format: every adapter tensor keyed with its adapter's name.
     keys = read_dcp_metadata(run / "checkpoints" / "step_3").state_dict_metadata
     for component in ("policy", "old") if name.startswith("nft") else ("policy",):
