@@ -276,6 +276,16 @@ def convert_head(source: str | Path, target: str | Path) -> list[str]:
     source, target = Path(source), Path(target)
     _check_source(source)
     _check_target(target)
+    from cosmos_rl.checkpoint.pickle_globals import pickle_bytes, refused_global
+
+    try:
+        refused = refused_global(pickle_bytes(source.read_bytes()))
+    except Exception as exc:  # not a pickle pickletools can walk: torch's loader would refuse it too
+        raise UserError(f"{str(source)!r}: not a torch weights file ({library_text(exc, limit=200)})") from None
+    if refused:
+        raise UserError(
+            f"{str(source)!r}: not a weights-only checkpoint (Unsupported global: {refused}); it would need code to load, which is refused"
+        )
     try:
         state = torch.load(source, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises UnpicklingError and friends for anything but plain tensors
