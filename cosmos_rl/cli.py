@@ -272,13 +272,14 @@ def compare(
 ) -> None:
     """Put runs side by side: held-out eval/score against steps, images and wall-clock, and eval.json's paired changes per task."""
     from cosmos_rl import compare as compare_mod
+    from cosmos_rl import compare_output
 
     try:
         result = compare_mod.compare(run_dirs, base_score=base_score, base_eval=base_eval, margin=margin)
-        files = compare_mod.write(result, out_dir)
+        files = compare_output.write(result, out_dir)
     except UserError as exc:
         _fail(exc)
-    compare_mod.render(out, result, files)
+    compare_output.render(out, result, files)
 
 
 @app.command("eval")

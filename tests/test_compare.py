@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from cosmos_rl import compare
+from cosmos_rl import compare, compare_output
 from cosmos_rl.cli import app
 from cosmos_rl.errors import EXIT_USAGE
 
@@ -295,7 +295,7 @@ def test_a_zero_width_interval_a_rounding_error_past_its_value_still_draws(tmp_p
     final = eval_json(100, 0.3, 0.1, {"counting": 0.1, "position": 0.0})
     final["diff_tasks_interval"] = {"counting": [0.3 - 0.2, 0.3 - 0.2], "position": [0.0, 0.0]}
     final["diff_tasks"]["counting"] = 0.1
-    compare.write(compare.compare([nft_run(tmp_path, final=final)]), tmp_path / "out")
+    compare_output.write(compare.compare([nft_run(tmp_path, final=final)]), tmp_path / "out")
     assert (tmp_path / "out" / "compare.png").is_file()
 
 

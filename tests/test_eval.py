@@ -316,7 +316,7 @@ def test_compare_reads_a_real_run_directory(nft_run, tmp_path):
     """`cosmos-rl compare` on what a run and `cosmos-rl eval` really write: the curve is the eval/
     rows, wall-clock the running sum of each row's time/* phases (one row a step here), the final
     change eval.json's."""
-    from cosmos_rl import compare
+    from cosmos_rl import compare, compare_output
     from cosmos_rl.evaluation.command import run_eval
 
     run_dir, rows = nft_run
@@ -334,7 +334,7 @@ def test_compare_reads_a_real_run_directory(nft_run, tmp_path):
     assert run["first_reach"]["step"] == (1 if rows[0]["eval/score"] >= rows[1]["eval/score"] else 2)
     assert run["final"]["change"]["value"] == final["diff_score"] and run["final"]["step"] == 2
     assert result["final_base"]["score"] == final["base_score"]
-    compare.write(result, tmp_path)
+    compare_output.write(result, tmp_path)
     assert (tmp_path / "compare.png").is_file() and json.loads((tmp_path / "compare.json").read_text()) == json.loads(json.dumps(result))
 
 

@@ -25,7 +25,7 @@ ARCHITECTURE = REPO / "docs" / "architecture.md"
 # belongs to its most specific entry. docs/architecture.md "Layers" states the same table.
 LAYERS = [
     ("cli", "cli.py"),
-    ("commands", "launch.py export.py report.py compare.py docs_gen.py evaluation/command.py mining/ shapes/base_build.py shapes/video_base_build.py shapes/video_held_out.py"),
+    ("commands", "launch.py export.py report.py compare.py compare_output.py docs_gen.py evaluation/command.py mining/ shapes/base_build.py shapes/video_base_build.py shapes/video_held_out.py"),
     ("trainers", "trainers/"),
     ("evaluation", "evaluation/"),
     ("plan", "plan.py plan_media.py run.py render.py"),
