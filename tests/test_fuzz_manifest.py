@@ -6,11 +6,11 @@ from pathlib import Path
 import tomli_w
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from cosmos_rl.config import load
+from cosmos_rl.config import key_hints, load
 from cosmos_rl.config.problems import ManifestError
 
 ROOT = Path(__file__).resolve().parent.parent
-KNOWN_PATHS = sorted(load._every_path())
+KNOWN_PATHS = sorted(key_hints.every_path())
 
 scalars = st.one_of(
     st.integers(min_value=-10**6, max_value=10**6),

@@ -8,7 +8,6 @@ bool) and nothing is dropped.
 from __future__ import annotations
 
 import difflib
-import functools
 import tomllib
 import typing
 from pathlib import Path
@@ -18,7 +17,7 @@ import attrs
 import cattrs
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 
-from cosmos_rl.config import algorithms, schema
+from cosmos_rl.config import algorithms, key_hints, schema
 from cosmos_rl.config.problems import ManifestError, Problem, show
 from cosmos_rl.config.saved_runs import with_later_knobs
 
@@ -168,52 +167,6 @@ CONVERTER = make_converter()
 
 
 # ------------------------------------------------------------------------------ error collection
-def _all_paths(cls: type, prefix: str = "") -> list[str]:
-    paths = []
-    for f in attrs.fields(cls):
-        path = f"{prefix}{f.name}"
-        paths.append(path)
-        inner = [t for t in (typing.get_args(f.type) or (f.type,)) if attrs.has(t)]
-        for t in inner:
-            paths.extend(_all_paths(t, path + "."))
-    return paths
-
-
-def _every_path() -> list[str]:
-    """Every manifest path of the schema and of every registered algorithm's `rl` table."""
-    return _paths_of(tuple(algorithms.get(name).config for name in algorithms.names()))
-
-
-@functools.lru_cache(maxsize=8)
-def _paths_of(classes: tuple[type, ...]) -> list[str]:
-    return sorted(set(_all_paths(schema.RunConfig)).union(*(_all_paths(cls, "rl.") for cls in classes)))
-
-
-def _other_algorithm(path: str, cls: type) -> str | None:
-    """The algorithm whose `rl` table declares `path` when the manifest's own (`cls`) does not."""
-    named = {name: algorithms.get(name).config for name in algorithms.names()}
-    mine = next((name for name, c in named.items() if c is cls), None)
-    if mine is None or path in _all_paths(cls, "rl."):
-        return None
-    return next((name for name, c in named.items() if path in _all_paths(c, "rl.")), None)
-
-
-def _did_you_mean(parent_path: str, key: str, cls: type) -> str:
-    other = _other_algorithm(parent_path + key, cls)
-    if other is not None:
-        mine = next(name for name in algorithms.names() if algorithms.get(name).config is cls)
-        return (f"{parent_path}{key} belongs to {other.upper()}, and this manifest runs {mine.upper()}; "
-                f"remove it, or set rl.algorithm = {show(other)}")
-    siblings = [f.name for f in attrs.fields(cls)]
-    close = difflib.get_close_matches(key, siblings, n=1, cutoff=0.6)
-    if close:
-        return f"did you mean {parent_path}{close[0]}?"
-    elsewhere = [p for p in _every_path() if p.rsplit(".", 1)[-1] == key]
-    if elsewhere:
-        return f"did you mean {elsewhere[0]}?"
-    return f"remove it; {parent_path.rstrip('.') or 'the top level'} takes: {', '.join(siblings)}"
-
-
 def _note_key(exc: BaseException) -> str | None:
     for note in getattr(exc, "__notes__", []):
         if hasattr(note, "name"):
@@ -231,7 +184,7 @@ def _collect(exc: BaseException, path: str, out: list[Problem]) -> None:
     if isinstance(exc, ForbiddenExtraKeysError):
         prefix = path.lstrip(".") + "." if path else ""
         for key in sorted(exc.extra_fields):
-            out.append(Problem(_join(path, "." + key), "unknown key", fix=_did_you_mean(prefix, key, exc.cl)))
+            out.append(Problem(_join(path, "." + key), "unknown key", fix=key_hints.did_you_mean(prefix, key, exc.cl)))
     elif isinstance(exc, (ClassValidationError, IterableValidationError)):
         for sub in exc.exceptions:
             key = _note_key(sub)
@@ -403,7 +356,7 @@ def flatten(data: dict, prefix: str = "") -> dict[str, Any]:
 
 def _is_section(path: str) -> bool:
     # Sections are the paths whose schema type is an attrs class; user dict fields (shapes,...) are leaves.
-    return any(p.startswith(path + ".") for p in _every_path())
+    return any(p.startswith(path + ".") for p in key_hints.every_path())
 
 
 def with_absolute_paths(config: schema.RunConfig, base_dir: Path | str) -> schema.RunConfig:
