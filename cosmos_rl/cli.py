@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import enum
 import json
-import math
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -18,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from cosmos_rl.cli_options import bind_host, finite_float, out_path
 from cosmos_rl.errors import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE, UserError
 
 app = typer.Typer(
@@ -34,31 +34,10 @@ app.add_typer(pairs_app, name="pairs")
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
-def finite_float(value) -> float:
-    """The parser of every float option: `inf`, `-inf` and `nan` parse as floats but mean nothing to
-    any option here (an infinite --guidance sampled garbage and wrote `Infinity` into eval.json)."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise typer.BadParameter(f"{value!r} is not a number") from None
-    if not math.isfinite(number):
-        raise typer.BadParameter(f"{value!r} is not a finite number; give a finite value")
-    return number
-
-
 def _json(value) -> None:
     """Print JSON output; allow_nan=False because `Infinity`/`NaN` are not JSON (every number the
     commands print is finite by their checks, so a non-finite one is a bug, not a user's mistake)."""
     print(json.dumps(value, indent=2, allow_nan=False))
-
-
-def _out_path(value: Optional[str], option: str = "--out") -> Optional[Path]:
-    """An --out folder: an empty one would become Path("") == "." (the current folder, shown as '.')."""
-    if value is None:
-        return None
-    if not value.strip():
-        raise UserError(f"{option}: empty; pass the folder to write to (e.g. {option} out)")
-    return Path(value)
 
 
 OVERRIDES = typer.Argument(None, help="KEY=VALUE overrides with TOML values, e.g. rl.max_steps=5 job.name=\"x\".", show_default=False)
@@ -245,7 +224,7 @@ def report(
     from cosmos_rl.report import write_report
 
     try:
-        path = write_report(run_dir, _out_path(out_dir))
+        path = write_report(run_dir, out_path(out_dir))
     except UserError as exc:
         _fail(exc)
     out.print(f"[bold green]wrote[/] {escape(str(path))}", highlight=False)
@@ -308,7 +287,7 @@ def evaluate(
     try:
         result = run_eval(
             target, prompts=prompts, seeds=seeds, per_task=per_task, reward=reward, batch_size=batch_size,
-            image_size=image_size, out_dir=_out_path(out_dir), device=device, warn=warn, sample_steps=sample_steps, guidance=guidance,
+            image_size=image_size, out_dir=out_path(out_dir), device=device, warn=warn, sample_steps=sample_steps, guidance=guidance,
             step=step, frames=frames, i2v=i2v, note=notes.append,
         )
     except UserError as exc:
@@ -332,7 +311,7 @@ def export(
     from cosmos_rl.export import export_run
 
     try:
-        summary = export_run(run_dir, _out_path(out_dir), step=step, progress=lambda line: err.print(line, markup=False, highlight=False))
+        summary = export_run(run_dir, out_path(out_dir), step=step, progress=lambda line: err.print(line, markup=False, highlight=False))
     except UserError as exc:
         _fail(exc)
     if as_json:
@@ -340,15 +319,6 @@ def export(
         return
     out.print(f"[bold green]exported[/] step {summary['step']} of {escape(run_dir)} ({summary['trained']}) to {escape(out_dir)}", highlight=False)
     out.print(f"  use it with: model.path = \"{escape(out_dir)}\"  or  cosmos-rl eval {escape(out_dir)}", highlight=False)
-
-
-def bind_host(host: str) -> str:
-    """--host as the socket takes it: a bracketed IPv6 literal (`[::1]`, as URLs write it) without
-    its brackets, so `[::1]` is the loopback it names rather than an unknown name taken for a
-    public address; anything else as given."""
-    if host.startswith("[") and host.endswith("]"):
-        return host[1:-1]
-    return host
 
 
 @reward_app.command("serve")
@@ -431,7 +401,7 @@ def pairs_mine(
         with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as bar:
             task = bar.add_task("mine", total=None)
             summary = run_mine(
-                target, reward=reward, prompts=prompts, samples=samples, out_dir=_out_path(out_dir), seed=seed,
+                target, reward=reward, prompts=prompts, samples=samples, out_dir=out_path(out_dir), seed=seed,
                 batch_size=batch_size, per_shard=per_shard, device=device, warn=warn, sample_steps=sample_steps, guidance=guidance, step=step,
                 progress=lambda done, total: bar.update(task, completed=done, total=total),
             )

@@ -24,7 +24,7 @@ ARCHITECTURE = REPO / "docs" / "architecture.md"
 # relative to cosmos_rl/: "x/" is a package and everything in it, "x.py" one module; a module
 # belongs to its most specific entry. docs/architecture.md "Layers" states the same table.
 LAYERS = [
-    ("cli", "cli.py"),
+    ("cli", "cli.py cli_options.py"),
     ("commands", "launch.py export.py report.py compare.py compare_output.py docs_gen.py evaluation/command.py mining/ shapes/base_build.py shapes/video_base_build.py shapes/video_held_out.py"),
     ("trainers", "trainers/"),
     ("evaluation", "evaluation/"),
