@@ -110,12 +110,7 @@ def check_transformer(sub: Path, build_config: dict | None = None) -> dict:
     from diffusers import Cosmos3OmniTransformer
 
     path, config = _config(sub, TRANSFORMER_BOUNDS)
-    built = build_config(config) if build_config else config
-    try:
-        shapes = meta_shapes(lambda: Cosmos3OmniTransformer.from_config(built), path, "Cosmos3OmniTransformer")
-        _raise(shape_problem(shapes, _weights(sub), path, sub))
-    except FolderProblem as exc:
-        _raise(exc)
+    _check_built(sub, path, Cosmos3OmniTransformer, build_config(config) if build_config else config)
     return config
 
 
@@ -124,12 +119,17 @@ def check_vae(sub: Path) -> dict:
     from diffusers import AutoencoderKLWan
 
     path, config = _config(sub, VAE_BOUNDS)
+    _check_built(sub, path, AutoencoderKLWan, config)
+    return config
+
+
+def _check_built(sub: Path, path: Path, cls, config: dict) -> None:
+    """`cls` built from `config` on the meta device holds exactly the shapes `sub`'s weights declare."""
     try:
-        shapes = meta_shapes(lambda: AutoencoderKLWan.from_config(config), path, "AutoencoderKLWan")
+        shapes = meta_shapes(lambda: cls.from_config(config), path, cls.__name__)
         _raise(shape_problem(shapes, _weights(sub), path, sub))
     except FolderProblem as exc:
         _raise(exc)
-    return config
 
 
 def check_tokenizer_files(sub: Path) -> None:
