@@ -191,6 +191,10 @@ class SFTConfig(RLBase):
         "transformer",
         "What trains: `transformer` (flow matching on the frozen VAE's latents) or `vae` (the VAE as an autoencoder: pixel MSE of the decoded posterior mean; needs model.lora.rank = 0).",
     )
+    foreground_weight: float = knob(
+        1.0,
+        "`vae`: weight of foreground pixels (those whose colour differs from their frame's per-channel median) in the reconstruction MSE, against 1 for the rest; above 1 keeps a VAE trained on plain-background data (the shapes worlds) from settling on the background. 1 = plain MSE.",
+    )
     max_steps: int = knob(1000, "Optimizer steps.")
     samples_per_step: int = knob(32, "Image-caption samples per optimizer step, split evenly over the ranks.")
     caption_dropout: float = knob(
@@ -240,6 +244,7 @@ LATER_KNOB_DEFAULTS: dict[str, object] = {
     "model.fps": 24.0,
     "rl.first_frame_condition": 0.0,
     "rl.x0_weighting": False,
+    "rl.foreground_weight": 1.0,
     "rl.rewards": [],
     "rl.reward_combine": "weighted_sum",
     "rl.reward.frame_reduce": "mean",

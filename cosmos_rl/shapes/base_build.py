@@ -50,6 +50,9 @@ def build_parser(prog: str, description: str, weights_dir: Path, recipe: dict, u
     build.add_argument("--vae-steps", type=int, default=recipe["vae_steps"], help=f"VAE optimizer steps; default {recipe['vae_steps']}")
     build.add_argument("--vae-batch", type=int, default=recipe["vae_batch"], help=f"VAE {unit} per step; default {recipe['vae_batch']}")
     build.add_argument("--vae-lr", type=float, default=1e-3, help="VAE learning rate; default 1e-3")
+    fg = recipe.get("vae_foreground_weight", 1.0)
+    build.add_argument("--vae-foreground-weight", type=float, default=fg,
+                       help=f"the VAE stage's rl.foreground_weight (foreground pixels' weight in its loss); default {fg:g}")
     build.add_argument("--steps", type=int, default=recipe["steps"], help=f"transformer optimizer steps; default {recipe['steps']}")
     build.add_argument("--batch", type=int, default=recipe["batch"], help=f"transformer {unit} per step; default {recipe['batch']}")
     build.add_argument("--lr", type=float, default=5e-4, help="transformer learning rate; default 5e-4")
@@ -87,7 +90,7 @@ def stage_config(args, name: str, train: str, model_path: Path, shards: list[str
             "samples_per_step": args.vae_batch if vae else args.batch,
             "optimizer": {"lr": args.vae_lr if vae else args.lr, "warmup_steps": 0 if vae else min(100, args.steps // 10)},
             "data": {"shards": shards},
-            **({} if vae else flow or {}),
+            **(_vae_keys(args) if vae else flow or {}),
         },
     }
     config = load.structure(raw, f"{label} stage {name}")
@@ -95,6 +98,13 @@ def stage_config(args, name: str, train: str, model_path: Path, shards: list[str
     if errors:
         raise ManifestError(errors, f"{label} stage {name}")
     return config
+
+
+def _vae_keys(args) -> dict:
+    """The VAE stage's own `rl` keys: the foreground weight only when it is not plain MSE's 1, so an
+    image build's stage config (and its run identity) is what it was before the option existed."""
+    weight = getattr(args, "vae_foreground_weight", 1.0)
+    return {} if weight == 1.0 else {"foreground_weight": weight}
 
 
 def _train_stage(config):

@@ -10,7 +10,8 @@ Per step, on each rank: its share of the step's samples (a `PairCursor` over the
 - `transformer`: frozen-VAE latents x0 (posterior mean) -> eps, t ~ U(0, 1) and the caption-dropout
   draws from a generator seeded by (job.seed, step, rank), so a resumed run redraws them exactly ->
   x_t -> ONE packed velocity forward -> `flow_matching_loss`;
-- `vae`: posterior mean -> decode -> `reconstruction_loss` on [-1, 1] pixels (metric `train/psnr`);
+- `vae`: posterior mean -> decode -> `reconstruction_loss` on [-1, 1] pixels, foreground-weighted
+  with `rl.foreground_weight` (metric `train/psnr` from the plain MSE);
 -> backward, gradient averaging over ranks (FSDP2 for the transformer, an all-reduce for the VAE),
 clipping, AdamW, LR schedule.
 
@@ -29,7 +30,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from cosmos_rl.algorithms.sft import flow_matching_loss, psnr_db, reconstruction_loss
+from cosmos_rl.algorithms.sft import flow_matching_loss, psnr_db, reconstruction_loss, weighted_reconstruction_loss
 from cosmos_rl.config import schema
 from cosmos_rl.data.captions import caption_source
 from cosmos_rl.data.cursor import PairCursor
@@ -127,8 +128,11 @@ class SFTTrainer(SPMDTrainer):
 
     def _vae_loss(self, images: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         decoded, clip = reconstruction(self.module, images)  # [B, 3, 1, H, W] in the VAE's range
-        loss = reconstruction_loss(decoded, clip)
-        return loss, {}
+        if self.rl.foreground_weight == 1.0:
+            return reconstruction_loss(decoded, clip), {}
+        # The weighted loss trains; train/mse (plain) is what train/psnr reports.
+        loss = weighted_reconstruction_loss(decoded, clip, self.rl.foreground_weight)
+        return loss, {"mse": float(reconstruction_loss(decoded.detach(), clip))}
 
     def _grads_mean(self) -> None:
         """The replicated VAE's gradients averaged over the ranks, in place (FSDP2 does the transformer's)."""
@@ -154,7 +158,7 @@ class SFTTrainer(SPMDTrainer):
         reduced = self._all_mean(torch.tensor([float(loss.detach()), *extra.values()], dtype=torch.float64))
         out = {f"train/{k}": float(v) for k, v in zip(names, reduced)}
         if self.train_vae:
-            out["train/psnr"] = psnr_db(out["train/loss"])
+            out["train/psnr"] = psnr_db(out.get("train/mse", out["train/loss"]))
         out["train/grad_norm"] = float(grad_norm)
         out["train/lr"] = lr
         out["train/samples_per_s"] = self.rl.samples_per_step / max(time.perf_counter() - started, 1e-9)
