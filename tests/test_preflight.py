@@ -536,6 +536,12 @@ def test_first_frame_conditioning_needs_clips_through_the_transformer():
     assert "must be in [0, 1]" in errors(SFT, ["model.num_frames=9", "rl.first_frame_condition=2"])["rl.first_frame_condition"]
 
 
+def test_foreground_weight_is_the_vae_stages_and_at_least_one():
+    assert not {"rl.foreground_weight"} & set(errors(SFT, ['rl.train="vae"', "model.lora.rank=0", "rl.foreground_weight=10"]))
+    assert "trains the transformer" in errors(SFT, ["rl.foreground_weight=10"])["rl.foreground_weight"]
+    assert "at least 1" in errors(SFT, ['rl.train="vae"', "model.lora.rank=0", "rl.foreground_weight=0.5"])["rl.foreground_weight"]
+
+
 def _folder_with_vae(root: Path, **vae) -> Path:
     import json
 

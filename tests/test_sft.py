@@ -16,7 +16,9 @@ import pytest
 import torch
 from PIL import Image
 
-from cosmos_rl.algorithms.sft import flow_matching_loss, psnr_db, reconstruction_loss
+from cosmos_rl.algorithms.sft import (
+    flow_matching_loss, foreground_mask, psnr_db, reconstruction_loss, weighted_reconstruction_loss,
+)
 from cosmos_rl.config import load
 from cosmos_rl.data.captions import CaptionJsonl, CaptionShards
 from cosmos_rl.errors import UserError
@@ -44,6 +46,25 @@ def test_reconstruction_loss_and_psnr_by_hand():
     assert float(reconstruction_loss(torch.tensor([0.2, -0.2]), torch.tensor([0.0, 0.0]))) == pytest.approx(0.04)
     assert psnr_db(0.04) == pytest.approx(20.0)  # 0.04 on [-1, 1] is 0.01 on [0, 1]
     assert psnr_db(0.0) == math.inf
+
+
+def test_foreground_weighted_reconstruction_by_hand():
+    """One channel, one frame of four pixels [-1, -1, -1, 1]: the median is -1, so only the last
+    pixel is foreground. Decoded all -1: squared errors [0, 0, 0, 4]. Weight 9 -> weights
+    [1, 1, 1, 9], loss 9 * 4 / 12 = 3; plain MSE 4 / 4 = 1."""
+    target = torch.tensor([-1.0, -1.0, -1.0, 1.0]).reshape(1, 1, 1, 2, 2)
+    decoded = torch.full_like(target, -1.0)
+    assert foreground_mask(target).flatten().tolist() == [False, False, False, True]
+    assert float(weighted_reconstruction_loss(decoded, target, 9.0)) == pytest.approx(3.0)
+    assert float(weighted_reconstruction_loss(decoded, target, 1.0)) == float(reconstruction_loss(decoded, target)) == 1.0
+    # Two channels: a pixel is foreground when any channel is off its median; the weighted mean
+    # counts every channel: errors [0, 0, 0, 4] and [0, 0, 0, 0], weights 1, 1, 1, 9 on both
+    # channels -> (9 * 4) / (12 * 2) = 1.5.
+    two = torch.cat([target, torch.full_like(target, -1.0)], dim=1)
+    assert float(weighted_reconstruction_loss(torch.full_like(two, -1.0), two, 9.0)) == pytest.approx(1.5)
+    # A pixel within the threshold of the median (0.05 on [-1, 1]) is background.
+    faint = torch.tensor([-1.0, -1.0, -1.0, -0.95]).reshape(1, 1, 1, 2, 2)
+    assert not foreground_mask(faint).any()
 
 
 # ----------------------------------------------------------------------------------- prompts

@@ -93,6 +93,18 @@ def test_sft_trains_the_video_vae_on_clips(tmp_path, folder, shards):
     trainer = SFTTrainer(make_config(tmp_path, folder, shards, train="vae", samples_per_step=2), tmp_path / "vae", CPU)
     rows = [trainer.train_step(step) for step in range(1, 3)]
     assert all(math.isfinite(r["train/loss"]) and math.isfinite(r["train/psnr"]) for r in rows)
+    assert "train/mse" not in rows[0]  # plain MSE: the loss is the MSE
+
+
+def test_foreground_weighted_vae_reports_psnr_from_the_plain_mse(tmp_path, folder, shards):
+    plain = SFTTrainer(make_config(tmp_path, folder, shards, name="plain", train="vae", samples_per_step=2), tmp_path / "plain", CPU)
+    weighted = SFTTrainer(make_config(tmp_path, folder, shards, name="fg", train="vae", samples_per_step=2, foreground_weight=10.0),
+                          tmp_path / "fg", CPU)  # fmt: skip
+    first, row = plain.train_step(1), weighted.train_step(1)
+    # Same weights and clips at step 1: the plain MSE agrees, the trained (weighted) loss does not.
+    assert row["train/mse"] == pytest.approx(first["train/loss"], rel=1e-6)
+    assert row["train/psnr"] == pytest.approx(first["train/psnr"], rel=1e-6)
+    assert row["train/loss"] > row["train/mse"] * 1.5  # the shapes' foreground is where the error is
 
 
 def _rows(run_dir):
