@@ -21,12 +21,15 @@ from pathlib import Path
 from cosmos_rl.config import schema
 from cosmos_rl.models.architectures import PRESET_ARCHITECTURES
 from cosmos_rl.checkpoint.weight_files import config_problem, read_config
-from cosmos_rl.models.folder_check import TRANSFORMER_BOUNDS, VAE_BOUNDS
+from cosmos_rl.models.folder_check import TRANSFORMER_BOUNDS, VAE_BOUNDS, with_class_defaults
 from cosmos_rl.models.media import MediaSpec, latent_shape
 
 HIDDEN_VECTORS_PER_LAYER = 12
 MLP_VECTORS_PER_LAYER = 4
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
+# The config keys the costs read; a folder's config may leave any out (the class default applies).
+TRANSFORMER_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "latent_patch_size", "latent_channel")
+VAE_KEYS = ("dim_mult", "patch_size", "temperal_downsample")
 
 
 def _architecture(config: schema.RunConfig, base_dir: Path) -> tuple[dict, dict] | None:
@@ -42,7 +45,7 @@ def _architecture(config: schema.RunConfig, base_dir: Path) -> tuple[dict, dict]
     # A config out of bounds has no costs to show: loading the folder refuses it, naming the key.
     if config_problem(transformer, TRANSFORMER_BOUNDS, folder) or config_problem(vae, VAE_BOUNDS, folder):
         return None
-    return transformer, vae
+    return with_class_defaults("transformer", transformer, TRANSFORMER_KEYS), with_class_defaults("vae", vae, VAE_KEYS)
 
 
 def activation_bytes(tokens: int, transformer: dict, dtype: str, checkpointing: bool) -> int:

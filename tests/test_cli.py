@@ -120,6 +120,32 @@ def test_plan_shows_the_folder_shift_when_the_manifest_sets_none(tmp_path):
     assert (sampler["shift"], sampler["shift_from"]) == (3.0, str(folder / "scheduler" / "scheduler_config.json"))
 
 
+def test_plan_reads_a_key_the_folder_config_leaves_out_as_the_class_default(tmp_path):
+    """A transformer config without `hidden_size` is what from_config builds with the class
+    default; plan's costs are those of the same folder with the default written out."""
+    import inspect
+
+    from diffusers import Cosmos3OmniTransformer
+
+    from cosmos_rl.models.architectures import PRESET_ARCHITECTURES
+
+    transformer, vae = PRESET_ARCHITECTURES["tiny"]
+    default = inspect.signature(Cosmos3OmniTransformer.__init__).parameters["hidden_size"].default
+    assert transformer["hidden_size"] != default
+    plans = []
+    for name, edit in (("left_out", lambda c: c.pop("hidden_size")), ("written", lambda c: c.__setitem__("hidden_size", default))):
+        folder = stub_model_folder(tmp_path / name)
+        config = dict(transformer)
+        edit(config)
+        (folder / "transformer" / "config.json").write_text(json.dumps(config))
+        (folder / "vae").mkdir()
+        (folder / "vae" / "config.json").write_text(json.dumps(vae))
+        result = cli("plan", str(PUBLIC_NFT), "--json", f'model.path="{folder}"')
+        assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+        plans.append(json.loads(result.stdout)["media"])
+    assert "activation_mib_per_sample" in plans[0] and plans[0] == plans[1]
+
+
 def test_train_of_a_gpu_manifest_on_a_cpu_machine_points_at_the_gpus(tmp_path):
     import os
 

@@ -73,11 +73,25 @@ MAX_TOKENIZER_BYTES = 256 * 1024 * 1024
 
 def _default(key: str):
     """The transformer class's own default for a key its config leaves out (what from_config uses)."""
+    return class_default("transformer", key)
+
+
+def class_default(part: str, key: str):
+    """The default of `key` in the constructor of a folder part's class (`transformer`: Cosmos3's,
+    `vae`: Wan's): what from_config uses for a key the config leaves out."""
     import inspect
 
-    from diffusers import Cosmos3OmniTransformer
+    from diffusers import AutoencoderKLWan, Cosmos3OmniTransformer
 
-    return inspect.signature(Cosmos3OmniTransformer.__init__).parameters[key].default
+    cls = {"transformer": Cosmos3OmniTransformer, "vae": AutoencoderKLWan}[part]
+    return inspect.signature(cls.__init__).parameters[key].default
+
+
+def with_class_defaults(part: str, config: dict, keys: tuple[str, ...]) -> dict:
+    """`config` with each of `keys` it leaves out set to the class default (diffusers is imported
+    only when a key is missing)."""
+    missing = [k for k in keys if k not in config]
+    return {**config, **{k: class_default(part, k) for k in missing}} if missing else config
 
 
 def _raise(problem: FolderProblem | None) -> None:
