@@ -146,6 +146,17 @@ def test_plan_reads_a_key_the_folder_config_leaves_out_as_the_class_default(tmp_
     assert "activation_mib_per_sample" in plans[0] and plans[0] == plans[1]
 
 
+def test_validate_refuses_a_folder_config_out_of_bounds_before_anything_loads(tmp_path):
+    folder = stub_model_folder(tmp_path / "nano")
+    (folder / "transformer" / "config.json").write_text(json.dumps({"hidden_size": -1}))
+    (folder / "vae").mkdir()
+    (folder / "vae" / "config.json").write_text('{"z_dim": ')
+    result = cli("validate", str(PUBLIC_NFT), f'model.path="{folder}"')
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "hidden_size is -1" in result.stderr and "repair transformer/config.json" in result.stderr
+    assert "vae/config.json" in result.stderr and "repair vae/config.json" in result.stderr
+
+
 def test_train_of_a_gpu_manifest_on_a_cpu_machine_points_at_the_gpus(tmp_path):
     import os
 

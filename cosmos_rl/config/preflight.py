@@ -18,7 +18,7 @@ from cosmos_rl.config import algorithms, schema
 from cosmos_rl.config import schema
 from cosmos_rl.config.paths import resolve_path
 from cosmos_rl.config.preflight_data import _data_source, _sources
-from cosmos_rl.config.preflight_media import folder_vae_rules, frame_rules, modality_rule
+from cosmos_rl.config.preflight_media import folder_config_rules, folder_vae_rules, frame_rules, modality_rule
 from cosmos_rl.config.preflight_numbers import finite_rule
 from cosmos_rl.config.preflight_rules import Rules, seed_rule
 from cosmos_rl.config.preflight_rewards import BUILTIN_REWARDS, VIDEO_REWARDS, _one_reward, _reward_terms
@@ -194,6 +194,7 @@ def _model_and_base(c: schema.RunConfig, r: Rules) -> None:
                 "remove model.preset (the folder brings its architecture) or model.path")
     folder = _model_folder(model.path, r) if model.path else None
     if folder is not None:
+        folder_config_rules(folder, r)
         folder_vae_rules(model, folder, _frame_size(model), r)
 
     known = typing.get_args(schema.PresetName)

@@ -5,7 +5,7 @@ The Wan VAE's encoder reads frame 0 alone and then chunks of exactly 4 frames, w
 does not check), so a clip has 4k + 1 frames. Its latent frames are 1 + (F - 1) * 2^n / 4 with n
 the stages whose temporal flag is set; the pipeline spaces latent frames in time by the config's
 `scale_factor_temporal`, so that must be 2^n, and the frame size a multiple of the spatial factor.
-Torch-free: a model folder's `vae/config.json` is read as JSON.
+Torch-free: a model folder's `transformer/config.json` and `vae/config.json` are read as bounded JSON.
 """
 
 from __future__ import annotations
@@ -38,6 +38,25 @@ def frame_rules(m: schema.ModelConfig, r: Rules) -> None:
     if m.num_frames > 1 and not is_wan_frame_count(m.num_frames):
         r.error("model.num_frames", "the Wan VAE encodes frame 0, then chunks of 4 frames, and silently drops the rest: "
                 "a clip has 4k + 1 frames", m.num_frames, f"use {_nearest_valid(m.num_frames)}")
+
+
+def folder_config_rules(folder: Path, r: Rules) -> None:
+    """The named folder's transformer and VAE configs read as bounded JSON and held to the bounds a
+    load holds them to (`models.folder_check`), so `validate` and `plan` refuse a hostile or broken
+    config before any worker starts; weights are judged when the folder loads."""
+    from cosmos_rl.checkpoint.weight_files import FolderProblem, config_problem, read_config
+    from cosmos_rl.models.folder_check import TRANSFORMER_BOUNDS, VAE_BOUNDS
+
+    for part, bounds in (("transformer", TRANSFORMER_BOUNDS), ("vae", VAE_BOUNDS)):
+        path = folder / part / "config.json"
+        if not path.is_file():
+            continue  # a folder without the part is refused by name when it loads
+        try:
+            problem = config_problem(read_config(path, f"{part}/config.json"), bounds, path)
+        except FolderProblem as exc:
+            problem = exc
+        if problem is not None:
+            r.error("model.path", str(problem), str(folder), f"repair {part}/config.json, or point model.path at another folder")
 
 
 def folder_vae_rules(m: schema.ModelConfig, folder: Path, size: tuple[int | None, int | None], r: Rules) -> None:
