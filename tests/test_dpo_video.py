@@ -147,6 +147,19 @@ def test_a_pair_of_the_wrong_kind_for_the_run_is_refused_naming_its_row(tmp_path
         JsonlPairs(nine / "rows.jsonl", 32, FRAMES)[0]
 
 
+def test_a_factorys_clip_records_are_held_to_the_runs_frame_count():
+    from cosmos_rl.data.pairs import CheckedFactorySource, PreferencePair
+
+    clip = torch.rand(3, FRAMES, 32, 32, generator=torch.Generator().manual_seed(0))
+    good = PreferencePair("a", "p", clip, clip.flip(-1))
+    assert CheckedFactorySource([good], "m:f", FRAMES)[0] is good
+    short = PreferencePair("b", "p", clip[:, :4], clip[:, 1:])
+    with pytest.raises(UserError, match=r"rl\.data\.factory 'm:f' index 0 \(id 'b'\): winner must be a \[3, F = 5, H, W\] clip tensor \(model\.num_frames\), got \(3, 4, 32, 32\)"):
+        CheckedFactorySource([short], "m:f", FRAMES)[0]
+    with pytest.raises(UserError, match=r"winner must be a \[3, H, W\] tensor, got \(3, 5, 32, 32\)"):
+        CheckedFactorySource([good], "m:f")[0]  # clips from a factory of an image run
+
+
 # ------------------------------------------------------------------------------------ training
 def test_two_dpo_steps_on_clips_take_a_real_gradient(tmp_path, folder, data):
     config = make_config(tmp_path, folder, data[0])
