@@ -226,6 +226,21 @@ def test_the_disk_cache_keeps_clip_latents_and_serves_them_back(tmp_path, folder
     assert lc.input_key(clips[0, :, 0]) not in {e.stem for e in entries}
 
 
+def test_plan_counts_the_policy_forwards_clips_per_rank():
+    """plan's train_activation_mib_per_rank for clip pairs: 2 x pairs_per_rank clips (winners and
+    losers in the policy's forward with grad). Tiny preset (hidden 64, MLP 128, 2 layers, patch 2; VAE
+    4x in space, none in time): a 5-frame 32x32 clip is 5 x 4 x 4 = 80 tokens,
+    2 x 80 x (12 x 64 + 4 x 128) x 4 bytes = 0.78125 MiB; the smoke manifest's 4 pairs per rank: 8 clips."""
+    from cosmos_rl import plan
+
+    def per_step(*extra):
+        return plan.build(load.load(DPO, [f"model.num_frames={FRAMES}", "model.fps=16", *extra]), DPO)["per_step"]
+
+    assert per_step() == {"pairs": 8, "pairs_per_rank": 4, "train_activation_mib_per_rank": 6.25}
+    assert per_step("rl.pairs_per_step=2")["train_activation_mib_per_rank"] == pytest.approx(0.78125 * 2, abs=0.005)
+    assert "train_activation_mib_per_rank" not in plan.build(load.load(DPO, []), DPO)["per_step"]  # images: as before
+
+
 # ------------------------------------------------------------------------------ validate --data
 def test_validate_data_exits_2_naming_every_bad_clip_pair_row(tmp_path):
     good = encode_clip(winner_clip(0), 16.0)
