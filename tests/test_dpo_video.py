@@ -200,6 +200,18 @@ def test_stopped_after_one_step_and_resumed_equals_straight_with_val_metrics(tmp
         assert torch.equal(a, b), name
 
 
+def test_rl_eval_of_a_clip_run_samples_clips_and_scores_them_per_task(tmp_path, folder, data):
+    """[rl.eval] with the moving-shapes verifier: the trained policy samples one clip per task and
+    the rows carry every task's strict and partial score (an untrained folder scores 0)."""
+    evaluation = {"every": 1, "per_task": 1, "seeds": 1, "sample_steps": 2, "reward": "shapes_video_strict"}
+    config = make_config(tmp_path, folder, data[0], eval=evaluation, max_steps=1)
+    assert [p for p in preflight.check(config) if p.severity == "error"] == []
+    row = DPOTrainer(config, tmp_path / "run", CPU).run()[-1]
+    tasks = ("motion", "two_motions", "static", "colour_change", "counting_motion", "turn")
+    assert all(0.0 <= row[f"eval/task/{t}"] <= 1.0 and 0.0 <= row[f"eval/task_partial/{t}"] <= 1.0 for t in tasks)
+    assert "train/loss" in row and "eval/score" in row
+
+
 def test_train_and_validation_clip_pairs_sharing_an_id_stop_the_run(tmp_path, folder, data):
     leaked = write_pair_jsonl(tmp_path / "leak", 1, start=2)  # id clip-2 is a training pair
     val = {"every": 1, "data": {"jsonl": str(leaked)}}
