@@ -257,6 +257,11 @@ def dpo_section(config: schema.RunConfig, base_dir: Path) -> dict:
         ),
         "beta": rl.beta,
     }
+    costs = sample_costs(config, base_dir) if config.model.num_frames > 1 else None
+    if costs is not None:
+        # The policy's forward with grad packs every winner and loser of the rank (the reference's runs
+        # without), so its kept activations are 2 x pairs_per_rank clips' (docs/video.md "DPO on clips").
+        out["per_step"]["train_activation_mib_per_rank"] = round(costs[2] * 2 * out["per_step"]["pairs_per_rank"] / 2**20, 2)
     if config.grid.backend == "ray":
         out["ray"] = _ray_layout(config, ranks)
     return out

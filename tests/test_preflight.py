@@ -526,9 +526,14 @@ def test_video_frames_at_any_frame_rate_pass():
 
 
 def test_an_algorithm_that_trains_no_video_refuses_clips():
-    found = errors(DPO, ["model.num_frames=9"])
-    assert 'rl.algorithm = "dpo" does not train video in this release' in found["model.num_frames"]
-    assert 'train video with rl.algorithm = "nft", "sft"' in found["model.num_frames"]
+    found = errors(GRPO, ["model.num_frames=9"])
+    assert 'rl.algorithm = "grpo" does not train video in this release' in found["model.num_frames"]
+    assert 'train video with rl.algorithm = "dpo", "nft", "sft"' in found["model.num_frames"]
+
+
+def test_dpo_trains_clip_pairs():
+    assert "model.num_frames" not in errors(DPO, ["model.num_frames=9", "model.fps=16"])
+    assert "4k + 1 frames (got 8)" in errors(DPO, ["model.num_frames=8"])["model.num_frames"]
 
 
 def test_first_frame_conditioning_needs_clips_through_the_transformer():

@@ -212,6 +212,7 @@ register(Algorithm(
     seed_keys=("data.shuffle", "data.synthetic_seed"),
     path_fields=("data.jsonl", "data.shards[]", "validation.data.jsonl", "validation.data.shards[]"),
     train_signal="train/dpo_reward_margin", unit="pairs",
+    video=True,  # clip pairs with model.num_frames > 1 (docs/video.md "DPO on clips")
 ))  # fmt: skip
 register(online(
     name="nft", config=schema.NFTConfig, title="DiffusionNFT",

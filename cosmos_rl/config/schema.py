@@ -137,11 +137,11 @@ class GridConfig:
 @frozen
 class PreferenceDataConfig:
     synthetic_pairs: int = knob(
-        0, "Generate this many pairs in memory (a learnable colour preference); non-zero ignores file sources."
+        0, "Generate this many pairs in memory (a learnable colour preference; moving clips when model.num_frames > 1); non-zero ignores file sources."
     )
     synthetic_seed: int = knob(0, "Seed of the synthetic generator (0 to 2**63 - 1), offset from job.seed; ids carry it.")
-    jsonl: str = knob("", "Preference JSONL: rows `{id, prompt, winner, loser}` with image paths.")
-    shards: list[str] = knob(attrs.Factory(list), "webdataset tar shards of pairs (`json`, `winner.png`, `loser.png`); entries may be brace patterns.")
+    jsonl: str = knob("", "Preference JSONL: rows `{id, prompt, winner, loser}` with image paths (mp4 clip paths when model.num_frames > 1).")
+    shards: list[str] = knob(attrs.Factory(list), "webdataset tar shards of pairs (`json`, `winner.png`, `loser.png`; `winner.mp4`, `loser.mp4` when model.num_frames > 1); entries may be brace patterns.")
     factory: str = knob("", "Custom source `module:function` returning a pair source; the only code a manifest imports.")
     factory_kwargs: dict[str, Union[str, int, float, bool]] = knob(
         attrs.Factory(dict), "Keyword arguments passed to `factory`."
@@ -166,7 +166,7 @@ class DPOConfig(RLBase):
     pairs_per_step: int = knob(8, "Preference pairs per optimizer step, split evenly over the ranks.")
     latent_cache: Literal["disk", "memory", "off"] = knob(
         "disk",
-        "Encode each pair image with the VAE once: `disk` keeps the latents under `<job.output_dir>/.cache/latents/` "
+        "Encode each pair image (or clip) with the VAE once: `disk` keeps the latents under `<job.output_dir>/.cache/latents/` "
         "(shared by ranks and by later runs on the same data and VAE), `memory` per process, `off` re-encodes every step.",
     )
     data: PreferenceDataConfig = section(PreferenceDataConfig, "Training preference pairs.")

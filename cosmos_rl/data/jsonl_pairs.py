@@ -10,6 +10,9 @@ which are rejected. Image paths are relative to the JSONL file's folder, or abso
 Blank lines are allowed (they hold no row). The whole file is validated when the
 source is built - JSON, fields, unique ids, image files present, winner != loser (rows are
 read by :mod:`cosmos_rl.data.jsonl_rows`) - and images are decoded only when a pair is read.
+
+Clips: with ``frames`` > 1 (a video run) ``winner`` and ``loser`` name mp4 files, each decoded to
+[3, F, H, W] by :mod:`cosmos_rl.data.clips` (exactly F frames of the run's size, never resized or cut).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Union
 
+from cosmos_rl.data.clips import load_clip
 from cosmos_rl.data.images import ImageSize, as_height_width, load_image
 from cosmos_rl.data.jsonl_rows import read_pair_rows
 from cosmos_rl.data.pair_record import PreferencePair, PromptSides
@@ -25,10 +29,11 @@ from cosmos_rl.data.pair_record import PreferencePair, PromptSides
 class JsonlPairs:
     """Preference pairs from a JSONL file; see the module docstring for the format."""
 
-    def __init__(self, path: Union[str, Path], size: ImageSize):
+    def __init__(self, path: Union[str, Path], size: ImageSize, frames: int = 1):
         self.path = Path(path)
         self.size = as_height_width(size)
-        rows, problems = read_pair_rows(self.path)
+        self.frames = frames
+        rows, problems = read_pair_rows(self.path, frames)
         if problems:
             raise problems[0]
         self._rows = rows
@@ -44,9 +49,14 @@ class JsonlPairs:
         return PreferencePair(
             id=row.id,
             prompt=row.prompt,
-            winner=load_image(row.winner, self.size, f"{origin} winner"),
-            loser=load_image(row.loser, self.size, f"{origin} loser"),
+            winner=self._load(row.winner, f"{origin} winner"),
+            loser=self._load(row.loser, f"{origin} loser"),
         )
+
+    def _load(self, path: Path, origin: str):
+        if self.frames > 1:
+            return load_clip(path, self.frames, *self.size, origin)
+        return load_image(path, self.size, origin)
 
     def membership_ids(self) -> list[str]:
         return [row.id for row in self._rows]

@@ -19,11 +19,13 @@ _WHAT = "rl.data.factory"
 
 
 class CheckedFactorySource:
-    """Wraps a factory's source so that a malformed record fails naming the factory and index."""
+    """Wraps a factory's source so that a malformed record fails naming the factory and index
+    (`frames`: the run's frame count; above 1 every side must be a clip of exactly that many)."""
 
-    def __init__(self, source: Any, spec: str):
+    def __init__(self, source: Any, spec: str, frames: int = 1):
         self._source = source
         self.spec = spec
+        self.frames = frames
 
     def __len__(self) -> int:
         length = len(self._source)
@@ -32,7 +34,7 @@ class CheckedFactorySource:
         return length
 
     def __getitem__(self, index: int) -> PreferencePair:
-        return check_pair(self._source[index], f"{_WHAT} {self.spec!r} index {index}")
+        return check_pair(self._source[index], f"{_WHAT} {self.spec!r} index {index}", self.frames)
 
     def membership_ids(self) -> list[str]:
         hook = getattr(self._source, "membership_ids", None)
@@ -53,8 +55,9 @@ class CheckedFactorySource:
         return list(hook()) if hook is not None else []
 
 
-def factory_source(spec: str, **kwargs: Any) -> CheckedFactorySource:
-    """Import ``module:function``, call it with ``kwargs``, and check what it returns."""
+def factory_source(spec: str, frames: int = 1, /, **kwargs: Any) -> CheckedFactorySource:
+    """Import ``module:function``, call it with ``kwargs``, and check what it returns (and each
+    record against the run's ``frames``; positional only, so a factory may take a ``frames`` keyword of its own)."""
     source = resolve_factory(spec, _WHAT)(**kwargs)
     missing = [name for name in ("__len__", "__getitem__") if not hasattr(source, name)]
     if missing:
@@ -62,4 +65,4 @@ def factory_source(spec: str, **kwargs: Any) -> CheckedFactorySource:
             f"{_WHAT}: {spec!r} returned {type(source).__name__}, which lacks {', '.join(missing)}; "
             "a pair source needs __len__ and __getitem__(i) -> PreferencePair"
         )
-    return CheckedFactorySource(source, spec)
+    return CheckedFactorySource(source, spec, frames)

@@ -14,7 +14,8 @@ from cosmos_rl.errors import UserError
 class PreferencePair:
     """One preference: ``winner`` was preferred over ``loser`` for ``prompt``.
 
-    Images are float tensors [3, H, W] in [0, 1], already at the run's image size.
+    Images are float tensors [3, H, W] in [0, 1], already at the run's image size; in a video run
+    (``model.num_frames`` = F > 1) both sides are clips [3, F, H, W] of the run's frames and size.
     """
 
     id: str
@@ -90,15 +91,27 @@ def check_source_symmetry(source: Any, tokenize_fn: Callable[[str], Sequence[int
     return check_symmetry(sides(), tokenize_fn)
 
 
-def check_pair(pair: Any, origin: str) -> PreferencePair:
-    """Check that a record from an untrusted source has the documented shape and range."""
+def _layout_problem(image: Any, frames: int) -> Optional[str]:
+    """Why `image` is not a side of a run of `frames` frames: [3, H, W] at 1, [3, frames, H, W] above."""
+    want = "[3, H, W] tensor" if frames == 1 else f"[3, F = {frames}, H, W] clip tensor (model.num_frames)"
+    if not isinstance(image, torch.Tensor):
+        return f"must be a {want}, got {type(image).__name__}"
+    dims = 3 if frames == 1 else 4
+    if image.dim() != dims or image.shape[0] != 3 or (frames > 1 and image.shape[1] != frames):
+        return f"must be a {want}, got {tuple(image.shape)}"
+    return None
+
+
+def check_pair(pair: Any, origin: str, frames: int = 1) -> PreferencePair:
+    """Check that a record from an untrusted source has the documented shape and range: images at
+    `frames` = 1, clips of exactly `frames` frames above."""
     if not isinstance(pair, PreferencePair):
         raise UserError(f"{origin}: expected a PreferencePair, got {type(pair).__name__}")
     for side in ("winner", "loser"):
         image = getattr(pair, side)
-        if not isinstance(image, torch.Tensor) or image.dim() != 3 or image.shape[0] != 3:
-            shape = tuple(image.shape) if isinstance(image, torch.Tensor) else type(image).__name__
-            raise UserError(f"{origin} (id {pair.id!r}): {side} must be a [3, H, W] tensor, got {shape}")
+        problem = _layout_problem(image, frames)
+        if problem is not None:
+            raise UserError(f"{origin} (id {pair.id!r}): {side} {problem}")
         if not image.is_floating_point():
             raise UserError(f"{origin} (id {pair.id!r}): {side} must be float in [0, 1], got {image.dtype}")
         low, high = float(image.min()), float(image.max())

@@ -2,7 +2,9 @@
 
 Every source returns :class:`PreferencePair` records with images at the requested
 ``size`` (a side or (height, width); resize rule in :mod:`cosmos_rl.data.images`) and lists its ids with
-``membership_ids()`` without decoding any image, for the train/val leakage audit.
+``membership_ids()`` without decoding any image, for the train/val leakage audit. With ``frames``
+> 1 (a video run) every side is a clip [3, F, H, W] of exactly that size (mp4 files and members,
+decoded by :mod:`cosmos_rl.data.clips`, never resized; generated clips for synthetic pairs).
 
 - :class:`SyntheticPairs` - generated in memory (smoke runs, CI)
 - :class:`JsonlPairs` - a JSONL index of image files
@@ -42,17 +44,18 @@ __all__ = [
 ]
 
 
-def build_source(data, size, job_seed: int, what: str):
+def build_source(data, size, job_seed: int, what: str, frames: int = 1):
     """The pair source a data section (`schema.PreferenceDataConfig`) names, its images at `size`
-    (a side or (height, width)); synthetic pairs win over any file source."""
+    (a side or (height, width)), clips of `frames` frames when above 1; synthetic pairs win over any
+    file source."""
     from cosmos_rl.errors import UserError
 
     if data.synthetic_pairs:
-        return SyntheticPairs(data.synthetic_pairs, size, job_seed + data.synthetic_seed)
+        return SyntheticPairs(data.synthetic_pairs, size, job_seed + data.synthetic_seed, frames)
     if data.jsonl:
-        return JsonlPairs(data.jsonl, size)
+        return JsonlPairs(data.jsonl, size, frames)
     if data.shards:
-        return TarShardPairs(list(data.shards), size)
+        return TarShardPairs(list(data.shards), size, frames)
     if data.factory:
-        return factory_source(data.factory, **dict(data.factory_kwargs))
+        return factory_source(data.factory, frames, **dict(data.factory_kwargs))
     raise UserError(f"{what}: no pair source; set {what}.synthetic_pairs, .jsonl, .shards or .factory")

@@ -12,10 +12,11 @@ and verified (header decoded; PNG chunk checksums checked; pixels not decoded): 
 ``random.Random(SAMPLE_SEED)`` - the same rows on every call. ``full=True`` (``validate --data
 all``) opens every image. At most :data:`MAX_LISTED` problems are listed per source, then a count.
 
-Clips (mp4 members or ``"video"`` rows of an image-caption source) are sampled the same way and
-checked by :func:`~cosmos_rl.data.clip_files.check_clip` against the run's frames and size: the
-container, one video stream, the declared size and frame count (a decoding bomb is refused before
-any decoding), then every frame decoded: only decoding finds a damaged stream.
+Clips (mp4 members or ``"video"`` rows of an image-caption source; both sides of a video run's
+preference pairs) are sampled the same way and checked by
+:func:`~cosmos_rl.data.clip_files.check_clip` against the run's frames and size: the container, one
+video stream, the declared size and frame count (a decoding bomb is refused before any decoding),
+then every frame decoded: only decoding finds a damaged stream.
 """
 
 from __future__ import annotations
@@ -75,16 +76,26 @@ def _clip_file(path: Path, media: tuple[int, int, int], origin: str) -> None:
         raise UserError(f"{origin}: cannot read clip file ({exc.strerror}); check the path") from exc
 
 
-def _jsonl_images(jsonl: Path, row: PairRow) -> None:
+def _jsonl_sides(jsonl: Path, row: PairRow, media: tuple[int, int, int]) -> None:
+    """Both sides of a pair row: images, or clips of a video run (`media` = (frames, height, width))."""
     origin = f"{jsonl}:{row.line} (id {row.id!r})"  # as the run's JsonlPairs words it
     for side, path in (("winner", row.winner), ("loser", row.loser)):
-        _image_file(path, f"{origin} {side}: {path}")
+        if media[0] > 1:
+            if min(media) >= 1:  # else the model's size is incomplete: preflight reports it
+                _clip_file(path, media, f"{origin} {side}: {path}")
+        else:
+            _image_file(path, f"{origin} {side}: {path}")
 
 
-def _tar_images(sample: TarSample) -> None:
+def _tar_sides(sample: TarSample, media: tuple[int, int, int]) -> None:
     for side, blob in (("winner", sample.winner), ("loser", sample.loser)):
         origin = f"{sample.origin} (id {sample.id!r}) {side}"  # as the run's TarShardPairs words it
-        check_image(read_blob(sample, blob, origin), origin)
+        data = read_blob(sample, blob, origin)
+        if media[0] > 1:
+            if min(media) >= 1:  # else the model's size is incomplete: preflight reports it
+                check_clip(data, *media, origin)
+        else:
+            check_image(data, origin)
 
 
 class _Source:
@@ -122,21 +133,27 @@ def _media_noun(items: Sequence) -> str:
     return "clips" if kinds == {"clip"} else "images and clips" if "clip" in kinds else "images"
 
 
-def _pairs(key: str, data: schema.PreferenceDataConfig, base: Path, full: bool) -> tuple[list[Problem], list[str]]:
+def _pairs(
+    key: str, data: schema.PreferenceDataConfig, base: Path, full: bool, media: tuple[int, int, int]
+) -> tuple[list[Problem], list[str]]:
+    """One preference source, read as `data.pairs` reads it; a video run's (`media[0]` > 1) sides are
+    clips checked against `media` = (frames, height, width)."""
     if data.synthetic_pairs:
         return [], []
+    frames = media[0]
+    what = "clips" if frames > 1 else "images"
     if data.jsonl:
         source, path = _Source(f"{key}.jsonl"), Path(resolve_path(data.jsonl, base))
         if not path.is_file():
             return [], []  # preflight reports it
         try:
-            rows, bad = read_pair_rows(path)
+            rows, bad = read_pair_rows(path, frames)
         except UserError as exc:
             source.add(exc)
             return source.finish(), []
         for exc in bad:
             source.add(exc)
-        note = _open_images(source, rows, lambda row: _jsonl_images(path, row), full)
+        note = _open_images(source, rows, lambda row: _jsonl_sides(path, row, media), full, what)
         return source.finish(), [f"{source.key}: {len(rows)} good rows, {len(bad)} bad; {note}"]
     if data.shards:
         source = _Source(f"{key}.shards")
@@ -145,10 +162,10 @@ def _pairs(key: str, data: schema.PreferenceDataConfig, base: Path, full: bool) 
         except UserError as exc:
             source.add(exc)
             return source.finish(), []
-        samples, bad = index_shards(shards)
+        samples, bad = index_shards(shards, frames)
         for exc in bad:
             source.add(exc)
-        note = _open_images(source, samples, _tar_images, full)
+        note = _open_images(source, samples, lambda sample: _tar_sides(sample, media), full, what)
         return source.finish(), [f"{source.key}: {len(shards)} shard(s), {len(samples)} good samples, {len(bad)} problem(s); {note}"]
     if data.factory:
         return [], [f"{key}.factory: a custom source; validate imports it but reads no data"]
@@ -244,9 +261,9 @@ def caption_data(config: schema.RunConfig, base: Path, full: bool) -> tuple[list
 
 def pair_data(config: schema.RunConfig, base: Path, full: bool) -> tuple[list[Problem], list[str]]:
     """DPO's training pairs and, when validating, its held-out pairs."""
-    rl = config.rl
-    problems, notes = _pairs("rl.data", rl.data, base, full)
+    rl, media = config.rl, run_media(config)
+    problems, notes = _pairs("rl.data", rl.data, base, full, media)
     if rl.validation.every > 0:
-        more, more_notes = _pairs("rl.validation.data", rl.validation.data, base, full)
+        more, more_notes = _pairs("rl.validation.data", rl.validation.data, base, full, media)
         problems, notes = problems + more, notes + more_notes
     return problems, notes

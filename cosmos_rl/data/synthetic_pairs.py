@@ -13,6 +13,11 @@ So two cues separate the sides: "noise-free beats noisy" needs no text understan
 and is picked up first; "the shape has the colour the prompt names" needs the text
 conditioning. Pair ``i`` depends only on ``(seed, i)``, so reads are random-access and
 reproducible; ids embed the seed so that two seeds never share an id.
+
+Clips (``frames`` > 1, a video run): both sides are [3, F, H, W]; frame k is the image pair's
+layout with the shape moved right by k x :data:`CLIP_STEP_FRACTION` of the width (wrapping round;
+the background gradient is vertical, so only the shape moves), and the loser's noise is drawn for
+every frame. An image run's pairs (``frames`` = 1) are the same values as before clips existed.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from cosmos_rl.data.pair_record import PreferencePair
 from cosmos_rl.data.vocab import COLOUR_RGB, SHAPES
 
 LOSER_NOISE_STD = 0.2
+# A clip's shape moves this fraction of the width per frame (2 px at 32 px): a motion the VAE keeps.
+CLIP_STEP_FRACTION = 1 / 16
 _COLOURS = tuple(COLOUR_RGB)
 
 
@@ -59,7 +66,9 @@ def _paint(mask: torch.Tensor, background: torch.Tensor, colour: str) -> torch.T
 class SyntheticPairs:
     """``n`` generated pairs of ``size`` pixels (a side or (height, width)); see the module docstring for the rule."""
 
-    def __init__(self, n: int, size: ImageSize, seed: int):
+    def __init__(self, n: int, size: ImageSize, seed: int, frames: int = 1):
+        if frames < 1:
+            raise ValueError(f"SyntheticPairs needs frames >= 1, got {frames}")
         if n <= 0:
             raise ValueError(f"SyntheticPairs needs n > 0, got {n}")
         if seed < 0:
@@ -67,6 +76,7 @@ class SyntheticPairs:
         self.n = n
         self.size = as_height_width(size)
         self.seed = seed
+        self.frames = frames
 
     def __len__(self) -> int:
         return self.n
@@ -87,9 +97,22 @@ class SyntheticPairs:
         mask = _shape_mask(shape, height, width, generator)
         gradient = torch.linspace(0.35, 0.65, height).view(1, height, 1).expand(3, height, width)
         winner = _paint(mask, gradient, colour)
+        prompt = f"a {colour} {shape}"
+        if self.frames > 1:
+            return PreferencePair(self._id(index), prompt, *self._clips(mask, gradient, colour, other, generator))
         noise = torch.randn(3, height, width, generator=generator) * LOSER_NOISE_STD
         loser = (_paint(mask, gradient, other) + noise).clamp(0.0, 1.0)
-        return PreferencePair(self._id(index), f"a {colour} {shape}", winner.contiguous(), loser)
+        return PreferencePair(self._id(index), prompt, winner.contiguous(), loser)
+
+    def _clips(self, mask, gradient, colour: str, other: str, generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """(winner, loser) clips [3, F, H, W]: the shape moving right, the loser noisy in every frame."""
+        height, width = self.size
+        step = max(1, round(width * CLIP_STEP_FRACTION))
+        masks = torch.stack([torch.roll(mask, k * step, dims=1) for k in range(self.frames)])  # [F, H, W]
+        winner = torch.stack([_paint(m, gradient, colour) for m in masks], dim=1)
+        noise = torch.randn(3, self.frames, height, width, generator=generator) * LOSER_NOISE_STD
+        loser = (torch.stack([_paint(m, gradient, other) for m in masks], dim=1) + noise).clamp(0.0, 1.0)
+        return winner.contiguous(), loser.contiguous()
 
     def membership_ids(self) -> list[str]:
         return [self._id(index) for index in range(self.n)]

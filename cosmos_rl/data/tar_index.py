@@ -1,4 +1,4 @@
-"""Indexing webdataset-style tar shards of preference pairs, without opening any image; torch-free.
+"""Indexing webdataset-style tar shards of preference pairs, without opening any image or clip; torch-free.
 
 The one reader of the layout (see :mod:`cosmos_rl.data.tar_pairs`): it expands the shard list,
 reads each shard's member table and ``json`` members, and records where each side's image bytes
@@ -14,6 +14,7 @@ import os
 import re
 import tarfile
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
@@ -23,7 +24,7 @@ from cosmos_rl.data.pair_metadata import parse_pair_metadata
 from cosmos_rl.errors import UserError
 
 IMAGE_EXTENSIONS = ("png", "jpg", "jpeg", "webp")
-CLIP_EXTENSIONS = ("mp4",)  # image-caption shards only (data.caption_index); pairs are images
+CLIP_EXTENSIONS = ("mp4",)  # clip members: of a video run's caption samples and pair sides
 _BLOCK = 512  # tar's record unit: headers and data are padded to it
 
 
@@ -243,7 +244,29 @@ def _check_complete(shard: Path, handle, members: list[tarfile.TarInfo]) -> None
         )
 
 
-def _sample_of(archive: tarfile.TarFile, key: str, members: dict[str, tarfile.TarInfo], shard: Path) -> TarSample:
+def _side_of(members: dict[str, tarfile.TarInfo], side: str, origin: str, frames: int) -> Blob:
+    """One side's media member: an image at ``frames`` = 1, an mp4 clip of a video run (``frames`` > 1).
+    The wrong kind is named as such, so a shard written for the other kind of run says so."""
+    images = [f"{side}.{e}" for e in IMAGE_EXTENSIONS if f"{side}.{e}" in members]
+    clips = [f"{side}.{e}" for e in CLIP_EXTENSIONS if f"{side}.{e}" in members]
+    if frames > 1:
+        if images and not clips:
+            raise UserError(
+                f"{origin}: {side} is an image ({images[0]}), but clips of {frames} frames are expected "
+                f"(model.num_frames); give every sample {side}.mp4 (or set model.num_frames = 1)"
+            )
+        return side_blob(members, side, origin, CLIP_EXTENSIONS, "clip")
+    if clips and not images:
+        raise UserError(
+            f"{origin}: {side} is a clip ({clips[0]}), but this run trains images (model.num_frames = 1); "
+            f"give every sample a {side} image, or set model.num_frames to the clips' frame count"
+        )
+    return side_blob(members, side, origin)
+
+
+def _sample_of(
+    archive: tarfile.TarFile, key: str, members: dict[str, tarfile.TarInfo], shard: Path, frames: int = 1
+) -> TarSample:
     origin = f"{shard} sample {key!r}"
     if "json" not in members:
         raise UserError(
@@ -255,14 +278,15 @@ def _sample_of(archive: tarfile.TarFile, key: str, members: dict[str, tarfile.Ta
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: nested too deeply
         raise UserError(f"{origin}: json member is not valid JSON ({exc})") from exc
     pair_id, prompt, winner_prompt, loser_prompt = parse_pair_metadata(row, origin)
-    winner = side_blob(members, "winner", origin)
-    loser = side_blob(members, "loser", origin)
+    winner = _side_of(members, "winner", origin, frames)
+    loser = _side_of(members, "loser", origin, frames)
     return TarSample(shard, key, pair_id, prompt, winner, loser, winner_prompt, loser_prompt)
 
 
-def index_shard(shard: Path) -> tuple[list[TarSample], list[UserError]]:
-    """The shard's good samples and every sample's problem; damage to the shard itself is one problem."""
-    return index_members(shard, _sample_of)
+def index_shard(shard: Path, frames: int = 1) -> tuple[list[TarSample], list[UserError]]:
+    """The shard's good samples and every sample's problem; damage to the shard itself is one problem.
+    ``frames`` is the run's frame count: above 1 each side is an mp4 clip (``winner.mp4``)."""
+    return index_members(shard, partial(_sample_of, frames=frames))
 
 
 def index_members(shard: Path, sample_of) -> tuple[list, list[UserError]]:
@@ -293,13 +317,14 @@ def index_members(shard: Path, sample_of) -> tuple[list, list[UserError]]:
     return samples, problems
 
 
-def index_shards(shards: Sequence[Path]) -> tuple[list[TarSample], list[UserError]]:
-    """Every shard's samples in order, ids unique across shards, and every problem found."""
+def index_shards(shards: Sequence[Path], frames: int = 1) -> tuple[list[TarSample], list[UserError]]:
+    """Every shard's samples in order, ids unique across shards, and every problem found (``frames``:
+    as :func:`index_shard`)."""
     samples: list[TarSample] = []
     problems: list[UserError] = []
     origin_of: dict[str, str] = {}
     for shard in shards:
-        found, bad = index_shard(shard)
+        found, bad = index_shard(shard, frames)
         problems += bad
         for sample in found:
             if sample.id in origin_of:

@@ -10,6 +10,12 @@ generator seeded by (job.seed, step, rank) so a resumed run redraws them exactly
 reference velocities, each in ONE packed forward over winners+losers -> per-sample MSE ->
 `algorithms.dpo.dpo_loss` -> backward, gradient clipping, AdamW, LR schedule.
 
+A video run (`model.num_frames` > 1) trains clip pairs the same way: the sides are clips
+[3, F, H, W], their latents [2P, C, T, h, w] (`encode_clips`, through the latent cache), and the
+packed forward places each clip's (T, h, w) grid in time at `model.fps` (`frame_timing`), as SFT
+does. The loss is unchanged: each side's MSE is the mean over all its latent elements, every frame
+included. No frame is held clean (no image-to-video conditioning in DPO).
+
 A checkpoint holds: policy (LoRA tensors, or all weights for a full fine-tune), optimizer, LR
 schedule, step, pair cursor (when rl.data.cursor_resume) and every rank's RNG streams. The frozen
 reference is rebuilt from the base at setup, so it is never saved.
@@ -30,10 +36,11 @@ from cosmos_rl.data.audit import leakage_audit
 from cosmos_rl.data.cursor import PairCursor
 from cosmos_rl.data.pairs import build_source, check_source_symmetry
 from cosmos_rl.flow import noisy_latents, velocity_target
+from cosmos_rl.models.media import frame_timing
 from cosmos_rl.models.packing import velocity
 from cosmos_rl.models.setup import TrainableModel, build_trainable, optimizer_step
 from cosmos_rl.models.text import model_prompt_ids
-from cosmos_rl.models.vae import encode_images
+from cosmos_rl.models.vae import encode_clips, encode_images
 from cosmos_rl.seeds import derive_seed
 from cosmos_rl.trainers.spmd import SPMDTrainer
 
@@ -73,12 +80,14 @@ class DPOTrainer(SPMDTrainer):
         config = self.config
         if not isinstance(config.rl, schema.DPOConfig):
             raise TypeError("DPOTrainer needs a DPO config")
-        self.train_source = build_source(self.rl.data, self.media.size, config.job.seed, "rl.data")
+        frames = self.media.frames
+        self.train_source = build_source(self.rl.data, self.media.size, config.job.seed, "rl.data", frames)
         self.val_source = None
         if self.rl.validation.every > 0:
-            self.val_source = build_source(self.rl.validation.data, self.media.size, config.job.seed, "rl.validation.data")
+            self.val_source = build_source(self.rl.validation.data, self.media.size, config.job.seed, "rl.validation.data", frames)
 
         self.model: TrainableModel = build_trainable(config, self.device)
+        self.timing = frame_timing(self.media, self.model.vae.config)  # {} for images
         self.latents = _latent_cache(self.rl.latent_cache, self.model.vae, config.job.output_dir)
         if self.rl.eval.every:  # [rl.eval]: sampled held-out prompts scored by a reward (eval/ metrics)
             from cosmos_rl.evaluation.evaluator import Evaluator
@@ -150,13 +159,14 @@ class DPOTrainer(SPMDTrainer):
 
     # -------------------------------------------------------------------------------- math
     def _pair_tensors(self, pairs) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Latents [2P, C, 1, h, w] (winners then losers) and the matching prompt ids."""
-        images = torch.stack([p.winner for p in pairs] + [p.loser for p in pairs]).to(self.device)
+        """Latents [2P, C, T, h, w] (winners then losers; T = 1 for images) and the matching prompt ids."""
+        pixels = torch.stack([p.winner for p in pairs] + [p.loser for p in pairs]).to(self.device)
         if self.latents is not None:
-            latents = self.latents.encode(images)
+            latents = self.latents.encode(pixels)  # images or clips, by the batch's rank
         else:
+            encode = encode_clips if self.media.is_video else encode_images
             with torch.no_grad():
-                latents = encode_images(self.model.vae, images)
+                latents = encode(self.model.vae, pixels)
         ids = [self.prompt_ids(p.prompt) for p in pairs]
         return latents, ids + ids
 
@@ -167,9 +177,9 @@ class DPOTrainer(SPMDTrainer):
         x_t = noisy_latents(latents, eps2, t2)
         target = velocity_target(latents, eps2)
         with torch.no_grad(), self.model.reference() as reference:
-            mse_ref = per_sample_mse(velocity(reference, x_t, t2, ids), target)
+            mse_ref = per_sample_mse(velocity(reference, x_t, t2, ids, **self.timing), target)
         with torch.set_grad_enabled(with_grad):
-            mse = per_sample_mse(velocity(self.model.transformer, x_t, t2, ids), target)
+            mse = per_sample_mse(velocity(self.model.transformer, x_t, t2, ids, **self.timing), target)
             return dpo_loss(mse[:count], mse[count:], mse_ref[:count], mse_ref[count:], self.rl.beta)
 
     def _draw(self, shape, *parts) -> tuple[torch.Tensor, torch.Tensor]:
