@@ -40,12 +40,14 @@ def _run(tmp_path: Path, name: str, rl: dict, lora_rank: int):
 
 @pytest.fixture(scope="module")
 def dpo_lora_run(tmp_path_factory):
-    """Two DPO steps with a rank-4 LoRA at a large learning rate, so the adapter is far from zero."""
+    """Two DPO steps with a rank-4 LoRA at a large learning rate, so the adapter is far from zero;
+    both steps committed (checkpoint.every = 1, keep all), so the --step tests share this run."""
     from cosmos_rl.trainers.dpo import DPOTrainer
 
     tmp = tmp_path_factory.mktemp("export")
     config, run_dir = _run(tmp, "dpo", {"algorithm": "dpo", "max_steps": 2, "pairs_per_step": 2, "beta": 10.0,
                                          "optimizer": {"lr": 5e-2}, "data": {"synthetic_pairs": 8}}, lora_rank=4)  # fmt: skip
+    config = attrs.evolve(config, checkpoint=attrs.evolve(config.checkpoint, every=1))
     trainer = DPOTrainer(config, run_dir, CPU)
     trainer.run()
     (run_dir / "manifest.toml").write_text(load.to_toml(config), encoding="utf-8")
@@ -186,14 +188,8 @@ def test_a_run_on_a_nano_layout_folder_exports_a_folder_the_stock_pipeline_loads
     assert parts.native_flow_schedule and parts.prompt_template == "chat"
 
 
-def test_step_picks_a_committed_checkpoint_for_eval_and_export_and_names_the_ones_there_are(tmp_path):
-    from cosmos_rl.trainers.dpo import DPOTrainer
-
-    config, run_dir = _run(tmp_path, "steps", {"algorithm": "dpo", "max_steps": 2, "pairs_per_step": 2, "beta": 10.0,
-                                              "optimizer": {"lr": 5e-2}, "data": {"synthetic_pairs": 8}}, lora_rank=4)  # fmt: skip
-    config = attrs.evolve(config, checkpoint=attrs.evolve(config.checkpoint, every=1))
-    DPOTrainer(config, run_dir, CPU).run()
-    (run_dir / "manifest.toml").write_text(load.to_toml(config), encoding="utf-8")
+def test_step_picks_a_committed_checkpoint_for_eval_and_export_and_names_the_ones_there_are(dpo_lora_run, tmp_path):
+    run_dir, _ = dpo_lora_run
     first = run_eval(str(run_dir), out_dir=tmp_path / "e1", step=1, **SMALL)
     last = run_eval(str(run_dir), out_dir=tmp_path / "e2", **SMALL)
     assert (first["step"], last["step"]) == (1, 2) and first["score"] != last["score"]
