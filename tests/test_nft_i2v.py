@@ -71,7 +71,7 @@ def test_one_i2v_nft_step_holds_the_first_latent_frame_clean_and_trains_on_the_r
     # the row's condition: the world's seed-0 ground-truth frame 0 of its caption, encoded (not the code under test's frame)
     (row, caption), = drawn
     frame = render_clip(caption, 0, (32, 32), FRAMES)[0]
-    condition, ((x0_a, _, pixels_a), (x0_b, _, _)) = seen[0]
+    condition, ((x0_a, _, _), (x0_b, _, _)) = seen[0]
     assert condition.shape == (1, 4, 1, 8, 8)
     assert torch.equal(condition, condition_latents(trainer.model.vae, torch.from_numpy(frame)[None]))
     for x0 in (x0_a, x0_b):  # both ranks' rollouts start from, and keep, the condition
