@@ -30,7 +30,10 @@ TINY = [
 BRIGHTNESS = ['rl.reward.name="brightness"']
 # On Ray: the clip reward through the built-in service (whole clips; the driver's check that the
 # run's rewards take clips) beside brightness frame by frame, whose spread makes the steps train.
-BOTH = ["rl.reward={}", 'rl.rewards=[{name="brightness", revision="builtin-v1"}, {name="shapes_video_partial", revision="builtin-v1"}]']
+# The Ray run is image-to-video (docs/video.md "I2V NFT"): the text-to-video step with the
+# condition added, so one pair of Ray runs covers both; its clip reward is the I2V one.
+BOTH = ["rl.reward={}", 'rl.rewards=[{name="brightness", revision="builtin-v1"}, {name="shapes_video_i2v_partial", revision="builtin-v1"}]',
+        'rl.first_frame="shapes_world"']
 
 
 def _config(tmp_path: Path, *extra: str):
@@ -88,8 +91,9 @@ def _policy_tensors(run_dir: Path, step: int, tmp: Path) -> dict[str, torch.Tens
 
 @pytest.mark.slow
 def test_video_nft_on_ray_resumes_exactly(ray_cluster, tmp_path):
-    """Two steps of video NFT on two Ray actors (the built-in reward services: the video verifier on
-    whole clips and brightness frame by frame; [rl.eval] with the video verifier at step 2),
+    """Two steps of image-to-video NFT on two Ray actors (rollouts conditioned on the world's first
+    frames; the built-in reward services: the video verifier's I2V score on whole clips and
+    brightness frame by frame; [rl.eval] image-to-video with the video verifier at step 2),
     straight, and stopped after step 1 then resumed with --exact: the same metrics rows and
     bit-equal weights."""
     from cosmos_rl import launch
@@ -110,7 +114,7 @@ def test_video_nft_on_ray_resumes_exactly(ray_cluster, tmp_path):
     strip = lambda row: {k: v for k, v in row.items() if not k.startswith("time/")}  # noqa: E731
     assert [strip(r) for r in a_rows] == [strip(r) for r in b_rows]
     assert [r["step"] for r in a_rows] == [1, 2] and all(r["train/grad_norm"] > 0 for r in a_rows)
-    assert all(0.0 <= r["train/shapes_video_partial/reward_mean"] <= 1.0 for r in a_rows)
+    assert all(0.0 <= r["train/shapes_video_i2v_partial/reward_mean"] <= 1.0 for r in a_rows)
     assert "eval/score" in a_rows[-1] and 0.0 <= a_rows[-1]["eval/score"] <= 1.0
     a, b = _policy_tensors(straight, 2, tmp_path), _policy_tensors(split, 2, tmp_path)
     assert a and set(a) == set(b) and any(k.startswith("old.") for k in a)

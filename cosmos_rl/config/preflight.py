@@ -18,6 +18,7 @@ from cosmos_rl.config import algorithms, schema
 from cosmos_rl.config import schema
 from cosmos_rl.config.paths import resolve_path
 from cosmos_rl.config.preflight_data import _data_source, _sources
+from cosmos_rl.config.preflight_i2v import first_frame_rules
 from cosmos_rl.config.preflight_media import folder_config_rules, folder_vae_rules, frame_rules, modality_rule
 from cosmos_rl.config.preflight_numbers import finite_rule
 from cosmos_rl.config.preflight_rules import Rules, seed_rule
@@ -298,6 +299,7 @@ def nft_rules(c: schema.RunConfig, rl: schema.NFTConfig, r: Rules) -> None:
             size = schema.T2I_PROFILES[rl.profile]["image_size"]
             key, got = ("model.image_size", c.model.image_size) if c.model.image_size is not None else ("model.height", [c.model.height, c.model.width])
             r.error(key, f"profile {show(rl.profile)} fixes the image size at {size}", got, f"set model.image_size = {size}")
+    first_frame_rules(c, rl, r)
     if rl.scheduler != "unipc":
         r.error("rl.scheduler", "only the UniPC sampler is supported", rl.scheduler, 'set rl.scheduler = "unipc"')
     if not rl.advantage_low < rl.advantage_high:

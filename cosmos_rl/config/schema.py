@@ -243,6 +243,7 @@ LATER_KNOB_DEFAULTS: dict[str, object] = {
     "model.num_frames": 1,
     "model.fps": 24.0,
     "rl.first_frame_condition": 0.0,
+    "rl.first_frame": "none",
     "rl.x0_weighting": False,
     "rl.foreground_weight": 1.0,
     "rl.rewards": [],

@@ -32,7 +32,8 @@ from cosmos_rl.data.caption_index import index_caption_shards, read_caption_rows
 from cosmos_rl.data.clip_files import check_clip
 from cosmos_rl.data.image_files import check_image
 from cosmos_rl.data.jsonl_rows import PairRow, read_pair_rows
-from cosmos_rl.data.prompt_file import read_prompts
+from cosmos_rl.data import first_frame_files
+from cosmos_rl.data.prompt_file import read_prompt_rows
 from cosmos_rl.data.tar_index import TarSample, index_shards, read_blob, shard_paths
 from cosmos_rl.errors import UserError
 
@@ -172,20 +173,31 @@ def _pairs(
     return [], []
 
 
-def _prompts(rl: schema.NFTConfig, base: Path) -> tuple[list[Problem], list[str]]:
+def _prompts(config: schema.RunConfig, base: Path, full: bool) -> tuple[list[Problem], list[str]]:
+    rl = config.rl
     if not rl.prompts.file:
         return [], []
     source, path = _Source("rl.prompts.file"), Path(resolve_path(rl.prompts.file, base))
     if not path.is_file():
         return [], []  # preflight reports it
     try:
-        prompts, bad = read_prompts(path)
+        rows, bad = read_prompt_rows(path)
     except UserError as exc:
         source.add(exc)
         return source.finish(), []
     for exc in bad:
         source.add(exc)
-    return source.finish(), [f"{source.key}: {len(prompts)} prompts, {len(bad)} bad rows"]
+    note = f"{source.key}: {len(rows)} prompts, {len(bad)} bad rows"
+    if getattr(rl, "first_frame", "none") == "image":  # image-to-video: every row's conditioning frame
+        _, height, width = run_media(config)
+        for row in rows:
+            if row.image is None:
+                source.add(first_frame_files.missing(path, row.line))
+        named = [row for row in rows if row.image is not None]
+        if min(height, width) >= 1:  # else the model's size is incomplete: preflight reports it
+            check = lambda row: first_frame_files.check_first_frame(row.image, f"{path}:{row.line}", height, width)  # noqa: E731
+            note += "; conditioning " + _open_images(source, named, check, full)
+    return source.finish(), [note]
 
 
 def check_captions(
@@ -249,8 +261,8 @@ def run_media(config: schema.RunConfig) -> tuple[int, int, int]:
 
 
 def prompt_data(config: schema.RunConfig, base: Path, full: bool) -> tuple[list[Problem], list[str]]:
-    """An online run's prompt file (NFT)."""
-    return _prompts(config.rl, base)
+    """An online run's prompt file (NFT), with an image-to-video run's conditioning frames."""
+    return _prompts(config, base, full)
 
 
 def caption_data(config: schema.RunConfig, base: Path, full: bool) -> tuple[list[Problem], list[str]]:

@@ -52,7 +52,8 @@ class Evaluator:
     @classmethod
     def for_run(cls, config, parts, device: torch.device) -> "Evaluator":
         """The `[rl.eval]` evaluation of a run, sampling with `parts` (anything with .transformer,
-        .vae and .tokenizer, e.g. a TrainableModel)."""
+        .vae and .tokenizer, e.g. a TrainableModel). An image-to-video NFT run (`rl.first_frame`)
+        evaluates image-to-video, as `cosmos-rl eval --i2v` does: the task it trains."""
         cfg = config.rl.eval
         media = MediaSpec.from_model_config(config.model)
         captions, _ = eval_captions(cfg.prompts, cfg.per_task, video=media.is_video)
@@ -60,7 +61,7 @@ class Evaluator:
             captions, cfg.seeds, cfg.reward, run_settings(config), tokenizer=parts.tokenizer, vae=parts.vae,
             media=media, latent_shape=latent_shape(media, parts.vae.config, parts.transformer.config),
             device=device, origin=f"rl.eval.prompts {cfg.prompts}" if cfg.prompts else "rl.eval",
-            model_parts=getattr(parts, "parts", parts),
+            model_parts=getattr(parts, "parts", parts), i2v=getattr(config.rl, "first_frame", "none") != "none",
         )
 
     def identity(self) -> dict:

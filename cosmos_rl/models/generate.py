@@ -68,8 +68,9 @@ def generate(
       kept as given (packed batches match single samples only to about 1e-5).
     - `condition`: clean latents [B, C, k, h, w] of the first k latent frames, held as the pipeline
       holds them: written over the noise's first k frames, given no timestep, never predicted
-      (velocity 0), so the sampler keeps them. Image-to-video is k = 1, the latent of the first
-      frame (`condition_latents`); the pipeline's video-to-video is larger k.
+      (velocity 0), so the sampler keeps them (the latents returned hold them exactly).
+      Image-to-video is k = 1, the latent of the first frame (`condition_latents`); the
+      pipeline's video-to-video is larger k.
     - `record`: called after every sampler step (see `StepRecord`), e.g. for the sigmas a rollout
       trains at or an SDE algorithm's per-step log-probabilities.
     """
@@ -94,6 +95,10 @@ def generate(
         lambda x, sigma, ids: velocity(transformer, x, sigma, ids, clean_frames=clean_frames, **timing),
         start, cond, uncond, settings.steps, settings.shift, settings.guidance, parts=parts, record=record,
     )
+    if clean_frames:
+        # Velocity 0 keeps them only up to the multistep update's rounding (~1e-6): written back, so
+        # the latents returned (an I2V rollout's x0, which NFT trains on) hold the condition itself.
+        latents[:, :, :clean_frames] = start[:, :, :clean_frames]
     return latents, decode_pixels(parts.vae, media, latents)
 
 

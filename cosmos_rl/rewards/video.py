@@ -20,6 +20,8 @@ VideoRewardFn = Callable[[np.ndarray, Sequence[str]], list[float]]
 
 # `module:function` of score_clips(clips, captions, mode="strict" | "partial") -> list[float].
 SHAPES_VIDEO_SCORER = "cosmos_rl.shapes.motion_verifier:score_clips"
+# The same, with frame 0 judged against the world's first frame of the caption (image-to-video).
+SHAPES_I2V_SCORER = "cosmos_rl.shapes.first_frame_check:score_i2v_clips"
 
 
 def check_clips(clips: np.ndarray, prompts: Sequence[str]) -> None:
@@ -61,9 +63,13 @@ class ImportedScorer:
         return [float(s) for s in self.resolve()(clips, list(prompts), mode=self.mode)]
 
 
-def video_rewards(scorer: str = SHAPES_VIDEO_SCORER) -> dict[str, VideoRewardFn]:
-    """The built-in clip rewards: the shapes video verifier's strict and partial scores."""
+def video_rewards(scorer: str = SHAPES_VIDEO_SCORER, i2v_scorer: str = SHAPES_I2V_SCORER) -> dict[str, VideoRewardFn]:
+    """The built-in clip rewards: the shapes video verifier's strict and partial scores, and its
+    image-to-video ones (`cosmos_rl.shapes.first_frame_check`)."""
     return {
         "shapes_video_strict": ImportedScorer(scorer, "strict"),  # every clause of the caption met over the clip
         "shapes_video_partial": ImportedScorer(scorer, "partial"),  # the fraction met
+        # I2V NFT (rl.first_frame = "shapes_world"): also frame 0 keeps the world's first frame's objects
+        "shapes_video_i2v_strict": ImportedScorer(i2v_scorer, "strict"),
+        "shapes_video_i2v_partial": ImportedScorer(i2v_scorer, "partial"),
     }

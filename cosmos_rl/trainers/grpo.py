@@ -87,11 +87,11 @@ class GRPOTrainer(OnlineTrainer):
         return grpo_sampler.train_steps(rl.sample_steps, rl.timestep_fraction)
 
     # ----------------------------------------------------------------- rollout
-    def sample(self, step, rank, noise, prompt_ids, settings):
+    def sample(self, step, rank, noise, prompt_ids, settings, condition=None):
         from cosmos_rl.models.generate import decode_pixels
         from cosmos_rl.models.sampling import sampler_sigmas
 
-        assert not self.media.is_video, "preflight refuses video for GRPO"
+        assert not self.media.is_video and condition is None, "preflight refuses video for GRPO"
         sigmas = sampler_sigmas(settings.steps, settings.shift, self.model.parts, self.device)
         gen = torch.Generator(device=self.device).manual_seed(derive_seed(self.config.job.seed, "grpo-sde", rank, step))
         x0, records = grpo_sampler.sample_sde(
@@ -102,7 +102,7 @@ class GRPOTrainer(OnlineTrainer):
         return x0, sigmas[:-1], decode_pixels(self.model.vae, self.media, x0)
 
     # ----------------------------------------------------------------- learn
-    def learn(self, step, rollouts, tables, cond):
+    def learn(self, step, rollouts, tables, cond, condition=None):
         from cosmos_rl.models.setup import optimizer_step
 
         rl, ranks = self.rl, self.comm.ranks

@@ -4,6 +4,11 @@ After the shared rollout and reward: group advantages (per-prompt, normalised, c
 optimality map r, training on this process's own samples with the forward process at the
 rollout's timesteps (v_old from the old adapter, v_ref with adapters off when the KL is weighed or
 logged, v_theta), `algorithms.nft.nft_loss`, one optimizer step, then the old-policy refresh.
+
+Image-to-video (`rl.first_frame`): the rollouts' first latent frames are the condition; in the
+training forwards they stay clean (x_t keeps x0's frames there, the model is told they are clean
+and predicts velocity 0 for them) and the loss is taken over the other frames only, as SFT's
+flow loss leaves its clean frames out. The draws (timesteps, noise) are those of text-to-video.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ class NFTTrainer(OnlineTrainer):
             raise TypeError("NFTTrainer needs an NFT config")
         super().__init__(config, run_dir, device, comm, score)
 
-    def learn(self, step, rollouts, tables, cond):
+    def learn(self, step, rollouts, tables, cond, condition=None):
         from cosmos_rl.models import lora
 
         rl, ranks = self.rl, self.comm.ranks
@@ -51,7 +56,8 @@ class NFTTrainer(OnlineTrainer):
 
         # -- train on this process's samples with the forward process
         samples = [(rank, x0, sigmas, r_all[:, rank].to(torch.float32)) for rank, (x0, sigmas, _) in zip(ranks, rollouts)]
-        train_metrics = self._train(step, samples, cond)
+        clean = 0 if condition is None else int(condition.shape[2])  # leading latent frames held clean
+        train_metrics = self._train(step, samples, cond, clean)
         if rl.old.build_old and step % rl.old.update_every == 0:
             keep = nft_math.old_decay(step, rl.old.decay_cap, rl.old.decay_rate)
             lora.blend_adapter(self.transformer, OLD, POLICY, keep)
@@ -62,9 +68,11 @@ class NFTTrainer(OnlineTrainer):
         }
         return train_metrics, extra
 
-    def _training_inputs(self, step: int, rank: int, x0: torch.Tensor, sigmas: torch.Tensor, cond: list[torch.Tensor], r: torch.Tensor):
+    def _training_inputs(self, step: int, rank: int, x0: torch.Tensor, sigmas: torch.Tensor, cond: list[torch.Tensor], r: torch.Tensor,
+                         clean: int = 0):
         """Rank `rank`'s training batch: its samples noised at the training timesteps (drawn from
-        a generator of (job.seed, rank, step)), the velocity target and each row's optimality."""
+        a generator of (job.seed, rank, step)), the velocity target and each row's optimality.
+        The first `clean` latent frames (I2V's condition) are left at x0, unnoised."""
         from cosmos_rl.flow import noisy_latents, uniform_timesteps, velocity_target
 
         rl = self.rl
@@ -81,12 +89,18 @@ class NFTTrainer(OnlineTrainer):
         ids = [ids for ids in cond for _ in range(per_sample)]
         r_rep = r.to(self.device).repeat_interleave(per_sample)
         eps = torch.randn(x0_rep.shape, generator=gen, device=self.device, dtype=x0_rep.dtype)
-        return noisy_latents(x0_rep, eps, t), t, ids, velocity_target(x0_rep, eps), r_rep
+        x_t = noisy_latents(x0_rep, eps, t)
+        if clean:
+            x_t[:, :, :clean] = x0_rep[:, :, :clean]
+        return x_t, t, ids, velocity_target(x0_rep, eps), r_rep
 
-    def _rank_loss(self, measure_kl: bool, x_t, t, ids, target, r_rep):
-        from cosmos_rl.models.packing import velocity
+    def _rank_loss(self, measure_kl: bool, clean: int, x_t, t, ids, target, r_rep):
+        from functools import partial
+
+        from cosmos_rl.models.packing import velocity as packed_velocity
 
         rl = self.rl
+        velocity = partial(packed_velocity, clean_frames=clean)
         with torch.no_grad():
             v_old = None
             if rl.old.build_old:
@@ -100,12 +114,15 @@ class NFTTrainer(OnlineTrainer):
         v_theta = velocity(self.transformer, x_t, t, ids)
         if v_old is None:
             v_old = v_theta.detach()
+        # The clean frames' target (eps - x0) is no velocity the model is asked for: left out of the loss.
+        v_theta, v_old, target = v_theta[:, :, clean:], v_old[:, :, clean:], target[:, :, clean:]
+        v_ref = None if v_ref is None else v_ref[:, :, clean:]
         return nft_math.nft_loss(
             v_theta, v_old, v_ref, target, r_rep,
             rl.beta, rl.policy_loss_scale, rl.kl_beta, x0_weighting_t=t if rl.x0_weighting else None,
         )
 
-    def _train(self, step: int, samples: list, cond: list[torch.Tensor]) -> list[dict[str, float]]:
+    def _train(self, step: int, samples: list, cond: list[torch.Tensor], clean: int = 0) -> list[dict[str, float]]:
         """One optimizer step on every played rank's samples; one metrics dict per played rank.
 
         The loss is the mean of the played ranks' losses: FSDP averages gradients over ranks, so a
@@ -117,7 +134,7 @@ class NFTTrainer(OnlineTrainer):
         measure_kl = step % job.log_every == 0 or step == self.rl.max_steps
         losses, metrics = [], []
         for rank, x0, sigmas, r in samples:
-            loss, rank_metrics = self._rank_loss(measure_kl, *self._training_inputs(step, rank, x0, sigmas, cond, r))
+            loss, rank_metrics = self._rank_loss(measure_kl, clean, *self._training_inputs(step, rank, x0, sigmas, cond, r, clean))
             losses.append(loss)
             metrics.append(rank_metrics)
         loss = losses[0] if len(losses) == 1 else torch.stack(losses).mean()

@@ -7,7 +7,7 @@ makes ONE sample per row, so a prompt's group is the row's samples across the ra
 world size).
 
 `OnlineTrainer` is one process's share of that work, and an algorithm's rank trainer subclasses it
-with its training half, `learn(step, rollouts, tables, cond)` (NFT: `trainers/nft.py`), and, when
+with its training half, `learn(step, rollouts, tables, cond, condition)` (NFT: `trainers/nft.py`), and, when
 it samples its own way, its rollout sampler `sample` (GRPO's SDE: `trainers/grpo.py`). In a run,
 each Ray actor (`trainers.ray_driver.RankWorker`) holds one and plays one rank; the ranks meet
 through `RankCollectives` (gloo/NCCL). For fast tests, the test suite builds one trainer that plays
@@ -127,6 +127,13 @@ class OnlineTrainer:
         self._token_cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.media = MediaSpec.from_model_config(config.model)
         self.latent_shape = latent_shape(self.media, self.model.vae.config, self.transformer.config)
+        # Image-to-video NFT (rl.first_frame): every row's conditioning frame, checked now so a bad
+        # row stops the run before step 1.
+        self.first_frames = None
+        if getattr(rl, "first_frame", "none") != "none":
+            from cosmos_rl.trainers.first_frames import FirstFrames
+
+            self.first_frames = FirstFrames(rl.first_frame, rl.prompts.file, self.media)
 
         self.evaluator = None
         if rl.eval.every:  # [rl.eval]: built now, so a bad evaluation prompt stops the run before step 1
@@ -211,9 +218,11 @@ class OnlineTrainer:
         rows = [row for row, _ in batch]
         texts = [text for _, text in batch]
         cond, uncond = self._tokens(rows)
+        # I2V: the rows' clean first latent frames [rows, C, 1, h, w], the same for every rank
+        condition = None if self.first_frames is None else self.first_frames.latents(self.model.vae, rows, self.device)
 
         t0 = time.perf_counter()
-        rollouts = self.rollout(step, cond, uncond)
+        rollouts = self.rollout(step, cond, uncond, condition)
         t1 = time.perf_counter()
         try:
             tables = self._scores(rollouts, texts)
@@ -225,7 +234,7 @@ class OnlineTrainer:
             return {REWARD_FAILED: 1.0}  # another rank raises the reason; this one only stops
         rewards = weighted_reward(tables, self.reward_weights)
         t2 = time.perf_counter()
-        per_rank, extra = self.learn(step, rollouts, tables, cond)
+        per_rank, extra = self.learn(step, rollouts, tables, cond, condition)
         t3 = time.perf_counter()
 
         if rl.sample_grid_every and step % rl.sample_grid_every == 0:
@@ -243,13 +252,15 @@ class OnlineTrainer:
         self.step = step
         return metrics
 
-    def learn(self, step: int, rollouts: list[Rollout], tables: dict[str, torch.Tensor], cond: list[torch.Tensor]):
-        """The algorithm's training half: (one metrics dict per played rank, step metrics to add)."""
+    def learn(self, step: int, rollouts: list[Rollout], tables: dict[str, torch.Tensor], cond: list[torch.Tensor],
+              condition: torch.Tensor | None = None):
+        """The algorithm's training half: (one metrics dict per played rank, step metrics to add).
+        `condition`: an I2V run's clean first latent frames of the rows (None: text-to-video)."""
         raise NotImplementedError
 
-    def rollout(self, step: int, cond: list[torch.Tensor], uncond: list[torch.Tensor]) -> list[Rollout]:
+    def rollout(self, step: int, cond: list[torch.Tensor], uncond: list[torch.Tensor], condition: torch.Tensor | None = None) -> list[Rollout]:
         """One sample per row for each rank this process plays, with the old policy (or the policy),
-        each rank's by `sample` from its seeded initial noise."""
+        each rank's by `sample` from its seeded initial noise (and, I2V, the rows' first latent frames)."""
         from cosmos_rl.models.sampler_settings import SamplerSettings
         from cosmos_rl.dist.fsdp import gathered_while_sampling
 
@@ -261,23 +272,24 @@ class OnlineTrainer:
         with torch.no_grad(), gathered_while_sampling(self.transformer):
             for rank in self.comm.ranks:
                 start = rollout_noise(rl, self.config.job.seed, rank, step, self.latent_shape, self.device)
-                rollouts.append(self.sample(step, rank, start, (cond, uncond), settings))
+                rollouts.append(self.sample(step, rank, start, (cond, uncond), settings, condition=condition))
         self._activate(POLICY)
         return rollouts
 
-    def sample(self, step: int, rank: int, noise: torch.Tensor, prompt_ids, settings) -> Rollout:
+    def sample(self, step: int, rank: int, noise: torch.Tensor, prompt_ids, settings, condition: torch.Tensor | None = None) -> Rollout:
         """Rank `rank`'s rollout of `step` from its initial `noise`: the algorithm's rollout sampler.
 
         This default is the model's own UniPC sampler (`models.generate.generate`), recording the
         sigmas it evaluated the model at (NFT trains at them). An algorithm with a sampler of its own
         (GRPO's SDE) overrides it; it runs under no grad, the gathered weights and the rollout's
         adapter, and returns (x0 latents, the sigmas the model was evaluated at, uint8 pixels).
+        `condition` (I2V): the clean first latent frames `generate` holds (x0 keeps them).
         """
         from cosmos_rl.models.generate import generate
 
         sigmas: list[torch.Tensor] = []
         x0, pixels = generate(
-            self.model.parts, self.media, prompt_ids, noise, settings,
+            self.model.parts, self.media, prompt_ids, noise, settings, condition=condition,
             record=lambda index, sigma, latents, v: sigmas.append(sigma),
         )
         return x0, torch.stack(sigmas), pixels
