@@ -67,6 +67,23 @@ def test_one_video_nft_step_rolls_out_clips_scores_them_per_frame_and_trains(tmp
     assert (tmp_path / "run" / "samples" / "step_1.png").is_file() and (tmp_path / "run" / "samples" / "step_1.gif").is_file()
 
 
+def test_video_nft_trains_at_the_time_positions_it_samples_at(tmp_path, monkeypatch):
+    """Every forward of a step, rollout and training alike, places the clip's latent frames with the
+    run's fps and the VAE's temporal factor (here fps 16 against the transformer's base_fps 24)."""
+    from _nft_local import local_trainer
+
+    from cosmos_rl.models import packing
+
+    config = _config(tmp_path, *BRIGHTNESS, "model.fps=16", "rl.sample_steps=2", "rl.max_steps=1", "rl.eval.every=0")
+    trainer = local_trainer(config, tmp_path / "run")
+    assert trainer.build(resume=False) == 0
+    calls, real = [], packing.velocity
+    monkeypatch.setattr(packing, "velocity", lambda *a, **kw: calls.append((torch.is_grad_enabled(), kw)) or real(*a, **kw))
+    trainer.train_step(1)
+    assert any(grad for grad, _ in calls), "the policy's training forward went through packing.velocity"
+    assert calls and all((kw.get("fps"), kw.get("temporal_factor")) == (16.0, 1) for _, kw in calls), calls
+
+
 def _rows(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
 

@@ -97,10 +97,13 @@ class NFTTrainer(OnlineTrainer):
     def _rank_loss(self, measure_kl: bool, clean: int, x_t, t, ids, target, r_rep):
         from functools import partial
 
+        from cosmos_rl.models.media import frame_timing
         from cosmos_rl.models.packing import velocity as packed_velocity
 
         rl = self.rl
-        velocity = partial(packed_velocity, clean_frames=clean)
+        # The clips' time positions as the rollout placed them (fps modulation, the VAE's temporal
+        # compression): training at other positions would train another model than the one sampled.
+        velocity = partial(packed_velocity, clean_frames=clean, **frame_timing(self.media, self.model.vae.config))
         with torch.no_grad():
             v_old = None
             if rl.old.build_old:
