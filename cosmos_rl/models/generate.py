@@ -125,7 +125,7 @@ def condition_latents(vae: torch.nn.Module, first_frames: torch.Tensor) -> torch
     image by itself, which is what this encodes (pixels scaled as the pipeline scales them)."""
     if first_frames.dim() != 4 or first_frames.shape[-1] != 3 or first_frames.dtype != torch.uint8:
         raise ValueError(f"first frames must be uint8 [B, H, W, 3], got {first_frames.dtype} {tuple(first_frames.shape)}")
-    from cosmos_rl.models.vae import normalised_latents
+    from cosmos_rl.models.vae import as_clip, normalised_latents
 
-    pixels = first_frames.permute(0, 3, 1, 2).unsqueeze(2).to(torch.float32) / 127.5 - 1.0  # [B, 3, 1, H, W]
+    pixels = as_clip(first_frames.permute(0, 3, 1, 2).to(torch.float32) / 127.5 - 1.0)  # [B, 3, 1, H, W]
     return normalised_latents(vae, pixels.to(next(vae.parameters()).dtype)).float()

@@ -24,14 +24,15 @@ def _check_images(images: torch.Tensor) -> None:
         raise ValueError(f"images must have shape [B, 3, H, W], got {tuple(images.shape)}")
 
 
-def _as_clip(images: torch.Tensor) -> torch.Tensor:
+def as_clip(images: torch.Tensor) -> torch.Tensor:
+    """[B, 3, H, W] images -> one-frame clips [B, 3, 1, H, W] (the time axis the Wan VAE takes)."""
     _check_images(images)
     return images.unsqueeze(2)  # [B, 3, T=1, H, W]
 
 
 def encode_images(vae: AutoencoderKLWan, images: torch.Tensor) -> torch.Tensor:
     """[B, 3, H, W] in [0, 1] -> normalised latents [B, C, 1, h, w] (posterior mean, so deterministic)."""
-    return encode_clips(vae, _as_clip(images))
+    return encode_clips(vae, as_clip(images))
 
 
 def decode_latents(vae: AutoencoderKLWan, latents: torch.Tensor) -> torch.Tensor:
@@ -44,7 +45,7 @@ def decode_latents(vae: AutoencoderKLWan, latents: torch.Tensor) -> torch.Tensor
 def raw_latents(vae: AutoencoderKLWan, images: torch.Tensor) -> torch.Tensor:
     """[B, 3, H, W] in [0, 1] -> the encoder's posterior mean [B, C, 1, h, w] before normalisation
     (what the latent statistics `latents_mean` / `latents_std` are measured on)."""
-    return vae.encode(_as_clip(images) * 2 - 1).latent_dist.mode()
+    return vae.encode(as_clip(images) * 2 - 1).latent_dist.mode()
 
 
 def reconstruction(vae: AutoencoderKLWan, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -55,7 +56,7 @@ def reconstruction(vae: AutoencoderKLWan, images: torch.Tensor) -> tuple[torch.T
         _check_clips(images)
         clip = images * 2.0 - 1.0
         return vae.decode(vae.encode(clip).latent_dist.mode()).sample, clip
-    clip = _as_clip(images * 2.0 - 1.0)
+    clip = as_clip(images * 2.0 - 1.0)
     return vae.decode(vae.encode(clip).latent_dist.mode()).sample, clip
 
 
