@@ -7,7 +7,7 @@ makes ONE sample per row, so a prompt's group is the row's samples across the ra
 world size).
 
 `OnlineTrainer` is one process's share of that work, and an algorithm's rank trainer subclasses it
-with its training half, `learn(step, rollouts, tables, cond, condition)` (NFT: `trainers/nft.py`), and, when
+with its training half, `learn(step, rollouts, tables, cond[, condition])` (`condition` only on an I2V run; NFT: `trainers/nft.py`), and, when
 it samples its own way, its rollout sampler `sample` (GRPO's SDE: `trainers/grpo.py`). In a run,
 each Ray actor (`trainers.ray_driver.RankWorker`) holds one and plays one rank; the ranks meet
 through `RankCollectives` (gloo/NCCL). For fast tests, the test suite builds one trainer that plays
@@ -234,7 +234,9 @@ class OnlineTrainer:
             return {REWARD_FAILED: 1.0}  # another rank raises the reason; this one only stops
         rewards = weighted_reward(tables, self.reward_weights)
         t2 = time.perf_counter()
-        per_rank, extra = self.learn(step, rollouts, tables, cond, condition)
+        # An algorithm written before I2V takes no condition: it is passed only to an I2V run's step.
+        learn_args = (step, rollouts, tables, cond) if condition is None else (step, rollouts, tables, cond, condition)
+        per_rank, extra = self.learn(*learn_args)
         t3 = time.perf_counter()
 
         if rl.sample_grid_every and step % rl.sample_grid_every == 0:
@@ -272,7 +274,8 @@ class OnlineTrainer:
         with torch.no_grad(), gathered_while_sampling(self.transformer):
             for rank in self.comm.ranks:
                 start = rollout_noise(rl, self.config.job.seed, rank, step, self.latent_shape, self.device)
-                rollouts.append(self.sample(step, rank, start, (cond, uncond), settings, condition=condition))
+                given = {} if condition is None else {"condition": condition}
+                rollouts.append(self.sample(step, rank, start, (cond, uncond), settings, **given))
         self._activate(POLICY)
         return rollouts
 
