@@ -22,6 +22,7 @@ from cosmos_rl.config.preflight_i2v import first_frame_rules
 from cosmos_rl.config.preflight_media import folder_config_rules, folder_vae_rules, frame_rules, modality_rule
 from cosmos_rl.config.preflight_numbers import finite_rule
 from cosmos_rl.config.preflight_rules import Rules, seed_rule
+from cosmos_rl.config.preflight_sft import vae_stage_rules
 from cosmos_rl.config.preflight_rewards import BUILTIN_REWARDS, VIDEO_REWARDS, _one_reward, _reward_terms
 from cosmos_rl.config.problems import Problem, show
 from cosmos_rl.models.layout import (
@@ -433,15 +434,7 @@ def sft_rules(c: schema.RunConfig, rl: schema.SFTConfig, r: Rules) -> None:
     elif rl.first_frame_condition > 0 and (c.model.num_frames == 1 or rl.train == "vae"):
         r.error("rl.first_frame_condition", "conditions a clip's first frame, and this run trains no clips through the transformer",
                 rl.first_frame_condition, 'remove it, or train video (model.num_frames > 1) with rl.train = "transformer"')
-    if rl.foreground_weight < 1:
-        r.error("rl.foreground_weight", "must be at least 1 (foreground pixels weigh no less than the background)", rl.foreground_weight,
-                "use 1 for plain MSE, or e.g. 10 on plain-background data")
-    elif rl.foreground_weight != 1 and rl.train != "vae":
-        r.error("rl.foreground_weight", "weights the VAE's reconstruction loss, and this run trains the transformer", rl.foreground_weight,
-                'remove it, or set rl.train = "vae"')
-    if rl.train == "vae" and c.model.lora.rank > 0:
-        r.error("model.lora.rank", "rl.train = \"vae\" trains every VAE weight; LoRA adapts the transformer only", c.model.lora.rank,
-                "set model.lora.rank = 0")
+    vae_stage_rules(c, rl, r)
     data = rl.data
     if not data.shards and not data.jsonl:
         r.error("rl.data", "no image-caption data source", "", "set rl.data.shards or rl.data.jsonl")
