@@ -74,3 +74,29 @@ def test_a_pipeline_folder_from_s3_is_refused_for_a_preset_model(tmp_path, nano,
     message = str(error.value)
     assert message.startswith("rl.init_from: s3://bases/nano is a whole diffusers pipeline folder")
     assert "model.preset" in message and str(cached) not in message
+
+
+@pytest.mark.parametrize("init_from", ["", "folder", "dcp"])
+def test_video_nft_builds_every_head_and_loads_the_whole_base(tmp_path, nano, init_from):
+    """Video NFT's rl.init_keys_to_skip_loading is empty (the spec's video contract), so its model is
+    built with the folder's sound and action heads and every base key loads, heads included; the
+    same folder on an image NFT run builds without them (and the empty list then fails the load)."""
+    state = _nano_state()
+    if init_from == "dcp":
+        with quiet_single_process():
+            dcp.save(state, checkpoint_id=str(tmp_path / "dcp"))
+    base = {"": str(nano), "folder": str(nano), "dcp": str(tmp_path / "dcp")}[init_from]
+    nft = {"algorithm": "nft", "init_from": base, "reward": {"name": "brightness", "revision": "builtin-v1"}}
+
+    def structured(frames: int, **rl):
+        raw = {"job": {"output_dir": str(tmp_path / "runs")}, "model": {"path": str(nano), "num_frames": frames},
+               "rl": {**nft, "modality": "video" if frames > 1 else "image", **rl}}  # fmt: skip
+        return load.structure(raw)
+
+    built = load_base(structured(5)).transformer
+    assert built.config.sound_gen and built.config.action_gen
+    loaded = built.state_dict()
+    assert set(loaded) == set(state) and any(key.startswith(EXTRA_HEAD_PREFIXES) for key in loaded)
+    assert all(torch.equal(tensor, state[key]) for key, tensor in loaded.items())
+    with pytest.raises(UserError, match="key\\(s\\) in the base that the model does not build: action_"):
+        load_base(structured(1, profile="t2i_tiny"))

@@ -240,12 +240,15 @@ def _load_tokenizer(folder: Path, transformer_config: dict, transformer_folder: 
 
 
 def load_parts(
-    folder: str | Path, *, skip_keys: list[str] | tuple[str, ...] | None = None, weights: bool = True
+    folder: str | Path, *, skip_keys: list[str] | tuple[str, ...] | None = None, weights: bool = True,
+    heads: bool = False,
 ) -> ModelParts:
-    """Read a text-to-image model from a local folder, offline; a missing folder or part raises UserError.
+    """Read a model from a local folder, offline; a missing folder or part raises UserError.
 
     The transformer is built from the folder's config without the sound/action heads
-    (`t2i_transformer_config`). `weights=True` loads the folder's own transformer weights,
+    (`t2i_transformer_config`), or with every head the config declares when `heads` (video NFT,
+    whose rl.init_keys_to_skip_loading is empty: the base loads whole, heads present and unused).
+    `weights=True` loads the folder's own transformer weights,
     strictly: base keys the model does not build must match a `skip_keys` glob (None: the globs
     of the heads the folder's config declares; a run passes rl.init_keys_to_skip_loading). With
     `weights=False` the transformer keeps its random init, for a caller that loads a base next.
@@ -263,7 +266,8 @@ def load_parts(
     native_flow_schedule = _pipeline_options(folder)
     sub = _component_folder(folder, "transformer")
     _refuse_pickled_only(sub)
-    config = folder_check.check_transformer(sub, t2i_transformer_config)
+    built = (lambda c: c) if heads else t2i_transformer_config
+    config = folder_check.check_transformer(sub, built)
     vae_folder = _component_folder(folder, "vae")
     _refuse_pickled_only(vae_folder)
     folder_check.check_vae(vae_folder)
@@ -271,11 +275,11 @@ def load_parts(
     scheduler_config = _scheduler_config(folder, config)
     prompt_template = read_prompt_template(folder)
 
-    transformer = Cosmos3OmniTransformer.from_config(t2i_transformer_config(config))
+    transformer = Cosmos3OmniTransformer.from_config(built(config))
     if weights:
         from cosmos_rl.models.base_checkpoint import load_base_weights
 
-        skip = declared_heads(config) if skip_keys is None else list(skip_keys)
+        skip = (declared_heads(config) if not heads else []) if skip_keys is None else list(skip_keys)
         load_base_weights(transformer, sub, skip, shown_as=str(folder), setting="model.path")
     vae = AutoencoderKLWan.from_pretrained(vae_folder, local_files_only=True, use_safetensors=True)
     scheduler = UniPCMultistepScheduler.from_config(scheduler_config)

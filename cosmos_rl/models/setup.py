@@ -20,8 +20,8 @@ Shared by the DPO and NFT trainers. API (both import it):
 weights) and the checkpoint component holding it.
 
 The architecture, VAE, tokenizer and scheduler come from the model the manifest names: model.path
-(a local diffusers folder, built for text-to-image without its sound/action heads) or
-model.preset. The transformer's weights come from the base: `rl.init_from` when set (a diffusers
+(a local diffusers folder, built without its sound/action heads, except for video NFT, which
+builds every head its checkpoint has: `builds_heads`) or model.preset. The transformer's weights come from the base: `rl.init_from` when set (a diffusers
 folder, weights folder, DCP folder or s3:// URL pulled once per node into
 `<job.output_dir>/.cache/init_from`; `preset:NAME` = the preset's own seeded weights), else
 model.path's own weights (or the preset's seeded weights). Every base is loaded strictly, dropping
@@ -102,6 +102,12 @@ def _init_cache_dir(config: schema.RunConfig) -> Path:
     return init_cache_root(config.job.output_dir)
 
 
+def builds_heads(config: schema.RunConfig) -> bool:
+    """Video NFT builds a folder's sound and action heads (present, unused), so that its empty
+    rl.init_keys_to_skip_loading loads the whole base; every other run builds without them."""
+    return getattr(config.rl, "modality", "image") == "video" and config.model.num_frames > 1
+
+
 def load_base(config: schema.RunConfig) -> ModelParts:
     """The base model the manifest names (see the module docstring), on CPU, in eval mode.
 
@@ -126,9 +132,10 @@ def load_base(config: schema.RunConfig) -> ModelParts:
             )
         load_base_weights(parts.transformer, local, skip, shown_as=init_from)
         return parts
+    heads = builds_heads(config)
     if init_from == "":  # the folder's own weights
-        return load_parts(model.path, skip_keys=skip)
-    parts = load_parts(model.path, weights=False)
+        return load_parts(model.path, skip_keys=skip, heads=heads)
+    parts = load_parts(model.path, weights=False, heads=heads)
     local = resolve_init_from(init_from, _init_cache_dir(config))
     load_base_weights(parts.transformer, local, skip, shown_as=init_from)
     return parts
