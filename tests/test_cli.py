@@ -146,6 +146,28 @@ def test_plan_reads_a_key_the_folder_config_leaves_out_as_the_class_default(tmp_
     assert "activation_mib_per_sample" in plans[0] and plans[0] == plans[1]
 
 
+def test_plan_of_the_public_video_manifests_prints_the_kept_activations_per_rank(tmp_path):
+    """The 8-GPU T2V manifests' plan on a folder with Nano's layout at tiny widths (configs only):
+    hidden 64, MLP 128, 2 layers, patch 2, a VAE 4x in space and time. 17 frames of 480x832 are
+    5 x 120 x 208 latents, 5 x 60 x 104 = 31,200 tokens; with gradient checkpointing in bfloat16 a
+    clip keeps 2 x 31200 x 64 x 2 B of layer inputs + one layer's 31200 x (12 x 64 + 4 x 128) x 2 B
+    = 87,859,200 B. NFT keeps 2 rows x 4 training timesteps of clips per rank, DPO 2 pairs x 2 sides."""
+    from _video_folders import nano_transformer, temporal_vae
+
+    folder = stub_model_folder(tmp_path / "nano", flow_shift=3.0)
+    nano_transformer(320).save_config(folder / "transformer")
+    temporal_vae().save_config(folder / "vae")
+    clip = 87_859_200 / 2**20
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("")
+    for name, extra, clips in (("nft_t2v_public_8gpu", [], 2 * 4), ("dpo_t2v_public_8gpu", [f'rl.data.jsonl="{pairs}"'], 2 * 2)):
+        result = cli("plan", str(ROOT / "manifests" / f"{name}.toml"), "--json", f'model.path="{folder}"', *extra)
+        assert result.returncode == 0, result.stderr
+        plan = json.loads(result.stdout)
+        assert plan["world_size"] == 8 and plan["media"]["frames"] == 17 and plan["media"]["size"] == [480, 832], name
+        assert plan["per_step"]["train_activation_mib_per_rank"] == round(clips * clip, 2), name
+
+
 def test_validate_refuses_a_folder_config_out_of_bounds_before_anything_loads(tmp_path):
     folder = stub_model_folder(tmp_path / "nano")
     (folder / "transformer" / "config.json").write_text(json.dumps({"hidden_size": -1}))

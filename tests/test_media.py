@@ -72,7 +72,11 @@ def test_preflight_judges_the_size_keys_naming_them(tmp_path, lines, key, text):
 def test_the_new_size_keys_at_their_default_leave_every_run_identity_alone():
     # identity_fields sees exactly what it saw before height and width existed.
     for manifest in sorted((ROOT / "manifests").glob("*.toml")):
-        fields = plan.identity_fields(load.load(manifest))
+        config = load.load(manifest)
+        fields = plan.identity_fields(config)
+        if config.model.height is not None:  # the public video manifests name 480 x 832: those are identity
+            assert (fields["model.height"], fields["model.width"]) == (480, 832) and "model.image_size" not in fields, manifest.name
+            continue
         assert "model.height" not in fields and "model.width" not in fields, manifest.name
         assert fields["model.image_size"] in (32, 512), manifest.name
 

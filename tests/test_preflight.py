@@ -27,7 +27,7 @@ def warnings(manifest: Path, overrides: list[str]) -> dict[str, str]:
     return {p.path: p.render() for p in problems if p.severity == "warning"}
 
 
-PUBLIC = sorted((ROOT / "manifests").glob("*_public_4gpu.toml"))
+PUBLIC = sorted((ROOT / "manifests").glob("*_public_*gpu.toml"))  # the 4-GPU image and 8-GPU video ones
 SMOKE = sorted(set((ROOT / "manifests").glob("*.toml")) - set(PUBLIC))
 
 
@@ -60,10 +60,15 @@ ONE_OFF = ["rl.reward={}"]  # the smoke manifest's [rl.reward] set back to defau
 
 @pytest.mark.parametrize("manifest", PUBLIC, ids=lambda p: p.name)
 def test_shipped_public_manifests_need_the_stub_model_folder(manifest, tmp_path):
-    # As shipped they name no model, so they would post-train nothing real: refused naming model.path.
+    # As shipped they name no model, so they would post-train nothing real: refused naming model.path;
+    # the video DPO one names no clip pairs either (they are the user's), refused naming rl.data.
     found = errors(manifest, [])
-    assert list(found) == ["model.path"] and "no model named" in found["model.path"]
-    assert errors(manifest, [f'model.path="{stub_model_folder(tmp_path / "nano")}"']) == {}
+    needs_data = manifest.name == "dpo_t2v_public_8gpu.toml"
+    assert list(found) == ["model.path"] + (["rl.data"] if needs_data else []) and "no model named" in found["model.path"]
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("")
+    data = [f'rl.data.jsonl="{pairs}"'] if needs_data else []
+    assert errors(manifest, [f'model.path="{stub_model_folder(tmp_path / "nano")}"', *data]) == {}
 
 
 NFT_CASES = [
@@ -383,6 +388,10 @@ MACHINE_CASES = [
     ("nft_t2i_public_4gpu.toml", ['grid.ray_address="head:6379"'], 0, {}, None, ""),  # the GPUs are the cluster's
     ("nft_t2i_public_4gpu.toml", [], 0, {"RAY_ADDRESS": "head:6379"}, None, ""),
     ("dpo_t2i_smoke.toml", [], 0, {}, None, ""),
+    ("nft_t2v_public_8gpu.toml", [], 4, {}, "grid.device", '"cuda" with grid.gpus_per_node = 8'),
+    ("nft_t2v_public_8gpu.toml", [], 8, {}, None, ""),
+    ("dpo_t2v_public_8gpu.toml", [], 0, {}, "grid.device", "this machine has 0 visible CUDA GPU(s)"),
+    ("dpo_t2v_public_8gpu.toml", [], 8, {}, None, ""),
 ]
 
 
