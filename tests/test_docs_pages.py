@@ -94,6 +94,8 @@ def test_the_pages_exist_and_quote_commands():
 # The docs write the reader's own Cosmos3 model folder as this path; the test puts a folder of that
 # layout (what preflight reads of it) in its place.
 USER_MODEL = "/models/cosmos3-nano"
+# Likewise the reader's own clip pairs (docs/video.md): a file there is what preflight reads of them.
+USER_PAIRS = "/data/clip_pairs/pairs.jsonl"
 
 
 @pytest.fixture(scope="module")
@@ -101,8 +103,15 @@ def user_model(tmp_path_factory) -> Path:
     return stub_model_folder(tmp_path_factory.mktemp("docs") / "cosmos3-nano", flow_shift=5.0)
 
 
+@pytest.fixture(scope="module")
+def user_pairs(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("docs_pairs") / "pairs.jsonl"
+    path.write_text("")
+    return path
+
+
 @pytest.mark.parametrize("page,command", quoted_commands())
-def test_quoted_command_parses_and_its_manifest_validates(page, command, monkeypatch, user_model, shipped_manifests):
+def test_quoted_command_parses_and_its_manifest_validates(page, command, monkeypatch, user_model, user_pairs, shipped_manifests):
     command, _, comment = command.partition(" #")
     refused = comment.strip() == "exits 2"
     words = shlex.split(command)
@@ -128,7 +137,7 @@ def test_quoted_command_parses_and_its_manifest_validates(page, command, monkeyp
         assert manifest.is_file(), f"{page}: `{command}` names a manifest that does not exist"
         if manifest.parent == ROOT / "manifests":  # beside the data its header says to write first
             manifest = shipped_manifests / manifest.name
-        overrides = [o.replace(USER_MODEL, str(user_model)) for o in ctx.params["overrides"] or []]
+        overrides = [o.replace(USER_MODEL, str(user_model)).replace(USER_PAIRS, str(user_pairs)) for o in ctx.params["overrides"] or []]
         config, problems = load.load_all_problems(manifest, overrides)
         errors = [p.render() for p in problems if p.severity == "error"]
         if refused:
