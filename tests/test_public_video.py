@@ -59,17 +59,27 @@ TWO_RANKS = ["grid.gpus_per_node=2", "model.config.parallelism.data_parallel_sha
 
 
 def test_the_public_t2v_nft_manifest_trains_from_a_nano_folder(ray_cluster, nano, tmp_path):
+    import attrs
+
+    from cosmos_rl.rewards.registry import build_registry
     from cosmos_rl.rewards.server import RewardServer
 
-    clip = tiny_clip_folder(tmp_path / "clip")
-    # The manifest's revision, served as `cosmos-rl reward serve --revision pick-v1 --model pickscore=...` serves it.
-    with RewardServer("127.0.0.1", 0, revision="pick-v1", models={"pickscore": str(clip)}) as server:
+    # PickScore as `cosmos-rl reward serve --revision pick-v1 --model pickscore=FOLDER` serves it (the
+    # manifest's revision), recording what it is asked to score.
+    registry = build_registry({"pickscore": str(tiny_clip_folder(tmp_path / "clip"))})
+    pick, scored = registry["pickscore"], []
+    registry["pickscore"] = attrs.evolve(pick, fn=lambda images, prompts: scored.append((images.shape, list(prompts))) or pick.fn(images, prompts))
+    with RewardServer("127.0.0.1", 0, revision="pick-v1", registry=registry) as server:
         overrides = _cpu(nano, tmp_path, 1) + [f'rl.init_from="{nano}"', "rl.sample_steps=4", f'rl.reward.url="{server.url}"']
         rows = _train(NFT, overrides + TWO_ACTORS, 1)
     assert [row["step"] for row in rows] == [1]
     row = rows[0]
-    # Four clips (two rows, one clip per rank), each PickScore's mean over frames 0, 4, 8, 12 and 16:
-    # scores that differ within the group, a real step.
+    # Four clips (two rows, one clip per rank), frames 0, 4, 8, 12 and 16 of each scored as 32x32
+    # images against the clip's own prompt: 20 images, each row's prompt 2 ranks x 5 frames times.
+    assert sum(shape[0] for shape, _ in scored) == 4 * 5 and all(shape[1:] == (32, 32, 3) for shape, _ in scored)
+    prompts = [prompt for _, batch in scored for prompt in batch]
+    assert len(set(prompts)) <= 2 and all(prompts.count(prompt) % 10 == 0 for prompt in prompts)
+    # Their means are the clips' scores: finite, differing within the group, a real step.
     assert math.isfinite(row["train/reward_mean"]) and row["train/reward_std"] > 0
     assert math.isfinite(row["train/loss"]) and row["train/grad_norm"] > 0
 
