@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from cosmos_rl.config import algorithms, load, preflight, schema
+from cosmos_rl.config.preflight_rewards import VIDEO_REWARDS
 from cosmos_rl.models import layout, towers
 from cosmos_rl.plan_media import media_section, sample_costs
 
@@ -61,16 +62,27 @@ def run_identity(config: schema.RunConfig) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def _reward_summary(rl: schema.NFTConfig) -> dict:
+def _frames_scored(t, frames: int) -> str:
+    """How a video run's reward `t` scores a clip of `frames` frames (docs/rewards.md, "Video")."""
+    if not t.url and t.name in VIDEO_REWARDS:
+        return "whole clips (a clip reward)"
+    picked = {"first": [0], "last": [frames - 1]}.get(t.frame_reduce, list(range(0, frames, t.frame_stride)))
+    how = f"frames {', '.join(map(str, picked))} of each clip, their {t.frame_reduce}" if len(picked) > 1 else f"frame {picked[0]} of each clip alone"
+    return how + ("" if not t.url else " (if the service scores images; a clip reward gets whole clips)")
+
+
+def _reward_summary(rl: schema.NFTConfig, frames: int = 1) -> dict:
     builtin = "built-in service, started on a free 127.0.0.1 port"
     if not rl.rewards:
-        return {"endpoint": rl.reward.url or builtin, "name": rl.reward.name, "revision": rl.reward.revision}
+        out = {"endpoint": rl.reward.url or builtin, "name": rl.reward.name, "revision": rl.reward.revision}
+        return {**out, "frames": _frames_scored(rl.reward, frames)} if frames > 1 else out
     return {
         "endpoint": ", ".join(r.url or builtin for r in rl.rewards),
         "name": " + ".join(f"{r.weight:g} x {r.name}" for r in rl.rewards) + f" ({rl.reward_combine})",
         "revision": ", ".join(r.revision for r in rl.rewards),
         "terms": [{"name": r.name, "weight": r.weight, "endpoint": r.url or builtin, "revision": r.revision,
-                   "reward_revision": r.reward_revision, "model": r.model} for r in rl.rewards],
+                   "reward_revision": r.reward_revision, "model": r.model,
+                   **({"frames": _frames_scored(r, frames)} if frames > 1 else {})} for r in rl.rewards],
     }  # fmt: skip
 
 
@@ -188,7 +200,7 @@ def online_section(config: schema.RunConfig, base_dir: Path) -> dict:
             "guidance_semantics": GUIDANCE_SEMANTICS,
             "seed_clock": rl.rollout_seed_clock,
         },
-        "reward": _reward_summary(rl),
+        "reward": _reward_summary(rl, config.model.num_frames),
         "ray": _ray_layout(config, rl.group_size),
     }
 

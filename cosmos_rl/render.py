@@ -66,7 +66,8 @@ def render_plan(console: Console, plan: dict) -> None:
         rows.append(("sampler", f"{s['scheduler']}, {s['steps']} steps, shift {s['shift']} (from {s['shift_from']}), seed clock {s['seed_clock']}"))
         rows.append(("guidance", f"{s['guidance']}  ({s['guidance_semantics']})"))
         r = plan["reward"]
-        rows.append(("reward", f"{r['name']} at {r['endpoint']}, pinned revision {r['revision']!r}"))
+        scored = f"; scores {r['frames']}" if "frames" in r else ""
+        rows.append(("reward", f"{r['name']} at {r['endpoint']}, pinned revision {r['revision']!r}{scored}"))
     if "ray" in plan:  # NFT always; DPO with grid.backend = "ray"
         rows.append(("ray", _value(plan["ray"])))
     rows += [

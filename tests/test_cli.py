@@ -160,12 +160,29 @@ def test_plan_of_the_public_video_manifests_prints_the_kept_activations_per_rank
     clip = 87_859_200 / 2**20
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text("")
+    plans = {}
     for name, extra, clips in (("nft_t2v_public_8gpu", [], 2 * 4), ("dpo_t2v_public_8gpu", [f'rl.data.jsonl="{pairs}"'], 2 * 2)):
         result = cli("plan", str(ROOT / "manifests" / f"{name}.toml"), "--json", f'model.path="{folder}"', *extra)
         assert result.returncode == 0, result.stderr
-        plan = json.loads(result.stdout)
+        plans[name] = plan = json.loads(result.stdout)
         assert plan["world_size"] == 8 and plan["media"]["frames"] == 17 and plan["media"]["size"] == [480, 832], name
         assert plan["per_step"]["train_activation_mib_per_rank"] == round(clips * clip, 2), name
+    assert plans["nft_t2v_public_8gpu"]["reward"]["frames"].startswith("frames 0, 4, 8, 12, 16 of each clip, their mean (if the service scores images")
+
+
+def test_plan_says_which_frames_of_a_clip_a_reward_scores():
+    from cosmos_rl import plan
+    from cosmos_rl.config import load
+
+    video = ROOT / "manifests" / "nft_video_shapes_cpu.toml"  # 9 frames
+
+    def frames(*overrides):
+        return plan.build(load.load(video, list(overrides)), str(video))["reward"]["frames"]
+
+    assert frames() == "whole clips (a clip reward)"  # shapes_video_partial, built in
+    assert frames('rl.reward.name="brightness"', 'rl.reward.frame_reduce="last"') == "frame 8 of each clip alone"
+    assert frames('rl.reward.name="brightness"', "rl.reward.frame_stride=3", 'rl.reward.frame_reduce="min"') == "frames 0, 3, 6 of each clip, their min"
+    assert "frames" not in plan.build(load.load(NFT), NFT)["reward"]  # an image run
 
 
 def test_validate_refuses_a_folder_config_out_of_bounds_before_anything_loads(tmp_path):
