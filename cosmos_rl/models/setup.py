@@ -21,7 +21,8 @@ weights) and the checkpoint component holding it.
 
 The architecture, VAE, tokenizer and scheduler come from the model the manifest names: model.path
 (a local diffusers folder, built without its sound/action heads, except for video NFT, which
-builds every head its checkpoint has: `builds_heads`) or model.preset. The transformer's weights come from the base: `rl.init_from` when set (a diffusers
+builds every head its checkpoint has: `builds_heads`) or model.preset. The transformer's weights
+come from the base: `rl.init_from` when set (a diffusers
 folder, weights folder, DCP folder or s3:// URL pulled once per node into
 `<job.output_dir>/.cache/init_from`; `preset:NAME` = the preset's own seeded weights), else
 model.path's own weights (or the preset's seeded weights). Every base is loaded strictly, dropping
