@@ -4,7 +4,9 @@ For LoRA and full fine-tuning, each in its own process (so peak RSS is that mode
   trainer_pairs_per_s  DPOTrainer.train_step (data, VAE, noise, two packed forwards, AdamW, metrics)
   bare_pairs_per_s     the same forwards/backward/step on the same pairs, pre-encoded, nothing else
   overhead_ratio       bare / trainer (1.0 = the loop adds nothing); `cpu_overhead_ratio` the same
-                       in CPU seconds (time.process_time), which load on a shared machine moves less
+                       in CPU seconds (time.process_time), which load on a shared machine moves less;
+                       `cpu_overhead_ratio_median` the median over steps of each trainer step's CPU
+                       seconds over those of the bare step right after it (one slow step moves it less)
   trainer_split_s      where a trainer step's time goes, per step (mean over the timed steps), wall
                        and CPU: data (fetching the pairs' images), vae_encode (the VAE encoding every
                        pair's images), tokenize (prompt ids), noise (drawing eps and t),
@@ -26,6 +28,7 @@ import argparse
 import functools
 import json
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -128,10 +131,14 @@ def measure(mode: str, steps: int, pairs: int, threads: int, data_pairs: int = 6
 
     trainer.train_step(trainer.step + 1)  # warm-ups
     bare_step(*trainer._pair_tensors(drawn[-1]))
+    paired = []  # each step's trainer CPU seconds over its bare step's
     for _ in range(steps):
+        before = trainer_watch.cpu["step"]
         trainer_watch.run("step", lambda: trainer.train_step(trainer.step + 1))
         latents, ids = trainer._pair_tensors(drawn[-1])  # untimed: the watch is off
+        trainer_cpu_step, before = trainer_watch.cpu["step"] - before, bare_watch.cpu["step"]
         bare_watch.run("step", functools.partial(bare_step, latents, ids))
+        paired.append(trainer_cpu_step / (bare_watch.cpu["step"] - before))
 
     def per_step(watch, clock):
         return getattr(watch, clock)["step"] / steps
@@ -148,6 +155,7 @@ def measure(mode: str, steps: int, pairs: int, threads: int, data_pairs: int = 6
         "bare_pairs_per_s": round(pairs / bare_s, 2),
         "overhead_ratio": round(trainer_s / bare_s, 3),
         "cpu_overhead_ratio": round(trainer_cpu / bare_cpu, 3),
+        "cpu_overhead_ratio_median": round(statistics.median(paired), 3),
         "trainer_step_s": round(trainer_s, 4),
         "bare_step_s": round(bare_s, 4),
         "trainer_split_s": split,

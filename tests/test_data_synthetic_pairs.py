@@ -53,3 +53,34 @@ def test_the_largest_seeds_preflight_allows_draw_pairs():
     # job.seed and synthetic_seed may each be 2**63 - 1; seed * 1_000_003 is then far past torch's 64 bits.
     source = SyntheticPairs(2, 16, seed=2 * (2**63 - 1))
     assert source[1].winner.shape == (3, 16, 16)
+
+
+def test_repeat_reads_are_remembered_copies_with_the_first_values(monkeypatch):
+    import cosmos_rl.data.synthetic_pairs as sp
+
+    source, fresh = SyntheticPairs(4, 16, seed=5), SyntheticPairs(4, 16, seed=5)
+    first = source[2]
+    first.winner.fill_(0.0)  # a caller writing into what it was given
+    first.loser.fill_(0.0)
+    again = source[2]
+    reference = fresh._generate(2)  # painted anew, no memo involved
+    assert again.winner is not first.winner
+    assert torch.equal(again.winner, reference.winner) and torch.equal(again.loser, reference.loser)
+    assert len(source._memo) == 1
+    # A bound of one pair: reads evict each other, and every read still gives the painted values.
+    monkeypatch.setattr(sp, "MEMO_BYTES", reference.winner.nbytes + reference.loser.nbytes)
+    bounded = SyntheticPairs(4, 16, seed=5)
+    for index in (0, 1, 0, 3, 1):
+        pair, painted = bounded[index], fresh._generate(index)
+        assert torch.equal(pair.winner, painted.winner) and torch.equal(pair.loser, painted.loser)
+        assert list(bounded._memo) == [index]
+
+
+def test_pickle_carries_no_remembered_pixels():
+    import pickle
+
+    source = SyntheticPairs(3, 8, seed=1)
+    [source[i] for i in range(3)]
+    copy = pickle.loads(pickle.dumps(source))
+    assert len(source._memo) == 3 and not copy._memo and copy._memo_bytes == 0
+    assert torch.equal(copy[1].loser, source[1].loser)

@@ -291,3 +291,16 @@ def test_an_image_latent_where_a_clip_entry_belongs_is_refused(vae, tmp_path, ca
         assert torch.equal(lc.LatentCache(vae, tmp_path).encode(clips), expected)
     (record,) = caplog.records
     assert "holds latents of shape (4, 1, 8, 8); this input's latents are (4, 5, 8, 8)" in record.getMessage()
+
+
+def test_batch_keys_are_the_per_input_keys_entries_on_disk_were_written_under():
+    from cosmos_rl.models.latent_keys import input_key, input_keys
+
+    images = _images(3)
+    clips = torch.rand(2, 3, 5, 16, 16, generator=torch.Generator().manual_seed(0))
+    transposed = images.transpose(2, 3)  # not contiguous: keyed by its values as laid out per item
+    for batch in (images, clips, transposed, images.to(torch.bfloat16), images[1:2]):
+        keys = input_keys(batch)
+        assert keys == [input_key(item) for item in batch]
+        assert len(set(keys)) == len(keys)
+    assert input_keys(images[:0]) == []

@@ -14,6 +14,11 @@ and is picked up first; "the shape has the colour the prompt names" needs the te
 conditioning. Pair ``i`` depends only on ``(seed, i)``, so reads are random-access and
 reproducible; ids embed the seed so that two seeds never share an id.
 
+Since a pair is a pure function of ``(seed, index)``, generated pairs are remembered (up to
+:data:`MEMO_BYTES` of pixels, least recently read first out) and a repeat read (every epoch after
+the first) returns fresh copies of the remembered tensors instead of painting them again: the same
+values, and a caller that writes into a pair's tensors cannot change what a later read returns.
+
 Clips (``frames`` > 1, a video run): both sides are [3, F, H, W]; frame k is the image pair's
 layout with the shape moved right by k x :data:`CLIP_STEP_FRACTION` of the width (wrapping round;
 the background gradient is vertical, so only the shape moves), and the loser's noise is drawn for
@@ -21,6 +26,8 @@ every frame. An image run's pairs (``frames`` = 1) are the same values as before
 """
 
 from __future__ import annotations
+
+from collections import OrderedDict
 
 import torch
 
@@ -32,6 +39,8 @@ LOSER_NOISE_STD = 0.2
 # A clip's shape moves this fraction of the width per frame (2 px at 32 px): a motion the VAE keeps.
 CLIP_STEP_FRACTION = 1 / 16
 _COLOURS = tuple(COLOUR_RGB)
+# Most bytes of generated pixels one source remembers (64 MiB: ~2,700 image pairs at 32 px).
+MEMO_BYTES = 64 << 20
 
 
 def _pick(generator: torch.Generator, count: int) -> int:
@@ -77,6 +86,11 @@ class SyntheticPairs:
         self.size = as_height_width(size)
         self.seed = seed
         self.frames = frames
+        self._memo: OrderedDict[int, PreferencePair] = OrderedDict()
+        self._memo_bytes = 0
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_memo": OrderedDict(), "_memo_bytes": 0}  # pickles (Ray) carry no pixels
 
     def __len__(self) -> int:
         return self.n
@@ -87,6 +101,24 @@ class SyntheticPairs:
     def __getitem__(self, index: int) -> PreferencePair:
         if not 0 <= index < self.n:
             raise IndexError(f"pair index {index} out of range [0, {self.n})")
+        pair = self._memo.get(index)
+        if pair is None:
+            pair = self._remember(index, self._generate(index))
+        else:
+            self._memo.move_to_end(index)
+        return PreferencePair(pair.id, pair.prompt, pair.winner.clone(), pair.loser.clone())
+
+    def _remember(self, index: int, pair: PreferencePair) -> PreferencePair:
+        size = pair.winner.nbytes + pair.loser.nbytes
+        while self._memo and self._memo_bytes + size > MEMO_BYTES:
+            _, old = self._memo.popitem(last=False)
+            self._memo_bytes -= old.winner.nbytes + old.loser.nbytes
+        if size <= MEMO_BYTES:
+            self._memo[index] = pair
+            self._memo_bytes += size
+        return pair
+
+    def _generate(self, index: int) -> PreferencePair:
         # A large odd multiplier keeps (seed, index) streams distinct for any realistic n. torch takes
         # 64 bits; folding leaves every value that already fit (so every existing stream) unchanged.
         generator = torch.Generator().manual_seed((self.seed * 1_000_003 + index) % 2**64)

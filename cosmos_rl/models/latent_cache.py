@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from cosmos_rl.models.latent_entry import BadEntry, entry_bytes, read_entry
-from cosmos_rl.models.latent_keys import input_key, vae_identity
+from cosmos_rl.models.latent_keys import input_key, input_keys, vae_identity  # noqa: F401 (input_key: tests)
 from cosmos_rl.models.media import latent_frames, vae_spatial_factor, vae_temporal_factor
 from cosmos_rl.models.vae import encode_clips, encode_images
 
@@ -118,7 +118,7 @@ class LatentCache:
         """Normalised latents [B, C, T, h, w] of images [B, 3, H, W] (T = 1) or clips [B, 3, F, H, W]
         (see the module docstring)."""
         encoder = _encoder(pixels)
-        keys = [input_key(item) for item in pixels]
+        keys = input_keys(pixels)
         found = [self._lookup(key, item) for key, item in zip(keys, pixels)]
         if all(latent is not None for latent in found):
             self.hits += len(keys)

@@ -56,3 +56,19 @@ def input_key(pixels: torch.Tensor) -> str:
     digest = hashlib.sha256(f"{tuple(flat.shape)}|{flat.dtype}|".encode())
     digest.update(flat.view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
+
+
+def input_keys(batch: torch.Tensor) -> list[str]:
+    """`input_key` of every item of `batch` [B, ...] (the same strings), the batch moved to the CPU
+    and viewed as bytes once rather than once per item."""
+    flat = batch.detach().cpu().contiguous()
+    if flat.shape[0] == 0:
+        return []
+    head = f"{tuple(flat.shape[1:])}|{flat.dtype}|".encode()
+    rows = flat.view(torch.uint8).numpy().reshape(flat.shape[0], -1)
+    keys = []
+    for row in rows:
+        digest = hashlib.sha256(head)
+        digest.update(row)
+        keys.append(digest.hexdigest())
+    return keys

@@ -210,7 +210,7 @@ class DPOTrainer(SPMDTrainer):
         self.step += 1
 
         reduced = self._all_mean(torch.stack([metrics[k].float() for k in LOSS_METRICS]).cpu())
-        out = {f"train/{k}": float(v) for k, v in zip(LOSS_METRICS, reduced)}
+        out = {f"train/{k}": v for k, v in zip(LOSS_METRICS, reduced.tolist())}
         out["train/grad_norm"] = float(grad_norm)
         out["train/lr"] = lr
         out["train/pairs_per_s"] = self.rl.pairs_per_step / max(time.perf_counter() - started, 1e-9)
