@@ -8,8 +8,9 @@ and larger `--vae-steps` / `--steps` extend finished ones):
 1. shards: `--samples` task-balanced training prompts of the moving-shapes world
    (`split_motion_prompts(0)`: its held-out prompts stay unseen) rendered as 9-frame 32x32 clips in
    mp4 shards;
-2. `init/`: the video architecture (`models.architectures.SHAPES_VIDEO_VAE` with random weights
-   from the seed) around the shipped `shapes` base's transformer weights;
+2. `init/`: the video architecture with random weights from the seed, then every weight of the
+   shipped `shapes` base: all of its transformer, and all of its VAE but the temporal stage's
+   `time_conv`s, which the image VAE does not have and which keep their random start;
 3. `runs/vae`: SFT with `rl.train = "vae"` on the clips (foreground-weighted, `--vae-foreground-weight`), then the per-channel latent statistics of
    the trained encoder over the first 1024 clips -> `vae_model/`;
 4. `runs/transformer`: SFT with `rl.train = "transformer"` on `vae_model/`, half the clips trained
@@ -37,9 +38,10 @@ FRAMES, SIDE, FPS = 9, 32, 24.0
 LATENT_STAT_CLIPS = 1024
 
 
-# Foreground weight 10: with plain MSE the 4x-in-time VAE settles on the black background and
-# never draws the shapes (foreground PSNR stays near 5.5 dB); weighted, it escapes by step ~400.
-VIDEO_RECIPE = dict(work="shapes_video_work", samples=12000, vae_steps=1500, vae_batch=8, vae_foreground_weight=10.0,
+# Foreground weight 10: with plain MSE a VAE started from random weights settled on the black
+# background and never drew the shapes (foreground PSNR near 5.5 dB); weighted, it escaped by step
+# ~400. The image-initialised VAE starts out drawing them; the weight stays for the moving frames.
+VIDEO_RECIPE = dict(work="shapes_video_work", samples=12000, vae_steps=2000, vae_batch=8, vae_foreground_weight=10.0,
                     steps=2000, batch=32, eval_seeds=4)  # fmt: skip
 
 
@@ -85,6 +87,22 @@ def _shards(args) -> list[str]:
     return [str(p.resolve()) for p in sorted(shard_dir.glob("motion-*.tar"))]
 
 
+def initial_parts(seed: int):
+    """The video architecture with random weights from `seed`, then every weight of the shipped
+    `shapes` base: all of its transformer and all of its VAE but the temporal stage's `time_conv`s."""
+    from cosmos_rl.shapes.preset import load_shapes_base
+    from cosmos_rl.shapes.video_preset import shapes_video_architecture
+
+    parts = shapes_video_architecture(seed)
+    image = load_shapes_base()
+    parts.transformer.load_state_dict(image.transformer.state_dict(), strict=True)
+    ours, theirs = parts.vae.state_dict(), image.vae.state_dict()
+    new = sorted(set(ours) - set(theirs))
+    assert new and all(".time_conv." in k for k in new) and set(theirs) <= set(ours), new  # the one temporal stage
+    parts.vae.load_state_dict(theirs, strict=False)
+    return parts
+
+
 def build(args) -> dict:
     import torch
 
@@ -97,9 +115,7 @@ def build(args) -> dict:
     shards = _shards(args)
     init = work / "init"
     if not (init / "transformer").is_dir():
-        parts = shapes_video_architecture(args.seed)
-        parts.transformer.load_state_dict(load_shapes_base().transformer.state_dict(), strict=True)
-        save_parts(parts, init)
+        save_parts(initial_parts(args.seed), init)
 
     vae_trainer = _train_stage(_stage_config(args, "vae", "vae", init, shards))
     parts = vae_trainer.parts

@@ -1,7 +1,8 @@
 """The `shapes_video` preset: the moving-shapes world's base, SFT-trained from the `shapes` base.
 
-Its transformer is the image base's architecture (started from its weights); its VAE compresses
-time 4x (`models.architectures.SHAPES_VIDEO_VAE`). The float16 weights and `manifest.json` live in
+Its networks are the image base's, started from its weights, with the VAE's downsampling stage
+made temporal, so it halves time (`models.architectures.SHAPES_VIDEO_TRANSFORMER`,
+`SHAPES_VIDEO_VAE`). The float16 weights and `manifest.json` live in
 `cosmos_rl/models/presets/shapes_video/`, written by `python -m cosmos_rl.shapes.video_base_build
 build` and checked against the manifest's sha256 on every load, as the `shapes` base is.
 
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from diffusers import AutoencoderKLWan, Cosmos3OmniTransformer
 
-from cosmos_rl.models.architectures import SHAPES_TRANSFORMER, SHAPES_VIDEO_VAE
+from cosmos_rl.models.architectures import SHAPES_VIDEO_TRANSFORMER, SHAPES_VIDEO_VAE
 from cosmos_rl.models.build import ModelParts, flow_scheduler
 from cosmos_rl.models.tokenizer import build_tiny_tokenizer
 from cosmos_rl.shapes.preset import load_shapes_base
@@ -33,7 +34,7 @@ def shapes_video_architecture(seed: int) -> ModelParts:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         vae = AutoencoderKLWan(**copy.deepcopy(SHAPES_VIDEO_VAE))
-        transformer = Cosmos3OmniTransformer(**copy.deepcopy(SHAPES_TRANSFORMER), vocab_size=len(tokenizer))
+        transformer = Cosmos3OmniTransformer(**copy.deepcopy(SHAPES_VIDEO_TRANSFORMER), vocab_size=len(tokenizer))
     transformer.eval()
     vae.eval()
     return ModelParts(transformer, vae, tokenizer, flow_scheduler(), prompt_template="minimal")
