@@ -154,14 +154,20 @@ def run_mine(
         "frames": t.media.frames, "fps": t.media.fps if video else None, "frame_reduce": frame_reduce,
     }  # fmt: skip
     if not kept:
-        finer = "shapes_video_partial" if video else "shapes_partial"
-        hint = f"use a finer reward (e.g. {finer})" if reward != finer else "mine a model whose samples it tells apart"
-        if reward == finer and video:
-            hint += " (or score frame by frame: --reward shapes_partial --frame-reduce mean)"
         raise UserError(f"every one of the {n} prompt rows tied ({samples} samples scored alike under {reward}): "
-                        f"no pair written; raise --samples or {hint}")  # fmt: skip
+                        f"no pair written; raise --samples or {_finer(reward, video, frame_reduce)}")  # fmt: skip
     Path(out_dir, SUMMARY_FILE).write_text(json.dumps(summary, indent=1, allow_nan=False) + "\n", encoding="utf-8")
     return summary
+
+
+def _finer(reward: str, video: bool, frame_reduce: str | None) -> str:
+    """What to rank by when every row tied: partial credit, and for clips the verifier frame by frame
+    (the video verifier gives 0 to every clip of a model that does not yet draw the motion)."""
+    frame_by_frame = "score frame by frame (--reward shapes_partial --frame-reduce mean)"
+    if not video or frame_reduce is not None:
+        finer = "shapes_partial" + (f" --frame-reduce {frame_reduce}" if frame_reduce else "")
+        return f"use a finer reward (e.g. {finer})" if reward != "shapes_partial" else "mine a model whose samples it tells apart"
+    return ("use shapes_video_partial, or " if reward == "shapes_video_strict" else "") + frame_by_frame
 
 
 def _best_vs_worst(scores):
