@@ -77,14 +77,16 @@ def test_clips_mined_frame_by_frame_are_clip_pairs_the_dpo_clip_reader_takes(min
             assert np.mean([v.partial for v in verify(frames, [static] * FRAMES)]) == pytest.approx(score, abs=1e-12)
 
 
-def test_the_shipped_clip_dpo_manifest_trains_a_step_on_mined_clip_pairs(mined, tmp_path):
+def test_the_shipped_clip_dpo_manifest_trains_on_mined_clip_pairs_and_its_run_mines_again(mined, tmp_path):
     """manifests/dpo_video_shapes_cpu.toml at 5 frames on the pairs above: preflight passes and one
-    step takes a real LoRA gradient (the full recipe's 9 frames only make each clip longer)."""
+    step takes a real LoRA gradient (the full recipe's 9 frames only make each clip longer); the
+    run directory is then a clip target that samples at its own model.num_frames."""
     import math
 
     import torch
 
     from cosmos_rl.config import load, preflight
+    from cosmos_rl.errors import UserError
     from cosmos_rl.trainers.dpo import DPOTrainer
 
     _, summary = mined
@@ -92,10 +94,17 @@ def test_the_shipped_clip_dpo_manifest_trains_a_step_on_mined_clip_pairs(mined, 
                  "rl.max_steps=1", "rl.pairs_per_step=1", "rl.eval.every=0", "checkpoint.keep=0", "job.progress=false"]  # fmt: skip
     config = load.load(ROOT / "manifests" / "dpo_video_shapes_cpu.toml", overrides)
     assert [p.render() for p in preflight.check(config) if p.severity == "error"] == []
-    trainer = DPOTrainer(config, tmp_path / "run", torch.device("cpu"))
-    metrics = trainer.train_step(1)
-    assert metrics["train/loss"] == pytest.approx(math.log(2), abs=1e-6)  # the policy starts as the reference
-    assert math.isfinite(metrics["train/grad_norm"]) and metrics["train/grad_norm"] > 0
+    row = DPOTrainer(config, tmp_path / "run", torch.device("cpu")).run()[-1]
+    assert row["train/loss"] == pytest.approx(math.log(2), abs=1e-6)  # the policy starts as the reference
+    assert math.isfinite(row["train/grad_norm"]) and row["train/grad_norm"] > 0
+    (tmp_path / "run" / "manifest.toml").write_text(load.to_toml(config), encoding="utf-8")  # as `cosmos-rl train` saves it
+    again = run_mine(str(tmp_path / "run"), reward="shapes_partial", frame_reduce="mean", prompts=_prompts(tmp_path, PROMPTS),
+                     samples=3, out_dir=tmp_path / "again", device="cpu", sample_steps=3, guidance=1.0)  # fmt: skip
+    assert (again["kind"], again["step"], again["frames"]) == ("run", 1, FRAMES)
+    assert len(TarShardPairs(again["shards"], 32, FRAMES)) == again["pairs"] >= 1
+    with pytest.raises(UserError, match=f"--frames 9: the run .* trains at model.num_frames = {FRAMES}; drop --frames"):
+        run_mine(str(tmp_path / "run"), reward="shapes_video_partial", frames=9, prompts=_prompts(tmp_path, PROMPTS), samples=3,
+                 out_dir=tmp_path / "no", device="cpu")  # fmt: skip
 
 
 def test_the_video_verifier_ranks_the_clip_that_moves_as_its_caption_says_above_frozen_ones(tmp_path, monkeypatch):
