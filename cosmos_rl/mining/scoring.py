@@ -57,7 +57,7 @@ def check_reward(reward: str, frames: int, frame_reduce: Optional[str], target: 
                         f"image reward ({', '.join(reward_names())}) with --frame-reduce")  # fmt: skip
     if frame_reduce is None:
         raise UserError(f"--reward {reward}: scores images, and {clip}; pass --frame-reduce "
-                        f"({' or '.join(FRAME_REDUCERS)}) to score each clip frame by frame, or use "
+                        f"({', '.join(FRAME_REDUCERS)}) to score each clip frame by frame, or use "
                         f"{' or '.join(CLIP_REWARDS)}")  # fmt: skip
 
 
