@@ -377,7 +377,7 @@ def reward_convert_head(
 @pairs_app.command("mine")
 def pairs_mine(
     target: str = typer.Argument(..., help="The model that samples: a run directory (its newest checkpoint, or --step), a diffusers model folder, or preset:NAME."),
-    reward: str = typer.Option(..., "--reward", help="Built-in weight-free reward that scores the samples (shapes_partial ranks by partial credit, shapes_strict by all-or-nothing)."),
+    reward: str = typer.Option(..., "--reward", help="Built-in weight-free reward that scores the samples (shapes_partial ranks by partial credit, shapes_strict by all-or-nothing; clips: shapes_video_partial, shapes_video_strict)."),
     prompts: Path = typer.Option(..., "--prompts", help="Prompt file (.txt or .jsonl): one pair at most per row."),
     samples: int = typer.Option(4, "--samples", help="Samples per prompt row (K >= 2); the best and the worst make the pair."),
     out_dir: str = typer.Option(..., "--out", help="Folder for pairs-NNNNNN.tar and mine.json (must hold no pairs-*.tar yet)."),
@@ -389,8 +389,10 @@ def pairs_mine(
     sample_steps: Optional[int] = typer.Option(None, "--sample-steps", help="Sampler steps instead of the target's own (a run's [rl.eval] or rl.sample_steps, else 20)."),
     guidance: Optional[float] = typer.Option(None, "--guidance", parser=finite_float, help="Guidance instead of the target's own (a run's [rl.eval] or rl.guidance, else 3.0)."),
     step: Optional[int] = typer.Option(None, "--step", help="A run's committed checkpoint step to use (default: the newest)."),
+    frames: Optional[int] = typer.Option(None, "--frames", help="Frames per clip for a bare model (4k + 1; default: a preset's own, else 1 = images): mine clip pairs; a run uses its model.num_frames."),
+    frame_reduce: Optional[str] = typer.Option(None, "--frame-reduce", help="Clips ranked by an image reward: score every frame and reduce (mean, min, first, last)."),
 ) -> None:
-    """Sample K images per prompt, score them, write best-vs-worst pairs (ties dropped) as webdataset shards for rl.data.shards."""
+    """Sample K images (or clips) per prompt, score them, write best-vs-worst pairs (ties dropped) as webdataset shards for rl.data.shards."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from cosmos_rl.mining.command import run_mine
@@ -403,7 +405,7 @@ def pairs_mine(
             summary = run_mine(
                 target, reward=reward, prompts=prompts, samples=samples, out_dir=out_path(out_dir), seed=seed,
                 batch_size=batch_size, per_shard=per_shard, device=device, warn=warn, sample_steps=sample_steps, guidance=guidance, step=step,
-                progress=lambda done, total: bar.update(task, completed=done, total=total),
+                frames=frames, frame_reduce=frame_reduce, progress=lambda done, total: bar.update(task, completed=done, total=total),
             )
     except UserError as exc:
         _fail(exc)
@@ -416,6 +418,8 @@ def pairs_mine(
         highlight=False,
     )
     out.print(f"  use them with: rl.data.shards = [\"{escape(out_dir)}/pairs-{{000000..{len(summary['shards']) - 1:06d}}}.tar\"]", highlight=False)
+    if summary["frames"] > 1:
+        out.print(f"  and model.num_frames = {summary['frames']} (clip pairs)", highlight=False)
 
 
 def main() -> None:

@@ -56,6 +56,17 @@ def check_sampling_options(reward: str, batch_size: int, video: bool = False) ->
         raise UserError(f"--reward: {reward!r} is not a built-in {what}; use one of {', '.join(reward_names(video))}")
 
 
+def check_frames(frames: int | None) -> None:
+    """A bare model's `--frames` (eval, pairs mine): 4k + 1, at most FRAMES_MAX; None keeps the target's own."""
+    from cosmos_rl.models.media import is_wan_frame_count
+
+    if frames is not None and not is_wan_frame_count(frames):
+        raise UserError(f"--frames: a clip has 4k + 1 frames (the Wan VAE's), or 1 for images (got {frames})")
+    if frames is not None and frames > FRAMES_MAX:
+        raise UserError(f"--frames: at most {FRAMES_MAX} (got {frames}): Cosmos3 clips are 93 to 121 frames, and every "
+                        "latent frame adds a whole frame's tokens to each sample; use e.g. 9 or 121")
+
+
 def check_out_dir(out_dir: Path | None) -> None:
     """An --out that exists must be a folder (a file there, /etc/passwd say, is refused before anything runs)."""
     if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():
@@ -98,13 +109,7 @@ def run_eval(
     if image_size is not None and not 1 <= image_size <= IMAGE_SIZE_MAX:
         raise UserError(f"--image-size: must be in [1, {IMAGE_SIZE_MAX}] (got {image_size}): one {IMAGE_SIZE_MAX} x {IMAGE_SIZE_MAX} "
                         "sample is 16.8 M pixels, and Cosmos3 models are trained at 256 to 1024; use e.g. 32 or 512")
-    from cosmos_rl.models.media import is_wan_frame_count
-
-    if frames is not None and not is_wan_frame_count(frames):
-        raise UserError(f"--frames: a clip has 4k + 1 frames (the Wan VAE's), or 1 for images (got {frames})")
-    if frames is not None and frames > FRAMES_MAX:
-        raise UserError(f"--frames: at most {FRAMES_MAX} (got {frames}): Cosmos3 clips are 93 to 121 frames, and every "
-                        "latent frame adds a whole frame's tokens to each sample; use e.g. 9 or 121")
+    check_frames(frames)
     check_options(seeds, per_task, None, batch_size)
     check_sampler_overrides(sample_steps, guidance)
     check_out_dir(out_dir)

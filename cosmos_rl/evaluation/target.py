@@ -151,6 +151,8 @@ def _run_target(run_dir: Path, step: int | None, media: MediaSpec | None, out_di
     step = _pick_step(run_dir, step)
     config = load.load(run_dir / "manifest.toml", saved_run=True)
     trained = MediaSpec.from_model_config(config.model)
+    if frames is not None and frames != trained.frames:  # first: --frames alone also makes a bare model's `media`
+        raise UserError(f"--frames {frames}: the run {run_dir} trains at model.num_frames = {trained.frames}; drop --frames (it is for bare models)")
     if media is not None and media.size != trained.size:
         raise UserError(
             f"--image-size {media.size_json()}: the run {run_dir} trains at "
@@ -158,8 +160,6 @@ def _run_target(run_dir: Path, step: int | None, media: MediaSpec | None, out_di
                else f"model.height x model.width = {trained.height}x{trained.width}")
             + "; drop --image-size (it is for bare models)"
         )
-    if frames is not None and frames != trained.frames:
-        raise UserError(f"--frames {frames}: the run {run_dir} trains at model.num_frames = {trained.frames}; drop --frames (it is for bare models)")
     return Target(
         label=str(run_dir), kind="run", settings=run_settings(config), media=trained,
         out_dir=Path(out_dir) if out_dir is not None else run_dir / "eval", step=step, config=config,

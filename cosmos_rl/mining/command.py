@@ -7,6 +7,10 @@ settings, a built-in reward scores them, and the best and the worst become one p
 webdataset shards (`shards.PairShardWriter`) with both scores in each pair's JSON, and
 `mine.json` records what was mined with what.
 
+A target that makes clips (a run with `model.num_frames` above 1, or a bare model given
+`--frames F`) samples K text-to-video clips per row instead, ranked by a clip reward or by an image
+reward frame by frame (`scoring`), and the pairs are mp4 clip pairs a video DPO run reads.
+
 Each sample's starting noise comes from a generator seeded by ("mine", --seed, the sample's
 index, its caption) on the CPU, so the same command writes the same pairs on any device or batch
 size, and a duplicated prompt row gets fresh samples.
@@ -22,14 +26,14 @@ from cosmos_rl.errors import UserError
 
 SUMMARY_FILE = "mine.json"
 ROWS_PER_CHUNK = 64  # prompt rows sampled, scored and written per round (progress granularity)
+CLIP_ROWS_PER_CHUNK = 8  # the same for clips, each F times an image's work
 # A row's pair is only its best and worst sample, so more samples sharpen the extremes slowly while
 # each one costs a full sampling; past this a K is a typo (10**30 would allocate K noise items per row).
 SAMPLES_MAX = 1024
 
 
-def check_options(samples: int, batch_size: int, per_shard: int, reward: str) -> None:
-    from cosmos_rl.evaluation.command import check_sampling_options
-
+def check_options(samples: int, batch_size: int, per_shard: int) -> None:
+    """The counts; the reward is judged once the target's media is known (`scoring.check_reward`)."""
     if samples < 2:
         raise UserError(f"--samples: must be >= 2 (got {samples}); a pair is the best and the worst of K samples")
     if samples > SAMPLES_MAX:
@@ -37,12 +41,13 @@ def check_options(samples: int, batch_size: int, per_shard: int, reward: str) ->
                         "samples of a row, and each sample costs a full sampling; use e.g. 4 to 16")
     if per_shard < 1:
         raise UserError(f"--per-shard: must be >= 1 (got {per_shard})")
-    check_sampling_options(reward, batch_size)
+    if batch_size < 1:
+        raise UserError(f"--batch-size: must be >= 1 (got {batch_size})")
 
 
 def _score_key(reward: str) -> str:
-    """Which number ranks the samples: the named reward's (shapes_partial ranks by partial credit)."""
-    return "partial" if reward == "shapes_partial" else "score"
+    """Which number ranks the samples: the named reward's (the partial rewards rank by partial credit)."""
+    return "partial" if reward in ("shapes_partial", "shapes_video_partial") else "score"
 
 
 def run_mine(
@@ -50,18 +55,28 @@ def run_mine(
     batch_size: int = 32, per_shard: int = 1000, device: str = "auto",
     warn: Callable[[str], None] = lambda line: None, progress: Callable[[int, int], None] = lambda done, total: None,
     sample_steps: int | None = None, guidance: float | None = None, step: int | None = None,
+    frames: int | None = None, frame_reduce: str | None = None,
 ) -> dict:  # fmt: skip
     """Mine pairs into `out_dir` and return the summary written to `<out_dir>/mine.json`.
 
     `sample_steps` / `guidance` replace the target's own sampler settings (as `cosmos-rl eval`'s
-    flags do); None keeps them."""
-    check_options(samples, batch_size, per_shard, reward)
-    from cosmos_rl.evaluation.command import check_out_dir, check_prompts_file, check_sampler_overrides
+    flags do); None keeps them. `frames` is a bare model's clip length (a run samples its own);
+    `frame_reduce` lets an image reward score clips frame by frame."""
+    check_options(samples, batch_size, per_shard)
+    from cosmos_rl.evaluation.command import check_frames, check_out_dir, check_prompts_file, check_sampler_overrides
 
+    check_frames(frames)
     check_out_dir(out_dir)
     check_prompts_file(prompts)
 
     check_sampler_overrides(sample_steps, guidance)
+    from cosmos_rl.evaluation.target import open_target, target_media
+
+    t = open_target(target, step=step, media=target_media(target, None, frames), out_dir=out_dir, frames=frames)
+    video = t.media.is_video
+    from cosmos_rl.mining.scoring import CLIP_REWARDS, check_reward, unscorable_rows
+
+    check_reward(reward, t.media.frames, frame_reduce, f"TARGET {target!r}")
     from cosmos_rl.data.prompt_file import load_prompts
     from cosmos_rl.evaluation.prompts import held_out_captions, overlap
     from cosmos_rl.evaluation.scores import caption_groups, uses_verifier
@@ -69,19 +84,27 @@ def run_mine(
     captions = load_prompts(prompts)
     if not captions:
         raise UserError(f"--prompts {prompts}: the file holds no prompt; pass a file with at least one")
-    groups = caption_groups(captions, reward, f"--prompts {prompts}")
+    # Clips judged by the image verifier frame by frame still carry clip captions: their tasks are the video world's.
+    grouped_by = CLIP_REWARDS[0] if video and uses_verifier(reward) else reward
+    groups = caption_groups(captions, grouped_by, f"--prompts {prompts}")
+    skipped = unscorable_rows(reward, t.media.frames, frame_reduce, captions)
+    if skipped:
+        warn(f"{len(skipped)} of the {len(captions)} prompt rows are colour changes (e.g. {captions[skipped[0]]!r}), which have no "
+             f"static part for {reward} to score each frame against; they are skipped")  # fmt: skip
+        if len(skipped) == len(captions):
+            raise UserError(f"--prompts {prompts}: every row is a colour change, which {reward} cannot score frame by frame; "
+                            f"use {CLIP_REWARDS[1]}, or other prompts")  # fmt: skip
+    rows_of = sorted(set(range(len(captions))) - set(skipped))  # the file's row of each mined caption
+    captions = [captions[row] for row in rows_of]
     if uses_verifier(reward):
-        seen = overlap(held_out_captions(0), captions)
+        seen = overlap(held_out_captions(0, video), captions)
         if seen:
             warn(f"{len(seen)} of the prompt rows are held-out evaluation prompts (e.g. {seen[0]!r}): a model trained on "
                  "these pairs is then evaluated on what it trained on")  # fmt: skip
-    from cosmos_rl.evaluation.target import open_target
-
-    t = open_target(target, step=step, out_dir=out_dir)  # refuses before anything loads or is written
     from cosmos_rl.mining.shards import PairShardWriter
 
     try:
-        writer = PairShardWriter(out_dir, per_shard)  # refuses an old set before any sampling
+        writer = PairShardWriter(out_dir, per_shard, t.media.fps if video else None)  # refuses an old set before any sampling
     except OSError as exc:  # e.g. a parent that is a file, or no permission
         raise UserError(f"--out {str(out_dir)!r}: cannot create the folder ({exc.strerror}); pass a writable folder") from None
     from cosmos_rl.dist.world import pick_device
@@ -89,16 +112,17 @@ def run_mine(
     where = pick_device(device)
     model = t.load(where)
     t.settings = t.settings.replaced(sample_steps, guidance)
-    sampler = _sampler(t, model, captions, samples, reward, seed, where, batch_size)
+    sampler = _sampler(t, model, captions, samples, grouped_by, seed, where, batch_size)
     key = _score_key(reward)
     n, ties, kept = len(captions), 0, []
     progress(0, n)
     with model.policy() as network:
-        for first in range(0, n, ROWS_PER_CHUNK):
-            rows = range(first, min(first + ROWS_PER_CHUNK, n))
+        chunk = CLIP_ROWS_PER_CHUNK if video else ROWS_PER_CHUNK
+        for first in range(0, n, chunk):
+            rows = range(first, min(first + chunk, n))
             items = [sampler.items[k * n + row] for row in rows for k in range(samples)]
             images = sampler.sample(network, items)
-            scores, partials = _scores(reward, images, [item.caption for item in items])
+            scores, partials = _scores(reward, images, [item.caption for item in items], frame_reduce)
             for offset, row in enumerate(rows):
                 span = slice(offset * samples, (offset + 1) * samples)
                 ranked = (partials if key == "partial" else scores)[span]
@@ -108,9 +132,9 @@ def run_mine(
                     continue
                 w, l = pick
                 meta = {
-                    "id": f"mine-s{seed}-r{row:06d}", "prompt": captions[row], "task": groups[captions[row]],
+                    "id": f"mine-s{seed}-r{rows_of[row]:06d}", "prompt": captions[row], "task": groups[captions[row]],
                     "reward": reward, "winner_score": ranked[w], "loser_score": ranked[l], "scores": list(ranked),
-                    "winner_sample": w, "loser_sample": l,
+                    "winner_sample": w, "loser_sample": l, **({"frame_reduce": frame_reduce} if frame_reduce else {}),
                 }  # fmt: skip
                 if partials is not None and key == "score":
                     meta["partials"] = partials[span]
@@ -123,15 +147,27 @@ def run_mine(
     summary = {
         "target": t.label, "kind": t.kind, "step": t.step, "reward": reward, "ranked_by": key,
         "prompts": str(prompts), "rows": n, "samples": samples, "seed": seed,
-        "pairs": len(kept), "ties_dropped": ties, "mean_margin": (sum(kept) / len(kept)) if kept else None,
+        "pairs": len(kept), "ties_dropped": ties, "rows_skipped": len(skipped), "mean_margin": (sum(kept) / len(kept)) if kept else None,
         "sampler": t.settings.resolved(model.model_parts).as_json(), "image_size": t.media.size_json(),
         "shards": [str(p) for p in paths],
+        # Added with clips, after every older key: what a sample is, and how an image reward scored clips.
+        "frames": t.media.frames, "fps": t.media.fps if video else None, "frame_reduce": frame_reduce,
     }  # fmt: skip
     if not kept:
         raise UserError(f"every one of the {n} prompt rows tied ({samples} samples scored alike under {reward}): "
-                        "no pair written; raise --samples or use a finer reward (e.g. shapes_partial)")  # fmt: skip
+                        f"no pair written; raise --samples or {_finer(reward, video, frame_reduce)}")  # fmt: skip
     Path(out_dir, SUMMARY_FILE).write_text(json.dumps(summary, indent=1, allow_nan=False) + "\n", encoding="utf-8")
     return summary
+
+
+def _finer(reward: str, video: bool, frame_reduce: str | None) -> str:
+    """What to rank by when every row tied: partial credit, and for clips the verifier frame by frame
+    (the video verifier gives 0 to every clip of a model that does not yet draw the motion)."""
+    frame_by_frame = "score frame by frame (--reward shapes_partial --frame-reduce mean)"
+    if not video or frame_reduce is not None:
+        finer = "shapes_partial" + (f" --frame-reduce {frame_reduce}" if frame_reduce else "")
+        return f"use a finer reward (e.g. {finer})" if reward != "shapes_partial" else "mine a model whose samples it tells apart"
+    return ("use shapes_video_partial, or " if reward == "shapes_video_strict" else "") + frame_by_frame
 
 
 def _best_vs_worst(scores):
@@ -140,14 +176,13 @@ def _best_vs_worst(scores):
     return best_vs_worst(scores)
 
 
-def _scores(reward: str, images, captions):
-    from cosmos_rl.evaluation.scores import score_images
+def _scores(reward: str, samples, captions, frame_reduce: str | None):
+    from cosmos_rl.mining.scoring import score_samples
 
-    scores, partials = score_images(reward, images, captions)
-    return [float(s) for s in scores], ([float(p) for p in partials] if partials is not None else None)
+    return score_samples(reward, samples, captions, frame_reduce)
 
 
-def _sampler(t, model, captions, samples: int, reward: str, seed: int, device, batch_size: int):
+def _sampler(t, model, captions, samples: int, grouped_by: str, seed: int, device, batch_size: int):
     from cosmos_rl.evaluation.evaluator import Evaluator
     from cosmos_rl.models.generate import noise
     from cosmos_rl.models.media import latent_shape
@@ -157,7 +192,7 @@ def _sampler(t, model, captions, samples: int, reward: str, seed: int, device, b
             return noise((1, *self.latent_shape), "mine", seed, item.index, item.caption, device=self.device)
 
     return MineSampler(
-        captions, samples, reward, t.settings, tokenizer=model.parts.tokenizer, vae=model.parts.vae, media=t.media,
+        captions, samples, grouped_by, t.settings, tokenizer=model.parts.tokenizer, vae=model.parts.vae, media=t.media,
         latent_shape=latent_shape(t.media, model.parts.vae.config, model.parts.transformer.config), device=device, batch_size=batch_size,
         origin="--prompts", model_parts=model.model_parts,
     )  # fmt: skip

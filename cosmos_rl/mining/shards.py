@@ -1,8 +1,10 @@
 """Mined preference pairs as webdataset tar shards that `rl.data.shards` reads.
 
 Pair `i` is three members sharing the key `%08d` % i: `<key>.json` (`id`, `prompt`, the two
-scores and how they were made), `<key>.winner.png` and `<key>.loser.png`. Shards are named
-`pairs-%06d.tar`, `per_shard` pairs each, written with fixed member metadata (data.tar_write).
+scores and how they were made), `<key>.winner.png` and `<key>.loser.png`; pairs of clips
+(uint8 [F, H, W, 3]) are `<key>.winner.mp4` and `<key>.loser.mp4` instead, encoded losslessly at
+the writer's `fps` (`data.clip_files.encode_clip`), the layout a video DPO run reads. Shards are
+named `pairs-%06d.tar`, `per_shard` pairs each, written with fixed member metadata (data.tar_write).
 """
 
 from __future__ import annotations
@@ -12,17 +14,20 @@ from pathlib import Path
 
 import numpy as np
 
+from cosmos_rl.data.clip_files import encode_clip
 from cosmos_rl.data.tar_write import add_member, png_bytes, refuse_existing, shard
 
 PREFIX = "pairs"
 
 
 class PairShardWriter:
-    """Collects pairs and writes a shard every `per_shard` of them; `close` writes the rest."""
+    """Collects pairs and writes a shard every `per_shard` of them; `close` writes the rest. `fps`
+    is the frame rate clips are written at (images need none)."""
 
-    def __init__(self, out_dir: Path, per_shard: int):
+    def __init__(self, out_dir: Path, per_shard: int, fps: float | None = None):
         if per_shard < 1:
             raise ValueError(f"per_shard must be >= 1, got {per_shard}")
+        self.fps = fps
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         refuse_existing(self.out, PREFIX)
@@ -47,8 +52,18 @@ class PairShardWriter:
             for meta, winner, loser in self._pending:
                 key = f"{self.count:08d}"
                 add_member(tar, f"{key}.json", json.dumps(meta, sort_keys=True).encode("utf-8"))
-                add_member(tar, f"{key}.winner.png", png_bytes(winner))
-                add_member(tar, f"{key}.loser.png", png_bytes(loser))
+                for side, pixels in (("winner", winner), ("loser", loser)):
+                    add_member(tar, f"{key}.{side}.{self._suffix(pixels)}", self._encoded(pixels))
                 self.count += 1
         self._pending = []
         self.paths.append(path)
+
+    def _suffix(self, pixels: np.ndarray) -> str:
+        return "mp4" if pixels.ndim == 4 else "png"
+
+    def _encoded(self, pixels: np.ndarray) -> bytes:
+        if pixels.ndim == 3:
+            return png_bytes(pixels)
+        if self.fps is None:
+            raise ValueError("a clip pair needs the writer's fps")
+        return encode_clip(pixels, self.fps)
