@@ -27,3 +27,21 @@ def test_the_video_vae_starts_as_the_image_vae_on_the_first_frame():
     assert torch.equal(video.transformer.proj_in.weight, image.transformer.proj_in.weight)
     # The temporal stage is new: its weights are the seed's, not zeros and not the image base's.
     assert any(".time_conv." in name and p.abs().sum() > 0 for name, p in video.vae.named_parameters())
+
+
+def test_the_shipped_video_base_is_a_preset_with_a_temporal_vae():
+    from cosmos_rl.models.build import build_preset
+    from cosmos_rl.shapes.preset import read_manifest
+    from cosmos_rl.shapes.video_preset import REBUILD, WEIGHTS_DIR
+
+    parts = build_preset("shapes_video", seed=123)
+    assert parts.prompt_template == "minimal"
+    assert list(parts.vae.config.temperal_downsample) == [True] and parts.vae.config.scale_factor_temporal == 2
+    manifest = read_manifest(WEIGHTS_DIR, REBUILD)
+    assert manifest["preset"] == "shapes_video" and manifest["media"] == {"fps": 24.0, "frames": 9, "size": 32}
+    assert all(info["bytes"] < 4 * 2**20 for info in manifest["files"].values())
+    assert manifest["latents_std"] == list(parts.vae.config.latents_std)
+    for mode in ("t2v", "i2v"):
+        scores = manifest["held_out"][mode]
+        assert scores["clips"] == 319 * manifest["recipe"]["eval_seeds"]
+        assert 0.0 <= scores["strict"] <= scores["partial"] <= 1.0

@@ -88,7 +88,8 @@ SHAPES_VIDEO_VAE = dict(
 PRESET_ARCHITECTURES: dict[str, tuple[dict, dict]] = {
     "tiny": (TINY_TRANSFORMER, TINY_VAE),
     "shapes": (SHAPES_TRANSFORMER, SHAPES_VAE),
+    "shapes_video": (SHAPES_VIDEO_TRANSFORMER, SHAPES_VIDEO_VAE),
 }
 
 # What a preset makes when nothing says otherwise (`cosmos-rl eval preset:NAME`): (frames, side).
-PRESET_MEDIA: dict[str, tuple[int, int]] = {"tiny": (1, 32), "shapes": (1, 32)}
+PRESET_MEDIA: dict[str, tuple[int, int]] = {"tiny": (1, 32), "shapes": (1, 32), "shapes_video": (9, 32)}

@@ -91,6 +91,7 @@ def _build_tiny(with_extra_heads: bool) -> ModelParts:
 PRESETS: dict[str, Callable[[bool], ModelParts] | str] = {
     "tiny": _build_tiny,
     "shapes": "cosmos_rl.shapes.preset:build_shapes",
+    "shapes_video": "cosmos_rl.shapes.video_preset:build_shapes_video",
 }
 
 

@@ -6,8 +6,7 @@ made temporal, so it halves time (`models.architectures.SHAPES_VIDEO_TRANSFORMER
 `cosmos_rl/models/presets/shapes_video/`, written by `python -m cosmos_rl.shapes.video_base_build
 build` and checked against the manifest's sha256 on every load, as the `shapes` base is.
 
-Not yet a `model.preset`: its weights are not built (docs/video.md, "The video base"). Once they
-ship, `build_shapes_video` goes into `models.build.PRESETS` and the name into `schema.PresetName`.
+`model.preset = "shapes_video"` (docs/video.md, "The video base": what it scores and how it was built).
 """
 
 from __future__ import annotations
