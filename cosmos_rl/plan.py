@@ -293,7 +293,7 @@ def base_summary(config: schema.RunConfig, base_dir: Path) -> dict:
         out.update(kind="model.path", resolved=f"model.path's own weights, {Path(folder) / 'transformer'}")
     elif value == "" or value.startswith(layout.PRESET_SCHEME):
         name = value[len(layout.PRESET_SCHEME):] or model.preset
-        if name in ("shapes", "shapes_video"):  # the pretrained presets: their weights ship in the package
+        if name in layout.SHIPPED_PRESETS:
             out.update(kind="preset", resolved=f"the shipped pretrained weights of preset {name!r} (cosmos_rl/models/presets/{name})")
         else:
             out.update(kind="preset", resolved=f"random weights of preset {name!r} seeded by job.seed = {config.job.seed}")
