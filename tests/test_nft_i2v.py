@@ -2,8 +2,8 @@
 frame, held clean in rollouts and training and left out of the loss; the prompt file's `image`
 column and its checks; the preflight rules; the verifier's first-frame constraint.
 
-Tiny sizes as tests/test_nft_video.py: the shapes base with its image VAE (every frame its own
-latent frame, so latent frame 0 is pixel frame 0's), 5 frames at 32x32, a group of 2, one row.
+Tiny sizes as tests/test_nft_video.py: the video base, whose causal VAE halves time (5 frames are
+3 latent frames; latent frame 0 is pixel frame 0's alone), 5 frames at 32x32, a group of 2, one row.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 MANIFEST = REPO / "manifests" / "nft_i2v_shapes_cpu.toml"
 VIDEO_PROMPTS = REPO / "manifests" / "shapes_video_train.txt"
 FRAMES = 5
+LATENT_FRAMES = 3  # 1 + (5 - 1) / 2
 TINY = [
     f"model.num_frames={FRAMES}", "rl.group_size=2", "rl.prompts_per_step=1", "rl.timesteps_per_sample=1",
     "job.progress=false", "job.log_every=1", "checkpoint.keep=0", "rl.sample_steps=2", "rl.max_steps=1",
@@ -80,9 +81,9 @@ def test_one_i2v_nft_step_holds_the_first_latent_frame_clean_and_trains_on_the_r
     # training forwards: x_t keeps the rollout's clean frame 0, the other frames are noised
     for (x_t, t, _, target, _), x0 in zip(losses, (x0_a, x0_b)):
         assert torch.equal(x_t[:, :, :1], x0[:, :, :1])
-        assert not torch.allclose(x_t[:, :, 1:], x0[:, :, 1:]) and target.shape[2] == FRAMES
+        assert not torch.allclose(x_t[:, :, 1:], x0[:, :, 1:]) and target.shape[2] == LATENT_FRAMES
     # the loss sees frames 1.. only: latent frame 0 has zero weight
-    assert shapes and all(v[2] == FRAMES - 1 and tgt[2] == FRAMES - 1 for v, tgt in shapes)
+    assert shapes and all(v[2] == LATENT_FRAMES - 1 and tgt[2] == LATENT_FRAMES - 1 for v, tgt in shapes)
     assert metrics["train/advantage_abs_mean"] > 0 and metrics["train/grad_norm"] > 0
 
 

@@ -53,8 +53,8 @@ def test_one_video_nft_step_rolls_out_clips_scores_them_per_frame_and_trains(tmp
     metrics = trainer.train_step(1)
 
     (x0_a, sigmas, pixels_a), (x0_b, _, pixels_b) = seen[0]
-    # the shapes base's VAE: 4 latent channels, no temporal stage (T = F), 4x spatial (32 -> 8)
-    assert x0_a.shape == (1, 4, FRAMES, 8, 8)
+    # the video base's VAE: 4 latent channels, 2x in time (5 frames -> 1 + 4 / 2 = 3), 4x in space (32 -> 8)
+    assert x0_a.shape == (1, 4, 3, 8, 8)
     assert pixels_a.shape == (1, FRAMES, 32, 32, 3) and pixels_a.dtype == torch.uint8
     assert len(sigmas) == 2  # the sampler's two timesteps, which NFT trains at
     assert not torch.equal(x0_a, x0_b)  # each rank's clip from its own noise
@@ -81,7 +81,7 @@ def test_video_nft_trains_at_the_time_positions_it_samples_at(tmp_path, monkeypa
     monkeypatch.setattr(packing, "velocity", lambda *a, **kw: calls.append((torch.is_grad_enabled(), kw)) or real(*a, **kw))
     trainer.train_step(1)
     assert any(grad for grad, _ in calls), "the policy's training forward went through packing.velocity"
-    assert calls and all((kw.get("fps"), kw.get("temporal_factor")) == (16.0, 1) for _, kw in calls), calls
+    assert calls and all((kw.get("fps"), kw.get("temporal_factor")) == (16.0, 2) for _, kw in calls), calls
 
 
 def _rows(run_dir: Path) -> list[dict]:
@@ -142,18 +142,19 @@ def test_video_nft_on_ray_resumes_exactly(ray_cluster, tmp_path):
 
 def test_plan_counts_the_training_forwards_clips_per_rank():
     """plan's train_activation_mib_per_rank: rows x K clips of the per-sample estimate (docs/video.md).
-    Shapes base (hidden 128, MLP 256, 4 layers, patch 2; VAE 4x in space, none in time): a 9-frame
-    32x32 clip is 9 x 4 x 4 = 144 tokens, 4 x 144 x (12 x 128 + 4 x 256) x 4 bytes = 5.625 MiB."""
+    Video base (hidden 128, MLP 256, 4 layers, patch 2; VAE 4x in space, 2x in time): a 9-frame
+    32x32 clip is 5 latent frames x 4 x 4 = 80 tokens, 4 x 80 x (12 x 128 + 4 x 256) x 4 bytes =
+    3.125 MiB; 5 frames are 3 latent frames, 48 tokens, 1.875 MiB."""
     from cosmos_rl import plan
 
     def per_rank(*extra):
         return plan.build(load.load(MANIFEST, list(extra)), str(MANIFEST))["per_step"]["train_activation_mib_per_rank"]
 
-    assert per_rank() == 5.625 * 8 * 2  # the manifest: 8 rows x timesteps_per_sample 2
-    assert per_rank("rl.timesteps_per_sample=1") == 5.625 * 8
-    assert per_rank("model.num_frames=5") == pytest.approx(5.625 * 5 / 9 * 16, abs=0.005)  # linear in frames
-    # checkpointing keeps 4 layer inputs (4 x 144 x 128 x 4 bytes) + one layer's 144 x 2560 x 4 bytes
-    assert per_rank("model.gradient_checkpointing=true") == pytest.approx((4 * 144 * 128 * 4 + 144 * 2560 * 4) * 16 / 2**20, abs=0.005)
+    assert per_rank() == 3.125 * 8 * 2  # the manifest: 8 rows x timesteps_per_sample 2
+    assert per_rank("rl.timesteps_per_sample=1") == 3.125 * 8
+    assert per_rank("model.num_frames=5") == pytest.approx(1.875 * 16, abs=0.005)  # linear in latent frames
+    # checkpointing keeps 4 layer inputs (4 x 80 x 128 x 4 bytes) + one layer's 80 x 2560 x 4 bytes
+    assert per_rank("model.gradient_checkpointing=true") == pytest.approx((4 * 80 * 128 * 4 + 80 * 2560 * 4) * 16 / 2**20, abs=0.005)
 
 
 def test_the_shipped_video_training_prompts_are_what_the_documented_command_writes(tmp_path):
