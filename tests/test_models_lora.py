@@ -14,9 +14,11 @@ from cosmos_rl.models.lora import (
     blend_adapter,
     copy_adapter,
     set_active,
+    use_adapter,
 )
 from cosmos_rl.models.packing import velocity
 from cosmos_rl.models.text import tokenize_prompts
+from peft.tuners.tuners_utils import BaseTunerLayer
 
 
 @pytest.fixture
@@ -98,6 +100,83 @@ def test_adapters_disabled_restores_even_after_an_error(setup):
         with adapters_disabled(transformer):
             raise RuntimeError("boom")
     torch.testing.assert_close(run(), with_policy, atol=0, rtol=0)
+
+
+def _flags(transformer):
+    return {n: p.requires_grad for n, p in transformer.named_parameters()}
+
+
+def _tuner_layers(transformer):
+    return [m for m in transformer.modules() if isinstance(m, BaseTunerLayer)]
+
+
+def test_adapters_disabled_keeps_the_active_adapter_and_every_trainable_flag(setup):
+    """"old" runs while "policy" trains (NFT's old forward): inside the block every layer is
+    disabled and no flag moves (FSDP2 plans gradient dtypes from the flags at a first forward);
+    after it "old" runs again, with the same flags."""
+    transformer, run, base = setup
+    _perturb(transformer, "old", seed=8)
+    use_adapter(transformer, "old")
+    with_old, before = run(), _flags(transformer)
+    assert {n for n, f in before.items() if f} == {n for n in before if ".policy." in n}
+    with adapters_disabled(transformer):
+        assert all(layer.disable_adapters for layer in _tuner_layers(transformer))
+        assert _flags(transformer) == before
+        torch.testing.assert_close(run(), base, atol=0, rtol=0)
+    assert not any(layer.disable_adapters for layer in _tuner_layers(transformer))
+    assert transformer.active_adapters() == ["old"]
+    assert _flags(transformer) == before
+    torch.testing.assert_close(run(), with_old, atol=0, rtol=0)
+
+
+def test_nested_adapters_disabled_stays_disabled_until_the_outer_block_ends(setup):
+    transformer, run, base = setup
+    _perturb(transformer, "policy", seed=9)
+    with adapters_disabled(transformer):
+        with adapters_disabled(transformer):
+            pass
+        torch.testing.assert_close(run(), base, atol=0, rtol=0)
+    assert (run() - base).abs().max() > 1e-4
+
+
+def test_use_adapter_runs_like_set_active_and_moves_no_flag(setup):
+    transformer, run, _ = setup
+    _perturb(transformer, "policy", seed=10)
+    _perturb(transformer, "old", seed=11)
+    before = _flags(transformer)
+    use_adapter(transformer, "old")
+    with_old = run()
+    assert transformer.active_adapters() == ["old"] and _flags(transformer) == before
+    set_active(transformer, "old")
+    torch.testing.assert_close(run(), with_old, atol=0, rtol=0)
+    with pytest.raises(ValueError, match="'ema'"):
+        use_adapter(transformer, "ema")
+
+
+def test_switching_sees_an_adapter_added_after_a_switch():
+    """The tuner layers are found once per set of adapter names: an adapter added on other modules
+    later brings new layers, which switching must reach too."""
+    parts = build_preset("tiny", seed=0)
+    transformer = parts.transformer
+    ids, _ = tokenize_prompts(parts.tokenizer, ["a cat"])
+    x_t, sigma = torch.randn(1, 4, 1, 8, 8, generator=torch.Generator().manual_seed(0)), torch.tensor([0.5])
+
+    def run():
+        with torch.no_grad():
+            return velocity(transformer, x_t, sigma, ids)
+
+    base = run()
+    add_adapters(transformer, rank=4, alpha=8, names=["policy"], target_modules=["to_q"])
+    with adapters_disabled(transformer):  # a first switch, before the second adapter exists
+        pass
+    add_adapters(transformer, rank=4, alpha=8, names=["gen"], target_modules=["add_q_proj"])
+    _perturb(transformer, "gen", seed=12)
+    assert all(".add_q_proj." in key for key in adapter_tensors(transformer, "gen"))
+    assert (run() - base).abs().max() > 1e-4  # "gen" is active (add_adapters' first name)
+    with adapters_disabled(transformer):
+        torch.testing.assert_close(run(), base, atol=0, rtol=0)
+    use_adapter(transformer, "policy")  # "policy" is still zero: the base again
+    torch.testing.assert_close(run(), base, atol=0, rtol=0)
 
 
 def test_copy_adapter_makes_dst_compute_like_src(setup):

@@ -4,17 +4,28 @@ Several adapters share one network: e.g. "policy" (trained), "old" (a moving cop
 rollouts) and, with adapters disabled, the base model as the reference. Facts of peft relied on:
 adding an adapter makes it the active one, a fresh adapter's lora_B is zero (so it equals the
 base), and activating an adapter makes it the only trainable one.
+
+Switching runs every training step (the reference forward of DPO, NFT and GRPO; NFT's old and
+policy forwards), so it is done on the tuner layers themselves, found once per set of adapter
+names. diffusers' model-level `disable_adapters`/`enable_adapters`/`set_adapter` read the installed
+peft version from package metadata, walk every module and set requires_grad parameter by parameter
+on each call: 6 to 7 ms of CPU per reference switch on the tiny preset, against about 0.1 ms here
+(`bench/dpo_bench.py` prints both). Two more facts of peft are relied on for that: a tuner layer's
+forward obeys its `disable_adapters` and `active_adapter` properties, which read the layer's
+`_disable_adapters` and `_active_adapter` attributes (tests/test_models_lora.py fails if not).
 """
 
 from __future__ import annotations
 
 import warnings
+import weakref
 from contextlib import contextmanager
 from typing import Iterator
 
 import torch
 from peft import LoraConfig
 from peft.tuners.lora import LoraLayer
+from peft.tuners.tuners_utils import BaseTunerLayer
 
 from cosmos_rl.models.towers import DEFAULT_TARGET_MODULES, peft_targets  # noqa: F401  (DEFAULT_TARGET_MODULES is this module's name too)
 
@@ -64,8 +75,23 @@ def _check_targets_match(transformer: torch.nn.Module, requested: list[str]) -> 
             )
 
 
+# transformer -> (its adapter names when the walk was made, its tuner layers with their paths).
+# Adding or deleting an adapter changes the names and so the walk is made again; FSDP2 sharding and
+# gradient checkpointing keep the layer objects and their paths.
+_TUNER_LAYERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _tuner_layers(transformer: torch.nn.Module) -> list[tuple[str, BaseTunerLayer]]:
+    names = tuple(getattr(transformer, "peft_config", None) or ())
+    held = _TUNER_LAYERS.get(transformer)
+    if held is None or held[0] != names:
+        found = [(path, module) for path, module in transformer.named_modules() if isinstance(module, BaseTunerLayer)]
+        held = _TUNER_LAYERS[transformer] = (names, found)
+    return held[1]
+
+
 def _lora_layers(transformer: torch.nn.Module) -> Iterator[tuple[str, LoraLayer]]:
-    for module_name, module in transformer.named_modules():
+    for module_name, module in _tuner_layers(transformer):
         if isinstance(module, LoraLayer):
             yield module_name, module
 
@@ -78,29 +104,47 @@ def _check_known(transformer: torch.nn.Module, *names: str) -> None:
 
 
 def set_active(transformer: torch.nn.Module, name: str) -> None:
-    """Make `name` the adapter used in forwards and the only trainable one."""
+    """Make `name` the adapter used in forwards and the only trainable one (what diffusers'
+    `set_adapter` does: peft's per-layer `set_adapter` on every tuner layer)."""
     _check_known(transformer, name)
-    transformer.set_adapter(name)
+    for _, layer in _tuner_layers(transformer):
+        layer.set_adapter([name])
+
+
+def use_adapter(transformer: torch.nn.Module, name: str) -> None:
+    """Make `name` the adapter used in forwards, leaving every requires_grad flag as it is (e.g. the
+    old policy runs while the policy stays the only trainable adapter). Only each tuner layer's
+    active adapter (what peft's `active_adapter` property reads) is set; `set_active` also flips
+    the flags, parameter by parameter."""
+    _check_known(transformer, name)
+    for _, layer in _tuner_layers(transformer):
+        layer._active_adapter = [name]
 
 
 @contextmanager
 def adapters_disabled(transformer: torch.nn.Module) -> Iterator[None]:
-    """Run the base model (the frozen reference) inside the block; the active adapter comes back after.
+    """Run the base model (the frozen reference) inside the block; the adapters' state comes back after.
 
-    peft's disable_adapters also clears requires_grad on every adapter; the flags are put back at
-    once (a disabled adapter takes no part in the forward, so they change nothing inside). FSDP2
-    fixes a layer's gradient dtypes at its first forward from the trainable parameters it sees:
-    seeing none (DPO's first forward is the reference's), it would reduce bf16 gradients in bf16
-    and fail to store them on the fp32 master weights.
+    Only each tuner layer's disabled flag (what peft's `disable_adapters` property reads, and its
+    forward obeys) is set, then put back as it was: the active adapter and every requires_grad flag
+    stay as they are, inside the block and after it. (diffusers' `disable_adapters` also clears
+    requires_grad on every adapter, and its `enable_adapters` makes the active adapter trainable;
+    FSDP2 fixes a layer's gradient dtypes at its first forward from the trainable parameters it
+    sees: seeing none, as DPO's first forward is the reference's, it would reduce bf16 gradients in
+    bf16 and fail to store them on the fp32 master weights.) Nested blocks on one network restore
+    the disabled state of the outer block.
     """
-    trainable = [(p, p.requires_grad) for _, layer in _lora_layers(transformer) for p in layer.parameters()]
-    transformer.disable_adapters()
-    for param, flag in trainable:
-        param.requires_grad_(flag)
+    layers = [layer for _, layer in _tuner_layers(transformer)]
+    if not layers:
+        raise ValueError("adapters_disabled: this transformer has no LoRA adapter")
+    were = [layer._disable_adapters for layer in layers]
+    for layer in layers:
+        layer._disable_adapters = True
     try:
         yield
     finally:
-        transformer.enable_adapters()
+        for layer, was in zip(layers, were):
+            layer._disable_adapters = was
 
 
 def _adapter_params(transformer: torch.nn.Module, name: str) -> dict[str, torch.nn.Parameter]:

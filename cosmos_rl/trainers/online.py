@@ -119,7 +119,8 @@ class OnlineTrainer:
         self.transformer = self.model.transformer
         if rl.old.build_old:
             lora.copy_adapter(self.transformer, POLICY, OLD)  # the old policy starts as the policy, exactly
-        self._activate(POLICY)
+        if self.model.lora:
+            lora.set_active(self.transformer, POLICY)  # the only trainable adapter, for the whole run
         self.optimizer, self.schedule = build_optimizer(self.model.trainable_parameters(), rl.optimizer)
 
         self.prompts = run_prompts(rl)
@@ -178,20 +179,15 @@ class OnlineTrainer:
     def _activate(self, name: str) -> None:
         """Run forwards with adapter `name` while only the policy adapter stays trainable.
 
-        peft's set_adapter also flips requires_grad; FSDP2 built its gradient plan from the
-        policy-trainable state, so that is put back at once.
+        The flags are set once, at build (`lora.set_active(POLICY)`), and never flipped after:
+        FSDP2 built its gradient plan from the policy-trainable state.
         """
         from cosmos_rl.models import lora
 
         if not self.model.lora:  # a full fine-tune has one network and no old policy (preflight)
             assert name == POLICY, name
             return
-        lora.set_active(self.transformer, name)
-        if name != POLICY:
-            for param in lora.adapter_tensors(self.transformer, name).values():
-                param.requires_grad_(False)
-            for param in lora.adapter_tensors(self.transformer, POLICY).values():
-                param.requires_grad_(True)
+        lora.use_adapter(self.transformer, name)
 
     def _tokens(self, rows: list[int]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         from cosmos_rl.models.text import model_prompt_ids
