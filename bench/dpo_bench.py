@@ -16,6 +16,11 @@ For LoRA and full fine-tuning, each in its own process (so peak RSS is that mode
   bare_split_s         the bare step's forwards_and_loss and rest (backward, AdamW)
   overhead_s_per_step  trainer step - bare step, and `vae_encode_share_of_overhead`
   peak_rss_mib         the process's peak resident memory (resource.getrusage)
+  switch_cpu_ms        LoRA only: CPU milliseconds of one switch to the reference and back, after
+                       the timed steps, 100 of each alternated: `project` is `model.reference()`
+                       (what both loops above use), `diffusers` the model-level calls
+                       `disable_adapters()`/`enable_adapters()` a loop written on diffusers' public
+                       API would make (the project's path before it switched the layers itself)
 Single process, CPU, the tiny preset, `--threads` torch threads (default 1: CPU seconds then count
 work, not idle spinning). One warm-up step of each; then every trainer step is followed by a bare
 step on the very pairs it drew (their VAE encoding not timed), so both see the same prompt
@@ -140,6 +145,8 @@ def measure(mode: str, steps: int, pairs: int, threads: int, data_pairs: int = 6
         bare_watch.run("step", functools.partial(bare_step, latents, ids))
         paired.append(trainer_cpu_step / (bare_watch.cpu["step"] - before))
 
+    switch = _switch_cpu_ms(trainer.model) if mode == "lora" else None
+
     def per_step(watch, clock):
         return getattr(watch, clock)["step"] / steps
 
@@ -166,7 +173,29 @@ def measure(mode: str, steps: int, pairs: int, threads: int, data_pairs: int = 6
         "vae_encode_share_of_overhead": round(split["vae_encode"] / overhead, 3) if overhead > 0 else None,
         "trainable_params": sum(p.numel() for p in trainer.params),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "switch_cpu_ms": switch,
     }
+
+
+def _switch_cpu_ms(model, repeats: int = 100) -> dict:
+    """CPU ms of one reference switch (in and out) by the project's path and by diffusers' calls, alternated."""
+    transformer = model.transformer
+
+    def project():
+        with model.reference():
+            pass
+
+    def diffusers():
+        transformer.disable_adapters()
+        transformer.enable_adapters()
+
+    spent = {"project": 0.0, "diffusers": 0.0}
+    for _ in range(repeats):
+        for name, switch in (("project", project), ("diffusers", diffusers)):
+            cpu = time.process_time()
+            switch()
+            spent[name] += time.process_time() - cpu
+    return {name: round(total / repeats * 1e3, 3) for name, total in spent.items()}
 
 
 def main() -> None:

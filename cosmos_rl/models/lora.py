@@ -9,7 +9,7 @@ Switching runs every training step (the reference forward of DPO, NFT and GRPO; 
 policy forwards), so it is done on the tuner layers themselves, found once per set of adapter
 names. diffusers' model-level `disable_adapters`/`enable_adapters`/`set_adapter` read the installed
 peft version from package metadata, walk every module and set requires_grad parameter by parameter
-on each call: 6 to 7 ms of CPU per reference switch on the tiny preset, against about 0.1 ms here
+on each call: 4 to 8 ms of CPU per reference switch on the tiny preset, against about 0.1 ms here
 (`bench/dpo_bench.py` prints both). Two more facts of peft are relied on for that: a tuner layer's
 forward obeys its `disable_adapters` and `active_adapter` properties, which read the layer's
 `_disable_adapters` and `_active_adapter` attributes (tests/test_models_lora.py fails if not).
