@@ -2,7 +2,8 @@
 
 For LoRA and full fine-tuning, each in its own process (so peak RSS is that mode's alone):
   trainer_pairs_per_s  DPOTrainer.train_step (data, VAE, noise, two packed forwards, AdamW, metrics)
-  bare_pairs_per_s     the same forwards/backward/step on the same pairs, pre-encoded, nothing else
+  bare_pairs_per_s     the same forwards/backward/step on the same pairs, pre-encoded, nothing else;
+                       it switches to the reference as the trainer does (`model.reference()`)
   overhead_ratio       bare / trainer (1.0 = the loop adds nothing); `cpu_overhead_ratio` the same
                        in CPU seconds (time.process_time), which load on a shared machine moves less;
                        `cpu_overhead_ratio_median` the median over steps of each trainer step's CPU
