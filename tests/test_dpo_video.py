@@ -288,22 +288,70 @@ def test_validate_data_exits_2_naming_every_bad_clip_pair_row(tmp_path):
 
 
 # ------------------------------------------------------------------------------ under torchrun
+def _dcp_tensors(step_dir: Path, tmp: Path) -> dict[str, torch.Tensor]:
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    out = tmp / f"{step_dir.parent.parent.name}.pt"
+    dcp_to_torch_save(str(step_dir), str(out))
+    flat: dict[str, torch.Tensor] = {}
+
+    def walk(prefix, value):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        elif isinstance(value, torch.Tensor):
+            flat[prefix] = value
+
+    walk("", torch.load(out, weights_only=True))
+    return {k: v for k, v in flat.items() if k.startswith(("policy.", "optimizer."))}
+
+
 @pytest.mark.slow
-def test_two_steps_on_generated_clip_pairs_under_torchrun(tmp_path):
+def test_clip_dpo_under_torchrun_stopped_by_sigterm_resumes_exactly(tmp_path):
     """`cosmos-rl train` of the DPO smoke manifest on 5-frame clips: 2 ranks (gloo, FSDP2), the
-    generator's clip pairs, validation on held-out clip pairs, a committed checkpoint at step 2."""
+    generator's clip pairs, validation on held-out clip pairs. Three steps straight; the same run
+    stopped by a SIGTERM to its process group after its first step (exit 75, a committed step),
+    then `resume --exact`: the same metrics rows and bit-equal weights and optimizer state."""
     import os
+    import signal
+    import time
 
     from _overrides import DPO_SMALL_WITH_VALIDATION
 
-    args = ["train", DPO, *DPO_SMALL_WITH_VALIDATION, f"model.num_frames={FRAMES}", "model.fps=16", "rl.max_steps=2",
-            f'job.output_dir="{tmp_path}"', 'job.name="clips"']  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    result = subprocess.run([sys.executable, "-m", "cosmos_rl.cli", *args], cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=600)  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    rows = _rows(tmp_path / "clips")
-    assert [r["step"] for r in rows] == [1, 2]
+
+    def cosmos(*args: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "cosmos_rl.cli", *args], cwd=tmp_path, env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+
+    def train(name: str) -> subprocess.Popen:
+        return cosmos("train", DPO, *DPO_SMALL_WITH_VALIDATION, f"model.num_frames={FRAMES}", "model.fps=16",
+                      "rl.max_steps=3", f'job.output_dir="{tmp_path}"', f'job.name="{name}"')  # fmt: skip
+
+    straight = train("straight")
+    _, err = straight.communicate(timeout=600)
+    assert straight.returncode == 0, err[-3000:]
+    split = train("split")
+    metrics = tmp_path / "split" / "metrics.jsonl"
+    deadline = time.monotonic() + 600
+    while split.poll() is None and time.monotonic() < deadline and not (metrics.exists() and metrics.read_text().strip()):
+        time.sleep(0.05)
+    assert split.poll() is None, split.communicate()[1][-3000:]
+    os.killpg(split.pid, signal.SIGTERM)  # the run's own group, as a scheduler signals it
+    _, err = split.communicate(timeout=600)
+    assert split.returncode == 75, err[-3000:]
+    stopped = [r["step"] for r in _rows(tmp_path / "split")]
+    assert stopped in ([1], [1, 2]), (stopped, err[-2000:])
+    resumed = cosmos("resume", str(tmp_path / "split"), "--exact")
+    _, err = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, err[-3000:]
+
+    rows = _rows(tmp_path / "straight")
+    assert [r["step"] for r in rows] == [1, 2, 3] and _rows(tmp_path / "split") == rows
     assert rows[0]["train/loss"] == pytest.approx(math.log(2), abs=1e-6) and rows[1]["train/loss"] != rows[0]["train/loss"]
     assert math.isfinite(rows[1]["val/loss"]) and rows[0]["train/grad_norm"] > 0
-    assert (tmp_path / "clips" / "checkpoints" / "step_2" / "COMMITTED").is_file()
+    a = _dcp_tensors(tmp_path / "straight" / "checkpoints" / "step_3", tmp_path)
+    b = _dcp_tensors(tmp_path / "split" / "checkpoints" / "step_3", tmp_path)
+    assert a and set(a) == set(b)
+    for key in a:
+        assert torch.equal(a[key], b[key]), key

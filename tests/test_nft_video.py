@@ -11,6 +11,10 @@ the manifest's first two steps): rewards that vary within a group are what make 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -106,34 +110,59 @@ def _policy_tensors(run_dir: Path, step: int, tmp: Path) -> dict[str, torch.Tens
     return {k: v for k, v in flat.items() if k.startswith(("policy.", "old.", "optimizer."))}
 
 
+def _sigterm_after_first_row(run_dir: Path) -> threading.Thread:
+    """A watcher that sends this process SIGTERM once the run has logged its first step, as a
+    scheduler would: the driver (in this process, its stop handler installed) finishes the step it
+    is in, commits and raises Preempted (the command's exit 75)."""
+
+    def watch():
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            path = run_dir / "metrics.jsonl"
+            if path.exists() and path.read_text().strip():
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
 @pytest.mark.slow
-def test_video_nft_on_ray_resumes_exactly(ray_cluster, tmp_path):
-    """Two steps of image-to-video NFT on two Ray actors (rollouts conditioned on the world's first
+def test_video_nft_on_ray_stopped_by_sigterm_resumes_exactly(ray_cluster, tmp_path):
+    """Three steps of image-to-video NFT on two Ray actors (rollouts conditioned on the world's first
     frames; the built-in reward services: the video verifier's I2V score on whole clips and
     brightness frame by frame; [rl.eval] image-to-video with the video verifier at step 2),
-    straight, and stopped after step 1 then resumed with --exact: the same metrics rows and
-    bit-equal weights."""
+    straight, and stopped by SIGTERM after its first step then resumed with --exact: the same
+    metrics rows and bit-equal weights."""
     from cosmos_rl import launch
+    from cosmos_rl.errors import Preempted
 
     fast = [*BOTH, "rl.sample_steps=3", "checkpoint.every=1", "rl.sample_grid_every=2",
-            "rl.eval.every=2", "rl.eval.per_task=1", "rl.eval.seeds=1", "rl.eval.sample_steps=2"]  # fmt: skip
+            "rl.eval.every=2", "rl.eval.per_task=1", "rl.eval.seeds=1", "rl.eval.sample_steps=2", "rl.max_steps=3"]  # fmt: skip
 
-    def train(name: str, steps: int) -> Path:
-        config = _config(tmp_path, *fast, f"rl.max_steps={steps}", f'job.name="{name}"')
-        assert launch.train(config, MANIFEST, Console(stderr=True)) == 0
-        return tmp_path / name
+    def train(name: str) -> int:
+        config = _config(tmp_path, *fast, f'job.name="{name}"')
+        return launch.train(config, MANIFEST, Console(stderr=True))
 
-    straight = train("straight", 2)
-    split = train("split", 1)
-    assert launch.resume(split, ["rl.max_steps=2"], exact=True, console=Console(stderr=True)) == 0
+    assert train("straight") == 0
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    watcher = _sigterm_after_first_row(split)
+    with pytest.raises(Preempted):  # stopped after committing its step: exit 75, then resume --exact
+        train("split")
+    watcher.join(timeout=5)
+    stopped_at = [r["step"] for r in _rows(split)]
+    assert stopped_at in ([1], [1, 2]), stopped_at
+    assert launch.resume(split, [], exact=True, console=Console(stderr=True)) == 0
 
     a_rows, b_rows = _rows(straight), _rows(split)
     strip = lambda row: {k: v for k, v in row.items() if not k.startswith("time/")}  # noqa: E731
     assert [strip(r) for r in a_rows] == [strip(r) for r in b_rows]
-    assert [r["step"] for r in a_rows] == [1, 2] and all(r["train/grad_norm"] > 0 for r in a_rows)
+    assert [r["step"] for r in a_rows] == [1, 2, 3] and all(r["train/grad_norm"] > 0 for r in a_rows)
     assert all(0.0 <= r["train/shapes_video_i2v_partial/reward_mean"] <= 1.0 for r in a_rows)
-    assert "eval/score" in a_rows[-1] and 0.0 <= a_rows[-1]["eval/score"] <= 1.0
-    a, b = _policy_tensors(straight, 2, tmp_path), _policy_tensors(split, 2, tmp_path)
+    assert "eval/score" in a_rows[1] and 0.0 <= a_rows[1]["eval/score"] <= 1.0
+    a, b = _policy_tensors(straight, 3, tmp_path), _policy_tensors(split, 3, tmp_path)
     assert a and set(a) == set(b) and any(k.startswith("old.") for k in a)
     for key in a:
         assert torch.equal(a[key], b[key]), key
