@@ -305,6 +305,7 @@ def compare(
         base_score = base_from_eval(base_eval, held_out, base)
     threshold = None if base_score is None else base_score + margin
     final = next((r.final for r in runs if r.final), None)
+    first = next((r for r in runs if r.final), None)
     return {
         "base": base,
         "held_out": held_out,
@@ -312,7 +313,28 @@ def compare(
         "final_base": _base_scores(final) if final else None,
         "base_score": base_score, "base_score_from": str(base_eval) if base_eval is not None else ("--base-score" if base_score is not None else None),
         "margin": margin, "threshold": threshold,
-        "runs": [_run_json(r, threshold) for r in runs],
+        "runs": [{**_run_json(r, threshold), "against_first": against(r, first)} for r in runs],
+    }  # fmt: skip
+
+
+def against(run: RunFigures, first: RunFigures | None) -> dict | None:
+    """`run`'s final checkpoint minus `first`'s (the first run with an eval.json), paired prompt by
+    prompt: both eval.json files hold the same prompts and seeds (checked by `compare`), so each
+    prompt's difference is on identical noise. None for the first run itself, a run without an
+    eval.json, or eval.json files written before they held per-prompt scores."""
+    from cosmos_rl.evaluation.intervals import paired
+
+    if first is None or run is first or run.final is None:
+        return None
+    mine, theirs = run.final.get("prompt_scores"), first.final.get("prompt_scores")
+    if not mine or not theirs:
+        return None
+    intervals = paired(mine, theirs)
+    tasks = list(theirs)
+    return {
+        "against": first.name,
+        "change": {"value": run.final["score"] - first.final["score"], "interval": list(intervals.overall)},
+        "tasks": {t: {"value": run.final["tasks"][t] - first.final["tasks"][t], "interval": list(intervals.tasks[t])} for t in tasks},
     }  # fmt: skip
 
 

@@ -158,6 +158,7 @@ def render(console, result: dict, files: tuple[Path, Path] | None = None) -> Non
         scores = ["final score: " + ", ".join(f"{escape(r['name'])} {cell(r['final']['score']['value'], r['final']['score']['interval'])}" for r in finals)]
         console.print(final)
         console.print(scores[0], highlight=False)
+        _render_against_first(console, result, tasks)
     for run in result["runs"]:
         for note in run["notes"]:
             console.print(f"note: {escape(run['name'])}: {escape(note)}", highlight=False)
@@ -168,3 +169,29 @@ def render(console, result: dict, files: tuple[Path, Path] | None = None) -> Non
         console.print(f"base score {result['base_score']:.3f} (from {escape(result['base_score_from'])}), threshold {threshold:.3f}", highlight=False)
     if files:
         console.print(f"[bold green]wrote[/] {escape(str(files[0]))}, {escape(str(files[1]))}", highlight=False)
+
+
+def _render_against_first(console, result: dict, tasks: list[str]) -> None:
+    """The later runs' final checkpoints minus the first's, paired per prompt (compare.against)."""
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
+    from cosmos_rl.evaluation.intervals import cell
+
+    paired_runs = [run for run in result["runs"] if run.get("against_first")]
+    if not paired_runs:
+        return
+    first = paired_runs[0]["against_first"]["against"]
+    table = Table(title=f"compare: final score minus {escape(first)}'s (eval.json; paired per prompt, 95% interval)",
+                  title_justify="left", box=box.SIMPLE_HEAD)  # fmt: skip
+    table.add_column("task")
+    for run in paired_runs:
+        table.add_column(escape(run["name"]), justify="right")
+    for task in [*tasks, None]:
+        if task is None:
+            table.add_section()
+        changes = [run["against_first"]["change"] if task is None else run["against_first"]["tasks"][task] for run in paired_runs]
+        table.add_row("[bold]overall[/]" if task is None else escape(task),
+                      *(cell(c["value"], c["interval"], signed=True) for c in changes))  # fmt: skip
+    console.print(table)

@@ -249,6 +249,33 @@ def test_the_command_prints_the_tables_and_writes_json_and_png(tmp_path):
         assert png.size == (round(compare.FIG_SIZE_IN[0] * compare.FIG_DPI), round(compare.FIG_SIZE_IN[1] * compare.FIG_DPI))
 
 
+def test_later_runs_are_paired_prompt_by_prompt_against_the_first(tmp_path):
+    """Per-prompt scores in eval.json (counting 2 prompts, position 2): nft_b's counting prompts each
+    score 0.25 above nft_a's and its position prompts each 0.1 below, so every resample of the
+    paired bootstrap has the same means: counting +0.25 [0.25, 0.25], position -0.10 [-0.10, -0.10],
+    overall (the mean of the task means) +0.075 [0.075, 0.075]. The values are the scores' differences:
+    overall 0.40 - 0.325 = 0.075, counting (0.1 + 0.35) - (0.1 + 0.1) = 0.25."""
+    a_final = {**eval_json(100, 0.325, 0.125, {"counting": 0.1, "position": 0.15}),
+               "prompt_scores": {"counting": [0.0, 0.4], "position": [0.5, 0.4]}}
+    b_final = {**eval_json(100, 0.40, 0.20, {"counting": 0.35, "position": 0.05}),
+               "prompt_scores": {"counting": [0.25, 0.65], "position": [0.4, 0.3]}}  # fmt: skip
+    a, b = nft_run(tmp_path, "nft_a", final=a_final), nft_run(tmp_path, "nft_b", final=b_final)
+    older = nft_run(tmp_path, "nft_old", final=eval_json(100, 0.3, 0.1, {"counting": 0.1, "position": 0.0}))
+    result = compare.compare([a, b, older])
+    first, second, third = result["runs"]
+    assert first["against_first"] is None  # the first run is the reference
+    assert third["against_first"] is None  # an eval.json from before per-prompt scores: nothing to pair
+    paired = second["against_first"]
+    assert paired["against"] == "nft_a"
+    assert paired["change"]["value"] == pytest.approx(0.075) and paired["change"]["interval"] == pytest.approx([0.075, 0.075])
+    assert paired["tasks"]["counting"]["value"] == pytest.approx(0.25)
+    assert paired["tasks"]["counting"]["interval"] == pytest.approx([0.25, 0.25])
+    assert paired["tasks"]["position"]["interval"] == pytest.approx([-0.1, -0.1])
+    code, output = cli(a, b, "--out", tmp_path / "out")
+    assert code == 0, output
+    assert "final score minus nft_a's" in output and "+0.250 [0.25, 0.25]" in output and "-0.100 [-0.10, -0.10]" in output
+
+
 # ------------------------------------------------------------------------------ the base's score
 def base_eval(tmp_path: Path, **changes) -> Path:
     """The eval.json `cosmos-rl eval preset:shapes --per-task 8 --seeds 4 --sample-steps 10 --guidance 1`

@@ -270,6 +270,10 @@ def test_eval_of_the_finished_run_matches_its_last_eval_row_and_differs_from_its
     assert first["diff_tasks"] == {t: v - first["base_tasks"][t] for t, v in first["tasks"].items()}
     assert first["diff_score_interval"] == pytest.approx([first["diff_score"]] * 2, abs=1e-12)
     assert first["base_tasks_interval"] == {t: [v, v] for t, v in first["base_tasks"].items()}
+    # Per-prompt scores, what compare pairs runs on: one prompt per task, so each task's one entry is its score.
+    assert first["prompt_scores"] == {t: [v] for t, v in first["tasks"].items()}
+    assert first["base_prompt_scores"] == {t: [v] for t, v in first["base_tasks"].items()}
+    assert first["prompt_partials"] is None and first["base_prompt_partials"] is None  # brightness: no partial score
     from PIL import Image
 
     with Image.open(run_dir / "eval" / "before_after.png") as grid:

@@ -176,6 +176,8 @@ def run_eval(
         **_intervals_json(scores, ""), **_intervals_json(base, "base_"),
         **_scores_json(diff, "diff_"), **_intervals_json(diff, "diff_"), "bootstrap": bootstrap_settings(),
         **clip_extra,
+        # Added after the intervals: what `cosmos-rl compare` pairs two runs' checkpoints on.
+        **_prompt_scores_json(scores, ""), **_prompt_scores_json(base, "base_"),
     }  # fmt: skip
     # allow_nan=False: `Infinity` is not JSON; every number here is finite by the checks above.
     (t.out_dir / RESULT_FILE).write_text(json.dumps(result, indent=1, allow_nan=False) + "\n", encoding="utf-8")
@@ -190,6 +192,15 @@ def _scores_json(scores: EvalScores | None, prefix: str) -> dict:
         f"{prefix}score": scores.score, f"{prefix}score_partial": scores.score_partial,
         f"{prefix}tasks": scores.tasks, f"{prefix}tasks_partial": scores.tasks_partial,
     }  # fmt: skip
+
+
+def _prompt_scores_json(scores: EvalScores | None, prefix: str) -> dict:
+    """`{prefix}prompt_scores: {task: [each prompt's mean over its seeds]}` (prompts in evaluation
+    order) and `{prefix}prompt_partials` likewise: two evaluations on the same prompts and seeds pair
+    on these."""
+    listed = lambda by_task: {t: list(v) for t, v in by_task.items()} if by_task is not None else None  # noqa: E731
+    return {f"{prefix}prompt_scores": listed(scores.prompt_scores) if scores else None,
+            f"{prefix}prompt_partials": listed(scores.prompt_partials) if scores else None}  # fmt: skip
 
 
 def _intervals_json(scores: EvalScores | None, prefix: str) -> dict:
