@@ -42,7 +42,7 @@ LATENT_STAT_CLIPS = 1024
 # background and never drew the shapes (foreground PSNR near 5.5 dB); weighted, it escaped by step
 # ~400. The image-initialised VAE starts out drawing them; the weight stays for the moving frames.
 VIDEO_RECIPE = dict(work="shapes_video_work", samples=12000, vae_steps=2000, vae_batch=8, vae_foreground_weight=10.0,
-                    steps=3000, batch=32, eval_seeds=4)  # fmt: skip
+                    steps=7000, batch=32, eval_seeds=4)  # fmt: skip
 
 
 def _parser() -> argparse.ArgumentParser:
