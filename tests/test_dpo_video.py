@@ -288,22 +288,10 @@ def test_validate_data_exits_2_naming_every_bad_clip_pair_row(tmp_path):
 
 
 # ------------------------------------------------------------------------------ under torchrun
-def _dcp_tensors(step_dir: Path, tmp: Path) -> dict[str, torch.Tensor]:
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+def _trained_tensors(run_dir: Path, step: int, tmp: Path) -> dict[str, torch.Tensor]:
+    from test_nft_ray import _checkpoint_tensors
 
-    out = tmp / f"{step_dir.parent.parent.name}.pt"
-    dcp_to_torch_save(str(step_dir), str(out))
-    flat: dict[str, torch.Tensor] = {}
-
-    def walk(prefix, value):
-        if isinstance(value, dict):
-            for k, v in value.items():
-                walk(f"{prefix}.{k}" if prefix else str(k), v)
-        elif isinstance(value, torch.Tensor):
-            flat[prefix] = value
-
-    walk("", torch.load(out, weights_only=True))
-    return {k: v for k, v in flat.items() if k.startswith(("policy.", "optimizer."))}
+    return {k: v for k, v in _checkpoint_tensors(run_dir, step, tmp).items() if k.startswith(("policy.", "optimizer."))}
 
 
 @pytest.mark.slow
@@ -350,8 +338,8 @@ def test_clip_dpo_under_torchrun_stopped_by_sigterm_resumes_exactly(tmp_path):
     assert [r["step"] for r in rows] == [1, 2, 3] and _rows(tmp_path / "split") == rows
     assert rows[0]["train/loss"] == pytest.approx(math.log(2), abs=1e-6) and rows[1]["train/loss"] != rows[0]["train/loss"]
     assert math.isfinite(rows[1]["val/loss"]) and rows[0]["train/grad_norm"] > 0
-    a = _dcp_tensors(tmp_path / "straight" / "checkpoints" / "step_3", tmp_path)
-    b = _dcp_tensors(tmp_path / "split" / "checkpoints" / "step_3", tmp_path)
+    a = _trained_tensors(tmp_path / "straight", 3, tmp_path)
+    b = _trained_tensors(tmp_path / "split", 3, tmp_path)
     assert a and set(a) == set(b)
     for key in a:
         assert torch.equal(a[key], b[key]), key

@@ -93,21 +93,9 @@ def _rows(run_dir: Path) -> list[dict]:
 
 
 def _policy_tensors(run_dir: Path, step: int, tmp: Path) -> dict[str, torch.Tensor]:
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+    from test_nft_ray import _checkpoint_tensors
 
-    out = tmp / f"{run_dir.name}_{step}.pt"
-    dcp_to_torch_save(str(run_dir / "checkpoints" / f"step_{step}"), str(out))
-    flat = {}
-
-    def walk(prefix, value):
-        if isinstance(value, dict):
-            for k, v in value.items():
-                walk(f"{prefix}.{k}" if prefix else str(k), v)
-        elif isinstance(value, torch.Tensor):
-            flat[prefix] = value
-
-    walk("", torch.load(out, weights_only=True))
-    return {k: v for k, v in flat.items() if k.startswith(("policy.", "old.", "optimizer."))}
+    return {k: v for k, v in _checkpoint_tensors(run_dir, step, tmp).items() if k.startswith(("policy.", "old.", "optimizer."))}
 
 
 def _sigterm_after_first_row(run_dir: Path) -> threading.Thread:
