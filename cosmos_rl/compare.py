@@ -304,8 +304,8 @@ def compare(
     if base_eval is not None:
         base_score = base_from_eval(base_eval, held_out, base)
     threshold = None if base_score is None else base_score + margin
-    final = next((r.final for r in runs if r.final), None)
-    first = next((r for r in runs if r.final), None)
+    first = next((r for r in runs if r.final), None)  # the first run with an eval.json: the reference of against()
+    final = first.final if first else None
     return {
         "base": base,
         "held_out": held_out,
