@@ -23,6 +23,7 @@ from typing import Any
 from cosmos_rl.config import schema
 from cosmos_rl.dist.addresses import free_loopback_port, is_loopback
 from cosmos_rl.dist.ray_head import ACTOR_ENV, LOOPBACK_ENV, Head, local_ray_init_kwargs  # noqa: F401 (re-exported)
+from cosmos_rl.dist.warm_workers import actor_env, expected_cpus_per_rank
 from cosmos_rl.errors import Preempted, RunFailed, UserError
 
 # Seconds the placement group may take to become ready before we report needed vs available.
@@ -50,12 +51,18 @@ def _where(actor) -> tuple[str, str, int]:
 
 
 class RayCluster:
-    """Connection to a Ray cluster; shuts down only what it started itself."""
+    """Connection to a Ray cluster; shuts down only what it started itself.
 
-    def __init__(self, grid: schema.GridConfig):
+    `warm_count` > 0: a local cluster this starts has `warm_count` workers import the stack ahead of
+    the actors, all its workers running with `warm_env` (dist/warm_workers.py); `worker_env` is then
+    that environment, else None (a joined cluster: nothing known about its workers)."""
+
+    def __init__(self, grid: schema.GridConfig, warm_env: dict | None = None, warm_count: int = 0):
         self.grid = grid
         self.started = False
         self._head: Head | None = None
+        self.warm_env, self.warm_count = warm_env, warm_count
+        self.worker_env: dict | None = None
         if not self.address():
             # Ray reads these when it is imported: set before any `import ray` of this process, they
             # keep a local cluster's GCS, raylet and actors on 127.0.0.1 instead of the host's address.
@@ -90,14 +97,17 @@ class RayCluster:
         # process's group leaves Ray's daemons running until the driver has committed, and the head
         # cleans up (daemons, agents, its temp folder) once this process is gone, however it went.
         # A short path: Ray's unix sockets live under it and must stay below ~107 characters.
-        self._head = Head(tempfile.mkdtemp(prefix="cosmos-rl-ray-"))
+        warm = self.warm_count > 0 and self.warm_env is not None
+        self._head = Head(tempfile.mkdtemp(prefix="cosmos-rl-ray-"), warm_env=self.warm_env, warm_count=self.warm_count if warm else 0)
+        # Warm: no job runtime_env, which would rule out every prestarted worker; the workers have ACTOR_ENV already.
+        job_env = None if warm else {"env_vars": dict(ACTOR_ENV)}
         try:
-            ray.init(address=self._head.info["gcs_address"], configure_logging=False, log_to_driver=True,
-                     runtime_env={"env_vars": dict(ACTOR_ENV)})  # fmt: skip
+            ray.init(address=self._head.info["gcs_address"], configure_logging=False, log_to_driver=True, runtime_env=job_env)
         except BaseException:
             self.shutdown()
             raise
         self.started = True
+        self.worker_env = dict(self.warm_env) if warm else None
 
     def remove_on_exit(self, path: str) -> None:
         """A run file the local cluster's head removes even if this process is SIGKILLed."""
@@ -191,12 +201,18 @@ class ActorGroup:
     (host, port) pair); its other methods are called with `call_all`.
     """
 
-    def __init__(self, grid: schema.GridConfig, size: int, actor_cls: type, init_args: tuple = ()):
+    def __init__(
+        self, grid: schema.GridConfig, size: int, actor_cls: type, init_args: tuple = (), warm: bool = True, spare_workers: int = 0
+    ):
+        """`warm`: a local cluster this group starts prestarts one worker per rank, plus `spare_workers`
+        for other actors placed before the ranks, with the stack imported (dist/warm_workers.py);
+        False starts every actor's process cold (bench/coldstart_bench.py compares the two)."""
         self.grid = grid
         self.size = size
         self.actor_cls = actor_cls
         self.init_args = init_args
-        self.cluster = RayCluster(grid)
+        cpus = expected_cpus_per_rank(grid.cpus_per_rank, grid.device, size, os.cpu_count())
+        self.cluster = RayCluster(grid, actor_env(cpus), size + spare_workers if warm else 0)
         self.actors: list = []
         self._placement = None
         # Per rank, once started: {"rank", "node_id", "node_ip", "pid"} (see `placement_record`).
@@ -262,6 +278,9 @@ class ActorGroup:
             )
         remote_cls = ray.remote(self.actor_cls)
         cpus = bundle.get("CPU", 0.0)
+        env = actor_env(cpus)
+        # Leaving runtime_env out lets Ray place the actor on a prestarted worker, which has exactly this env already.
+        runtime_env = None if self.cluster.worker_env == env else {"env_vars": env}
         self.actors = [
             remote_cls.options(
                 num_cpus=cpus,
@@ -270,7 +289,7 @@ class ActorGroup:
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     placement_group=self._placement, placement_group_bundle_index=rank
                 ),
-                runtime_env={"env_vars": {**ACTOR_ENV, "OMP_NUM_THREADS": str(max(1, int(cpus)))}},
+                runtime_env=runtime_env,
             ).remote(rank, self.size, *self.init_args)
             for rank in range(self.size)
         ]

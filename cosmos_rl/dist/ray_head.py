@@ -25,14 +25,12 @@ import subprocess
 import sys
 import time
 
+from cosmos_rl.dist.warm_workers import ACTOR_ENV
 from cosmos_rl.errors import RunFailed
 
 # Set before a local cluster starts: keep every Ray service on 127.0.0.1 (docs/topology.md, "Platform traps"), no token
 # files in the home directory, and no hub traffic from the actors.
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled"}
-# No GLOO_SOCKET_IFNAME here: pinning gloo to `lo` breaks a multi-host world. world.loopback_gloo pins it
-# in each rank only when the rendezvous address (rank 0's) is a loopback one.
-ACTOR_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 # How long the cluster's own shutdown may take before the session's leftovers are killed.
 SHUTDOWN_GRACE_S = 10.0
@@ -65,16 +63,20 @@ class Head:
     """The driver's side: start the head process, read its address, and stop it (which also
     removes `temp_dir`). The head also stops by itself once this process is gone."""
 
-    def __init__(self, temp_dir: str, num_cpus: float | None = None):
+    def __init__(self, temp_dir: str, num_cpus: float | None = None, warm_env: dict | None = None, warm_count: int = 0):
+        """`warm_count` > 0: the cluster's workers run with `warm_env` set and `warm_count` of them
+        start importing the stack at once (dist/warm_workers.py); `self.info["warm_workers"]` says how many were asked for."""
         self.temp_dir = temp_dir
         self.log_path = os.path.join(temp_dir, LOG_NAME)
-        argv = [sys.executable, "-m", "cosmos_rl.dist.ray_head", temp_dir]
-        if num_cpus is not None:
-            argv.append(str(num_cpus))
+        argv = [sys.executable, "-m", "cosmos_rl.dist.ray_head", temp_dir, "" if num_cpus is None else str(num_cpus)]
+        env = None
+        if warm_count > 0:
+            argv.append(str(warm_count))
+            env = {**os.environ, **(warm_env or {})}  # Ray's daemons pass their environment on to the workers
         with open(self.log_path, "wb") as log:
             # close_fds (the default): the head holds no copy of the run directory's lock.
             self.process = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, start_new_session=True
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, start_new_session=True, env=env
             )
         self.info = self._read_answer()
 
@@ -168,17 +170,28 @@ def kill_session_leftovers(sid: int) -> None:
 def main(argv: list[str]) -> int:
     temp_dir = argv[0]
     num_cpus = float(argv[1]) if len(argv) > 1 and argv[1] else None
+    warm_count = int(argv[2]) if len(argv) > 2 else 0
     import ray
 
+    from cosmos_rl.dist import warm_workers
+
     kwargs = local_ray_init_kwargs(temp_dir, num_cpus)
-    kwargs.pop("runtime_env", None)  # the driver's job sets the actors' environment
+    kwargs.pop("runtime_env", None)  # the driver's job (or, warm, this process's environment) sets the actors'
     kwargs["log_to_driver"] = False
+    if warm_count:
+        kwargs["_system_config"] = warm_workers.system_config(warm_count)
     context = ray.init(**kwargs)
+    answer = {"gcs_address": context.address_info["gcs_address"], "node_ip": ray.util.get_node_ip_address()}
+    if warm_count:  # asked first: the workers import while the driver joins and places its group
+        ports = [n["NodeManagerPort"] for n in ray.nodes() if n["NodeID"] == context.address_info["node_id"]]
+        why_not = warm_workers.prestart(ports[0], warm_count) if ports else "no node manager port"
+        answer["warm_workers"] = 0 if why_not else warm_count
+        if why_not:
+            print(f"warm workers not started ({why_not}): the actors start cold", file=sys.stderr, flush=True)
     # Ignored only now: Ray's daemons were started with the default dispositions, so the driver's
     # shutdown (and ray.shutdown below) can still stop them with SIGTERM.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
         signal.signal(sig, signal.SIG_IGN)
-    answer = {"gcs_address": context.address_info["gcs_address"], "node_ip": ray.util.get_node_ip_address()}
     sys.stdout.write(json.dumps(answer) + "\n")
     sys.stdout.flush()
     leftovers = []

@@ -107,7 +107,8 @@ def start(config: schema.RunConfig, run_dir: Path, resume: bool, console) -> int
         context: dict = {}
         if online:
             services, context = _start_services(config, run_dir, resume)
-        group = ActorGroup(config.grid, world, RankWorker)
+        # DPO's per_role data actor takes one of the local cluster's warm workers before the ranks do.
+        group = ActorGroup(config.grid, world, RankWorker, spare_workers=int(config.grid.grouping == "per_role"))
         t0 = time.perf_counter()
         group.cluster.connect()  # DPO's data actor must exist before the group's init args are fixed
         if config.grid.grouping == "per_role":  # DPO only (preflight)
