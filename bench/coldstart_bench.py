@@ -10,8 +10,7 @@
   actors           a real ActorGroup of `--ranks` RankWorker actors (the smoke manifest's NFT) on a fresh
                    local Ray cluster, each actor stamping the wall clock as it goes: Ray start,
                    actor processes up with the worker class imported, process group formed, and
-                   the build (its own imports, then model + LoRA + FSDP2 + optimizer). `ready_s`
-                   is what the driver's "N actors ready in X s" line measures. Twice, side by side:
+                   the build (its own imports, then model + LoRA + FSDP2 + optimizer). Twice, side by side:
                    `cold` (every actor's process started for it, as before dist/warm_workers.py)
                    and `warm` (the head's prestarted workers with the stack imported). Each waits
                    `--settle` s after Ray is up before creating the actors, so that

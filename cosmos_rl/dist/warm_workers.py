@@ -4,9 +4,9 @@ A rank actor's start-up is nearly all imports (torch, FSDP2, peft/transformers, 
 seconds a process, docs/benchmarks.md "NFT cold start"). Ray can do that work ahead of time: its
 raylet starts Python workers on request and has each one import the modules named in the
 `preload_python_modules` system setting before it takes work. An actor is then placed on such an
-idle worker only if the worker fits it (Ray's worker pool, `WorkerPool::WorkerFitsForTask` in its
-`worker_pool.cc`): a worker with no job yet fits any job, but its runtime environment must be the
-actor's exactly. A per-actor or per-job `runtime_env` therefore rules every prestarted worker out.
+idle worker only if the worker fits it (the raylet's `WorkerPool::FindAndPopIdleWorker`; a misfit
+is its `RUNTIME_ENV_MISMATCH`): a worker with no job yet fits any job, but its runtime environment
+must be the actor's exactly. A per-actor or per-job `runtime_env` therefore rules every prestarted worker out.
 
 So a local head (dist/ray_head.py) that warms workers starts its daemons with the actors'
 environment variables already set (`actor_env`: the workers inherit them from the raylet), the
@@ -17,8 +17,9 @@ as before and Ray starts fresh workers. The effective environment of a rank is t
 
 The head asks its raylet for `count` workers through the raylet's `PrestartWorkers` call (the one
 Ray's core worker uses for the same purpose; Ray 2.x has no public Python API for it), with a
-keep-alive so that the idle-worker reaper leaves them alone until the actors come. If that call fails
-(another Ray version), the run only starts cold, as before.
+keep-alive so that the idle-worker reaper leaves them alone until the actors come, and answers the
+driver once they have registered (an actor asked for before its worker registered makes Ray start
+another one). If either fails (another Ray version), the run only starts cold, as before.
 """
 
 from __future__ import annotations
