@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import json
 import sys
+import time
 from pathlib import Path
 from typing import List, Optional
 
@@ -402,10 +403,17 @@ def pairs_mine(
     try:
         with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as bar:
             task = bar.add_task("mine", total=None)
+            started = time.perf_counter()
+
+            def progress(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total)
+                if not err.is_terminal and done:  # a log file gets no bar: one line per round of rows instead
+                    err.print(f"mining: {done} of {total} prompt rows ({time.perf_counter() - started:.0f} s)", highlight=False)
+
             summary = run_mine(
                 target, reward=reward, prompts=prompts, samples=samples, out_dir=out_path(out_dir), seed=seed,
                 batch_size=batch_size, per_shard=per_shard, device=device, warn=warn, sample_steps=sample_steps, guidance=guidance, step=step,
-                frames=frames, frame_reduce=frame_reduce, progress=lambda done, total: bar.update(task, completed=done, total=total),
+                frames=frames, frame_reduce=frame_reduce, progress=progress,
             )
     except UserError as exc:
         _fail(exc)
