@@ -26,9 +26,9 @@ def shipped_checkout(tmp: Path) -> Path:
     prompts.write_text("".join((ROOT / "manifests" / "shapes_train.txt").read_text().splitlines(keepends=True)[:8]))
     _run(["cosmos_rl.cli", "pairs", "mine", "preset:shapes", "--reward", "shapes_strict", "--prompts", str(prompts),
           "--samples", "3", "--sample-steps", "10", "--guidance", "1", "--out", "shapes/pairs", "--device", "cpu"], tmp)  # fmt: skip
-    clip_prompts = tmp / "clip_prompts.txt"  # the video training prompts' first rows (a colour change among them is skipped)
+    clip_prompts = tmp / "clip_prompts.txt"  # the video training prompts' first rows
     clip_prompts.write_text("".join((ROOT / "manifests" / "shapes_video_train.txt").read_text().splitlines(keepends=True)[:8]))
-    _run(["cosmos_rl.cli", "pairs", "mine", "preset:shapes", "--frames", "9", "--reward", "shapes_partial", "--frame-reduce", "mean",
-          "--prompts", str(clip_prompts), "--samples", "3", "--sample-steps", "10", "--guidance", "1", "--out", "shapes/video_pairs",
-          "--device", "cpu"], tmp)  # fmt: skip  (dpo_video_shapes_cpu's clip pairs)
+    _run(["cosmos_rl.cli", "pairs", "mine", "preset:shapes_video", "--frames", "9", "--reward", "shapes_video_partial",
+          "--prompts", str(clip_prompts), "--samples", "3", "--sample-steps", "10", "--guidance", "1", "--per-shard", "2000",
+          "--out", "shapes/video_pairs", "--device", "cpu"], tmp)  # fmt: skip  (dpo_video_shapes_cpu's clip pairs)
     return tmp
