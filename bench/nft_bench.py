@@ -24,7 +24,9 @@ the tiny preset with LoRA policy and old adapters on `model.lora.target_modules 
 `SIZES["tiny"]`'s work (CFG rollout of 4 samples, 4 rows x 2 timesteps), alternated, best of
 `--repeats`, at each `--reuse-sizes` image size: 32 px is the CPU preset (text tokens outnumber
 vision tokens); the larger size gives the text tower about the fifth of a step's tokens it has in
-the public 512 px manifests. `rollout_speedup` = rollout time without / with reuse.
+the public 512 px manifests. `rollout_speedup` = rollout time without / with reuse. `--reuse-model
+small` runs it on the wider 4-layer transformer (bench/cosmos3_steps.py), whose layers, not the VAE
+and per-forward overhead, take most of a step.
 
     python bench/nft_bench.py --samples 8 --steps 8 --guidance 1.0 [--run-dir runs/nft_t2i_smoke] [--memory]
 
@@ -156,16 +158,16 @@ def _memory_compare(train_steps: int) -> dict:
     }  # fmt: skip
 
 
-def _reuse_one(size: int, repeats: int) -> dict:
-    """Rollout and NFT train step with and without text-tower reuse at `size` px (see the docstring)."""
+def _reuse_one(size: int, repeats: int, model: str = "tiny") -> dict:
+    """Rollout and NFT train step with and without text-tower reuse at `size` px on the `model` bench size (see the docstring)."""
     import dataclasses
 
     import cosmos3_steps as steps
     from cosmos_rl.models import text_kv
 
     device = torch.device("cpu")
-    spec = dataclasses.replace(steps.SIZES["tiny"], image=size)
-    parts = steps.build_parts("tiny", device)
+    spec = dataclasses.replace(steps.SIZES[model], image=size)
+    parts = steps.build_parts(model, device)
     policy, optimizer = steps.make_policy(
         parts, device, spec, (steps.POLICY, steps.OLD), mixed_precision=False, targets=["generation"]
     )
@@ -202,7 +204,7 @@ def _reuse_one(size: int, repeats: int) -> dict:
     vision = steps.vision_tokens(parts, spec.image)
     names = ("rollout_s", "rollout_cpu_s", "train_step_s", "train_step_cpu_s")
     return {
-        "image_size": size, "text_tokens_per_forward_sample": round(text, 1), "vision_tokens_per_sample": vision,
+        "model": model, "image_size": size, "text_tokens_per_forward_sample": round(text, 1), "vision_tokens_per_sample": vision,
         "text_fraction_of_tokens": round(text / (text + vision), 3),
         "with_reuse": {k: round(v, 4) for k, v in zip(names, best_on)},
         "without_reuse": {k: round(v, 4) for k, v in zip(names, best_off)},
@@ -215,11 +217,11 @@ def _reuse_one(size: int, repeats: int) -> dict:
     }  # fmt: skip
 
 
-def text_tower_reuse(sizes: list[int], repeats: int) -> dict:
+def text_tower_reuse(sizes: list[int], repeats: int, model: str = "tiny") -> dict:
     return {
         "target_modules": ["generation"], "sampler_steps": 4, "guidance": 3.0, "rollout_samples": 4,
         "train_rows": "4 rows x 2 timesteps (old, reference and policy forwards)",
-        "sizes": [_reuse_one(size, repeats) for size in sizes], "goal_rollout_speedup_at_public_ratio": 1.2,
+        "sizes": [_reuse_one(size, repeats, model) for size in sizes], "goal_rollout_speedup_at_public_ratio": 1.2,
     }  # fmt: skip
 
 
@@ -239,13 +241,15 @@ def main() -> None:
     parser.add_argument("--memory-one", choices=MEMORY_VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--reuse-sizes", default="32,192", help="image sizes (px) of the text-tower reuse comparison")
     parser.add_argument("--only-reuse", action="store_true", help="print only the text-tower reuse comparison")
+    parser.add_argument("--reuse-model", choices=["tiny", "small"], default="tiny",
+                        help="bench model of the text-tower reuse comparison: the tiny preset, or its wider 4-layer transformer (bench/cosmos3_steps.py)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.memory_one:
         print(json.dumps(_memory_one(args.memory_one, args.memory_steps)))
         return
 
-    reuse = text_tower_reuse([int(v) for v in args.reuse_sizes.split(",")], args.repeats)
+    reuse = text_tower_reuse([int(v) for v in args.reuse_sizes.split(",")], args.repeats, args.reuse_model)
     if args.only_reuse:
         print(json.dumps({"text_tower_reuse": reuse, "threads": args.threads}, indent=1))
         return
