@@ -65,7 +65,8 @@ class Head:
 
     def __init__(self, temp_dir: str, num_cpus: float | None = None, warm_env: dict | None = None, warm_count: int = 0):
         """`warm_count` > 0: the cluster's workers run with `warm_env` set and `warm_count` of them
-        start importing the stack at once (dist/warm_workers.py); `self.info["warm_workers"]` says how many were asked for."""
+        start importing the stack at once (dist/warm_workers.py); if they cannot be started, the head's
+        log says why and the actors start cold."""
         self.temp_dir = temp_dir
         self.log_path = os.path.join(temp_dir, LOG_NAME)
         argv = [sys.executable, "-m", "cosmos_rl.dist.ray_head", temp_dir, "" if num_cpus is None else str(num_cpus)]
@@ -185,7 +186,6 @@ def main(argv: list[str]) -> int:
     if warm_count:  # asked first: the workers import while the driver joins and places its group
         ports = [n["NodeManagerPort"] for n in ray.nodes() if n["NodeID"] == context.address_info["node_id"]]
         why_not = warm_workers.prestart(ports[0], warm_count) if ports else "no node manager port"
-        answer["warm_workers"] = 0 if why_not else warm_count
         if why_not:
             print(f"warm workers not started ({why_not}): the actors start cold", file=sys.stderr, flush=True)
     # Ignored only now: Ray's daemons were started with the default dispositions, so the driver's
