@@ -158,15 +158,32 @@ VIDEO_NFT = ['rl.modality="video"', "model.num_frames=9", 'rl.profile=""']
 
 def test_video_nft_validates_with_no_profile_and_nothing_skipped():
     """Video NFT (rl.modality = "video", model.num_frames = 4k + 1) is a valid run: no rule refuses
-    it as a whole, and an image reward on it scores frame by frame."""
+    it as a whole, and an image reward on it scores frame by frame (the shapes image verifier
+    against each caption's static part; `validate --data` judges the prompt rows, below)."""
     assert errors(NFT, VIDEO_NFT) == {}
     assert errors(NFT, [*VIDEO_NFT, 'rl.reward.name="shapes_video_partial"']) == {}
-    # the image world's caption rewards cannot read a clip caption: refused, naming the clip reward to use
-    found = errors(NFT, [*VIDEO_NFT, 'rl.reward.name="shapes_partial"'])
-    assert list(found) == ["rl.reward.name"], found
-    assert 'caption grammar, and a video run\'s prompts are clip captions it refuses (got "shapes_partial"); use "shapes_video_partial"' in found["rl.reward.name"]
-    found = errors(NFT, [*VIDEO_NFT, *ONE_OFF, 'rl.rewards=[{name="brightness", revision="r"}, {name="shapes_strict", revision="r"}]'])
-    assert list(found) == ["rl.rewards[1].name"] and 'use "shapes_video_strict"' in found["rl.rewards[1].name"], found
+    assert errors(NFT, [*VIDEO_NFT, 'rl.reward.name="shapes_partial"']) == {}
+    assert errors(NFT, [*VIDEO_NFT, *ONE_OFF, 'rl.rewards=[{name="brightness", revision="r"}, {name="shapes_strict", revision="r"}]']) == {}
+
+
+def test_validate_data_names_the_prompt_rows_a_per_frame_shapes_reward_cannot_score(tmp_path):
+    """The shapes image verifier scores a clip's frames against its caption's static part: a colour
+    change (no static part) and an image caption (no motion) are named by file and line; the same
+    file is fine for the clip verifier, and the image caption is fine for an image run."""
+    from cosmos_rl.config.algorithms import check_data
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("a red circle moving left\na square turning from red to blue\na red circle\n")
+    per_frame = [*VIDEO_NFT, f'rl.prompts.file="{prompts}"', 'rl.reward.name="shapes_partial"']
+    found, _ = check_data(load.load(NFT, per_frame), NFT.parent)
+    assert [p.path for p in found] == ["rl.prompts.file"] * 2, found
+    assert f"{prompts}:2: rl.reward.name = 'shapes_partial'" in found[0].problem and "is a colour change" in found[0].problem
+    assert f"{prompts}:3:" in found[1].problem and "is no moving-shapes caption" in found[1].problem
+    assert "'shapes_video_partial'" in found[1].problem
+    clip_reward = [*VIDEO_NFT, f'rl.prompts.file="{prompts}"', 'rl.reward.name="shapes_video_partial"']
+    assert check_data(load.load(NFT, clip_reward), NFT.parent)[0] == []
+    prompts.write_text("a red circle\n")
+    assert check_data(load.load(NFT, [f'rl.prompts.file="{prompts}"', 'rl.reward.name="shapes_partial"']), NFT.parent)[0] == []
 
 
 def test_the_frame_keys_of_a_video_run():

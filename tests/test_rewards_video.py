@@ -204,6 +204,31 @@ def test_the_shapes_verifier_scores_each_frame_against_the_per_frame_caption(ser
         _client(server.url, "shapes_strict").score(clip, caption)  # each frame against the video caption
 
 
+def test_a_run_s_shapes_image_verifier_scores_each_frame_against_the_static_part(server):
+    """A run's built-in shapes image reward (a term with no url) needs no per-frame prompts: each
+    frame of the circle, background, circle clip is judged against "a red circle" -> strict 1, 0, 1,
+    mean 2/3 (the per-frame test's figure); a colour change is refused by name; images and a
+    reward at a url of its own keep their prompts."""
+    circle = render(parse_caption("a red circle"), seed=0)
+    clip = np.stack([circle, np.full_like(circle, RGB[BACKGROUND]), circle])[None]
+    builtin = RewardTerm("rl.reward", "shapes_strict", 1.0, "", REVISION, "", "", 10.0, 0, 0.0, "")
+    multi = MultiRewardClient([builtin], [client_for(builtin, server.url, None)])
+    try:
+        assert multi.score(clip, ["a red circle moving left"]) == {"shapes_strict": pytest.approx([2 / 3])}
+        with pytest.raises(UserError, match="'a square turning from red to blue' has none"):
+            multi.score(clip, ["a square turning from red to blue"])
+        assert multi.score(circle[None], ["a red circle"]) == {"shapes_strict": [1.0]}
+    finally:
+        multi.close()
+    served = RewardTerm("rl.reward", "shapes_strict", 1.0, server.url, REVISION, "", "", 10.0, 0, 0.0, "")
+    multi = MultiRewardClient([served], [client_for(served, server.url, None)])
+    try:
+        with pytest.raises(RewardServiceError, match="HTTP 400"):
+            multi.score(clip, ["a red circle moving left"])  # its own service: the clip's caption as it is
+    finally:
+        multi.close()
+
+
 def test_a_clip_without_a_per_frame_caption_is_an_error_for_a_reward_that_reads_it(server):
     clip = _clip(51, 102, 153)[None]
     caption = ["a square turning from red to blue"]

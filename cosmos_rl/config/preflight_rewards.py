@@ -62,12 +62,6 @@ def _frame_keys(c: schema.RunConfig, prefix: str, t, r: Rules) -> None:
         for k in changed:
             r.error(f"{prefix}.{k}", f"plays no part: {t.name} scores whole clips itself, not frame by frame", getattr(t, k),
                     f"remove {prefix}.{k} (it is for image rewards scoring clips)")
-    elif not t.url and t.name in CAPTION_GRAMMAR_REWARDS:
-        # The online step sends each clip's frames with the clip's own prompt; the image world's
-        # parser refuses a moving-shapes caption ("moving up", "turning from"), so every call would fail.
-        video_name = t.name.replace("shapes_", "shapes_video_")
-        r.error(f"{prefix}.name", "scores each frame against the image world's caption grammar, and a video run's prompts are clip captions it refuses",
-                t.name, f'use "{video_name}", which scores whole clips with the moving-shapes verifier')
 
 
 def _one_reward(c: schema.RunConfig, rl: schema.NFTConfig, r: Rules) -> None:

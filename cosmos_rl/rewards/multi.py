@@ -13,13 +13,14 @@ turns either into the same list. The driver, before Ray starts:
 and each worker scores with `MultiRewardClient.from_config(config.rl, urls, tokens)`, getting one
 score list per reward name (the requests to the services go out in parallel). A video run passes
 `video=True` to `check_revisions` and scores clips, each image reward frame by frame
-(`RewardClient.score`).
+(`RewardClient.score`); the built-in shapes image verifier scores a clip's frames against the
+static part of its moving-shapes caption (`frame_prompt_rule`), the only caption it can parse.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import attrs
@@ -69,6 +70,20 @@ def token_for(term: RewardTerm, environ: Mapping[str, str] = os.environ) -> str 
     if not token:
         raise UserError(f"{term.key}.token_env names {term.token_env!r}, which is not set; export it or clear {term.key}.token_env")
     return token
+
+
+def frame_prompt_rule(term: RewardTerm) -> Callable[[str], str | None] | None:
+    """What `term` scores a clip's frames against when the caller names nothing: for the built-in
+    shapes image verifier (no url), each moving-shapes caption's static part ("a red circle moving
+    left" -> "a red circle"; None for a colour change, which the client then refuses by name), since
+    its parser reads image captions only; None (the clip's own prompt) for every other reward."""
+    from cosmos_rl.config.preflight_rewards import CAPTION_GRAMMAR_REWARDS
+
+    if term.url or term.name not in CAPTION_GRAMMAR_REWARDS:
+        return None
+    from cosmos_rl.shapes.motion_verifier import frame_captions
+
+    return lambda caption: frame_captions([caption])[0]
 
 
 def client_for(term: RewardTerm, url: str, token: str | None) -> RewardClient:
@@ -142,6 +157,7 @@ class MultiRewardClient:
 
     def __init__(self, terms: list[RewardTerm], clients: list[RewardClient]):
         self.terms, self.clients = terms, clients
+        self._frame_rules = {t.name: frame_prompt_rule(t) for t in terms}
         self._pool = ThreadPoolExecutor(max_workers=max(1, len(clients)), thread_name_prefix="reward-client")
 
     @classmethod
@@ -161,8 +177,14 @@ class MultiRewardClient:
         self, images_or_clips: np.ndarray, prompts: Sequence[str], per_frame_prompts: PerFramePrompts = None
     ) -> dict[str, list[float]]:
         """{reward name: scores, one per image or clip}; the first failure (RewardServiceError/UserError) is
-        raised. `per_frame_prompts`: what each image reward scores a clip's frames against (RewardClient.score)."""
-        futures = {c.reward: self._pool.submit(c.score, images_or_clips, prompts, per_frame_prompts) for c in self.clients}
+        raised. `per_frame_prompts`: what each image reward scores a clip's frames against
+        (RewardClient.score); None takes each reward's own rule for clips (`frame_prompt_rule`)."""
+        clips = isinstance(images_or_clips, np.ndarray) and images_or_clips.ndim == 5
+
+        def per_frame(client: RewardClient) -> PerFramePrompts:
+            return per_frame_prompts if per_frame_prompts is not None or not clips else self._frame_rules.get(client.reward)
+
+        futures = {c.reward: self._pool.submit(c.score, images_or_clips, prompts, per_frame(c)) for c in self.clients}
         return {name: future.result() for name, future in futures.items()}
 
     def close(self) -> None:
