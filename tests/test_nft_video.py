@@ -187,3 +187,15 @@ def test_the_shipped_video_training_prompts_are_what_the_documented_command_writ
     assert (tmp_path / "train.txt").read_text() == shipped
     held_out = {json.loads(line)["prompt"] for line in (tmp_path / "held_out.jsonl").read_text().splitlines() if line.strip()}
     assert len(held_out) == 319 and not held_out & set(shipped.splitlines())
+
+
+def test_the_per_frame_training_prompts_are_the_shipped_ones_an_image_verifier_can_score():
+    """manifests/shapes_video_train_per_frame.txt (NFT on the shapes image verifier frame by frame)
+    = manifests/shapes_video_train.txt without its colour changes, the rows with no static part, in
+    order: 1,200 balanced rows less the 200 of one task of six."""
+    from cosmos_rl.shapes import frame_captions
+
+    rows = (REPO / "manifests" / "shapes_video_train.txt").read_text().splitlines()
+    kept = [row for row, still in zip(rows, frame_captions(rows)) if still is not None]
+    assert len(rows) == 1200 and len(kept) == 1000
+    assert (REPO / "manifests" / "shapes_video_train_per_frame.txt").read_text().splitlines() == kept
