@@ -26,9 +26,15 @@ def write(result: dict, out_dir: Path) -> tuple[Path, Path]:
 
 
 def plot(result: dict, path: Path) -> None:
+    """`figure(result)` saved as a PNG at `path`."""
+    figure(result).savefig(path, dpi=FIG_DPI)
+
+
+def figure(result: dict):
     """Four panels: eval/score against steps, images and wall-clock (one line and interval band per
     run; the base and base + margin as lines when --base-score is given), and the final paired
-    change per task with its 95% interval (from eval.json)."""
+    change per task with its 95% interval (from eval.json). A run keeps one colour in every panel,
+    also where another run has no point (no wall-clock, no eval.json)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -37,6 +43,7 @@ def plot(result: dict, path: Path) -> None:
     fig = Figure(figsize=FIG_SIZE_IN, dpi=FIG_DPI)
     FigureCanvasAgg(fig)
     axes = fig.subplots(2, 2)
+    colours = run_colours(result)
     for ax, (x, label) in zip(axes.flat, [("step", "optimizer step"), ("images", "images (generated or seen)"), ("wall_s", "wall-clock s (time/*)")]):
         members = []
         for run in result["runs"]:
@@ -53,16 +60,35 @@ def plot(result: dict, path: Path) -> None:
             ax.axhline(result["threshold"], color="grey", linewidth=1, linestyle="--", label=f"base + {result['margin']:g}")
         if members:
             draw_series(ax, members)
+            _recolour(ax, colours)
         else:
             ax.text(0.5, 0.5, "no run has this axis", ha="center", va="center", transform=ax.transAxes)
         ax.set_xlabel(label)
         ax.set_ylabel(SCORE)
-    _plot_changes(axes[1, 1], result)
+    _plot_changes(axes[1, 1], result, colours)
     fig.tight_layout()
-    fig.savefig(path, dpi=FIG_DPI)
+    return fig
 
 
-def _plot_changes(ax, result: dict) -> None:
+def _recolour(ax, colours: dict[str, str]) -> None:
+    """Each run's line and interval band in its own colour (the axes' cycle would shift past a run
+    missing from this panel), and the legend drawn again to match."""
+    for line in ax.get_lines():
+        if line.get_label() in colours:
+            line.set_color(colours[line.get_label()])
+    for band in ax.collections:
+        name = band.get_label().removesuffix(" 95% interval")
+        if name in colours:
+            band.set_facecolor(colours[name])
+    ax.legend(fontsize=8)
+
+
+def run_colours(result: dict) -> dict[str, str]:
+    """Each run's colour, by its place on the command line (matplotlib's default cycle)."""
+    return {run["name"]: f"C{i % 10}" for i, run in enumerate(result["runs"])}
+
+
+def _plot_changes(ax, result: dict, colours: dict[str, str]) -> None:
     finals = [(run["name"], run["final"]) for run in result["runs"] if run["final"]]
     ax.set_title("final change vs base (eval.json, paired, 95%)", fontsize=9)
     if not finals:
@@ -77,7 +103,7 @@ def _plot_changes(ax, result: dict) -> None:
         # A zero-width interval (a task of one prompt) can sit a rounding error past its value: clamp at 0.
         errors = [[max(0.0, v - c["interval"][0]) if c["interval"] else 0 for v, c in zip(values, changes)],
                   [max(0.0, c["interval"][1] - v) if c["interval"] else 0 for v, c in zip(values, changes)]]  # fmt: skip
-        ax.bar(xs, values, width, yerr=errors, capsize=2, label=name)
+        ax.bar(xs, values, width, yerr=errors, capsize=2, label=name, color=colours[name])
     ax.axhline(0, color="grey", linewidth=1)
     ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=7)
     ax.grid(alpha=0.3, axis="y")

@@ -249,6 +249,28 @@ def test_the_command_prints_the_tables_and_writes_json_and_png(tmp_path):
         assert png.size == (round(compare.FIG_SIZE_IN[0] * compare.FIG_DPI), round(compare.FIG_SIZE_IN[1] * compare.FIG_DPI))
 
 
+def test_a_run_keeps_its_colour_in_every_panel(tmp_path):
+    """DPO first (no wall-clock), NFT second: NFT is the second colour (C1) on the steps axis, and
+    stays C1 on the wall-clock axis, where it is the only run (the axes' own cycle would give it C0),
+    and in the bars of the final changes."""
+    from matplotlib.colors import to_hex
+
+    result = compare.compare([dpo_run(tmp_path), nft_run(tmp_path)], base_score=0.2)
+    steps, _, wall, bars = compare_output.figure(result).axes
+    want = to_hex("C1")
+
+    def line(ax, name):
+        return to_hex(next(l for l in ax.get_lines() if l.get_label() == name).get_color())
+
+    assert line(steps, "dpo_a") == to_hex("C0") and line(steps, "nft_a") == want
+    assert [l.get_label() for l in wall.get_lines() if not l.get_label().startswith("base")] == ["nft_a"]
+    assert line(wall, "nft_a") == want
+    band = next(c for c in wall.collections if c.get_label() == "nft_a 95% interval")
+    assert to_hex(band.get_facecolor()[0], keep_alpha=False) == want
+    nft_bars = next(c for c in bars.containers if c.get_label() == "nft_a")
+    assert to_hex(nft_bars.patches[0].get_facecolor(), keep_alpha=False) == want
+
+
 def test_later_runs_are_paired_prompt_by_prompt_against_the_first(tmp_path):
     """Per-prompt scores in eval.json (counting 2 prompts, position 2): nft_b's counting prompts each
     score 0.25 above nft_a's and its position prompts each 0.1 below, so every resample of the
