@@ -189,7 +189,7 @@ def online(**fields) -> Algorithm:
         preflight="cosmos_rl.config.preflight:online_rules",
         plan_section="cosmos_rl.plan:online_section",
         checkpoint_contents="cosmos_rl.plan:online_contents",
-        data_check="cosmos_rl.data.scan:prompt_data",
+        data_check="cosmos_rl.rewards.prompt_rows:prompt_data",
         train_prompts="cosmos_rl.data.prompts:run_prompts",
         world_size=group_world,
         seed_keys=ONLINE_SEED_KEYS,

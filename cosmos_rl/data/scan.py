@@ -188,8 +188,6 @@ def _prompts(config: schema.RunConfig, base: Path, full: bool) -> tuple[list[Pro
     for exc in bad:
         source.add(exc)
     note = f"{source.key}: {len(rows)} prompts, {len(bad)} bad rows"
-    for exc in _frame_caption_problems(config, path, rows):
-        source.add(exc)
     if getattr(rl, "first_frame", "none") == "image":  # image-to-video: every row's conditioning frame
         _, height, width = run_media(config)
         for row in rows:
@@ -200,33 +198,6 @@ def _prompts(config: schema.RunConfig, base: Path, full: bool) -> tuple[list[Pro
             check = lambda row: first_frame_files.check_first_frame(row.image, f"{path}:{row.line}", height, width)  # noqa: E731
             note += "; conditioning " + _open_images(source, named, check, full)
     return source.finish(), [note]
-
-
-def _frame_caption_problems(config: schema.RunConfig, path: Path, rows) -> list[UserError]:
-    """A video run's built-in shapes image verifier scores each clip's frames against the caption's
-    static part (`rewards.multi.frame_prompt_rule`): a row with none (a colour change) or that is no
-    moving-shapes caption would stop the run at its first rollout, so it is named here."""
-    from cosmos_rl.rewards.multi import frame_prompt_rule, reward_terms
-
-    if config.model.num_frames == 1:
-        return []
-    rules = [(t, rule) for t in reward_terms(config.rl) if (rule := frame_prompt_rule(t)) is not None]
-    problems = []
-    for term, rule in rules:
-        for row in rows:
-            try:
-                part = rule(row.prompt)
-            except (UserError, ValueError) as exc:
-                part, why = None, f"is no moving-shapes caption ({exc})"
-            else:
-                why = "is a colour change, which has no static part"
-            if part is None:
-                problems.append(UserError(
-                    f"{path}:{row.line}: {term.key}.name = {term.name!r} scores each frame of a clip against its caption's "
-                    f"static part, and {row.prompt!r} {why}; remove the row, or score whole clips with "
-                    f"{term.name.replace('shapes_', 'shapes_video_')!r}"
-                ))
-    return problems
 
 
 def check_captions(

@@ -21,7 +21,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from cosmos_rl.config.preflight_rewards import CAPTION_GRAMMAR_REWARDS, I2V_REWARDS, VIDEO_REWARDS
+from cosmos_rl.config.preflight_rewards import I2V_REWARDS, VIDEO_REWARDS
+from cosmos_rl.rewards.frames import CAPTION_GRAMMAR_REWARDS
 from cosmos_rl.errors import UserError
 
 CLIP_REWARDS = tuple(name for name in VIDEO_REWARDS if name not in I2V_REWARDS)  # text to video, whole clips

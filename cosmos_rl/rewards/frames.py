@@ -15,6 +15,9 @@ from cosmos_rl.config.schema import FrameReduce
 
 FRAME_REDUCERS: tuple[str, ...] = typing.get_args(FrameReduce)
 # (frame_reduce, frame_stride) of a reward table left alone: the schema's defaults.
+# The built-in image rewards that parse the shapes world's image captions: on a clip they score each
+# frame against the caption's static part (`rewards.multi.frame_prompt_rule`), the only form they read.
+CAPTION_GRAMMAR_REWARDS = ("shapes_strict", "shapes_partial")
 DEFAULT_SETTINGS = ("mean", 1)
 # Reducers that score one frame, so a stride plays no part.
 ONE_FRAME = ("first", "last")

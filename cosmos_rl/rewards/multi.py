@@ -28,7 +28,7 @@ import numpy as np
 
 from cosmos_rl.errors import UserError
 from cosmos_rl.rewards.client import RewardClient, RewardServiceError
-from cosmos_rl.rewards.frames import PerFramePrompts
+from cosmos_rl.rewards.frames import CAPTION_GRAMMAR_REWARDS, PerFramePrompts
 
 
 @attrs.frozen
@@ -77,8 +77,6 @@ def frame_prompt_rule(term: RewardTerm) -> Callable[[str], str | None] | None:
     shapes image verifier (no url), each moving-shapes caption's static part ("a red circle moving
     left" -> "a red circle"; None for a colour change, which the client then refuses by name), since
     its parser reads image captions only; None (the clip's own prompt) for every other reward."""
-    from cosmos_rl.config.preflight_rewards import CAPTION_GRAMMAR_REWARDS
-
     if term.url or term.name not in CAPTION_GRAMMAR_REWARDS:
         return None
     from cosmos_rl.shapes.motion_verifier import frame_captions
