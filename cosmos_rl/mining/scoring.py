@@ -22,7 +22,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from cosmos_rl.config.preflight_rewards import I2V_REWARDS, VIDEO_REWARDS
-from cosmos_rl.rewards.frames import CAPTION_GRAMMAR_REWARDS
+from cosmos_rl.rewards.frames import CAPTION_GRAMMAR_REWARDS, builtin_frame_prompts
 from cosmos_rl.errors import UserError
 
 CLIP_REWARDS = tuple(name for name in VIDEO_REWARDS if name not in I2V_REWARDS)  # text to video, whole clips
@@ -77,7 +77,7 @@ def score_samples(
         picked = scored_frames(samples.shape[1], frame_reduce, 1)
         per = len(picked)
         flat = samples[:, picked].reshape(-1, *samples.shape[2:])
-        scores, partials = score_images(reward, flat, [c for c in _frame_prompts(reward, captions) for _ in range(per)])
+        scores, partials = score_images(reward, flat, [c for c in builtin_frame_prompts(reward, captions) for _ in range(per)])
 
         def reduced(values):
             return [float(reduce_scores(values[i * per : (i + 1) * per], frame_reduce)) for i in range(len(captions))]
@@ -89,16 +89,7 @@ def score_samples(
 
 def unscorable_rows(reward: str, frames: int, frame_reduce: Optional[str], captions: Sequence[str]) -> list[int]:
     """The rows an image verifier reward cannot score frame by frame: colour changes, whose captions
-    have no static part (`frame_captions` gives None). Empty for any other reward or media."""
+    have no static part (`builtin_frame_prompts` gives None). Empty for any other reward or media."""
     if frames == 1 or frame_reduce is None or reward not in CAPTION_GRAMMAR_REWARDS:
         return []
-    return [row for row, text in enumerate(_frame_prompts(reward, captions)) if text is None]
-
-
-def _frame_prompts(reward: str, captions: Sequence[str]) -> list[Optional[str]]:
-    """What each clip's frames are scored against: the static part for the image verifier's rewards."""
-    if reward not in CAPTION_GRAMMAR_REWARDS:
-        return list(captions)
-    from cosmos_rl.shapes.motion_verifier import frame_captions
-
-    return frame_captions(captions)
+    return [row for row, text in enumerate(builtin_frame_prompts(reward, captions)) if text is None]

@@ -82,3 +82,15 @@ def frame_prompts(prompts: Sequence[str], per_frame: PerFramePrompts) -> list[ty
         if text is not None and not isinstance(text, str):
             raise ValueError(f"per-frame prompt {i} must be a string or None, got {type(text).__name__}")
     return out
+
+
+def builtin_frame_prompts(reward: str, captions: Sequence[str]) -> list[typing.Optional[str]]:
+    """What the built-in reward `reward` scores each clip's frames against: for the shapes image
+    verifier the caption's static part (None for a colour change, which has none), since its parser
+    reads image captions only; the caption itself for every other reward. The one rule behind
+    `multi.frame_prompt_rule`, the online data check and `pairs mine`."""
+    if reward not in CAPTION_GRAMMAR_REWARDS:
+        return list(captions)
+    from cosmos_rl.shapes.motion_verifier import frame_captions
+
+    return frame_captions(captions)

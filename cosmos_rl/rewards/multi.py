@@ -28,7 +28,7 @@ import numpy as np
 
 from cosmos_rl.errors import UserError
 from cosmos_rl.rewards.client import RewardClient, RewardServiceError
-from cosmos_rl.rewards.frames import CAPTION_GRAMMAR_REWARDS, PerFramePrompts
+from cosmos_rl.rewards.frames import CAPTION_GRAMMAR_REWARDS, PerFramePrompts, builtin_frame_prompts
 
 
 @attrs.frozen
@@ -79,9 +79,7 @@ def frame_prompt_rule(term: RewardTerm) -> Callable[[str], str | None] | None:
     its parser reads image captions only; None (the clip's own prompt) for every other reward."""
     if term.url or term.name not in CAPTION_GRAMMAR_REWARDS:
         return None
-    from cosmos_rl.shapes.motion_verifier import frame_captions
-
-    return lambda caption: frame_captions([caption])[0]
+    return lambda caption: builtin_frame_prompts(term.name, [caption])[0]
 
 
 def client_for(term: RewardTerm, url: str, token: str | None) -> RewardClient:
