@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 from cosmos_rl.config import schema
 from cosmos_rl.config.paths import resolve_path
@@ -41,6 +41,8 @@ SAMPLE_HEAD = 32
 SAMPLE_DRAWN = 96
 SAMPLE_SEED = 0
 MAX_LISTED = 100
+# What a layer above adds to the prompt file's check: (file, rows) -> one message per row it cannot use.
+RowProblems = Callable[[Path, Sequence], list[str]]
 
 
 def sample_rows(count: int, full: bool) -> list[int]:
@@ -173,7 +175,9 @@ def _pairs(
     return [], []
 
 
-def _prompts(config: schema.RunConfig, base: Path, full: bool) -> tuple[list[Problem], list[str]]:
+def _prompts(
+    config: schema.RunConfig, base: Path, full: bool, row_problems: Optional[RowProblems]
+) -> tuple[list[Problem], list[str]]:
     rl = config.rl
     if not rl.prompts.file:
         return [], []
@@ -187,6 +191,8 @@ def _prompts(config: schema.RunConfig, base: Path, full: bool) -> tuple[list[Pro
         return source.finish(), []
     for exc in bad:
         source.add(exc)
+    for message in row_problems(path, rows) if row_problems is not None else ():
+        source.add(UserError(message))
     note = f"{source.key}: {len(rows)} prompts, {len(bad)} bad rows"
     if getattr(rl, "first_frame", "none") == "image":  # image-to-video: every row's conditioning frame
         _, height, width = run_media(config)
@@ -260,9 +266,13 @@ def run_media(config: schema.RunConfig) -> tuple[int, int, int]:
     return frames, int(height or 0), int(width or 0)
 
 
-def prompt_data(config: schema.RunConfig, base: Path, full: bool) -> tuple[list[Problem], list[str]]:
-    """An online run's prompt file (NFT), with an image-to-video run's conditioning frames."""
-    return _prompts(config, base, full)
+def prompt_data(
+    config: schema.RunConfig, base: Path, full: bool, row_problems: Optional[RowProblems] = None
+) -> tuple[list[Problem], list[str]]:
+    """An online run's prompt file (NFT), with an image-to-video run's conditioning frames.
+    `row_problems(path, rows)`, where given, names further rows a layer above cannot use (one
+    message each), from the same read of the file."""
+    return _prompts(config, base, full, row_problems)
 
 
 def caption_data(config: schema.RunConfig, base: Path, full: bool) -> tuple[list[Problem], list[str]]:

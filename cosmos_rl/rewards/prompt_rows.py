@@ -12,33 +12,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from cosmos_rl.config import schema
-from cosmos_rl.config.paths import resolve_path
 from cosmos_rl.config.problems import Problem
 from cosmos_rl.data import scan
-from cosmos_rl.data.prompt_file import read_prompt_rows
 from cosmos_rl.errors import UserError
 from cosmos_rl.rewards.multi import frame_prompt_rule, reward_terms
-
-KEY = "rl.prompts.file"
 
 
 def prompt_data(config: schema.RunConfig, base: Path, full: bool) -> tuple[list[Problem], list[str]]:
     """`data.scan.prompt_data`, plus one problem per row a per-frame shapes reward cannot score."""
-    problems, notes = scan.prompt_data(config, base, full)
-    if config.model.num_frames == 1 or not config.rl.prompts.file:
-        return problems, notes
-    path = Path(resolve_path(config.rl.prompts.file, base))
-    if not path.is_file():
-        return problems, notes  # preflight reports it
-    try:
-        rows, _ = read_prompt_rows(path)
-    except UserError:
-        return problems, notes  # scan reported why the file cannot be read
-    found = frame_caption_problems(config, path, rows)
-    listed = [Problem(KEY, message) for message in found[: scan.MAX_LISTED]]
-    if len(found) > scan.MAX_LISTED:
-        listed.append(Problem(KEY, f"{len(found) - scan.MAX_LISTED} more row(s) without a static part not listed (the first {scan.MAX_LISTED} are)"))
-    return problems + listed, notes
+    if config.model.num_frames == 1:
+        return scan.prompt_data(config, base, full)
+    return scan.prompt_data(config, base, full, lambda path, rows: frame_caption_problems(config, path, rows))
 
 
 def frame_caption_problems(config: schema.RunConfig, path: Path, rows) -> list[str]:
