@@ -19,7 +19,8 @@ order, each skipped (and said so) once `--budget-s` is spent, so a run always en
                    ["generation"]` (the public Cosmos3 RL recipe's): the packed rollout and the NFT
                    train step each with text-tower reuse (models/text_kv.py) and without, alternated,
                    and the adapter's size against the default (both towers) targets
-Every phase says which targets it adapts (`targets`), how many parameters train, and whether the
+`--phases` runs a subset in the same order (e.g. `--phases generation_targets` alone, the first thing
+to measure in a short GPU slot); a phase left out says so. Every phase says which targets it adapts (`targets`), how many parameters train, and whether the
 text tower's keys/values were reused (`text_tower_reuse`: the default targets adapt the text
 tower, so reuse is off there).
 Timings are medians over `--iters` after one warm-up (rollouts: best of `--repeats`). Memory is
@@ -289,7 +290,25 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=2, help="rollouts timed per method (best kept)")
     parser.add_argument("--budget-s", type=float, default=420.0, help="start no phase after this many seconds")
     parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument("--phases", type=_phases, default=PHASES,
+                        help=f"comma-separated phases to run, in their fixed order (default: all of {','.join(PHASES)})")  # fmt: skip
     return parser.parse_args(argv)
+
+
+PHASES = ("nft_policy_only", "rollout", "nft", "dpo", "generation_targets")
+DEFAULT_TARGET_PHASES = PHASES[:4]  # these share the default-targets model, built once
+
+
+def _phases(text: str) -> tuple[str, ...]:
+    asked = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in asked if name not in PHASES]
+    if unknown or not asked:
+        raise argparse.ArgumentTypeError(f"unknown phase(s) {unknown or text!r}; choose from {','.join(PHASES)}")
+    return tuple(name for name in PHASES if name in asked)
+
+
+def _not_asked() -> dict:
+    return {"skipped": "not asked for (--phases)"}
 
 
 def _device(name: str) -> torch.device:
@@ -337,53 +356,70 @@ def run(args) -> dict:
         "torch": torch.__version__,
     }  # fmt: skip
     try:
-        started = time.perf_counter()
-        parts, policy, optimizer = build(args, spec, device, (steps.POLICY,))
-        result["build_s"] = round(time.perf_counter() - started, 2)
-        config = parts.transformer.config
-        flops = Flops(config, spec.lora_rank, steps.vision_tokens(parts, spec.image))
-        nft = steps.make_batch(parts, spec.nft_rows * spec.timesteps_per_sample, spec.image, device, seed=1)
-        result["model_config"] = {
-            k: config[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                                   "num_key_value_heads", "head_dim", "latent_channel", "latent_patch_size", "vocab_size")
-        }  # fmt: skip
-        result["model_config"].update(
-            params_total=sum(p.numel() for p in parts.transformer.parameters()), params_per_token=flops.params,
-            lora_rank=spec.lora_rank, image_size=spec.image, vision_tokens_per_image=flops.vision,
-            text_tokens_mean=round(statistics.mean(nft.text_lens), 1),
+        default_trainable = None
+        if set(args.phases) & set(DEFAULT_TARGET_PHASES):
+            default_trainable = _default_target_phases(args, spec, device, clock, peak_tflops, result)
+        result["generation_targets"] = (
+            generation_targets_phase(args, spec, device, clock, default_trainable)
+            if "generation_targets" in args.phases else _not_asked()
         )  # fmt: skip
+    finally:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+    result["wall_s"] = round(clock.elapsed(), 1)
+    return result
+
+
+def _default_target_phases(args, spec, device, clock, peak_tflops, result: dict) -> int:
+    """The phases on the default (both towers) targets; returns the default adapter's trainable size."""
+    started = time.perf_counter()
+    parts, policy, optimizer = build(args, spec, device, (steps.POLICY,))
+    result["build_s"] = round(time.perf_counter() - started, 2)
+    config = parts.transformer.config
+    flops = Flops(config, spec.lora_rank, steps.vision_tokens(parts, spec.image))
+    nft = steps.make_batch(parts, spec.nft_rows * spec.timesteps_per_sample, spec.image, device, seed=1)
+    result["model_config"] = {
+        k: config[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                               "num_key_value_heads", "head_dim", "latent_channel", "latent_patch_size", "vocab_size")
+    }  # fmt: skip
+    result["model_config"].update(
+        params_total=sum(p.numel() for p in parts.transformer.parameters()), params_per_token=flops.params,
+        lora_rank=spec.lora_rank, image_size=spec.image, vision_tokens_per_image=flops.vision,
+        text_tokens_mean=round(statistics.mean(nft.text_lens), 1),
+    )  # fmt: skip
+    result["nft_policy_only"] = _not_asked()
+    if "nft_policy_only" in args.phases:
         watch = DtypeWatch(policy.transformer)
         result["nft_policy_only"] = step_phase(
             clock, device, args.iters,
             lambda: steps.nft_step(policy, optimizer, nft, with_old=False, kl_beta=0.0), flops, nft.text_lens, peak_tflops,
         )  # fmt: skip
         result["dtypes"] = watch.report(policy.trainable_parameters(), optimizer)
-        del parts, policy, optimizer
-        release(device)
+    del parts, policy, optimizer
+    release(device)
 
-        parts, policy, optimizer = build(args, spec, device, (steps.POLICY, steps.OLD))
+    parts, policy, optimizer = build(args, spec, device, (steps.POLICY, steps.OLD))
+    result["rollout"], result["nft"], result["dpo"] = _not_asked(), _not_asked(), _not_asked()
+    if "rollout" in args.phases:
         result["rollout"] = rollout_phase(parts, policy, spec, device, clock, args.repeats, flops, peak_tflops)
+    if "nft" in args.phases:
         result["nft"] = step_phase(
             clock, device, args.iters,
             lambda: steps.nft_step(policy, optimizer, nft, with_old=True, kl_beta=1.0), flops, nft.text_lens, peak_tflops,
         )  # fmt: skip
+    if "dpo" in args.phases:
         dpo = steps.dpo_batch(parts, spec.dpo_pairs, spec.image, device, seed=2)
         result["dpo"] = step_phase(
             clock, device, args.iters, lambda: steps.dpo_step(policy, optimizer, dpo), flops, dpo.text_lens, peak_tflops,
         )  # fmt: skip
-        for phase in ("rollout", "nft", "dpo"):
-            if "skipped" not in result[phase]:
-                result[phase].update(towers_columns(policy))
-        default_trainable = sum(p.numel() for p in policy.trainable_parameters())
-        result["memory"] = _memory(result, device)
-        del parts, policy, optimizer
-        release(device)
-        result["generation_targets"] = generation_targets_phase(args, spec, device, clock, default_trainable)
-    finally:
-        if torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
-    result["wall_s"] = round(clock.elapsed(), 1)
-    return result
+    for phase in ("rollout", "nft", "dpo"):
+        if "skipped" not in result[phase]:
+            result[phase].update(towers_columns(policy))
+    default_trainable = sum(p.numel() for p in policy.trainable_parameters())
+    result["memory"] = _memory(result, device)
+    del parts, policy, optimizer
+    release(device)
+    return default_trainable
 
 
 def _memory(result: dict, device: torch.device) -> dict:

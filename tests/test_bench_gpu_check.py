@@ -81,6 +81,29 @@ def test_tiny_cpu_run_reports_every_figure(tmp_path):
     assert out["memory"]["peak_mib"] >= nft["peak_memory_mib"]
 
 
+def test_phases_runs_only_the_phases_asked_for():
+    """A short GPU slot measures the tower targets first: `--phases generation_targets` builds no
+    default-targets model and says so for every phase it left out."""
+    out = _run("--iters", "1", "--repeats", "1", "--phases", "generation_targets")
+    assert "model_config" not in out and "memory" not in out
+    assert out["generation_targets"]["text_tower_reuse"] is True
+    assert out["generation_targets"]["default_targets_trainable_params"] is None  # its model was not built
+    assert out["generation_targets"]["rollout_with_reuse_s"] > 0
+
+    out = _run("--iters", "1", "--repeats", "1", "--phases", "dpo,rollout")
+    assert out["nft_policy_only"] == out["nft"] == out["generation_targets"] == {"skipped": "not asked for (--phases)"}
+    assert out["rollout"]["samples"] == 4 and out["dpo"]["no_grad_forwards"] == 1
+    assert out["memory"]["ratio"] is None
+
+
+def test_an_unknown_phase_is_refused_by_name():
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--size", "tiny", "--device", "cpu", "--phases", "rollout,rollouts"],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "unknown phase(s) ['rollouts']" in proc.stderr and not proc.stdout
+
+
 def test_a_spent_budget_skips_the_phase_without_running_it():
     import torch
 
