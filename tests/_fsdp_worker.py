@@ -8,9 +8,11 @@ its half). Rank 0 writes the largest differences it saw to the JSON file named o
 from __future__ import annotations
 
 import copy
+import gc
 import json
 import os
 import sys
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -18,7 +20,7 @@ from torch.distributed.tensor import DTensor
 
 from cosmos_rl.dist.fsdp import gathered_while_sampling, shard_transformer
 from cosmos_rl.models.build import build_preset
-from cosmos_rl.models.lora import adapter_tensors, adapters_disabled, add_adapters, blend_adapter
+from cosmos_rl.models.lora import adapter_tensors, adapters_disabled, add_adapters, blend_adapter, set_active
 from cosmos_rl.models.packing import velocity
 from cosmos_rl.models.text import tokenize_prompts
 
@@ -149,10 +151,26 @@ def generation_reuse_step() -> dict:
     }  # fmt: skip
 
 
+def freed_after_use() -> bool:
+    """A sharded LoRA model that has run a forward and switched adapters is freed once dropped."""
+    parts = build_preset("tiny", seed=0)
+    add_adapters(parts.transformer, rank=4, alpha=8, names=["policy", "old"])
+    shard_transformer(parts.transformer, mixed_precision=False)
+    set_active(parts.transformer, "old")  # the walk over its tuner layers is made and kept
+    x_t, sigma, ids, _ = _batch(parts.tokenizer)
+    with torch.no_grad():
+        velocity(parts.transformer, x_t, sigma, ids)  # FSDP2's lazy init links every layer to the root
+    held = weakref.ref(parts.transformer)
+    del parts
+    gc.collect()
+    return held() is None
+
+
 def main(out_path: str) -> None:
     dist.init_process_group("gloo")
     try:
-        results = {"fp32": one_step(False), "bf16": one_step(True), "generation_reuse": generation_reuse_step()}
+        results = {"fp32": one_step(False), "bf16": one_step(True), "generation_reuse": generation_reuse_step(),
+                   "freed_after_use": freed_after_use()}
         if dist.get_rank() == 0:
             with open(out_path, "w") as handle:
                 json.dump(results, handle)

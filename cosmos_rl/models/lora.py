@@ -18,7 +18,6 @@ forward obeys its `disable_adapters` and `active_adapter` properties, which read
 from __future__ import annotations
 
 import warnings
-import weakref
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -75,18 +74,22 @@ def _check_targets_match(transformer: torch.nn.Module, requested: list[str]) -> 
             )
 
 
-# transformer -> (its adapter names when the walk was made, its tuner layers with their paths).
-# Adding or deleting an adapter changes the names and so the walk is made again; FSDP2 sharding and
-# gradient checkpointing keep the layer objects and their paths.
-_TUNER_LAYERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# The walk over a transformer's tuner layers, kept in its instance dict as (its adapter names when the
+# walk was made, the tuner layers with their paths). Adding or deleting an adapter changes the names
+# and so the walk is made again; FSDP2 sharding and gradient checkpointing keep the layer objects and
+# their paths. Not a module-level WeakKeyDictionary keyed by the transformer: after a sharded forward
+# every layer reaches the root through FSDP2's shared state, so the value would keep its own key alive
+# and no model would ever be freed (a second Nano-sized model in one process ran out of GPU memory).
+_TUNER_LAYERS_ATTRIBUTE = "_cosmos_rl_tuner_layers"
 
 
 def _tuner_layers(transformer: torch.nn.Module) -> list[tuple[str, BaseTunerLayer]]:
     names = tuple(getattr(transformer, "peft_config", None) or ())
-    held = _TUNER_LAYERS.get(transformer)
+    held = transformer.__dict__.get(_TUNER_LAYERS_ATTRIBUTE)
     if held is None or held[0] != names:
         found = [(path, module) for path, module in transformer.named_modules() if isinstance(module, BaseTunerLayer)]
-        held = _TUNER_LAYERS[transformer] = (names, found)
+        # In the instance dict: a plain attribute, never a submodule, buffer or state-dict entry.
+        held = transformer.__dict__[_TUNER_LAYERS_ATTRIBUTE] = (names, found)
     return held[1]
 
 
