@@ -298,8 +298,11 @@ def stock_attention(transformer: torch.nn.Module) -> None:
 
 
 def packed_rollout(parts: ModelParts, transformer, spec: Size, noise: torch.Tensor, cond, uncond) -> torch.Tensor:
-    """The NFT trainer's rollout: every sample (and its CFG branch) in one packed forward per step, decoded."""
-    with torch.no_grad():
+    """The NFT trainer's rollout: every sample (and its CFG branch) in one packed forward per step,
+    decoded; as in the trainer, a sharded model's layers stay gathered for the whole sampling loop."""
+    from cosmos_rl.dist.fsdp import gathered_while_sampling
+
+    with torch.no_grad(), gathered_while_sampling(transformer):
         fn = functools.partial(velocity, transformer)
         x0, _ = sample_latents(fn, noise, cond, uncond, spec.sample_steps, spec.shift, spec.guidance)
         return decode_latents(parts.vae, x0)

@@ -34,6 +34,7 @@ the dtypes of the reduced gradients, AdamW moments and master weights after the 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import gc
 import os
@@ -249,7 +250,8 @@ def generation_targets_phase(args, spec, device, clock, default_trainable: int |
     on_s, off_s = _best_alternating(rollout, rollout_off, device, args.repeats)
     peak = peak_mib(device)
     result = {
-        "targets": ["generation"], "trainable_params": sum(p.numel() for p in policy.trainable_parameters()),
+        "targets": ["generation"], "rollout_samples": samples,
+        "trainable_params": sum(p.numel() for p in policy.trainable_parameters()),
         "default_targets_trainable_params": default_trainable,
         "rollout_with_reuse_s": round(on_s, 4), "rollout_without_reuse_s": round(off_s, 4),
         "rollout_reuse_speedup": round(off_s / on_s, 3), "rollout_peak_memory_mib": peak,
@@ -290,6 +292,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=2, help="rollouts timed per method (best kept)")
     parser.add_argument("--budget-s", type=float, default=420.0, help="start no phase after this many seconds")
     parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument("--rollout-samples", type=int, default=None,
+                        help="samples per rollout (default: the size's, 4 at nano as one rank of the public T2I manifest)")
     parser.add_argument("--phases", type=_phases, default=PHASES,
                         help=f"comma-separated phases to run, in their fixed order (default: all of {','.join(PHASES)})")  # fmt: skip
     return parser.parse_args(argv)
@@ -344,6 +348,10 @@ def run(args) -> dict:
         torch.set_num_threads(1)  # on a shared CPU machine more threads mostly spin
     args.dtype = args.dtype or ("bfloat16" if device.type == "cuda" else "float32")
     spec = steps.SIZES[args.size]
+    if args.rollout_samples is not None:
+        if args.rollout_samples < 1:
+            sys.exit(f"gpu_check: --rollout-samples must be at least 1, got {args.rollout_samples}")
+        spec = dataclasses.replace(spec, rollout_samples=args.rollout_samples)
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     peak_tflops = mfu.peak_bf16_tflops(device_name) if device.type == "cuda" and args.dtype == "bfloat16" else None
     quiet_view_output_warning()

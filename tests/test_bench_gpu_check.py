@@ -84,8 +84,9 @@ def test_tiny_cpu_run_reports_every_figure(tmp_path):
 def test_phases_runs_only_the_phases_asked_for():
     """A short GPU slot measures the tower targets first: `--phases generation_targets` builds no
     default-targets model and says so for every phase it left out."""
-    out = _run("--iters", "1", "--repeats", "1", "--phases", "generation_targets")
+    out = _run("--iters", "1", "--repeats", "1", "--phases", "generation_targets", "--rollout-samples", "2")
     assert "model_config" not in out and "memory" not in out
+    assert out["generation_targets"]["rollout_samples"] == 2
     assert out["generation_targets"]["text_tower_reuse"] is True
     assert out["generation_targets"]["default_targets_trainable_params"] is None  # its model was not built
     assert out["generation_targets"]["rollout_with_reuse_s"] > 0
