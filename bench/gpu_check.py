@@ -20,9 +20,9 @@ order, each skipped (and said so) once `--budget-s` is spent, so a run always en
                    train step each with text-tower reuse (models/text_kv.py) and without, alternated,
                    and the adapter's size against the default (both towers) targets
 `--phases` runs a subset in the same order (e.g. `--phases generation_targets` alone, the first thing
-to measure in a short GPU slot); a phase left out says so. Every phase says which targets it adapts (`targets`), how many parameters train, and whether the
-text tower's keys/values were reused (`text_tower_reuse`: the default targets adapt the text
-tower, so reuse is off there).
+to measure in a short GPU slot); a phase left out says so. Every phase says which targets it
+adapts (`targets`), how many parameters train, and whether the text tower's keys/values were
+reused (`text_tower_reuse`: the default targets adapt the text tower, so reuse is off there).
 Timings are medians over `--iters` after one warm-up (rollouts: best of `--repeats`). Memory is
 torch.cuda.max_memory_allocated per phase on a GPU, the process's peak RSS on CPU (which never
 goes down, so the CPU ratio is left out; `bench/nft_bench.py --memory` measures it in fresh
