@@ -240,7 +240,17 @@ def grpo_section(config: schema.RunConfig, base_dir: Path) -> dict:
     )  # fmt: skip
     out["per_step"]["trained_steps_per_sample"] = trained
     out["objective"] = {"clip_range": rl.clip_range, "kl_beta": rl.kl_beta, "kl": "exact KL of the policy's and the reference's SDE steps"}
+    if rl.ema_decay:
+        out["model"] = (f"the moving average of the policy (ema = {rl.ema_decay:g} x ema + {1 - rl.ema_decay:g} x policy every {rl.ema_every} steps): "
+                        "what [rl.eval], eval, export and pairs mine use")
     return out
+
+
+def grpo_contents(config: schema.RunConfig) -> list[str]:
+    contents = online_contents(config)
+    if config.rl.ema_decay:
+        contents.insert(1, "moving-average adapter (the run's model)")
+    return contents
 
 
 def sft_section(config: schema.RunConfig, base_dir: Path) -> dict:

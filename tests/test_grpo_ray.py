@@ -2,7 +2,8 @@
 world, a real reward service on loopback, real DCP checkpoints; and a run preempted by SIGTERM
 in its first step, resumed with --exact, equal to the straight run.
 
-Two steps of plain Flow-GRPO on the tiny model (3 sampler steps, 2 of them trained, KL weighed).
+Two steps of plain Flow-GRPO on the tiny model (3 sampler steps, 2 of them trained, KL weighed,
+the policy's moving average kept every step).
 The preempted run is `cosmos-rl train` in a subprocess joined to the session cluster, scoring at
 a reward service this test hosts: its first /score request says step 1 is under way, which is
 when the SIGTERM goes (after step 1 the run would already be finishing its last step).
@@ -40,6 +41,7 @@ def _manifest(root: Path, name: str, **reward) -> Path:
         "rl": {
             "algorithm": "grpo", "init_from": "preset:tiny", "max_steps": STEPS, "group_size": 4,
             "prompts_per_step": 1, "sample_steps": 3, "guidance": 1.0, "kl_beta": 0.04, "sample_grid_every": 0,
+            "ema_decay": 0.5, "ema_every": 1,  # the moving average is checkpointed and resumes exactly too
             "optimizer": {"lr": 1e-2}, "reward": {"name": "brightness", "revision": REVISION, **reward},
         },
         "checkpoint": {"every": 100, "keep": 0},  # only the last step's, or the preemption's
@@ -83,8 +85,8 @@ def test_two_grpo_steps_on_four_actors_and_a_sigterm_resume_equal_the_straight_r
         assert result.exit_code == 0, result.output[-3000:]
     assert [_deterministic(r) for r in _rows(run_dir)] == [_deterministic(r) for r in rows]
     a, b = _checkpoint_tensors(straight, STEPS, tmp_path), _checkpoint_tensors(run_dir, STEPS, tmp_path)
-    weights = [k for k in a if k.startswith(("policy.", "optimizer."))]
-    assert any(k.startswith("optimizer.") for k in weights) and set(a) == set(b)
+    weights = [k for k in a if k.startswith(("policy.", "ema.", "optimizer."))]
+    assert any(k.startswith("optimizer.") for k in weights) and any(k.startswith("ema.") for k in weights) and set(a) == set(b)
     assert not any(k.startswith("old.") for k in a)  # on-policy: no old adapter is kept
     for key in weights:
         assert a[key].equal(b[key]), key

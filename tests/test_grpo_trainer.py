@@ -155,3 +155,83 @@ def test_plan_shows_the_sde_sampler_the_window_and_no_old_policy(tmp_path):
     assert not any("old" in item for item in shown["checkpoint"]["contents"])
     assert shown["roles"]["rollout"].startswith("cosmos_rl.trainers.grpo.GRPOTrainer.sample")
     assert plan.build(_config(tmp_path, sample_steps=10))["per_step"]["trained_steps_per_sample"] == 9
+
+
+def _adapter(trainer, name: str) -> dict[str, torch.Tensor]:
+    """Adapter `name`'s tensors keyed by their place in the network (the adapter's name left out)."""
+    out = {}
+    for key, param in trainer.transformer.named_parameters():
+        parts = key.split(".")
+        if name in parts and any(p.startswith("lora_") for p in parts):
+            parts.remove(name)
+            out[".".join(parts)] = param.detach().clone()
+    assert out, f"no adapter {name!r}"
+    return out
+
+
+def test_the_moving_average_follows_the_policy_every_n_steps_and_is_the_runs_model(tmp_path, monkeypatch):
+    """rl.ema_decay = 0.25, rl.ema_every = 2: the `ema` adapter starts equal to the policy, stays put
+    after step 1, and after step 2 is 0.25 x its start + 0.75 x the step-2 policy (worked out here
+    from the tensors, not by the trainer's code); the policy alone trains (it moved, the average
+    did not by itself). `[rl.eval]` samples with `ema` and hands the policy back; the checkpoint
+    holds an `ema` component, and `cosmos-rl eval`'s loader (evaluation.target) reads it into the
+    policy adapter: the loaded network's policy is the average, not the trained policy."""
+    config = _config(tmp_path, ema_decay=0.25, ema_every=2)
+    trainer = local_trainer(config, tmp_path / "run")
+    trainer.build(resume=False)
+    start_policy, start_ema = _adapter(trainer, "policy"), _adapter(trainer, "ema")
+    assert start_policy.keys() == start_ema.keys()
+    assert all(torch.equal(start_policy[k], start_ema[k]) for k in start_policy)
+
+    trainer.train_step(1)
+    after_one = _adapter(trainer, "ema")
+    assert all(torch.equal(after_one[k], start_ema[k]) for k in start_ema)
+    trainer.train_step(2)
+    policy, ema = _adapter(trainer, "policy"), _adapter(trainer, "ema")
+    assert any(not torch.equal(policy[k], start_policy[k]) for k in policy)
+    for key in ema:
+        torch.testing.assert_close(ema[key], 0.25 * start_ema[key] + 0.75 * policy[key], rtol=0, atol=1e-7)
+    assert any(not torch.equal(ema[k], policy[k]) for k in ema)
+
+    from cosmos_rl.evaluation import evaluator
+    from cosmos_rl.models import lora
+
+    def active(transformer) -> set[str]:
+        return {tuple(layer.active_adapters) for _, layer in lora._tuner_layers(transformer)}
+
+    seen = []
+    monkeypatch.setattr(evaluator, "evaluate_ranks", lambda ev, transformer, *a: seen.append(active(transformer)) or {})
+    trainer.evaluate(2)
+    assert seen == [{("ema",)}] and active(trainer.transformer) == {("policy",)}
+
+    trainer.save(2)
+    (tmp_path / "run" / "manifest.toml").write_text(load.to_toml(config))  # what `cosmos-rl train` writes
+    from cosmos_rl.evaluation.target import open_target
+
+    loaded = open_target(str(tmp_path / "run"), step=2, media=None, out_dir=None).load(torch.device("cpu"))
+    got = {}
+    for key, param in loaded.parts.transformer.named_parameters():
+        parts = key.split(".")
+        if "policy" in parts and any(p.startswith("lora_") for p in parts):
+            parts.remove("policy")
+            got[".".join(parts)] = param.detach()
+    assert got.keys() == ema.keys()
+    assert all(torch.equal(got[k], ema[k]) for k in ema)
+
+
+@pytest.mark.parametrize(
+    ("rl", "lora_rank", "key", "severity"),
+    [
+        ({"ema_decay": 1.0}, 4, "rl.ema_decay", "error"),
+        ({"ema_decay": -0.1}, 4, "rl.ema_decay", "error"),
+        ({"ema_decay": 0.9, "ema_every": 0}, 4, "rl.ema_every", "error"),
+        ({"ema_decay": 0.9}, 0, "rl.ema_decay", "error"),  # a full fine-tune has no adapter to average into
+        ({"ema_every": 4}, 4, "rl.ema_every", "warning"),  # no moving average: the cadence does nothing
+    ],
+)
+def test_preflight_judges_the_moving_average(tmp_path, rl, lora_rank, key, severity):
+    raw = {**RAW, "job": {**RAW["job"], "output_dir": str(tmp_path)}, "rl": {**RAW["rl"], **rl},
+           "model": {**RAW["model"], "lora": {"rank": lora_rank, "alpha": 8.0}}}  # fmt: skip
+    found = [(p.path, p.severity) for p in preflight.check(load.structure(raw))]
+    assert (key, severity) in found, found
+    assert [p for p in found if p[1] == "error"] == ([(key, "error")] if severity == "error" else [])

@@ -42,12 +42,13 @@ SCRATCH_DIR = re.compile(r"^step_[0-9]+\.(tmp|deleting)-[0-9a-f]+$")
 # `data_cursor` only when rl.data.cursor_resume.
 POLICY = "policy"  # the trained weights: LoRA adapter tensors, or every weight of a full fine-tune
 OLD = "old"  # NFT's moving old-policy adapter
+EMA = "ema"  # GRPO's moving average of the policy adapter (rl.ema_decay): the run's model when present
 OPTIMIZER = "optimizer"
 LR_SCHEDULE = "lr_schedule"
 DATA_CURSOR = "data_cursor"  # the position in the data stream (DPO pairs, NFT prompts)
 PROGRESS = "progress"  # {"step": N}
 RNG = "rng"  # every rank's RNG streams (per rank)
-COMPONENTS = (POLICY, OLD, OPTIMIZER, LR_SCHEDULE, DATA_CURSOR, PROGRESS, RNG)
+COMPONENTS = (POLICY, OLD, EMA, OPTIMIZER, LR_SCHEDULE, DATA_CURSOR, PROGRESS, RNG)
 
 # What format version 1 called a component that has a new name: DPO saved `lr_schedule` and
 # `pair_cursor`, NFT `schedule` and `cursor`. Read transparently from version-1 checkpoints.

@@ -3,20 +3,22 @@
 A LoRA run saves an adapter's own tensors (``AdapterState``), keyed by their parameter names in
 the network, which name the adapter (peft's: ``layers.0.self_attn.to_q.lora_A.policy.weight``):
 the ``policy`` component holds adapter ``policy`` (DPO, SFT, NFT), NFT's ``old`` component adapter
-``old``. A full fine-tune (or an SFT run that trains the VAE) saves every weight of the trained
-module (``ModelState``). ``policy_component`` is the one choice between the two, used by the
-trainers when they save and resume and by ``cosmos-rl eval``/``export``/``pairs mine`` when they
-open a run, so a reader never asks which algorithm wrote a checkpoint.
+``old``, GRPO's ``ema`` component (with rl.ema_decay) adapter ``ema``. A full fine-tune (or an SFT
+run that trains the VAE) saves every weight of the trained module (``ModelState``).
+``policy_component`` is the one choice between the two, used by the trainers when they save and
+resume; ``model_component`` is what ``cosmos-rl eval``/``export``/``pairs mine`` load as the run's
+model (the moving average when the step holds one, read into the ``policy`` adapter, else
+``policy``), so a reader never asks which algorithm wrote a checkpoint.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 import torch
 from torch.distributed.checkpoint.stateful import Stateful
 
-from cosmos_rl.checkpoint.layout import CheckpointError
+from cosmos_rl.checkpoint.layout import EMA, POLICY, CheckpointError
 from cosmos_rl.checkpoint.state import ModelState, short_list
 
 POLICY_ADAPTER = "policy"  # the LoRA adapter that trains (models.setup names it so for every algorithm)
@@ -25,6 +27,15 @@ POLICY_ADAPTER = "policy"  # the LoRA adapter that trains (models.setup names it
 def policy_component(module: torch.nn.Module, *, lora: bool) -> Stateful:
     """What a run's `policy` component is: adapter `policy` of `module` with LoRA, else every weight."""
     return AdapterState(module, POLICY_ADAPTER) if lora else ModelState(module, trainable_only=False)
+
+
+def model_component(module: torch.nn.Module, *, lora: bool, stored: Iterable[str]) -> tuple[str, Stateful]:
+    """(component name, component) a reader loads as a run's model from a step that holds the
+    components `stored`: the moving average `ema` into adapter `policy` when there is one (a GRPO run
+    with rl.ema_decay > 0 makes it the run's model), else the `policy` component."""
+    if lora and EMA in stored:
+        return EMA, AdapterState(module, POLICY_ADAPTER, stored_as=EMA)
+    return POLICY, policy_component(module, lora=lora)
 
 
 def _adapter_index(parts: list[str], adapter: str) -> int | None:
@@ -43,9 +54,12 @@ class AdapterState(Stateful):
     so DCP's in-place load writes straight into the network.
     """
 
-    def __init__(self, module: torch.nn.Module, adapter: str):
+    def __init__(self, module: torch.nn.Module, adapter: str, stored_as: str | None = None):
         self.module = module
         self.adapter = adapter
+        # The adapter name the checkpoint keys carry: another adapter's tensors can be read into
+        # this one (a GRPO run's moving average `ema` into `policy`, for `cosmos-rl eval`).
+        self.stored_as = stored_as or adapter
 
     def _live(self) -> dict[str, torch.nn.Parameter]:
         live = {name: p for name, p in self.module.named_parameters() if _adapter_index(name.split("."), self.adapter) is not None}
@@ -54,7 +68,14 @@ class AdapterState(Stateful):
         return live
 
     def state_dict(self) -> dict[str, Any]:
-        return {name: param.detach() for name, param in self._live().items()}
+        return {self._stored_key(name): param.detach() for name, param in self._live().items()}
+
+    def _stored_key(self, name: str) -> str:
+        if self.stored_as == self.adapter:
+            return name
+        parts = name.split(".")
+        parts[_adapter_index(parts, self.adapter)] = self.stored_as
+        return ".".join(parts)
 
     def _saved_names(self, saved: set[str]) -> dict[str, str]:
         """live parameter name -> the key a checkpoint holding `saved` stores it under.
@@ -64,6 +85,8 @@ class AdapterState(Stateful):
         (`...to_q.lora_A.weight`); such a step is read under those keys. Every other run, DPO and
         SFT LoRA runs of those versions included, stored the names as they are."""
         live = self._live()
+        if self.stored_as != self.adapter:
+            return {name: self._stored_key(name) for name in live}
         if set(live) != saved:
             legacy = {}
             for name in live:
@@ -77,7 +100,7 @@ class AdapterState(Stateful):
     def template(self, saved: set[str]) -> dict[str, Any]:
         """What DCP reads a step holding the keys `saved` into (`checkpoint.loading`): the live
         tensors under the keys that step stores them under."""
-        live = self.state_dict()
+        live = {name: param.detach() for name, param in self._live().items()}
         return {key: live[name] for name, key in self._saved_names(saved).items()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

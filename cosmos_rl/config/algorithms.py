@@ -237,6 +237,7 @@ register(online(
     trainer="cosmos_rl.trainers.grpo:GRPOTrainer",
     preflight="cosmos_rl.config.preflight_grpo:grpo_rules",
     plan_section="cosmos_rl.plan:grpo_section",
+    checkpoint_contents="cosmos_rl.plan:grpo_contents",
     # the fast variant's window draws: which steps take SDE noise
     seed_keys=(*ONLINE_SEED_KEYS, "sde_window", "sde_window_range"),
 ))  # fmt: skip

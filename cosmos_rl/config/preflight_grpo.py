@@ -41,6 +41,7 @@ def grpo_rules(c: schema.RunConfig, rl: schema.GRPOConfig, r: Rules) -> None:
     r.positive("rl.clip_range", rl.clip_range)
     r.at_least("rl.kl_beta", rl.kl_beta, 0)
     r.positive("rl.advantage_clip", rl.advantage_clip)
+    _ema_rules(c, rl, r)
     r.at_least("rl.sde_window", rl.sde_window, 0, "set rl.sde_window to 0 (plain Flow-GRPO) or a window of 1 or 2 steps (Flow-GRPO-Fast)")
     steps = rl.sample_steps
     if steps < 2 or rl.sde_window < 0:
@@ -63,6 +64,18 @@ def grpo_rules(c: schema.RunConfig, rl: schema.GRPOConfig, r: Rules) -> None:
     if given and not (len(given) == 2 and 0 <= given[0] < given[1] <= steps - 1 and given[1] - given[0] >= rl.sde_window):
         r.error("rl.sde_window_range", f"must be [lo, hi] with 0 <= lo < hi <= {steps - 1} and room for rl.sde_window = {rl.sde_window} steps",
                 given, f"use e.g. [0, {steps // 2}] (the early, high-noise half), or remove it for every step but the last")
+
+
+def _ema_rules(c: schema.RunConfig, rl: schema.GRPOConfig, r: Rules) -> None:
+    if not 0 <= rl.ema_decay < 1:  # also refuses nan
+        r.error("rl.ema_decay", "must be in [0, 1)", rl.ema_decay, "use 0.9 (Flow-GRPO's reference code), or 0 for no moving average")
+    r.at_least("rl.ema_every", rl.ema_every, 1, "use e.g. 8 (Flow-GRPO's reference code)")
+    if rl.ema_decay > 0 and c.model.lora.rank == 0:
+        r.error("rl.ema_decay", "the moving average is a second LoRA adapter, and model.lora.rank = 0 trains every weight", rl.ema_decay,
+                "set rl.ema_decay = 0, or train a LoRA adapter (model.lora.rank > 0)")
+    elif rl.ema_decay == 0 and rl.ema_every != attrs.fields(schema.GRPOConfig).ema_every.default:
+        r.warn("rl.ema_every", "has no effect without a moving average (rl.ema_decay = 0)", rl.ema_every,
+               "remove it, or set rl.ema_decay (e.g. 0.9)")
 
 
 def _fraction_rule(fraction: float, steps: int, r: Rules) -> None:

@@ -249,6 +249,8 @@ LATER_KNOB_DEFAULTS: dict[str, object] = {
     "rl.foreground_weight": 1.0,
     "rl.rewards": [],
     "rl.reward_combine": "weighted_sum",
+    "rl.ema_decay": 0.0,
+    "rl.ema_every": 8,
     "rl.reward.frame_reduce": "mean",
     "rl.reward.frame_stride": 1,
     # Keys of an array of tables stand for every entry (`rl.rewards[1].frame_reduce`).

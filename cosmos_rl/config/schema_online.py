@@ -165,6 +165,11 @@ class GRPOConfig(OnlineRLBase):
         "group", "Normalise each reward by its prompt group's std (the paper) or by one std over the step's batch (Flow-GRPO's SD3 configs)."
     )
     advantage_clip: float = knob(5.0, "Clamp advantages to [-advantage_clip, advantage_clip] (Flow-GRPO's adv_clip_max); > 0.")
+    ema_decay: float = knob(
+        0.0, "Keep an exponential moving average of the policy adapter, ema = decay * ema + (1 - decay) * policy every rl.ema_every steps, and make it the run's model: "
+        "`[rl.eval]`, `cosmos-rl eval`, `export` and `pairs mine` use it, rollouts and training the policy (Flow-GRPO's reference code: 0.9); 0 = none, in [0, 1)."
+    )
+    ema_every: int = knob(8, "Steps between updates of the moving average (rl.ema_decay > 0; Flow-GRPO's reference code: 8); >= 1.")
 
 
 # Resolve the string annotations once so that tools walking the tree (docs, did-you-mean) see types.

@@ -12,7 +12,8 @@ trainer builds it (`models.setup.build_trainable`: the base `rl.init_from` names
 adapter, or all weights for a full fine-tune), then the picked committed checkpoint's `policy`
 component (the newest, or `--step`) is loaded into it (`checkpoint.CheckpointManager.load`, which
 checks the files and the run identity first); that component has the one format of
-`checkpoint.policy`, whichever algorithm wrote it. The base for comparison is the same network with adapters disabled (or the
+`checkpoint.policy`, whichever algorithm wrote it (a GRPO run's moving average, `rl.ema_decay`, when
+the step holds one: `checkpoint.policy.model_component`). The base for comparison is the same network with adapters disabled (or the
 frozen copy of the base, for a full fine-tune): the trainer's reference. Only the policy is
 loaded, never the optimizer or the old policy. An SFT run that trained the VAE keeps the base
 transformer and compares the checkpoint's VAE with the base's.
@@ -185,8 +186,8 @@ def _pick_step(run_dir: Path, step: int | None) -> int:
 
 def _load_run(run_dir: Path, config, step: int, device: torch.device) -> Model:
     from cosmos_rl import plan
-    from cosmos_rl.checkpoint import CheckpointManager, layout
-    from cosmos_rl.checkpoint.policy import policy_component
+    from cosmos_rl.checkpoint import CheckpointManager
+    from cosmos_rl.checkpoint.policy import model_component
     from cosmos_rl.config import algorithms
     from cosmos_rl.models.setup import build_trainable
 
@@ -194,7 +195,8 @@ def _load_run(run_dir: Path, config, step: int, device: torch.device) -> Model:
     if algorithms.of(config).trained_part(config.rl) == "vae":
         return _load_vae_run(config, manager, step, device)
     model = build_trainable(config, device, adapter_names=("policy",))
-    manager.load(step, {layout.POLICY: policy_component(model.state_module(), lora=model.lora)})
+    stored = manager.read_meta(step).get("components", {})
+    manager.load(step, dict([model_component(model.state_module(), lora=model.lora, stored=stored)]))
     model.transformer.eval()
 
     @contextmanager

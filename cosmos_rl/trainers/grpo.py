@@ -15,7 +15,13 @@ one step's graph is alive at a time) and ONE optimizer step per run step.
 
 On-policy: the old policy is the policy that sampled the step, and the step makes one update, so
 the ratio is 1 to float rounding and the clip is a guard, not a brake (docs/grpo.md, "Running
-GRPO"). Nothing beyond OnlineTrainer's components needs checkpointing: a resumed step samples again.
+GRPO"). Nothing beyond OnlineTrainer's components (and the moving average, below) needs
+checkpointing: a resumed step samples again.
+
+The moving average (rl.ema_decay > 0): a second LoRA adapter, `ema`, starts as the policy and after
+every rl.ema_every-th optimizer step becomes decay * ema + (1 - decay) * policy. Rollouts and
+training never use it; it is the run's model (`[rl.eval]` samples it, and `cosmos-rl eval`,
+`export` and `pairs mine` read the checkpoint's `ema` component), checkpointed for exact resume.
 
 Seeds: the initial noise is OnlineTrainer's (`rl.rollout_seed_clock`); the SDE steps' noise comes
 from a generator of (job.seed, rank, step), the fast variant's window start from one of
@@ -31,7 +37,7 @@ from cosmos_rl.algorithms import grpo as grpo_math
 from cosmos_rl.algorithms import grpo_sampler
 from cosmos_rl.config import schema
 from cosmos_rl.seeds import derive_seed
-from cosmos_rl.trainers.online import OnlineTrainer
+from cosmos_rl.trainers.online import EMA, POLICY, OnlineTrainer
 
 __all__ = ["GRPOTrainer", "METRIC_NAMES", "guided_velocity"]
 
@@ -67,6 +73,22 @@ class GRPOTrainer(OnlineTrainer):
         super().__init__(config, run_dir, device, comm, score)
         # rank -> (prompt ids, SDE step records) of the step being trained: set by sample, taken by learn
         self.replay: dict[int, tuple[tuple[list, list], list[grpo_sampler.SDEStepRecord]]] = {}
+
+    # ----------------------------------------------------------------- the moving average
+    def adapter_names(self) -> tuple[str, ...]:
+        return (*super().adapter_names(), EMA) if self.rl.ema_decay else super().adapter_names()
+
+    def model_adapter(self) -> str:
+        return EMA if self.rl.ema_decay else POLICY
+
+    def _components(self):
+        from cosmos_rl.checkpoint import layout
+        from cosmos_rl.checkpoint.policy import AdapterState
+
+        components = super()._components()
+        if self.rl.ema_decay:
+            components[layout.EMA] = AdapterState(self.transformer, EMA)
+        return components
 
     # ----------------------------------------------------------------- which steps
     def sde_steps(self, step: int) -> list[int]:
@@ -132,6 +154,10 @@ class GRPOTrainer(OnlineTrainer):
                     sums[key] = sums.get(key, 0.0) + float(value) / len(chosen)
             per_rank.append(sums)
         norm, _ = optimizer_step(self.model.trainable_parameters(), self.optimizer, self.schedule, rl.optimizer.grad_clip)
+        if rl.ema_decay and step % rl.ema_every == 0:
+            from cosmos_rl.models import lora
+
+            lora.blend_adapter(self.transformer, EMA, POLICY, rl.ema_decay)
         extra = {
             "train/advantage_mean": float(advantages.mean()),
             # near the clamp bound = the advantages are pinned there (rewards too spread for the range)

@@ -44,7 +44,7 @@ from cosmos_rl.trainers.nft_collectives import Collectives, RankCollectives
 from cosmos_rl.checkpoint.policy import AdapterState, policy_component
 from cosmos_rl.trainers.nft_state import SEED_CONTRACT_KEY
 
-POLICY, OLD = "policy", "old"  # the two LoRA adapter names
+POLICY, OLD, EMA = "policy", "old", "ema"  # the LoRA adapter names (EMA: GRPO's moving average, rl.ema_decay)
 # What a rank's train_step returns when another rank's reward call failed for good (see train_step).
 REWARD_FAILED = "reward_failed"
 
@@ -114,11 +114,11 @@ class OnlineTrainer:
         from cosmos_rl.models.setup import build_optimizer, build_trainable
 
         rl, config = self.rl, self.config
-        names = (POLICY, OLD) if rl.old.build_old else (POLICY,)
+        names = self.adapter_names()
         self.model = build_trainable(config, self.device, adapter_names=names)
         self.transformer = self.model.transformer
-        if rl.old.build_old:
-            lora.copy_adapter(self.transformer, POLICY, OLD)  # the old policy starts as the policy, exactly
+        for name in names[1:]:
+            lora.copy_adapter(self.transformer, POLICY, name)  # the old policy (an average) starts as the policy, exactly
         if self.model.lora:
             lora.set_active(self.transformer, POLICY)  # the only trainable adapter, for the whole run
         self.optimizer, self.schedule = build_optimizer(self.model.trainable_parameters(), rl.optimizer)
@@ -156,6 +156,14 @@ class OnlineTrainer:
         assert self.progress["step"] == step, f"checkpoint step_{step} records step {self.progress['step']}"
         self.step = step
         return step
+
+    def adapter_names(self) -> tuple[str, ...]:
+        """The network's LoRA adapters, the trained `policy` first."""
+        return (POLICY, OLD) if self.rl.old.build_old else (POLICY,)
+
+    def model_adapter(self) -> str:
+        """The adapter that is the run's model, which `[rl.eval]` samples (GRPO: its moving average when kept)."""
+        return POLICY
 
     def _components(self) -> dict[str, Any]:
         components: dict[str, Any] = {
@@ -316,11 +324,15 @@ class OnlineTrainer:
 
     # ----------------------------------------------------------------- [rl.eval]
     def evaluate(self, step: int) -> dict[str, float]:
-        """The policy on the `[rl.eval]` items, split over the ranks; the group's `eval/` metrics on every rank."""
+        """The run's model (`model_adapter`) on the `[rl.eval]` items, split over the ranks; the group's
+        `eval/` metrics on every rank. The policy is the adapter in use again after."""
         from cosmos_rl.evaluation.evaluator import evaluate_ranks
 
-        self._activate(POLICY)
-        return evaluate_ranks(self.evaluator, self.transformer, self.comm.ranks, self.comm.world_size, self.comm.mean)
+        self._activate(self.model_adapter())
+        try:
+            return evaluate_ranks(self.evaluator, self.transformer, self.comm.ranks, self.comm.world_size, self.comm.mean)
+        finally:
+            self._activate(POLICY)
 
 
 def save_sample_grid(path: Path, everyone: torch.Tensor, texts: Sequence[str], rewards: torch.Tensor) -> Path:
