@@ -8,7 +8,8 @@ transformer/, vae/, text_tokenizer/, scheduler/, safetensors weights), so diffus
 pipeline and a later run names it as `model.path` (or `rl.init_from`):
 
 - LoRA runs: the `policy` adapter is folded into the weights (W + scaling * B @ A), so the folder
-  holds a plain transformer with no peft state;
+  holds a plain transformer with no peft state (a GRPO run with `rl.ema_decay` > 0: its moving
+  average, the run's model, loaded into that adapter);
 - full fine-tunes: the trained transformer as it is;
 - SFT `vae` runs: the base transformer with the trained VAE.
 
