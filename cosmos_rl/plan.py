@@ -241,8 +241,8 @@ def grpo_section(config: schema.RunConfig, base_dir: Path) -> dict:
     out["per_step"]["trained_steps_per_sample"] = trained
     out["objective"] = {"clip_range": rl.clip_range, "kl_beta": rl.kl_beta, "kl": "exact KL of the policy's and the reference's SDE steps"}
     if rl.ema_decay:
-        out["model"] = (f"the moving average of the policy (ema = {rl.ema_decay:g} x ema + {1 - rl.ema_decay:g} x policy every {rl.ema_every} steps): "
-                        "what [rl.eval], eval, export and pairs mine use")
+        out["moving_average"] = (f"ema = {rl.ema_decay:g} x ema + {1 - rl.ema_decay:g} x policy every {rl.ema_every} steps: "
+                                 "the run's model, what [rl.eval], eval, export and pairs mine use")
     return out
 
 

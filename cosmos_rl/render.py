@@ -58,7 +58,7 @@ def render_plan(console: Console, plan: dict) -> None:
     rows.append(("per step", _value(plan["per_step"])))
     if "media" in plan:
         rows.append(("media", _media(plan["media"])))
-    for key in ("trains", "data", "validation", "eval", "beta"):
+    for key in ("trains", "data", "validation", "eval", "beta", "moving_average"):
         if key in plan:
             rows.append((key, _value(plan[key])))
     if "sampler" in plan:

@@ -155,6 +155,11 @@ def test_plan_shows_the_sde_sampler_the_window_and_no_old_policy(tmp_path):
     assert not any("old" in item for item in shown["checkpoint"]["contents"])
     assert shown["roles"]["rollout"].startswith("cosmos_rl.trainers.grpo.GRPOTrainer.sample")
     assert plan.build(_config(tmp_path, sample_steps=10))["per_step"]["trained_steps_per_sample"] == 9
+    assert "moving_average" not in shown and not any("moving-average" in item for item in shown["checkpoint"]["contents"])
+    averaged = plan.build(_config(tmp_path, ema_decay=0.9, ema_every=4))
+    assert averaged["moving_average"].startswith("ema = 0.9 x ema + 0.1 x policy every 4 steps")
+    assert averaged["model"] == shown["model"] == "built-in preset 'tiny'"
+    assert any(item.startswith("moving-average adapter") for item in averaged["checkpoint"]["contents"])
 
 
 def _adapter(trainer, name: str) -> dict[str, torch.Tensor]:
