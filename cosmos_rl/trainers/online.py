@@ -118,7 +118,7 @@ class OnlineTrainer:
         self.model = build_trainable(config, self.device, adapter_names=names)
         self.transformer = self.model.transformer
         for name in names[1:]:
-            lora.copy_adapter(self.transformer, POLICY, name)  # the old policy (an average) starts as the policy, exactly
+            lora.copy_adapter(self.transformer, POLICY, name)  # NFT's old policy, GRPO's average: each starts as the policy, exactly
         if self.model.lora:
             lora.set_active(self.transformer, POLICY)  # the only trainable adapter, for the whole run
         self.optimizer, self.schedule = build_optimizer(self.model.trainable_parameters(), rl.optimizer)
