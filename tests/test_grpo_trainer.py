@@ -162,10 +162,10 @@ def test_plan_shows_the_sde_sampler_the_window_and_no_old_policy(tmp_path):
     assert any(item.startswith("moving-average adapter") for item in averaged["checkpoint"]["contents"])
 
 
-def _adapter(trainer, name: str) -> dict[str, torch.Tensor]:
+def _adapter(transformer, name: str) -> dict[str, torch.Tensor]:
     """Adapter `name`'s tensors keyed by their place in the network (the adapter's name left out)."""
     out = {}
-    for key, param in trainer.transformer.named_parameters():
+    for key, param in transformer.named_parameters():
         parts = key.split(".")
         if name in parts and any(p.startswith("lora_") for p in parts):
             parts.remove(name)
@@ -184,15 +184,15 @@ def test_the_moving_average_follows_the_policy_every_n_steps_and_is_the_runs_mod
     config = _config(tmp_path, ema_decay=0.25, ema_every=2)
     trainer = local_trainer(config, tmp_path / "run")
     trainer.build(resume=False)
-    start_policy, start_ema = _adapter(trainer, "policy"), _adapter(trainer, "ema")
+    start_policy, start_ema = _adapter(trainer.transformer, "policy"), _adapter(trainer.transformer, "ema")
     assert start_policy.keys() == start_ema.keys()
     assert all(torch.equal(start_policy[k], start_ema[k]) for k in start_policy)
 
     trainer.train_step(1)
-    after_one = _adapter(trainer, "ema")
+    after_one = _adapter(trainer.transformer, "ema")
     assert all(torch.equal(after_one[k], start_ema[k]) for k in start_ema)
     trainer.train_step(2)
-    policy, ema = _adapter(trainer, "policy"), _adapter(trainer, "ema")
+    policy, ema = _adapter(trainer.transformer, "policy"), _adapter(trainer.transformer, "ema")
     assert any(not torch.equal(policy[k], start_policy[k]) for k in policy)
     for key in ema:
         torch.testing.assert_close(ema[key], 0.25 * start_ema[key] + 0.75 * policy[key], rtol=0, atol=1e-7)
@@ -214,12 +214,7 @@ def test_the_moving_average_follows_the_policy_every_n_steps_and_is_the_runs_mod
     from cosmos_rl.evaluation.target import open_target
 
     loaded = open_target(str(tmp_path / "run"), step=2, media=None, out_dir=None).load(torch.device("cpu"))
-    got = {}
-    for key, param in loaded.parts.transformer.named_parameters():
-        parts = key.split(".")
-        if "policy" in parts and any(p.startswith("lora_") for p in parts):
-            parts.remove("policy")
-            got[".".join(parts)] = param.detach()
+    got = _adapter(loaded.parts.transformer, "policy")
     assert got.keys() == ema.keys()
     assert all(torch.equal(got[k], ema[k]) for k in ema)
 
