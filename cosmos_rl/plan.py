@@ -240,6 +240,9 @@ def grpo_section(config: schema.RunConfig, base_dir: Path) -> dict:
     )  # fmt: skip
     out["per_step"]["trained_steps_per_sample"] = trained
     out["objective"] = {"clip_range": rl.clip_range, "kl_beta": rl.kl_beta, "kl": "exact KL of the policy's and the reference's SDE steps"}
+    out["per_step"]["optimizer_steps"] = rl.updates_per_step
+    if rl.updates_per_step > 1:
+        out["per_step"]["prompts_per_update"] = rl.prompts_per_step // rl.updates_per_step
     if rl.ema_decay:
         out["moving_average"] = (f"ema = {rl.ema_decay:g} x ema + {1 - rl.ema_decay:g} x policy every {rl.ema_every} steps: "
                                  "the run's model, what [rl.eval], eval, export and pairs mine use")

@@ -151,6 +151,9 @@ def test_plan_shows_the_sde_sampler_the_window_and_no_old_policy(tmp_path):
     assert shown["sampler"]["scheduler"] == "sde" and shown["sampler"]["noise_level"] == 0.7
     assert "Flow-GRPO-Fast" in shown["sampler"]["variant"] and "0..3" in shown["sampler"]["variant"]
     assert shown["per_step"]["trained_steps_per_sample"] == 2
+    assert shown["per_step"]["optimizer_steps"] == 1 and "prompts_per_update" not in shown["per_step"]
+    sliced = plan.build(_config(tmp_path, prompts_per_step=4, updates_per_step=2))["per_step"]
+    assert sliced["optimizer_steps"] == 2 and sliced["prompts_per_update"] == 2
     assert shown["seed_contract"]["rl.sde_window"] == 2 and shown["seed_contract"]["rl.sde_window_range"] == [0, 5]
     assert not any("old" in item for item in shown["checkpoint"]["contents"])
     assert shown["roles"]["rollout"].startswith("cosmos_rl.trainers.grpo.GRPOTrainer.sample")
@@ -219,6 +222,55 @@ def test_the_moving_average_follows_the_policy_every_n_steps_and_is_the_runs_mod
     assert all(torch.equal(got[k], ema[k]) for k in ema)
 
 
+def test_update_slices_split_a_batch_by_hand():
+    """rl.updates_per_step's slices: equal, contiguous, in order; a count that does not divide is refused."""
+    from cosmos_rl.algorithms.grpo import update_slices
+
+    assert update_slices(32, 2) == [slice(0, 16), slice(16, 32)]
+    assert update_slices(6, 3) == [slice(0, 2), slice(2, 4), slice(4, 6)]
+    assert update_slices(4, 1) == [slice(0, 4)]
+    for rows, updates in ((6, 4), (4, 0)):
+        with pytest.raises(ValueError):
+            update_slices(rows, updates)
+
+
+def test_two_updates_a_step_train_each_slice_once_and_the_second_is_off_policy(tmp_path, monkeypatch):
+    """rl.updates_per_step = 2 with 2 prompts a step: every rank's step trains row 0 (both of its
+    trained sampler steps), takes an optimizer step, then row 1 with the moved policy, and takes a
+    second one (AdamW's step count is 2 after one run step). The first slice is on-policy (its ratio
+    is exactly 1); the second is not, so the step's mean ratio leaves 1 and approx_kl is > 0, which
+    one update a step never shows (test above)."""
+    config = _config(tmp_path, prompts_per_step=2, updates_per_step=2)
+    trainer = local_trainer(config, tmp_path / "run")
+    trainer.build(resume=False)
+    calls = []
+    step_loss = trainer._step_loss
+
+    def spy(record, prompt_ids, advantages, measure_kl):
+        loss, metrics = step_loss(record, prompt_ids, advantages, measure_kl)
+        calls.append((record.index, record.x.clone(), float(metrics["ratio_mean"])))
+        return loss, metrics
+
+    monkeypatch.setattr(trainer, "_step_loss", spy)
+    learn, replays = trainer.learn, []
+
+    def keep_replay(*args, **kwargs):
+        replays.append({rank: trainer.replay[rank][1] for rank in trainer.comm.ranks})
+        return learn(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "learn", keep_replay)
+    metrics = trainer.train_step(1)
+    assert len(calls) == 2 * 2 * 2  # 2 slices x 2 ranks x 2 trained steps, slice by slice
+    expected = [(row, rank, j) for row in (0, 1) for rank in (0, 1) for j in (0, 1)]
+    for (index, x, _), (row, rank, j) in zip(calls, expected):
+        record = replays[0][rank][j]
+        assert index == record.index and torch.equal(x, record.x[row:row + 1])
+    assert all(ratio == 1.0 for *_, ratio in calls[:4]) and any(ratio != 1.0 for *_, ratio in calls[4:])
+    state = trainer.optimizer.state[next(iter(trainer.model.trainable_parameters()))]
+    assert int(state["step"]) == 2
+    assert metrics["train/ratio_mean"] != 1.0 and metrics["train/approx_kl"] > 0.0
+
+
 @pytest.mark.parametrize(
     ("rl", "lora_rank", "key", "severity"),
     [
@@ -227,9 +279,11 @@ def test_the_moving_average_follows_the_policy_every_n_steps_and_is_the_runs_mod
         ({"ema_decay": 0.9, "ema_every": 0}, 4, "rl.ema_every", "error"),
         ({"ema_decay": 0.9}, 0, "rl.ema_decay", "error"),  # a full fine-tune has no adapter to average into
         ({"ema_every": 4}, 4, "rl.ema_every", "warning"),  # no moving average: the cadence does nothing
+        ({"updates_per_step": 0}, 4, "rl.updates_per_step", "error"),
+        ({"prompts_per_step": 3, "updates_per_step": 2}, 4, "rl.updates_per_step", "error"),  # slices must be equal
     ],
 )
-def test_preflight_judges_the_moving_average(tmp_path, rl, lora_rank, key, severity):
+def test_preflight_judges_the_moving_average_and_the_updates_a_step(tmp_path, rl, lora_rank, key, severity):
     raw = {**RAW, "job": {**RAW["job"], "output_dir": str(tmp_path)}, "rl": {**RAW["rl"], **rl},
            "model": {**RAW["model"], "lora": {"rank": lora_rank, "alpha": 8.0}}}  # fmt: skip
     found = [(p.path, p.severity) for p in preflight.check(load.structure(raw))]

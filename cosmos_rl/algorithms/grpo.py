@@ -150,6 +150,16 @@ def step_log_prob(x_next: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -
     return -squared - torch.log(std) - _HALF_LOG_2PI
 
 
+def update_slices(n_rows: int, updates: int) -> list[slice]:
+    """The rows of a step's batch each of its `updates` optimizer steps trains: `updates` equal,
+    contiguous slices in order. By hand: 32 rows, 2 updates -> [0:16], [16:32]; 6 rows, 3 -> [0:2],
+    [2:4], [4:6]; 32 rows, 1 -> [0:32]; 6 rows, 4 -> refused (preflight asks that it divide)."""
+    if updates < 1 or n_rows % updates:
+        raise ValueError(f"{updates} updates do not split {n_rows} rows evenly")
+    size = n_rows // updates
+    return [slice(i * size, (i + 1) * size) for i in range(updates)]
+
+
 def policy_ratio(logp_new: torch.Tensor, logp_old: torch.Tensor) -> torch.Tensor:
     """exp(logp_new - logp_old) per sample [B]; logp_old (the sampling policy's) is detached."""
     if logp_new.shape != logp_old.shape:

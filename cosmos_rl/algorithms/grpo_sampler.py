@@ -58,6 +58,11 @@ class SDEStepRecord:
     x_next: torch.Tensor
     log_prob: torch.Tensor
 
+    def rows(self, rows: slice) -> "SDEStepRecord":
+        """The same step for the samples `rows` of the batch (rl.updates_per_step's slices)."""
+        return SDEStepRecord(self.index, self.sigma, self.sigma_next, self.x[rows], self.mean[rows],
+                             self.std[rows], self.x_next[rows], self.log_prob[rows])
+
 
 def _check_steps(num_steps: int) -> None:
     if num_steps < 2:

@@ -42,6 +42,7 @@ def grpo_rules(c: schema.RunConfig, rl: schema.GRPOConfig, r: Rules) -> None:
     r.at_least("rl.kl_beta", rl.kl_beta, 0)
     r.positive("rl.advantage_clip", rl.advantage_clip)
     _ema_rules(c, rl, r)
+    _update_rules(rl, r)
     r.at_least("rl.sde_window", rl.sde_window, 0, "set rl.sde_window to 0 (plain Flow-GRPO) or a window of 1 or 2 steps (Flow-GRPO-Fast)")
     steps = rl.sample_steps
     if steps < 2 or rl.sde_window < 0:
@@ -76,6 +77,13 @@ def _ema_rules(c: schema.RunConfig, rl: schema.GRPOConfig, r: Rules) -> None:
     elif rl.ema_decay == 0 and rl.ema_every != attrs.fields(schema.GRPOConfig).ema_every.default:
         r.warn("rl.ema_every", "has no effect without a moving average (rl.ema_decay = 0)", rl.ema_every,
                "remove it, or set rl.ema_decay (e.g. 0.9)")
+
+
+def _update_rules(rl: schema.GRPOConfig, r: Rules) -> None:
+    r.at_least("rl.updates_per_step", rl.updates_per_step, 1, "use 1 (on-policy) or 2 (Flow-GRPO's reference code)")
+    if rl.updates_per_step >= 1 and rl.prompts_per_step >= 1 and rl.prompts_per_step % rl.updates_per_step:
+        r.error("rl.updates_per_step", f"must divide rl.prompts_per_step = {rl.prompts_per_step}: each update trains an equal slice of the step's prompts",
+                rl.updates_per_step, f"use a divisor of {rl.prompts_per_step}, e.g. 1 or 2")
 
 
 def _fraction_rule(fraction: float, steps: int, r: Rules) -> None:

@@ -148,7 +148,7 @@ class GRPOConfig(OnlineRLBase):
     algorithm: Literal["grpo"] = required("`grpo` selects online Flow-GRPO (docs/grpo.md).")
     sample_steps: int = knob(10, "Sampler steps per rollout (Flow-GRPO trains at 10); every step but the last can be a Gaussian action with a log-prob.")
     scheduler: str = knob("sde", "Rollout sampler: only `sde`, Flow-GRPO's Euler-Maruyama SDE over the model's own sigmas (held-out evaluation samples with UniPC).")
-    old: GRPOOldPolicyConfig = section(GRPOOldPolicyConfig, "No moving old policy: on-policy, one optimizer step per rollout.")
+    old: GRPOOldPolicyConfig = section(GRPOOldPolicyConfig, "No moving old policy: the policy that sampled a step is its old policy (on-policy at one update a step, rl.updates_per_step).")
     noise_level: float = knob(0.7, "Noise level a of the SDE sampler, sigma_s = a * sqrt(s / (1 - s)) (the paper's 0.7); > 0.")
     clip_range: float = knob(1e-4, "PPO clip range of the ratio of per-element-mean log-probs (Flow-GRPO's base config); > 0.")
     kl_beta: float = knob(0.04, "Weight of the exact KL between the policy's and the frozen reference's SDE steps (Flow-GRPO's 0.04); 0 = no KL term (measured on logged steps only).")
@@ -170,6 +170,10 @@ class GRPOConfig(OnlineRLBase):
         "`[rl.eval]`, `cosmos-rl eval`, `export` and `pairs mine` use it, rollouts and training the policy (Flow-GRPO's reference code: 0.9); 0 = none, in [0, 1)."
     )
     ema_every: int = knob(8, "Steps between updates of the moving average (rl.ema_decay > 0; Flow-GRPO's reference code: 8); >= 1.")
+    updates_per_step: int = knob(
+        1, "Optimizer steps a run step takes: each rank's samples split into this many equal slices by prompt, one update per slice, each later slice's ratio off-policy "
+        "and clipped (Flow-GRPO's reference code: 2 a sampling round); divides rl.prompts_per_step, >= 1."
+    )
 
 
 # Resolve the string annotations once so that tools walking the tree (docs, did-you-mean) see types.

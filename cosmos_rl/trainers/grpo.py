@@ -11,15 +11,18 @@ Learn: group-relative advantages (`grpo.grpo_advantages`, the run's reward combi
 each trained step of each own sample the policy's step mean (and the frozen reference's, adapters
 off, when the KL is weighed or logged), the log-prob of the recorded x_next, its ratio to the
 recorded one, `grpo.grpo_step_loss`; one backward per trained step (the gradients accumulate, so
-one step's graph is alive at a time) and ONE optimizer step per run step.
+one step's graph is alive at a time) and one optimizer step per run step, or one per slice of the
+step's prompts with rl.updates_per_step > 1.
 
-On-policy: the old policy is the policy that sampled the step, and the step makes one update, so
-the ratio is 1 to float rounding and the clip is a guard, not a brake (docs/grpo.md, "Running
-GRPO"). Nothing beyond OnlineTrainer's components (and the moving average, below) needs
-checkpointing: a resumed step samples again.
+On-policy by default: the old policy is the policy that sampled the step, and the step makes one
+update, so the ratio is 1 to float rounding and the clip is a guard, not a brake (docs/grpo.md,
+"Running GRPO"). With rl.updates_per_step = u the first slice is on-policy and the later ones are
+trained by the moved policy against the recorded log-probs, where the clip acts. Nothing beyond
+OnlineTrainer's components (and the moving average, below) needs checkpointing: a resumed step
+samples again.
 
 The moving average (rl.ema_decay > 0): a second LoRA adapter, `ema`, starts as the policy and after
-every rl.ema_every-th optimizer step becomes decay * ema + (1 - decay) * policy. Rollouts and
+every rl.ema_every-th run step (after its last update) becomes decay * ema + (1 - decay) * policy. Rollouts and
 training never use it; it is the run's model (`[rl.eval]` samples it, and `cosmos-rl eval`,
 `export` and `pairs mine` read the checkpoint's `ema` component), checkpointed for exact resume.
 
@@ -139,21 +142,32 @@ class GRPOTrainer(OnlineTrainer):
         # played ranks (FSDP averages over ranks), so one process playing G ranks takes the step G
         # processes take.
         share = 1.0 / len(ranks)
-        self.optimizer.zero_grad(set_to_none=True)
-        per_rank = []
-        for rank, (prompt_ids, records) in zip(ranks, replay):
+        chosen_by_rank = []
+        for prompt_ids, records in replay:
             trained = set(self.trained_steps([r.index for r in records]))
             chosen = [r for r in records if r.index in trained]
             assert chosen and len(chosen) == len(trained), (sorted(trained), [r.index for r in records])
-            adv = advantages[:, rank].to(device=self.device, dtype=torch.float32)
-            sums: dict[str, float] = {}
-            for record in chosen:
-                loss, metrics = self._step_loss(record, prompt_ids, adv, measure_kl)
-                (loss * (share / len(chosen))).backward()
-                for key, value in metrics.items():
-                    sums[key] = sums.get(key, 0.0) + float(value) / len(chosen)
-            per_rank.append(sums)
-        norm, _ = optimizer_step(self.model.trainable_parameters(), self.optimizer, self.schedule, rl.optimizer.grad_clip)
+            chosen_by_rank.append(chosen)
+        # rl.updates_per_step slices every rank's samples by prompt (the same rows on every rank, so
+        # a slice holds whole groups); each slice takes its own optimizer step, and from the second
+        # on the policy is no longer the one that sampled: the ratio moves and the clip acts.
+        (cond_ids, _), _ = replay[0]
+        slices = grpo_math.update_slices(len(cond_ids), rl.updates_per_step)
+        per_rank = [{} for _ in ranks]
+        norms = []
+        for rows in slices:
+            self.optimizer.zero_grad(set_to_none=True)
+            for i, (rank, (prompt_ids, _), chosen) in enumerate(zip(ranks, replay, chosen_by_rank)):
+                ids = tuple(list(branch[rows]) for branch in prompt_ids)
+                adv = advantages[rows, rank].to(device=self.device, dtype=torch.float32)
+                for record in chosen:
+                    loss, metrics = self._step_loss(record.rows(rows), ids, adv, measure_kl)
+                    (loss * (share / len(chosen))).backward()
+                    for key, value in metrics.items():
+                        per_rank[i][key] = per_rank[i].get(key, 0.0) + float(value) / (len(chosen) * len(slices))
+            norm, _ = optimizer_step(self.model.trainable_parameters(), self.optimizer, self.schedule, rl.optimizer.grad_clip)
+            norms.append(float(norm))
+        norm = sum(norms) / len(norms)
         if rl.ema_decay and step % rl.ema_every == 0:
             from cosmos_rl.models import lora
 
