@@ -1,7 +1,8 @@
 """The GRPO step driven in one process playing both ranks of a group (tests/_nft_local.py): the
 rollout's recorded old log-prob is the policy's own (ratio 1 at the one update), a step moves the
-weights with finite metrics, the seed contract reproduces rollouts, the fast variant's window;
-and the torch-free preflight/plan step counts agree with the sampler's."""
+weights with finite metrics, the seed contract reproduces rollouts, the fast variant's window,
+two updates a step on slices of the step's prompts, the moving average; and the torch-free
+preflight/plan step counts agree with the sampler's."""
 
 from __future__ import annotations
 
