@@ -158,7 +158,7 @@ class GRPOTrainer(OnlineTrainer):
         for rows in slices:
             self.optimizer.zero_grad(set_to_none=True)
             for i, (rank, (prompt_ids, _), chosen) in enumerate(zip(ranks, replay, chosen_by_rank)):
-                ids = tuple(list(branch[rows]) for branch in prompt_ids)
+                ids = tuple(branch[rows] for branch in prompt_ids)  # (cond, uncond) lists of token tensors
                 adv = advantages[rows, rank].to(device=self.device, dtype=torch.float32)
                 for record in chosen:
                     loss, metrics = self._step_loss(record.rows(rows), ids, adv, measure_kl)
