@@ -41,7 +41,11 @@ def world_size(config: schema.RunConfig) -> tuple[int, str]:
 def seed_contract(config: schema.RunConfig) -> dict:
     """What fixes every random draw of a run; exact resume refuses any change to it."""
     contract = {"job.seed": config.job.seed, "world_size": world_size(config)[0]}
-    contract.update(algorithms.seed_values(algorithms.of(config), config.rl))
+    later = schema.LATER_KNOB_DEFAULTS
+    # A key added later is left out at the value that reproduces older runs, so their saved
+    # contracts and identities still match.
+    contract.update({k: v for k, v in algorithms.seed_values(algorithms.of(config), config.rl).items()
+                     if not (k in later and v == later[k])})
     return contract
 
 

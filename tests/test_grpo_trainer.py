@@ -1,8 +1,8 @@
 """The GRPO step driven in one process playing both ranks of a group (tests/_nft_local.py): the
 rollout's recorded old log-prob is the policy's own (ratio 1 at the one update), a step moves the
-weights with finite metrics, the seed contract reproduces rollouts, the fast variant's window,
-two updates a step on slices of the step's prompts, the moving average; and the torch-free
-preflight/plan step counts agree with the sampler's."""
+weights with finite metrics, the seed contract reproduces rollouts, one initial noise a group, the
+fast variant's window, two updates a step on slices of the step's prompts, the moving average; and
+the torch-free preflight/plan step counts agree with the sampler's."""
 
 from __future__ import annotations
 
@@ -111,6 +111,31 @@ def test_the_seed_contract_reproduces_rollouts_and_ranks_and_steps_differ(traine
     from cosmos_rl.models.sampling import sampler_sigmas
 
     assert torch.equal(first[0][1], sampler_sigmas(3, None, trainer.model.parts)[:-1])
+
+
+def test_one_initial_noise_a_group_and_the_seed_contract_names_it_only_when_set(trainer):
+    """rl.same_initial_noise = true: both ranks start step 5 from rank 0's own initial noise (the
+    first SDE record's x is the initial noise), while their SDE steps still draw their own noise
+    (x_next differs). The seed contract carries the key only when set, so runs from before the
+    knob keep their contract and identity."""
+    cursor = trainer.cursor.state_dict()
+    _, own = _rollout(trainer, 5)
+    trainer.cursor.load_state_dict(cursor)
+    plain = trainer.rl
+    trainer.rl = attrs.evolve(plain, same_initial_noise=True)
+    try:
+        _, shared = _rollout(trainer, 5)
+        trainer.cursor.load_state_dict(cursor)
+        first = [shared[rank][1][0] for rank in (0, 1)]
+        assert first[0].index == 0 and torch.equal(first[0].x, own[0][1][0].x)
+        assert torch.equal(first[1].x, first[0].x) and not torch.equal(own[1][1][0].x, own[0][1][0].x)
+        assert not torch.equal(first[1].x_next, first[0].x_next)
+        config = attrs.evolve(trainer.config, rl=trainer.rl)
+        assert plan.seed_contract(config)["rl.same_initial_noise"] is True
+        assert "rl.same_initial_noise" not in plan.seed_contract(attrs.evolve(config, rl=plain))
+    finally:
+        trainer.rl = plain
+        trainer.replay.clear()
 
 
 def test_the_fast_variant_draws_one_window_per_step_the_same_on_every_rank(trainer):

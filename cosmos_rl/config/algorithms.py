@@ -239,7 +239,7 @@ register(online(
     plan_section="cosmos_rl.plan:grpo_section",
     checkpoint_contents="cosmos_rl.plan:grpo_contents",
     # the fast variant's window draws: which steps take SDE noise
-    seed_keys=(*ONLINE_SEED_KEYS, "sde_window", "sde_window_range"),
+    seed_keys=(*ONLINE_SEED_KEYS, "sde_window", "sde_window_range", "same_initial_noise"),
 ))  # fmt: skip
 
 # The names this package ships (docs/manifest.md documents these tables; others are the user's own).

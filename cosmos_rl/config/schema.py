@@ -252,6 +252,7 @@ LATER_KNOB_DEFAULTS: dict[str, object] = {
     "rl.ema_decay": 0.0,
     "rl.ema_every": 8,
     "rl.updates_per_step": 1,
+    "rl.same_initial_noise": False,
     "rl.reward.frame_reduce": "mean",
     "rl.reward.frame_stride": 1,
     # Keys of an array of tables stand for every entry (`rl.rewards[1].frame_reduce`).

@@ -174,6 +174,10 @@ class GRPOConfig(OnlineRLBase):
         1, "Optimizer steps a run step takes: each rank's samples split into this many equal slices by prompt, one update per slice, each later slice's ratio off-policy "
         "and clipped (Flow-GRPO's reference code: 2 a sampling round); divides rl.prompts_per_step, >= 1."
     )
+    same_initial_noise: bool = knob(
+        False, "Start every sample of a prompt's group from one initial noise (Flow-GRPO's same-latent option), so the group's rewards differ only through its SDE steps; "
+        "false = each rank's own noise, as NFT."
+    )
 
 
 # Resolve the string annotations once so that tools walking the tree (docs, did-you-mean) see types.

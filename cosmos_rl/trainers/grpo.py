@@ -112,6 +112,11 @@ class GRPOTrainer(OnlineTrainer):
         return grpo_sampler.train_steps(rl.sample_steps, rl.timestep_fraction)
 
     # ----------------------------------------------------------------- rollout
+    def noise_rank(self, rank: int) -> int:
+        # One initial noise for the whole group: its ODE steps before the window are then one path,
+        # and the group's rewards differ only through the SDE steps, the actions that train.
+        return 0 if self.rl.same_initial_noise else rank
+
     def sample(self, step, rank, noise, prompt_ids, settings, condition=None):
         from cosmos_rl.models.generate import decode_pixels
         from cosmos_rl.models.sampling import sampler_sigmas

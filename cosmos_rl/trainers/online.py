@@ -277,11 +277,16 @@ class OnlineTrainer:
         rollouts = []
         with torch.no_grad(), gathered_while_sampling(self.transformer):
             for rank in self.comm.ranks:
-                start = rollout_noise(rl, self.config.job.seed, rank, step, self.latent_shape, self.device)
+                start = rollout_noise(rl, self.config.job.seed, self.noise_rank(rank), step, self.latent_shape, self.device)
                 given = {} if condition is None else {"condition": condition}
                 rollouts.append(self.sample(step, rank, start, (cond, uncond), settings, **given))
         self._activate(POLICY)
         return rollouts
+
+    def noise_rank(self, rank: int) -> int:
+        """The rank whose seed draws `rank`'s initial noise: its own (an algorithm that starts a group
+        from one noise answers one rank for all)."""
+        return rank
 
     def sample(self, step: int, rank: int, noise: torch.Tensor, prompt_ids, settings, condition: torch.Tensor | None = None) -> Rollout:
         """Rank `rank`'s rollout of `step` from its initial `noise`: the algorithm's rollout sampler.
