@@ -38,26 +38,27 @@ def world_size(config: schema.RunConfig) -> tuple[int, str]:
     return algorithms.of(config).world_size(config)
 
 
+def _at_later_default(key: str, value) -> bool:
+    """Whether dotted `key` is a knob added later (schema.LATER_KNOB_DEFAULTS) at the value that
+    reproduces what runs did before it existed."""
+    key = re.sub(r"\[\d+\]", "[]", key)  # an array of tables' entries share one key
+    later = schema.LATER_KNOB_DEFAULTS
+    return key in later and value == later[key]
+
+
 def seed_contract(config: schema.RunConfig) -> dict:
     """What fixes every random draw of a run; exact resume refuses any change to it."""
     contract = {"job.seed": config.job.seed, "world_size": world_size(config)[0]}
-    later = schema.LATER_KNOB_DEFAULTS
     # A key added later is left out at the value that reproduces older runs, so their saved
     # contracts and identities still match.
     contract.update({k: v for k, v in algorithms.seed_values(algorithms.of(config), config.rl).items()
-                     if not (k in later and v == later[k])})
+                     if not _at_later_default(k, v)})
     return contract
 
 
 def identity_fields(config: schema.RunConfig) -> dict:
     flat = load.flatten(load.to_dict(config))
-    later = schema.LATER_KNOB_DEFAULTS
-
-    def at_later_default(key: str, value) -> bool:
-        key = re.sub(r"\[\d+\]", "[]", key)  # an array of tables' entries share one key
-        return key in later and value == later[key]
-
-    return {k: v for k, v in sorted(flat.items()) if not schema.non_identity(k) and not at_later_default(k, v)}
+    return {k: v for k, v in sorted(flat.items()) if not schema.non_identity(k) and not _at_later_default(k, v)}
 
 
 def run_identity(config: schema.RunConfig) -> str:
