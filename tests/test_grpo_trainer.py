@@ -14,9 +14,9 @@ import torch
 
 from cosmos_rl import plan
 from cosmos_rl.algorithms import grpo_sampler
-from cosmos_rl.algorithms.grpo import sde_step_mean_std, step_log_prob
+from cosmos_rl.algorithms.grpo import STEP_DYNAMICS, cps_step_mean_std, sde_step_mean_std, step_log_prob
 from cosmos_rl.config import load, preflight
-from cosmos_rl.config.preflight_grpo import trained_step_count
+from cosmos_rl.config.preflight_grpo import GRPO_SCHEDULERS, trained_step_count
 
 from _nft_local import local_trainer
 
@@ -133,6 +133,36 @@ def test_one_initial_noise_a_group_and_the_seed_contract_names_it_only_when_set(
         config = attrs.evolve(trainer.config, rl=trainer.rl)
         assert plan.seed_contract(config)["rl.same_initial_noise"] is True
         assert "rl.same_initial_noise" not in plan.seed_contract(attrs.evolve(config, rl=plain))
+    finally:
+        trainer.rl = plain
+        trainer.replay.clear()
+
+
+def test_the_cps_scheduler_samples_and_trains_with_the_same_step(trainer):
+    """rl.scheduler = "cps", eta 0.8: each SDE record's std is s' sin(0.4 pi), its recorded log-prob
+    is the CPS step's of the policy (not the Flow-SDE step's), and the training half's loss
+    recomputes it (ratio 1 on both records): rollout and learn use one step rule. Preflight's
+    scheduler names are the math module's."""
+    assert set(GRPO_SCHEDULERS) == set(STEP_DYNAMICS)
+    plain = trainer.rl
+    trainer.rl = attrs.evolve(plain, scheduler="cps", noise_level=0.8)
+    try:
+        cursor = trainer.cursor.state_dict()
+        _, replay = _rollout(trainer, 4)
+        trainer.cursor.load_state_dict(cursor)
+        ids, records = replay[0]
+        from cosmos_rl.trainers.grpo import guided_velocity
+
+        for r in records:
+            assert torch.allclose(r.std, r.sigma_next * math.sin(0.4 * math.pi) * torch.ones(1))
+            with torch.no_grad():
+                v = guided_velocity(trainer.transformer, ids, 2.0, r.x, r.sigma.expand(1))
+                mean, std = cps_step_mean_std(r.x, v, r.sigma, r.sigma_next, 0.8)
+                sde_mean, sde_std = sde_step_mean_std(r.x, v, r.sigma, r.sigma_next, 0.8)
+            assert torch.equal(step_log_prob(r.x_next, mean, std), r.log_prob)
+            assert not torch.allclose(step_log_prob(r.x_next, sde_mean, sde_std), r.log_prob)
+            _, metrics = trainer._step_loss(r, ids, torch.ones(1), measure_kl=True)
+            assert float(metrics["ratio_mean"]) == 1.0 and math.isfinite(float(metrics["kl"]))
     finally:
         trainer.rl = plain
         trainer.replay.clear()

@@ -468,7 +468,8 @@ def test_factory_with_membership_ids_passes(tmp_path, monkeypatch):
 
 GRPO_CASES = [
     # (overrides, key that must be named, text in the message)
-    (['rl.scheduler="unipc"'], "rl.scheduler", "GRPO rolls out with the SDE sampler"),
+    (['rl.scheduler="unipc"'], "rl.scheduler", "GRPO rolls out with a stochastic sampler"),
+    (['rl.scheduler="cps"', "rl.noise_level=1.5"], "rl.noise_level", "eta in (0, 1]"),
     (["rl.old.build_old=true"], "rl.old.build_old", "GRPO keeps no moving old policy"),
     (["rl.noise_level=0.0"], "rl.noise_level", "> 0"),
     (["rl.clip_range=0.0"], "rl.clip_range", "> 0"),
@@ -505,6 +506,10 @@ def test_grpo_plain_and_fast_pass_and_warn_of_knobs_the_other_variant_ignores():
     assert errors(GRPO, [*PLAIN, "rl.timestep_fraction=0.5", "rl.guidance=4.5", "rl.kl_beta=0.0"]) == {}
     assert "has no effect with Flow-GRPO-Fast" in warnings(GRPO, ["rl.timestep_fraction=0.5"])["rl.timestep_fraction"]
     assert "has no effect with plain Flow-GRPO" in warnings(GRPO, ["rl.sde_window=0"])["rl.sde_window_range"]
+    # the coefficients-preserving step: any eta in (0, 1]; over every step it narrows the samples
+    assert errors(GRPO, ['rl.scheduler="cps"', "rl.noise_level=0.8"]) == {}
+    assert warnings(GRPO, ['rl.scheduler="cps"', "rl.noise_level=1.0"]) == {}
+    assert "narrows the samples" in warnings(GRPO, [*PLAIN, 'rl.scheduler="cps"'])["rl.scheduler"]
     # NFT's own keys are not GRPO's
     assert "belongs to NFT" in errors(GRPO, ['rl.profile="t2i_tiny"'])["rl.profile"]
 

@@ -27,6 +27,20 @@ it changes nothing for a step no longer than its distance from pure noise (every
 first of a uniform schedule). Any positive per-step noise level keeps the marginals in the
 continuous limit, so the floor only picks a finite member of the same family.
 
+Coefficients-preserving sampling (CPS, Wang & Yu 2025, arXiv 2509.05952), the second rollout
+step (`rl.scheduler = "cps"`): the Euler-Maruyama step above adds its noise by a first-order rule,
+so over a coarse step near pure noise the sample leaves the step carrying more noise than its
+sigma says (the paper's diagnosis of Flow-GRPO's noisy rollouts). CPS instead rebuilds x' from the
+model's two estimates, x0_hat = x - s v and eps_hat = x + (1 - s) v, with coefficients whose
+noise parts add up to exactly s' at any step size:
+
+    std  = s' * sin(eta * pi / 2)
+    mean = (1 - s') x0_hat + sqrt(s'^2 - std^2) eps_hat = (1 - s') x0_hat + s' cos(eta pi / 2) eps_hat
+
+eta in (0, 1] replaces a fresh share of the noise direction: eta = 0 is the Euler ODE step
+x + (s' - s) v exactly, eta = 1 puts x0_hat at s' with all-new noise (DDPM's ancestral step).
+A step to s' = 0 has no noise and so no log-prob (the last step is the ODE's anyway).
+
 Log-probs and the KL are per-sample MEANS over the latent elements, as Flow-GRPO's reference
 code reduces them; the clip range is read against that scale (docs/grpo.md, "Defaults").
 """
@@ -110,6 +124,54 @@ def sde_step_mean_std(
     return mean, std
 
 
+def cps_step_mean_std(
+    x: torch.Tensor, v: torch.Tensor, s: torch.Tensor | float, s_next: torch.Tensor | float, eta: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean [B, ...] and std [B] of the coefficients-preserving step from sigma s to s' (module docstring).
+
+    x, v, s, s_next and the dtype rules as `sde_step_mean_std`; 0 < s' < s <= 1 (a step to 0 has
+    no noise), 0 < eta <= 1. The mean is differentiable in v; the std depends on the schedule only.
+    By hand, s = 0.5, s' = 0.25, x = 2, v = 1: x0_hat = 1.5, eps_hat = 2.5; eta = 1: std = 0.25,
+    mean = 0.75 * 1.5 = 1.125; eta = 1/3: std = 0.25 * 0.5 = 0.125,
+    mean = 1.125 + 0.25 * (sqrt(3) / 2) * 2.5 = 1.6662658.
+    """
+    if x.shape != v.shape or x.dim() < 1:
+        raise ValueError(f"x and v must share one [B, ...] shape, got {tuple(x.shape)} and {tuple(v.shape)}")
+    if not 0 < eta <= 1:
+        raise ValueError(f"the CPS noise level eta must be in (0, 1], got {eta}")
+    work = _work_dtype(x)
+    x, v = x.to(work), v.to(work)
+    s_b, s_next_b = _per_sample(s, x), _per_sample(s_next, x)
+    if not bool(((s_b > 0) & (s_b <= 1)).all()):
+        raise ValueError(f"sigma must lie in (0, 1], got {s_b.flatten().tolist()}")
+    if not bool(((s_next_b > 0) & (s_next_b < s_b)).all()):
+        raise ValueError(
+            f"the next sigma must lie in (0, sigma) for a CPS step (a step to 0 has no noise), "
+            f"got {s_next_b.flatten().tolist()} after {s_b.flatten().tolist()}"
+        )
+    x0_hat = x - s_b * v
+    eps_hat = x + (1 - s_b) * v
+    angle = eta * math.pi / 2
+    mean = (1 - s_next_b) * x0_hat + s_next_b * math.cos(angle) * eps_hat
+    std = (s_next_b * math.sin(angle)).reshape(-1).expand(x.shape[0]).contiguous()
+    return mean, std
+
+
+# rl.scheduler -> the step's (mean, std) function of (x, v, s, s_next, noise level)
+STEP_DYNAMICS = {"sde": sde_step_mean_std, "cps": cps_step_mean_std}
+
+
+def step_mean_std(
+    dynamics: str, x: torch.Tensor, v: torch.Tensor, s: torch.Tensor | float, s_next: torch.Tensor | float, level: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The stochastic step's (mean, std) under `dynamics` (a key of STEP_DYNAMICS)."""
+    try:
+        fn = STEP_DYNAMICS[dynamics]
+    except KeyError:
+        raise ValueError(f"unknown step dynamics {dynamics!r}; known: {sorted(STEP_DYNAMICS)}") from None
+    return fn(x, v, s, s_next, level)
+
+
 def sde_step(
     x: torch.Tensor,
     v: torch.Tensor,
@@ -117,14 +179,16 @@ def sde_step(
     s_next: torch.Tensor | float,
     a: float,
     noise: torch.Tensor,
+    dynamics: str = "sde",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One stochastic step: (x_next, mean, std) with x_next = mean + std * noise.
 
-    noise: standard normal, shaped like x. Shapes and dtype as `sde_step_mean_std`.
+    noise: standard normal, shaped like x. Shapes and dtype as `sde_step_mean_std`; a: the noise
+    level of `dynamics` ("sde": Flow-GRPO's a; "cps": eta, `cps_step_mean_std`).
     """
     if noise.shape != x.shape:
         raise ValueError(f"noise must be shaped like x {tuple(x.shape)}, got {tuple(noise.shape)}")
-    mean, std = sde_step_mean_std(x, v, s, s_next, a)
+    mean, std = step_mean_std(dynamics, x, v, s, s_next, a)
     return mean + _per_sample(std, mean) * noise.to(mean.dtype), mean, std
 
 

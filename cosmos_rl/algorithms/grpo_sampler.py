@@ -145,11 +145,14 @@ def sample_sde(
     a: float,
     generator: torch.Generator,
     sde_steps: Sequence[int] | None = None,
+    dynamics: str = "sde",
 ) -> tuple[torch.Tensor, list[SDEStepRecord]]:
     """Integrate from `noise` (at sigmas[0]) to sigma 0; returns (x0 [B, ...], one record per SDE step).
 
     velocity_fn(x [B, ...], sigma [B]) -> v [B, ...]. sigmas: [N + 1], strictly decreasing,
-    sigmas[0] <= 1, sigmas[N] = 0. a: the noise level (`grpo.sde_sigma`). sde_steps: which step
+    sigmas[0] <= 1, sigmas[N] = 0. a: the noise level of `dynamics` ("sde": Flow-GRPO's
+    Euler-Maruyama step, a as in `grpo.sde_sigma`; "cps": the coefficients-preserving step, a is
+    its eta in (0, 1], `grpo.cps_step_mean_std`). sde_steps: which step
     indices use the SDE (None = `default_sde_steps(N)`); the rest are Euler ODE steps
     x' = x + (s' - s) v (sde_steps = [] is the plain Euler ODE sampler). Each SDE step draws its
     standard normal noise, shaped like x, from `generator` (on the generator's device), in step
@@ -177,7 +180,7 @@ def sample_sde(
             x = x + (s_next - s) * v
             continue
         xi = torch.randn(x.shape, generator=generator, device=generator.device, dtype=work).to(x.device)
-        x_next, mean, std = sde_step(x, v, s, s_next, a, xi)
+        x_next, mean, std = sde_step(x, v, s, s_next, a, xi, dynamics)
         records.append(SDEStepRecord(k, s, s_next, x, mean, std, x_next, step_log_prob(x_next, mean, std)))
         x = x_next
     return x.to(noise.dtype), records

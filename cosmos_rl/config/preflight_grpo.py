@@ -15,6 +15,9 @@ from cosmos_rl.config import schema
 from cosmos_rl.config.preflight import online_rules
 from cosmos_rl.config.preflight_rules import Rules
 
+# The rollout step dynamics (algorithms.grpo.STEP_DYNAMICS's keys; tests check the two agree).
+GRPO_SCHEDULERS = ("sde", "cps")
+
 # grpo_sampler's slack: floor(0.29 * 100) must be 29, not 28.999999999999996's 28.
 _FRACTION_SLACK = 1e-9
 
@@ -31,9 +34,12 @@ def window_range(rl: schema.GRPOConfig) -> tuple[int, int]:
 
 def grpo_rules(c: schema.RunConfig, rl: schema.GRPOConfig, r: Rules) -> None:
     online_rules(c, rl, r)
-    if rl.scheduler != "sde":
-        r.error("rl.scheduler", "GRPO rolls out with the SDE sampler, whose steps have log-probs", rl.scheduler,
-                'set rl.scheduler = "sde" (held-out evaluation samples with UniPC either way)')
+    if rl.scheduler not in GRPO_SCHEDULERS:
+        r.error("rl.scheduler", "GRPO rolls out with a stochastic sampler, whose steps have log-probs", rl.scheduler,
+                'set rl.scheduler = "sde" (Flow-GRPO) or "cps" (coefficients-preserving); held-out evaluation samples with UniPC either way')
+    elif rl.scheduler == "cps" and not rl.noise_level <= 1:
+        r.error("rl.noise_level", "is the CPS step's eta, whose std s' * sin(eta * pi / 2) needs eta in (0, 1]", rl.noise_level,
+                "use e.g. 0.8 (Flow-CPS's configs), or rl.scheduler = \"sde\" for Flow-GRPO's a")
     if rl.old.build_old:
         r.error("rl.old.build_old", "GRPO keeps no moving old policy: the policy that sampled a step's rollouts is its old policy", True,
                 "set rl.old.build_old = false")
@@ -50,6 +56,10 @@ def grpo_rules(c: schema.RunConfig, rl: schema.GRPOConfig, r: Rules) -> None:
     default_fraction = attrs.fields(schema.GRPOConfig).timestep_fraction.default
     if rl.sde_window == 0:
         _fraction_rule(rl.timestep_fraction, steps, r)
+        if rl.scheduler == "cps":
+            r.warn("rl.scheduler", "CPS on every step but the last narrows the samples: each CPS step re-noises the model's estimate of "
+                   "the clean image, whose spread is below the data's (docs/grpo.md, \"The CPS step\")", rl.scheduler,
+                   "set rl.sde_window (Flow-CPS's configs: 3, in [0, sample_steps / 2]), or rl.scheduler = \"sde\"")
         if rl.sde_window_range:
             r.warn("rl.sde_window_range", "has no effect with plain Flow-GRPO (rl.sde_window = 0)", rl.sde_window_range,
                    "remove it, or set rl.sde_window to the window size")

@@ -147,9 +147,15 @@ class GRPOConfig(OnlineRLBase):
 
     algorithm: Literal["grpo"] = required("`grpo` selects online Flow-GRPO (docs/grpo.md).")
     sample_steps: int = knob(10, "Sampler steps per rollout (Flow-GRPO trains at 10); every step but the last can be a Gaussian action with a log-prob.")
-    scheduler: str = knob("sde", "Rollout sampler: only `sde`, Flow-GRPO's Euler-Maruyama SDE over the model's own sigmas (held-out evaluation samples with UniPC).")
+    scheduler: str = knob(
+        "sde", "Rollout sampler's stochastic step, over the model's own sigmas: `sde`, Flow-GRPO's Euler-Maruyama SDE, or `cps`, the coefficients-preserving step "
+        "(Flow-CPS: the sample keeps exactly its sigma's noise at any step size); held-out evaluation samples with UniPC either way."
+    )
     old: GRPOOldPolicyConfig = section(GRPOOldPolicyConfig, "No moving old policy: the policy that sampled a step is its old policy (on-policy at one update a step, rl.updates_per_step).")
-    noise_level: float = knob(0.7, "Noise level a of the SDE sampler, sigma_s = a * sqrt(s / (1 - s)) (the paper's 0.7); > 0.")
+    noise_level: float = knob(
+        0.7, "Noise level of the stochastic step: with `sde` Flow-GRPO's a, sigma_s = a * sqrt(s / (1 - s)) (the paper's 0.7), > 0; with `cps` its eta, "
+        "the step's std s' * sin(eta * pi / 2) (Flow-CPS's configs: 0.8), in (0, 1]."
+    )
     clip_range: float = knob(1e-4, "PPO clip range of the ratio of per-element-mean log-probs (Flow-GRPO's base config); > 0.")
     kl_beta: float = knob(0.04, "Weight of the exact KL between the policy's and the frozen reference's SDE steps (Flow-GRPO's 0.04); 0 = no KL term (measured on logged steps only).")
     timestep_fraction: float = knob(

@@ -1,7 +1,8 @@
 """The Flow-GRPO rank trainer: the online step (`trainers/online.py`) with GRPO's rollout sampler
 and training half (the math: `algorithms/grpo.py`, `algorithms/grpo_sampler.py`, docs/grpo.md).
 
-Rollout (`sample`): the SDE sampler `grpo_sampler.sample_sde` over the packed velocity with native
+Rollout (`sample`): the SDE sampler `grpo_sampler.sample_sde` (rl.scheduler's step: Flow-GRPO's
+Euler-Maruyama `sde` or the coefficients-preserving `cps`) over the packed velocity with native
 guidance (v_uncond + g * (v_cond - v_uncond), as `models.sampling` guides), on the model's own
 sigmas with sigma 0 appended (`models.sampling.sampler_sigmas`), sampled by the policy itself.
 Each SDE step's record (x, x_next and the sampling policy's log-prob of x_next) stays in memory
@@ -126,7 +127,7 @@ class GRPOTrainer(OnlineTrainer):
         gen = torch.Generator(device=self.device).manual_seed(derive_seed(self.config.job.seed, "grpo-sde", rank, step))
         x0, records = grpo_sampler.sample_sde(
             lambda x, sigma: guided_velocity(self.transformer, prompt_ids, settings.guidance, x, sigma),
-            noise, sigmas, self.rl.noise_level, gen, self.sde_steps(step),
+            noise, sigmas, self.rl.noise_level, gen, self.sde_steps(step), self.rl.scheduler,
         )
         self.replay[rank] = (prompt_ids, records)
         return x0, sigmas[:-1], decode_pixels(self.model.vae, self.media, x0)
@@ -194,9 +195,9 @@ class GRPOTrainer(OnlineTrainer):
         if measure_kl:
             with torch.no_grad(), self.model.reference() as ref:
                 v_ref = guided_velocity(ref, prompt_ids, rl.guidance, x, sigma)
-                mean_ref, _ = grpo_math.sde_step_mean_std(x, v_ref, s, s_next, rl.noise_level)
+                mean_ref, _ = grpo_math.step_mean_std(rl.scheduler, x, v_ref, s, s_next, rl.noise_level)
         v = guided_velocity(self.transformer, prompt_ids, rl.guidance, x, sigma)
-        mean, std = grpo_math.sde_step_mean_std(x, v, s, s_next, rl.noise_level)
+        mean, std = grpo_math.step_mean_std(rl.scheduler, x, v, s, s_next, rl.noise_level)
         logp = grpo_math.step_log_prob(record.x_next, mean, std)
         kl = None if mean_ref is None else grpo_math.gaussian_kl(mean, mean_ref, std)
         loss, metrics = grpo_math.grpo_step_loss(logp, record.log_prob, advantages, kl, rl.clip_range, rl.kl_beta)
