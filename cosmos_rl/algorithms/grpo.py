@@ -37,8 +37,8 @@ noise parts add up to exactly s' at any step size:
     std  = s' * sin(eta * pi / 2)
     mean = (1 - s') x0_hat + sqrt(s'^2 - std^2) eps_hat = (1 - s') x0_hat + s' cos(eta pi / 2) eps_hat
 
-eta in (0, 1] replaces a fresh share of the noise direction: eta = 0 is the Euler ODE step
-x + (s' - s) v exactly, eta = 1 puts x0_hat at s' with all-new noise (DDPM's ancestral step).
+eta in (0, 1] replaces a fresh share of the noise direction: eta -> 0 tends to the Euler ODE step
+x + (s' - s) v, eta = 1 puts x0_hat at s' with all-new noise.
 A step to s' = 0 has no noise and so no log-prob (the last step is the ODE's anyway).
 
 Log-probs and the KL are per-sample MEANS over the latent elements, as Flow-GRPO's reference
