@@ -80,6 +80,15 @@ def _per_sample(value: torch.Tensor | float, like: torch.Tensor) -> torch.Tensor
     return t.reshape(-1, *([1] * (like.dim() - 1)))
 
 
+def _step_inputs(x: torch.Tensor, v: torch.Tensor, s, s_next):
+    """A step's x and v in the work dtype and its sigmas broadcast per sample (both step rules)."""
+    if x.shape != v.shape or x.dim() < 1:
+        raise ValueError(f"x and v must share one [B, ...] shape, got {tuple(x.shape)} and {tuple(v.shape)}")
+    work = _work_dtype(x)
+    x, v = x.to(work), v.to(work)
+    return x, v, _per_sample(s, x), _per_sample(s_next, x)
+
+
 def sde_sigma(s: torch.Tensor, s_next: torch.Tensor, a: float) -> torch.Tensor:
     """Flow-GRPO's noise level sigma_s = a * sqrt(s / max(1 - s, s - s')) for a step s -> s'.
 
@@ -111,11 +120,7 @@ def sde_step_mean_std(
     By hand, a = 0.5, s = 0.5, s' = 0.25, x = 2, v = 1: sigma_s = 0.5, eps_hat = 2.5,
     drift = 1 + 0.25 * 2.5 = 1.625, mean = 2 - 0.25 * 1.625 = 1.59375, std = 0.5 * 0.5 = 0.25.
     """
-    if x.shape != v.shape or x.dim() < 1:
-        raise ValueError(f"x and v must share one [B, ...] shape, got {tuple(x.shape)} and {tuple(v.shape)}")
-    work = _work_dtype(x)
-    x, v = x.to(work), v.to(work)
-    s_b, s_next_b = _per_sample(s, x), _per_sample(s_next, x)
+    x, v, s_b, s_next_b = _step_inputs(x, v, s, s_next)
     sigma = sde_sigma(s_b, s_next_b, a)
     dt = s_next_b - s_b
     eps_hat = x + (1 - s_b) * v
@@ -135,13 +140,9 @@ def cps_step_mean_std(
     mean = 0.75 * 1.5 = 1.125; eta = 1/3: std = 0.25 * 0.5 = 0.125,
     mean = 1.125 + 0.25 * (sqrt(3) / 2) * 2.5 = 1.6662658.
     """
-    if x.shape != v.shape or x.dim() < 1:
-        raise ValueError(f"x and v must share one [B, ...] shape, got {tuple(x.shape)} and {tuple(v.shape)}")
     if not 0 < eta <= 1:
         raise ValueError(f"the CPS noise level eta must be in (0, 1], got {eta}")
-    work = _work_dtype(x)
-    x, v = x.to(work), v.to(work)
-    s_b, s_next_b = _per_sample(s, x), _per_sample(s_next, x)
+    x, v, s_b, s_next_b = _step_inputs(x, v, s, s_next)
     if not bool(((s_b > 0) & (s_b <= 1)).all()):
         raise ValueError(f"sigma must lie in (0, 1], got {s_b.flatten().tolist()}")
     if not bool(((s_next_b > 0) & (s_next_b < s_b)).all()):
