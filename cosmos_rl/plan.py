@@ -103,7 +103,10 @@ def text_tower_reuse(config: schema.RunConfig) -> str:
     hits = towers.adapts_text_tower(named or list(towers.DEFAULT_TARGET_MODULES))
     if hits:
         which = "model.lora.target_modules" if named else "the default model.lora.target_modules"
-        return f"off: {which} adapt the text tower ({', '.join(hits)}); [\"generation\"] would turn it on"
+        return (
+            f"off in training forwards: {which} adapt the text tower ({', '.join(hits)}); sampling loops "
+            "(rollouts, evaluation) still reuse within each loop; [\"generation\"] would turn it on"
+        )
     return "on: no adapter on the text tower, its keys and values are computed once per prompt per step"
 
 

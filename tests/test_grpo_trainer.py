@@ -89,6 +89,22 @@ def test_the_recorded_log_prob_is_the_policys_own_and_a_step_moves_the_weights(t
     assert any(not torch.equal(before[n], after[n]) for n in before)
 
 
+def test_a_rollout_runs_the_text_tower_once_and_holds_nothing_after_it(trainer):
+    """The default targets put adapters on the text tower, yet inside one rollout (the policy's
+    adapter fixed, no grad) the text keys/values are computed by the first forward and read by the
+    other five (2 ranks x 3 sampler steps of the same prompts); none outlive the rollout. That the
+    reused forwards give the recorded log-probs exactly is the first test's check."""
+    from cosmos_rl.models import text_kv
+
+    cache = text_kv.cache_of(trainer.transformer)
+    cursor, before = trainer.cursor.state_dict(), dict(cache.counts)
+    _rollout(trainer, 3)
+    trainer.cursor.load_state_dict(cursor)
+    trainer.replay.clear()
+    assert {k: cache.counts[k] - before[k] for k in before} == {"record": 1, "reuse": 5}
+    assert not cache.entries
+
+
 def test_the_seed_contract_reproduces_rollouts_and_ranks_and_steps_differ(trainer):
     """A rollout depends on (job.seed, rank, step) only: rolling step 5 out twice (the weights
     unchanged in between) gives the same latents, records and pixels; the two ranks and step 6

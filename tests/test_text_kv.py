@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 import pytest
 import torch
 from _models_helpers import stock_pipeline
@@ -158,6 +159,95 @@ def test_reuse_is_off_with_text_tower_adapters_and_for_a_full_fine_tunes_trainin
     assert _counts(transformer) == {"record": 0, "reuse": 0}
 
 
+def _both_tower_lora():
+    parts = build_preset("tiny", seed=0)
+    transformer = parts.transformer
+    torch.manual_seed(2)
+    add_adapters(transformer, 4, 8.0, ["policy", "old"])  # the default targets: both towers
+    with torch.no_grad():  # non-zero adapters, different for old and policy
+        for name, param in transformer.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.05)
+    set_active(transformer, "policy")
+    return parts, transformer
+
+
+def test_a_sampling_loop_holds_the_text_tower_despite_its_adapters_and_equals_todays_bit_for_bit():
+    """Inside held_while_sampling the first forward records and later sampler steps reuse, with
+    LoRA layers on the text tower; the samples equal the loop with reuse off exactly (a GRPO or NFT
+    rollout must not move), and nothing held inside outlives the block."""
+    parts, transformer = _both_tower_lora()
+    cond, uncond = tokenize_prompts(parts.tokenizer, PROMPTS, resolution=(32, 32))
+    noise = torch.randn(3, 4, 1, 8, 8, generator=torch.Generator().manual_seed(5))
+    loop = functools.partial(sample_latents, functools.partial(velocity, transformer), noise, cond, uncond, 5, 3.0, 3.0)
+    with text_kv.disabled(transformer):
+        expected, _ = loop()
+    with text_kv.held_while_sampling(transformer):
+        got, _ = loop()
+        assert text_kv.cache_of(transformer).entries
+    assert _counts(transformer) == {"record": 1, "reuse": 4}
+    assert torch.equal(got, expected)
+    assert not text_kv.cache_of(transformer).entries
+    _, again = loop()  # outside the block the everyday rule holds: adapters on the text tower, no reuse
+    assert _counts(transformer) == {"record": 1, "reuse": 4}
+
+
+def test_the_evaluator_samples_inside_the_block_and_its_images_equal_todays():
+    """Evaluation (`[rl.eval]`, `cosmos-rl eval`) samples a LoRA model whose text tower carries
+    adapters: its loop reuses, and its images equal the same pass with reuse off."""
+    from cosmos_rl.evaluation.evaluator import Evaluator
+    from cosmos_rl.models.media import MediaSpec
+    from cosmos_rl.models.sampler_settings import SamplerSettings
+
+    parts, transformer = _both_tower_lora()
+    evaluator = Evaluator(
+        ["a red circle", "two blue squares"], 2, "shapes_strict", SamplerSettings(steps=3, shift=None, guidance=2.0),
+        tokenizer=parts.tokenizer, vae=parts.vae, media=MediaSpec.image(32), latent_shape=(4, 1, 8, 8),
+        device=torch.device("cpu"), model_parts=parts,
+    )  # fmt: skip
+    with text_kv.disabled(transformer):
+        expected = evaluator.sample(transformer, evaluator.items)
+    got = evaluator.sample(transformer, evaluator.items)
+    counts = _counts(transformer)
+    assert counts["record"] >= 1 and counts["reuse"] >= 2 * counts["record"]  # 3 sampler steps a batch
+    assert not text_kv.cache_of(transformer).entries
+    assert got.shape == expected.shape and np.array_equal(got, expected)
+
+
+def test_inside_the_block_an_adapter_switch_drops_the_entries_and_a_graph_forward_runs_the_text_tower():
+    parts, transformer = _both_tower_lora()
+    x_t, sigma, ids = _batch(parts)
+    with torch.no_grad():
+        set_active(transformer, "old")
+        with text_kv.disabled(transformer):
+            old_expected = velocity(transformer, x_t, sigma, ids)
+            with adapters_disabled(transformer):
+                base_expected = velocity(transformer, x_t, sigma, ids)
+        set_active(transformer, "policy")
+    with text_kv.held_while_sampling(transformer):
+        with torch.no_grad():
+            velocity(transformer, x_t, sigma, ids)  # the policy's keys/values
+            set_active(transformer, "old")
+            old = velocity(transformer, x_t, sigma, ids)
+            with adapters_disabled(transformer):
+                base = velocity(transformer, x_t, sigma, ids)
+        assert _counts(transformer) == {"record": 3, "reuse": 0}
+        velocity(transformer, x_t, sigma, ids).sum().backward()  # builds a graph: today's forward
+        assert _counts(transformer) == {"record": 3, "reuse": 0}
+    assert torch.equal(old, old_expected) and torch.equal(base, base_expected)
+    assert any(p.grad is not None for n, p in transformer.named_parameters() if "to_q.lora_B.old" in n)
+
+
+def test_without_text_tower_adapters_the_block_changes_nothing():
+    parts, transformer = _generation_lora(checkpointing=False)
+    x_t, sigma, ids = _batch(parts)
+    with torch.no_grad():
+        with text_kv.held_while_sampling(transformer):
+            velocity(transformer, x_t, sigma, ids)
+        velocity(transformer, x_t, sigma, ids)  # entries recorded inside serve a forward after it
+    assert _counts(transformer) == {"record": 1, "reuse": 1}
+
+
 def test_tower_names_select_modules_by_full_path():
     parts = build_preset("tiny", seed=0)
     transformer = parts.transformer
@@ -224,7 +314,8 @@ def test_tower_names_and_module_names_pass_preflight_and_plan_says_whether_reuse
         for targets in ('["generation"]', '["generation", "gate_proj"]', "[]")
     }
     assert lines['["generation"]'].startswith("on:")
-    assert lines['["generation", "gate_proj"]'].startswith("off: model.lora.target_modules adapt the text tower (gate_proj)")
-    assert lines["[]"].startswith("off: the default model.lora.target_modules adapt the text tower (to_q,")
+    assert lines['["generation", "gate_proj"]'].startswith("off in training forwards: model.lora.target_modules adapt the text tower (gate_proj)")
+    assert lines["[]"].startswith("off in training forwards: the default model.lora.target_modules adapt the text tower (to_q,")
+    assert "sampling loops (rollouts, evaluation) still reuse within each loop" in lines["[]"]
     full = plan.build(load.load(manifest, ["model.lora.rank=0", "rl.old.build_old=false"]))["text_tower_reuse"]
     assert full.startswith("off in training forwards: a full fine-tune")

@@ -126,12 +126,13 @@ class Evaluator:
         """uint8 [N, H, W, 3] images (clips: [N, F, H, W, 3]) of `items` (in order), `batch_size` per sampler call."""
         from cosmos_rl.dist.fsdp import gathered_while_sampling
         from cosmos_rl.models.generate import generate
+        from cosmos_rl.models.text_kv import held_while_sampling
 
         # The network given, with the training rollouts' scheduler (a folder's own config) and this VAE.
         mp = self.model_parts
         parts = SimpleNamespace(transformer=transformer, vae=self.vae, scheduler=mp.scheduler, native_flow_schedule=mp.native_flow_schedule)
         out = []
-        with gathered_while_sampling(transformer):
+        with gathered_while_sampling(transformer), held_while_sampling(transformer):
             for start in range(0, len(items), self.batch_size):
                 batch = items[start : start + self.batch_size]
                 ids = [self._ids(item.caption) for item in batch]

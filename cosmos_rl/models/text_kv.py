@@ -20,7 +20,9 @@ activation checkpointing recomputes a layer with the plan of its own forward.
 
 When it is off (`plan_for` returns None; the forward is exactly today's):
 - the text tower carries a LoRA layer (e.g. the default targets or `understanding`): adapters are
-  switched between forwards (old, policy, disabled), so held values could belong to another one;
+  switched between forwards (old, policy, disabled), so held values could belong to another one --
+  except inside `held_while_sampling`, a no-grad sampling loop (a rollout, an evaluation pass) in
+  which neither the weights nor the active adapter change, whose entries live only inside it;
 - the forward builds a graph and a text-tower weight requires grad (a full fine-tune's training
   forwards): its gradient would go through the text tower;
 - `disabled(transformer)` is active (benchmarks compare both ways).
@@ -63,6 +65,8 @@ class TextKVCache:
         self.max_bytes = max_bytes
         self.bytes = 0
         self.enabled = True
+        # Inside held_while_sampling: the text tower's LoRA layers, whose entries are held despite them.
+        self.sampling: list[torch.nn.Module] | None = None
         self.counts = {"record": 0, "reuse": 0}  # forwards of each kind, for benchmarks and tests
 
     def clear(self) -> None:
@@ -121,12 +125,15 @@ def finish(plan: TextKVPlan | None) -> None:
         plan.on_finish = None
 
 
-def _text_tower_state(transformer: torch.nn.Module) -> tuple[bool, tuple]:
-    """(usable, fingerprint): usable when no text-tower parameter belongs to a LoRA layer and, in a
-    graph-building forward, none requires grad. The fingerprint is every text-tower parameter's
-    identity and in-place version; FSDP2 swaps a module's registered parameters between shards and
-    gathered copies around every forward, so a sharded model has none (its weights change only
-    through optimizer steps and state-dict loads, which drop the entries themselves)."""
+def _text_tower_state(transformer: torch.nn.Module, sampling: list | None = None) -> tuple[bool, tuple]:
+    """(usable, fingerprint): usable when no text-tower parameter belongs to a LoRA layer (with
+    `sampling`, the text tower's LoRA layers inside held_while_sampling: in any no-grad forward)
+    and, in a graph-building forward, none requires grad. The fingerprint is every text-tower
+    parameter's identity and in-place version; FSDP2 swaps a module's registered parameters between
+    shards and gathered copies around every forward, so a sharded model has none (its weights change
+    only through optimizer steps and state-dict loads, which drop the entries themselves). With
+    `sampling` it also holds which adapter each of those layers runs, so a switch inside the loop
+    drops the entries."""
     from torch.distributed.fsdp import FSDPModule
 
     grad = torch.is_grad_enabled()
@@ -135,11 +142,45 @@ def _text_tower_state(transformer: torch.nn.Module) -> tuple[bool, tuple]:
     for name, param in transformer.named_parameters():
         if not UNDERSTANDING_PARAMS.search(name):
             continue
-        if "lora_" in name or (grad and param.requires_grad):
+        if ("lora_" in name and (grad or sampling is None)) or (grad and param.requires_grad):
             return False, ()
         if track:
             fingerprint.append((id(param), param._version))
+    if sampling is not None:
+        fingerprint.extend((tuple(m.active_adapters), bool(m.disable_adapters)) for m in sampling)
     return True, tuple(fingerprint)
+
+
+def _text_tower_lora_layers(transformer: torch.nn.Module) -> list[torch.nn.Module]:
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    return [
+        module for name, module in transformer.named_modules()
+        if isinstance(module, BaseTunerLayer) and UNDERSTANDING_PARAMS.search(name + ".")
+    ]  # fmt: skip
+
+
+@contextmanager
+def held_while_sampling(transformer: torch.nn.Module) -> Iterator[None]:
+    """Forwards inside the block hold the text tower's keys/values from the first forward of each
+    prompt even when the text tower carries LoRA layers. For a no-grad sampling loop only (a
+    rollout, an evaluation pass): its weights and its active adapter cannot change between its
+    sampler steps, so every step after the first and every repeat of a prompt reads what the first
+    computed. Such entries could belong to another adapter outside the block, so they are dropped
+    at entry and at exit; graph-building forwards inside it keep today's rule. Without a text-tower
+    adapter the block changes nothing (the everyday rule already holds the entries)."""
+    cache = cache_of(transformer)
+    layers = _text_tower_lora_layers(transformer)
+    if cache.sampling is not None or not layers:
+        yield
+        return
+    cache.clear()
+    cache.sampling = layers
+    try:
+        yield
+    finally:
+        cache.sampling = None
+        cache.clear()
 
 
 def cache_of(transformer: torch.nn.Module) -> TextKVCache:
@@ -159,7 +200,7 @@ def plan_for(transformer: torch.nn.Module, prompt_ids: list[torch.Tensor]) -> Te
     cache = cache_of(transformer)
     if not cache.enabled or cache.num_layers == 0:
         return None
-    usable, fingerprint = _text_tower_state(transformer)
+    usable, fingerprint = _text_tower_state(transformer, cache.sampling)
     if not usable:
         return None
     if fingerprint != cache.fingerprint:

@@ -269,13 +269,14 @@ class OnlineTrainer:
         each rank's by `sample` from its seeded initial noise (and, I2V, the rows' first latent frames)."""
         from cosmos_rl.models.sampler_settings import SamplerSettings
         from cosmos_rl.dist.fsdp import gathered_while_sampling
+        from cosmos_rl.models.text_kv import held_while_sampling
 
         rl = self.rl
         # The model's own scheduler; rl.sampler_shift None keeps its shift.
         settings = SamplerSettings(steps=rl.sample_steps, shift=rl.sampler_shift, guidance=rl.guidance)
         self._activate(OLD if rl.old.build_old else POLICY)
         rollouts = []
-        with torch.no_grad(), gathered_while_sampling(self.transformer):
+        with torch.no_grad(), gathered_while_sampling(self.transformer), held_while_sampling(self.transformer):
             for rank in self.comm.ranks:
                 start = rollout_noise(rl, self.config.job.seed, self.noise_rank(rank), step, self.latent_shape, self.device)
                 given = {} if condition is None else {"condition": condition}
