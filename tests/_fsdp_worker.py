@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-from cosmos_rl.dist.fsdp import gathered_while_sampling, shard_transformer
+from cosmos_rl.dist.fsdp import gathered_while_sampling, gathered_while_training, shard_transformer
 from cosmos_rl.models.build import build_preset
 from cosmos_rl.models.lora import adapter_tensors, adapters_disabled, add_adapters, blend_adapter, set_active
 from cosmos_rl.models.packing import velocity
@@ -95,6 +95,7 @@ def one_step(mixed_precision: bool) -> dict:
         blend_adapter(reference, "old", "policy", keep=0.5)
         result["blend_diff"] = _max_diff(adapter_tensors(sharded, "old"), adapter_tensors(reference, "old"))
         result.update(_sampling_keeps_the_gathered_weights(sharded, x_t, sigma, ids))
+    result.update(_training_keeps_the_gathered_weights(sharded, x_t, sigma, ids, target, local))
     return result
 
 
@@ -112,6 +113,37 @@ def _sampling_keeps_the_gathered_weights(sharded, x_t, sigma, ids) -> dict:
         "sharded_between_plain_forwards": sharded_between, "gathered_between_kept_forwards": gathered_between,
         "resharded_after": all(isinstance(p, DTensor) for p in layer_params()),
     }
+
+
+def _training_keeps_the_gathered_weights(sharded, x_t, sigma, ids, target, local) -> dict:
+    """Two backwards (one per local row, as an online step trains micro-batches) inside
+    gathered_while_training give exactly the gradients they give without it; each layer stays
+    gathered from the first forward to the block's end and is a shard again after it."""
+    layer_params = lambda: [p for layer in sharded.layers for p in layer.parameters()]  # noqa: E731
+    rows = range(local.start, local.stop)
+    gathered = []
+
+    def two_backwards():
+        for param in sharded.parameters():
+            param.grad = None
+        for row in rows:
+            _loss(sharded, x_t[row : row + 1], sigma[row : row + 1], ids[row : row + 1], target[row : row + 1]).backward()
+            gathered.append(not any(isinstance(p, DTensor) for p in layer_params()))
+
+    two_backwards()
+    plain = {n: _full(p.grad).clone() for n, p in sharded.named_parameters() if p.grad is not None}
+    plain_gathered, gathered[:] = list(gathered), []
+    with gathered_while_training(sharded):
+        two_backwards()
+    kept = {n: _full(p.grad).clone() for n, p in sharded.named_parameters() if p.grad is not None}
+    for param in sharded.parameters():
+        param.grad = None
+    return {
+        "training_grad_keys_match": plain.keys() == kept.keys() and len(plain) > 0,
+        "training_grad_diff": _max_diff(plain, kept), "training_grad_max": max(g.abs().max().item() for g in plain.values()),
+        "sharded_between_plain_backwards": not any(plain_gathered), "gathered_between_kept_backwards": all(gathered),
+        "resharded_after_training": all(isinstance(p, DTensor) for p in layer_params()),
+    }  # fmt: skip
 
 
 def generation_reuse_step() -> dict:

@@ -72,6 +72,15 @@ def test_sampling_keeps_each_layers_gathered_weights_and_reshards_after(two_rank
 
 
 @pytest.mark.slow
+def test_a_training_step_gathers_each_layer_once_and_keeps_the_gradients_exactly(two_rank_results):
+    result = two_rank_results["fp32"]
+    assert result["sharded_between_plain_backwards"]  # without it every forward and backward gathers again
+    assert result["gathered_between_kept_backwards"] and result["resharded_after_training"]
+    assert result["training_grad_keys_match"] and result["training_grad_max"] > 1e-4
+    assert result["training_grad_diff"] == 0.0  # still reduce-scattered after every backward: the same sums
+
+
+@pytest.mark.slow
 def test_bf16_mixed_precision_step_stays_close_to_fp32(two_rank_results):
     result = two_rank_results["bf16"]
     assert result["grad_keys_match"]

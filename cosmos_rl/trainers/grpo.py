@@ -134,6 +134,7 @@ class GRPOTrainer(OnlineTrainer):
 
     # ----------------------------------------------------------------- learn
     def learn(self, step, rollouts, tables, cond, condition=None):
+        from cosmos_rl.dist.fsdp import gathered_while_training
         from cosmos_rl.models.setup import optimizer_step
 
         rl, ranks = self.rl, self.comm.ranks
@@ -163,14 +164,15 @@ class GRPOTrainer(OnlineTrainer):
         norms = []
         for rows in slices:
             self.optimizer.zero_grad(set_to_none=True)
-            for i, (rank, (prompt_ids, _), chosen) in enumerate(zip(ranks, replay, chosen_by_rank)):
-                ids = tuple(branch[rows] for branch in prompt_ids)  # (cond, uncond) lists of token tensors
-                adv = advantages[rows, rank].to(device=self.device, dtype=torch.float32)
-                for record in chosen:
-                    loss, metrics = self._step_loss(record.rows(rows), ids, adv, measure_kl)
-                    (loss * (share / len(chosen))).backward()
-                    for key, value in metrics.items():
-                        per_rank[i][key] = per_rank[i].get(key, 0.0) + float(value) / (len(chosen) * len(slices))
+            with gathered_while_training(self.transformer):
+                for i, (rank, (prompt_ids, _), chosen) in enumerate(zip(ranks, replay, chosen_by_rank)):
+                    ids = tuple(branch[rows] for branch in prompt_ids)  # (cond, uncond) lists of token tensors
+                    adv = advantages[rows, rank].to(device=self.device, dtype=torch.float32)
+                    for record in chosen:
+                        loss, metrics = self._step_loss(record.rows(rows), ids, adv, measure_kl)
+                        (loss * (share / len(chosen))).backward()
+                        for key, value in metrics.items():
+                            per_rank[i][key] = per_rank[i].get(key, 0.0) + float(value) / (len(chosen) * len(slices))
             norm, _ = optimizer_step(self.model.trainable_parameters(), self.optimizer, self.schedule, rl.optimizer.grad_clip)
             norms.append(float(norm))
         norm = sum(norms) / len(norms)

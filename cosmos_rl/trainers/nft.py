@@ -131,20 +131,22 @@ class NFTTrainer(OnlineTrainer):
         The loss is the mean of the played ranks' losses: FSDP averages gradients over ranks, so a
         process playing all G ranks takes the same step as G processes playing one each.
         """
+        from cosmos_rl.dist.fsdp import gathered_while_training
+        from cosmos_rl.models.setup import optimizer_step
+
         # With kl_beta = 0 the KL is measured only on the steps whose metrics are logged (one
         # no-grad reference forward more there), so train/kl_loss is never a number not computed.
         job = self.config.job
         measure_kl = step % job.log_every == 0 or step == self.rl.max_steps
         losses, metrics = [], []
-        for rank, x0, sigmas, r in samples:
-            loss, rank_metrics = self._rank_loss(measure_kl, clean, *self._training_inputs(step, rank, x0, sigmas, cond, r, clean))
-            losses.append(loss)
-            metrics.append(rank_metrics)
-        loss = losses[0] if len(losses) == 1 else torch.stack(losses).mean()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        from cosmos_rl.models.setup import optimizer_step
-
+        with gathered_while_training(self.transformer):
+            for rank, x0, sigmas, r in samples:
+                loss, rank_metrics = self._rank_loss(measure_kl, clean, *self._training_inputs(step, rank, x0, sigmas, cond, r, clean))
+                losses.append(loss)
+                metrics.append(rank_metrics)
+            loss = losses[0] if len(losses) == 1 else torch.stack(losses).mean()
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
         norm, _ = optimizer_step(self.model.trainable_parameters(), self.optimizer, self.schedule, self.rl.optimizer.grad_clip)
         out = []
         for rank_metrics in metrics:
