@@ -64,31 +64,9 @@ def shard_transformer(
 
 
 @contextmanager
-def gathered_while_sampling(transformer: torch.nn.Module) -> Iterator[None]:
-    """Keep each sharded layer's all-gathered weights between the forwards of a no-grad sampling
-    loop instead of gathering them again for every sampler step (the weights cannot change inside
-    it, so the forwards are the same); every layer is resharded at exit, before any training.
-    Costs one unsharded copy of the weights while it lasts. A no-op on an unsharded transformer."""
-    layers = [layer for layer in getattr(transformer, "layers", ()) if isinstance(layer, FSDPModule)]
-    for layer in layers:
-        layer.set_reshard_after_forward(False, recurse=False)
-    try:
-        yield
-    finally:
-        for layer in layers:
-            layer.set_reshard_after_forward(True, recurse=False)
-            layer.reshard()
-
-
-@contextmanager
-def gathered_while_training(transformer: torch.nn.Module) -> Iterator[None]:
-    """Keep each sharded layer's all-gathered weights from its first forward in the block to the
-    block's end: the forwards and backwards of one optimizer step (old, reference and policy
-    forwards; several micro-batches) gather each layer once instead of once per forward and per
-    backward. Gradients are still reduce-scattered after every backward, as without the block, so
-    the step's numbers are unchanged. Every layer is resharded at exit, so the block must close
-    before the optimizer step (which updates the shards the next gather reads). Costs one
-    unsharded copy of the weights while it lasts. A no-op on an unsharded transformer."""
+def _kept_gathered(transformer: torch.nn.Module) -> Iterator[None]:
+    # Each sharded layer keeps its gathered weights after its forwards and backwards inside the
+    # block; every layer is resharded at exit. A no-op on an unsharded transformer.
     layers = [layer for layer in getattr(transformer, "layers", ()) if isinstance(layer, FSDPModule)]
     for layer in layers:
         layer.set_reshard_after_forward(False, recurse=False)
@@ -100,3 +78,26 @@ def gathered_while_training(transformer: torch.nn.Module) -> Iterator[None]:
             layer.set_reshard_after_forward(True, recurse=False)
             layer.set_reshard_after_backward(True, recurse=False)
             layer.reshard()
+
+
+@contextmanager
+def gathered_while_sampling(transformer: torch.nn.Module) -> Iterator[None]:
+    """Keep each sharded layer's all-gathered weights between the forwards of a no-grad sampling
+    loop instead of gathering them again for every sampler step (the weights cannot change inside
+    it, so the forwards are the same); every layer is resharded at exit, before any training.
+    Costs one unsharded copy of the weights while it lasts. A no-op on an unsharded transformer."""
+    with _kept_gathered(transformer):
+        yield
+
+
+@contextmanager
+def gathered_while_training(transformer: torch.nn.Module) -> Iterator[None]:
+    """Keep each sharded layer's all-gathered weights from its first forward in the block to the
+    block's end: the forwards and backwards of one optimizer step (old, reference and policy
+    forwards; several micro-batches) gather each layer once instead of once per forward and per
+    backward. Gradients are still reduce-scattered after every backward, as without the block, so
+    the step's numbers are unchanged. Every layer is resharded at exit, so the block must close
+    before the optimizer step (which updates the shards the next gather reads). Costs one
+    unsharded copy of the weights while it lasts. A no-op on an unsharded transformer."""
+    with _kept_gathered(transformer):
+        yield
