@@ -277,7 +277,7 @@ def test_the_moving_average_follows_the_policy_every_n_steps_and_is_the_runs_mod
     from cosmos_rl.models import lora
 
     def active(transformer) -> set[str]:
-        return {tuple(layer.active_adapters) for _, layer in lora._tuner_layers(transformer)}
+        return {tuple(layer.active_adapters) for _, layer in lora.tuner_layers(transformer)}
 
     seen = []
     monkeypatch.setattr(evaluator, "evaluate_ranks", lambda ev, transformer, *a: seen.append(active(transformer)) or {})

@@ -83,7 +83,8 @@ def _check_targets_match(transformer: torch.nn.Module, requested: list[str]) -> 
 _TUNER_LAYERS_ATTRIBUTE = "_cosmos_rl_tuner_layers"
 
 
-def _tuner_layers(transformer: torch.nn.Module) -> list[tuple[str, BaseTunerLayer]]:
+def tuner_layers(transformer: torch.nn.Module) -> list[tuple[str, BaseTunerLayer]]:
+    """(module path, peft tuner layer) of every adapted module, walked once per set of adapter names."""
     names = tuple(getattr(transformer, "peft_config", None) or ())
     held = transformer.__dict__.get(_TUNER_LAYERS_ATTRIBUTE)
     if held is None or held[0] != names:
@@ -94,7 +95,7 @@ def _tuner_layers(transformer: torch.nn.Module) -> list[tuple[str, BaseTunerLaye
 
 
 def _lora_layers(transformer: torch.nn.Module) -> Iterator[tuple[str, LoraLayer]]:
-    for module_name, module in _tuner_layers(transformer):
+    for module_name, module in tuner_layers(transformer):
         if isinstance(module, LoraLayer):
             yield module_name, module
 
@@ -110,7 +111,7 @@ def set_active(transformer: torch.nn.Module, name: str) -> None:
     """Make `name` the adapter used in forwards and the only trainable one (what diffusers'
     `set_adapter` does: peft's per-layer `set_adapter` on every tuner layer)."""
     _check_known(transformer, name)
-    for _, layer in _tuner_layers(transformer):
+    for _, layer in tuner_layers(transformer):
         layer.set_adapter([name])
 
 
@@ -120,7 +121,7 @@ def use_adapter(transformer: torch.nn.Module, name: str) -> None:
     active adapter (what peft's `active_adapter` property reads) is set; `set_active` also flips
     the flags, parameter by parameter."""
     _check_known(transformer, name)
-    for _, layer in _tuner_layers(transformer):
+    for _, layer in tuner_layers(transformer):
         layer._active_adapter = [name]
 
 
@@ -137,7 +138,7 @@ def adapters_disabled(transformer: torch.nn.Module) -> Iterator[None]:
     bf16 and fail to store them on the fp32 master weights.) Nested blocks on one network restore
     the disabled state of the outer block.
     """
-    layers = [layer for _, layer in _tuner_layers(transformer)]
+    layers = [layer for _, layer in tuner_layers(transformer)]
     if not layers:
         raise ValueError("adapters_disabled: this transformer has no LoRA adapter")
     were = [layer._disable_adapters for layer in layers]

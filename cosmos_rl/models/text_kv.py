@@ -152,12 +152,9 @@ def _text_tower_state(transformer: torch.nn.Module, sampling: list | None = None
 
 
 def _text_tower_lora_layers(transformer: torch.nn.Module) -> list[torch.nn.Module]:
-    from peft.tuners.tuners_utils import BaseTunerLayer
+    from cosmos_rl.models.lora import tuner_layers
 
-    return [
-        module for name, module in transformer.named_modules()
-        if isinstance(module, BaseTunerLayer) and UNDERSTANDING_PARAMS.search(name + ".")
-    ]  # fmt: skip
+    return [module for path, module in tuner_layers(transformer) if UNDERSTANDING_PARAMS.search(path + ".")]
 
 
 @contextmanager
