@@ -116,7 +116,8 @@ def _sampling_keeps_the_gathered_weights(sharded, x_t, sigma, ids) -> dict:
 
 
 def _training_keeps_the_gathered_weights(sharded, x_t, sigma, ids, target, local) -> dict:
-    """Two backwards (one per local row, as an online step trains micro-batches) inside
+    """Two backwards (one per local row, as an online step trains micro-batches), each after a
+    no-grad forward with the adapters off (the reference forward of DPO and NFT), inside
     gathered_while_training give exactly the gradients they give without it; each layer stays
     gathered from the first forward to the block's end and is a shard again after it."""
     layer_params = lambda: [p for layer in sharded.layers for p in layer.parameters()]  # noqa: E731
@@ -127,7 +128,10 @@ def _training_keeps_the_gathered_weights(sharded, x_t, sigma, ids, target, local
         for param in sharded.parameters():
             param.grad = None
         for row in rows:
-            _loss(sharded, x_t[row : row + 1], sigma[row : row + 1], ids[row : row + 1], target[row : row + 1]).backward()
+            one = slice(row, row + 1)
+            with torch.no_grad(), adapters_disabled(sharded):
+                reference_loss = _loss(sharded, x_t[one], sigma[one], ids[one], target[one])
+            (_loss(sharded, x_t[one], sigma[one], ids[one], target[one]) - reference_loss).backward()
             gathered.append(not any(isinstance(p, DTensor) for p in layer_params()))
 
     two_backwards()

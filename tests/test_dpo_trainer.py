@@ -252,3 +252,44 @@ def test_resume_fails_naming_every_reason_when_no_checkpoint_loads(tmp_path):
         (tmp_path / "run" / "checkpoints" / f"step_{step}" / ".metadata").write_bytes(b"garbage")
     with pytest.raises(UserError, match=r"none of the 2 committed checkpoints .*step_2.*step_1"):
         DPOTrainer(config, tmp_path / "run", CPU, resume=True)
+
+
+def test_a_step_and_validation_run_their_forwards_inside_one_gathering_block(tmp_path, monkeypatch):
+    """Under FSDP2 each block gathers a sharded layer once for the reference forward, the policy
+    forward and the backward of a step (validation: every chunk's two forwards); here, unsharded,
+    the blocks are no-ops, so the test records which block each forward and the backward ran in."""
+    import contextlib
+
+    import cosmos_rl.dist.fsdp as fsdp
+    import cosmos_rl.trainers.dpo as dpo_module
+
+    open_block, seen = [None], []
+
+    def recording(name):
+        @contextlib.contextmanager
+        def block(transformer):
+            open_block[0] = (name, transformer)
+            try:
+                yield
+            finally:
+                open_block[0] = None
+
+        return block
+
+    def recorded_velocity(model, *args, **kwargs):
+        out = velocity(model, *args, **kwargs)
+        seen.append(("forward", open_block[0]))
+        if out.requires_grad:
+            out.register_hook(lambda grad: seen.append(("backward", open_block[0])))
+        return out
+
+    monkeypatch.setattr(fsdp, "gathered_while_training", recording("training"))
+    monkeypatch.setattr(fsdp, "gathered_while_sampling", recording("sampling"))
+    monkeypatch.setattr(dpo_module, "velocity", recorded_velocity)
+    t = trainer(tmp_path, validation={"every": 1, "max_pairs": 4, "data": {"synthetic_pairs": 8, "synthetic_seed": 1}})
+    t.train_step(1)
+    assert [kind for kind, _ in seen] == ["forward", "forward", "backward"]  # reference, policy, backward
+    assert all(block == ("training", t.model.transformer) for _, block in seen)
+    seen.clear()
+    t.validate()
+    assert len(seen) == 4 and all(block == ("sampling", t.model.transformer) for _, block in seen)  # 2 chunks x 2

@@ -203,9 +203,13 @@ class DPOTrainer(SPMDTrainer):
         shape = (len(pairs), *latents.shape[1:])
         eps, t = self._draw(shape, "train", self.config.job.seed, self.step, self.rank)
 
+        from cosmos_rl.dist.fsdp import gathered_while_training
+
         self.optimizer.zero_grad(set_to_none=True)
-        loss, metrics = self._objective(latents, ids, eps, t, with_grad=True)
-        loss.backward()
+        # The reference forward, the policy forward and the backward gather each sharded layer once.
+        with gathered_while_training(self.model.transformer):
+            loss, metrics = self._objective(latents, ids, eps, t, with_grad=True)
+            loss.backward()
         grad_norm, lr = optimizer_step(self.params, self.optimizer, self.schedule, self.rl.optimizer.grad_clip)
         self.step += 1
 
@@ -219,10 +223,19 @@ class DPOTrainer(SPMDTrainer):
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
         """The DPO objective on up to max_pairs held-out pairs; each pair's noise is fixed by its index."""
+        from cosmos_rl.dist.fsdp import gathered_while_sampling
+
         total = min(self.rl.validation.max_pairs, len(self.val_source))
         mine = list(range(self.rank, total, self.world))
         chunk = max(self.rl.pairs_per_step // self.world, 1)
         sums = torch.zeros(len(VAL_METRICS) + 1)
+        with gathered_while_sampling(self.model.transformer):  # every chunk's two forwards, one gather
+            self._validate_chunks(mine, chunk, sums)
+        sums = self._all_sum(sums)  # ranks may hold different counts: sum numerators and the count, not means
+        return {f"val/{k}": float(v) for k, v in zip(VAL_METRICS, sums[:-1] / sums[-1])}
+
+    def _validate_chunks(self, mine: list[int], chunk: int, sums: torch.Tensor) -> None:
+        """Adds each chunk of this rank's held-out pairs to `sums` (metric sums, then the count)."""
         for start in range(0, len(mine), chunk):
             indices = mine[start : start + chunk]
             latents, ids = self._pair_tensors([self.val_source[i] for i in indices])
@@ -232,8 +245,6 @@ class DPOTrainer(SPMDTrainer):
             _, metrics = self._objective(latents, ids, eps, t, with_grad=False)
             sums[:-1] += torch.stack([metrics[k].float().cpu() for k in VAL_METRICS]) * len(indices)
             sums[-1] += len(indices)
-        sums = self._all_sum(sums)  # ranks may hold different counts: sum numerators and the count, not means
-        return {f"val/{k}": float(v) for k, v in zip(VAL_METRICS, sums[:-1] / sums[-1])}
 
     # -------------------------------------------------------------------------------- loop
     def holdout(self, step: int) -> dict[str, float]:
