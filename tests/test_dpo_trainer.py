@@ -3,6 +3,7 @@ checkpoint contents, an in-process exact resume, and the full fine-tune referenc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from pathlib import Path
@@ -258,8 +259,6 @@ def test_a_step_and_validation_run_their_forwards_inside_one_gathering_block(tmp
     """Under FSDP2 each block gathers a sharded layer once for the reference forward, the policy
     forward and the backward of a step (validation: every chunk's two forwards); here, unsharded,
     the blocks are no-ops, so the test records which block each forward and the backward ran in."""
-    import contextlib
-
     import cosmos_rl.dist.fsdp as fsdp
     import cosmos_rl.trainers.dpo as dpo_module
 
