@@ -196,14 +196,14 @@ class DPOTrainer(SPMDTrainer):
 
     def train_step(self, step: int) -> dict[str, float]:
         """Optimizer step `step` (= self.step + 1); returns the rank-averaged train/ metrics."""
+        from cosmos_rl.dist.fsdp import gathered_while_training
+
         self._next(step)
         started = time.perf_counter()
         pairs = self.next_pairs()
         latents, ids = self._pair_tensors(pairs)
         shape = (len(pairs), *latents.shape[1:])
         eps, t = self._draw(shape, "train", self.config.job.seed, self.step, self.rank)
-
-        from cosmos_rl.dist.fsdp import gathered_while_training
 
         self.optimizer.zero_grad(set_to_none=True)
         # The reference forward, the policy forward and the backward gather each sharded layer once.
@@ -230,21 +230,17 @@ class DPOTrainer(SPMDTrainer):
         chunk = max(self.rl.pairs_per_step // self.world, 1)
         sums = torch.zeros(len(VAL_METRICS) + 1)
         with gathered_while_sampling(self.model.transformer):  # every chunk's two forwards, one gather
-            self._validate_chunks(mine, chunk, sums)
+            for start in range(0, len(mine), chunk):
+                indices = mine[start : start + chunk]
+                latents, ids = self._pair_tensors([self.val_source[i] for i in indices])
+                draws = [self._draw((1, *latents.shape[1:]), "val", self.config.job.seed, i) for i in indices]
+                eps = torch.cat([d[0] for d in draws])
+                t = torch.cat([d[1] for d in draws])
+                _, metrics = self._objective(latents, ids, eps, t, with_grad=False)
+                sums[:-1] += torch.stack([metrics[k].float().cpu() for k in VAL_METRICS]) * len(indices)
+                sums[-1] += len(indices)
         sums = self._all_sum(sums)  # ranks may hold different counts: sum numerators and the count, not means
         return {f"val/{k}": float(v) for k, v in zip(VAL_METRICS, sums[:-1] / sums[-1])}
-
-    def _validate_chunks(self, mine: list[int], chunk: int, sums: torch.Tensor) -> None:
-        """Adds each chunk of this rank's held-out pairs to `sums` (metric sums, then the count)."""
-        for start in range(0, len(mine), chunk):
-            indices = mine[start : start + chunk]
-            latents, ids = self._pair_tensors([self.val_source[i] for i in indices])
-            draws = [self._draw((1, *latents.shape[1:]), "val", self.config.job.seed, i) for i in indices]
-            eps = torch.cat([d[0] for d in draws])
-            t = torch.cat([d[1] for d in draws])
-            _, metrics = self._objective(latents, ids, eps, t, with_grad=False)
-            sums[:-1] += torch.stack([metrics[k].float().cpu() for k in VAL_METRICS]) * len(indices)
-            sums[-1] += len(indices)
 
     # -------------------------------------------------------------------------------- loop
     def holdout(self, step: int) -> dict[str, float]:
