@@ -253,6 +253,9 @@ LATER_KNOB_DEFAULTS: dict[str, object] = {
     "rl.ema_every": 8,
     "rl.updates_per_step": 1,
     "rl.same_initial_noise": False,
+    "rl.optimizer.decay": "none",
+    "rl.optimizer.decay_steps": 0,
+    "rl.optimizer.min_lr_ratio": 0.0,
     "rl.reward.frame_reduce": "mean",
     "rl.reward.frame_stride": 1,
     # Keys of an array of tables stand for every entry (`rl.rewards[1].frame_reduce`).

@@ -42,7 +42,12 @@ class OptimizerConfig:
     betas: list[float] = knob(attrs.Factory(lambda: [0.9, 0.999]), "AdamW moment coefficients [beta1, beta2].")
     eps: float = knob(1e-8, "AdamW denominator epsilon.")
     grad_clip: float = knob(1.0, "Clip the global gradient norm to this; 0 disables clipping.")
-    warmup_steps: int = knob(0, "Linear learning-rate warm-up over this many steps, then constant.")
+    warmup_steps: int = knob(0, "Linear learning-rate warm-up over this many steps, then constant (or the decay).")
+    decay: Literal["none", "linear", "cosine"] = knob(
+        "none", "Learning-rate decay after the warm-up: `none` keeps lr; `linear` or `cosine` brings it to lr x min_lr_ratio at optimizer step decay_steps and holds it there.")
+    decay_steps: int = knob(
+        0, "The optimizer step at which the decay ends (counted from 0, warm-up included; a GRPO run takes rl.updates_per_step a step). Its own knob, not rl.max_steps, so extending a run on resume does not reshape the LR it already followed. 0 with decay = `none`.")
+    min_lr_ratio: float = knob(0.0, "The decay's end as a fraction of lr, in [0, 1].")
 
 
 # -------------------------------------------------------------------------------------------- eval

@@ -47,6 +47,7 @@ from typing import Iterator, Optional
 import torch
 
 from cosmos_rl.config import schema
+from cosmos_rl.models.lr_schedule import lr_factor
 from cosmos_rl.dist.world import process_group_active
 from cosmos_rl.errors import UserError
 from cosmos_rl.models import lora, text_kv
@@ -209,21 +210,10 @@ def build_trainable(
     )
 
 
-def warmup_factor(warmup_steps: int):
-    """LR multiplier at optimizer step k: linear ramp (k+1)/warmup over `warmup_steps`, then 1."""
-
-    def factor(step: int) -> float:
-        if warmup_steps <= 0:
-            return 1.0
-        return min(1.0, (step + 1) / warmup_steps)
-
-    return factor
-
-
 def build_optimizer(
     params: list[torch.nn.Parameter], cfg: schema.OptimizerConfig
 ) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW over `params` and its warm-up schedule (call schedule.step() after each optimizer step)."""
+    """AdamW over `params` and its LR schedule (`lr_factor`; call schedule.step() after each optimizer step)."""
     params = list(params)
     if not params:
         raise UserError(
@@ -233,7 +223,7 @@ def build_optimizer(
     optimizer = torch.optim.AdamW(
         params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay
     )
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_factor(cfg.warmup_steps))
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(cfg))
     return optimizer, schedule
 
 
