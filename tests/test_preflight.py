@@ -14,7 +14,7 @@ DPO = ROOT / "manifests" / "dpo_t2i_smoke.toml"
 SFT = ROOT / "manifests" / "sft_shapes_cpu.toml"  # its shards are unwritten here: only rl.data.shards[0] besides
 DPO_PUBLIC = ROOT / "manifests" / "dpo_t2i_public_4gpu.toml"  # names no model: model.path is the test's
 GRPO = ROOT / "manifests" / "grpo_shapes_cpu.toml"  # Flow-GRPO-Fast: sde_window = 2 over sde_window_range = [0, 5]
-PLAIN = ["rl.sde_window=0", "rl.sde_window_range=[]"]  # the same manifest as plain Flow-GRPO
+PLAIN = ["rl.sde_window=0", "rl.sde_window_range=[]", 'rl.scheduler="sde"', "rl.noise_level=0.7"]  # the same manifest as plain Flow-GRPO
 
 
 def errors(manifest: Path, overrides: list[str]) -> dict[str, str]:
@@ -477,7 +477,7 @@ GRPO_CASES = [
     (["rl.advantage_clip=0.0"], "rl.advantage_clip", "> 0"),
     (["rl.sde_window=-1"], "rl.sde_window", "0 (plain Flow-GRPO)"),
     (["rl.sde_window=10", "rl.sde_window_range=[]"], "rl.sde_window", "longer than the 9 steps of rl.sample_steps = 10"),
-    (["rl.sde_window_range=[0, 1]"], "rl.sde_window_range", "room for rl.sde_window = 2 steps"),
+    (["rl.sde_window_range=[0, 2]"], "rl.sde_window_range", "room for rl.sde_window = 3 steps"),
     (["rl.sde_window_range=[0, 10]"], "rl.sde_window_range", "hi <= 9"),
     (["rl.sde_window_range=[0, 2, 4]"], "rl.sde_window_range", "must be [lo, hi]"),
     ([*PLAIN, "rl.timestep_fraction=1.0"], "rl.timestep_fraction", "floor(1 x 10) = 10 of the rl.sample_steps = 10"),
