@@ -47,13 +47,13 @@ from typing import Iterator, Optional
 import torch
 
 from cosmos_rl.config import schema
-from cosmos_rl.models.lr_schedule import lr_factor
 from cosmos_rl.dist.world import process_group_active
 from cosmos_rl.errors import UserError
 from cosmos_rl.models import lora, text_kv
 from cosmos_rl.models.base_checkpoint import load_base_weights, resolve_init_from
 from cosmos_rl.models.build import ModelParts, build_preset, load_parts
 from cosmos_rl.models.layout import PRESET_SCHEME, init_cache_root, is_pipeline_folder
+from cosmos_rl.models.lr_schedule import lr_factor
 
 # LoRA's lora_A is drawn from torch's RNG; an offset keeps its stream apart from the preset's.
 _LORA_SEED_OFFSET = 7919
