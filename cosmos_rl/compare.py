@@ -18,7 +18,8 @@ runs", documents both). Torch-free: it reads files, never a model.
 * SFT (`samples_per_step`): images *seen*, `samples_per_step` ground-truth images a step.
 
 **Wall-clock** is the sum of a logged row's `time/*` phases (the online step's rollout, reward,
-train and orchestration seconds), counted for that row and for the unlogged steps before it
+train and orchestration seconds, each the mean per step over the steps the row covers: the step
+loop writes them so), counted for that row and for the unlogged steps before it
 (`job.log_every`); start-up, evaluation and checkpoints are not in it. A run whose rows carry no
 `time/*` metric (DPO, SFT today) has none, shown as n/a, never as zero.
 

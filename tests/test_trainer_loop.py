@@ -102,3 +102,21 @@ def test_a_knob_added_later_leaves_the_identity_alone_at_its_default():
     assert plan.identity_fields(fresh)["rl.x0_weighting"] is True
     assert plan.run_identity(saved) != plan.run_identity(fresh)
     assert load.load(nft, ["rl.x0_weighting=true"], saved_run=True).rl.x0_weighting is True
+
+
+def test_a_rows_time_metrics_are_the_mean_over_the_steps_it_covers(tmp_path):
+    """log_every 3 over 7 steps: rows at 3, 6, 7. time/x is the step number, so the rows read
+    (1+2+3)/3 = 2, (4+5+6)/3 = 5 and 7; time/y comes only on even steps, so its means are over
+    those: 2, (4+6)/2 = 5, and none in the last row. Other keys are the logged step's own."""
+    config = _config(tmp_path, "rl.max_steps=7", "job.log_every=3", "checkpoint.every=0")
+
+    def step_fn(step):
+        row = {"train/loss": float(step), "time/x": float(step)}
+        if step % 2 == 0:
+            row["time/y"] = float(step)
+        return row
+
+    rows = run_steps(config, _spec(tmp_path / "run"), step_fn, lambda s: None, lambda: None)
+    assert [(r["step"], r["train/loss"], r["time/x"], r.get("time/y")) for r in rows] == [
+        (3, 3.0, 2.0, 2.0), (6, 6.0, 5.0, 5.0), (7, 7.0, 7.0, None)]
+    assert [r["time/x"] for r in _rows(tmp_path / "run")] == [2.0, 5.0, 7.0]

@@ -5,7 +5,9 @@ and, optionally, a held-out pass (`holdout_fn`, called after each step; it retur
 is not one of its steps). The loop owns the rest, the same way for every algorithm and backend:
 
 - metrics: one `metrics.jsonl` row every `job.log_every` steps and at the last step, written by the
-  main process only (sinks from `[job]`); a resumed run truncates rows past its checkpoint;
+  main process only (sinks from `[job]`); a resumed run truncates rows past its checkpoint; a row's
+  `time/*` seconds are the mean over the steps it covers (since the row before), every other key
+  the logged step's own;
 - progress: the rich bar on the main process;
 - a step whose `train/loss` or `train/grad_norm` is not finite stops the run (RunFailed);
 - checkpoints at `checkpoint_due` steps, and before stopping on SIGTERM/SIGUSR1 (then `Preempted`).
@@ -73,9 +75,17 @@ def run_steps(
         fields=spec.progress_fields,
     )
     rows: list[dict] = []
+    # Seconds per time/* key, summed over the steps since the last row, and how many steps had it: a
+    # logged step can cost more than the ones between (online runs with rl.kl_beta = 0 measure their
+    # KL only there), so the row stands for every step it covers, as `compare`'s wall-clock reads it.
+    spent: dict[str, tuple[float, int]] = {}
     try:
         for step in range(spec.start_step + 1, max_steps + 1):
             metrics = step_fn(step)
+            for key, seconds in metrics.items():
+                if key.startswith("time/"):
+                    total, count = spent.get(key, (0.0, 0))
+                    spent[key] = (total + seconds, count + 1)
             bad = {k: metrics[k] for k in FINITE_METRICS if k in metrics and not math.isfinite(metrics[k])}
             if bad:
                 raise RunFailed(f"step {step}: non-finite {bad}; lower the learning rate or check the data")
@@ -83,8 +93,10 @@ def run_steps(
                 metrics.update(holdout_fn(step))
             last = step == max_steps
             if step % job.log_every == 0 or last:
-                writer.write(step, metrics)
-                rows.append({"step": step, **metrics})
+                row = {**metrics, **{key: total / count for key, (total, count) in spent.items()}}
+                spent = {}
+                writer.write(step, row)
+                rows.append({"step": step, **row})
             progress.update(step, metrics, spec.items_per_step)
             saved = checkpoint_due(step, max_steps, config.checkpoint.every)
             if saved:
