@@ -1,20 +1,14 @@
 """rl.optimizer's LR schedule: warm-up, then none / linear / cosine decay to a floor, checked against
-values worked out by hand, through the trainers' AdamW + LambdaLR, across a checkpoint of the
-schedule's counters, and preflight's rules for the three decay knobs."""
-
-from pathlib import Path
+values worked out by hand, through the trainers' AdamW + LambdaLR and across a checkpoint of the
+schedule's counters (preflight's rules for the decay knobs: tests/test_preflight.py)."""
 
 import pytest
 import torch
 
 from cosmos_rl.checkpoint.state import LRScheduleState
-from cosmos_rl.config import load, schema
+from cosmos_rl.config import schema
 from cosmos_rl.models.lr_schedule import lr_factor
 from cosmos_rl.models.setup import build_optimizer, optimizer_step
-
-ROOT = Path(__file__).resolve().parent.parent
-GRPO = ROOT / "manifests" / "grpo_shapes_cpu.toml"  # 200 steps, one optimizer step each
-DPO = ROOT / "manifests" / "dpo_t2i_smoke.toml"
 
 
 def factors(n: int, **knobs) -> list[float]:
@@ -65,43 +59,3 @@ def test_the_optimizer_takes_each_step_at_the_scheduled_lr_and_a_restored_schedu
     optimizer2.load_state_dict(optimizer.state_dict())
     assert run(optimizer2, schedule2, 3) == [1.0, 0.5, 0.0]
     assert run(optimizer, schedule, 3) == [1.0, 0.5, 0.0]
-
-
-def errors(manifest: Path, overrides: list[str]) -> dict[str, str]:
-    _, problems = load.load_all_problems(manifest, overrides)
-    return {p.path: p.render() for p in problems if p.severity == "error"}
-
-
-def warnings(manifest: Path, overrides: list[str]) -> dict[str, str]:
-    _, problems = load.load_all_problems(manifest, overrides)
-    return {p.path: p.render() for p in problems if p.severity == "warning"}
-
-
-@pytest.mark.parametrize(
-    "overrides, key, text",
-    [
-        (["rl.optimizer.decay_steps=200"], "rl.optimizer.decay_steps", 'rl.optimizer.decay is "none"'),
-        (["rl.optimizer.min_lr_ratio=0.1"], "rl.optimizer.min_lr_ratio", 'rl.optimizer.decay is "none"'),
-        (['rl.optimizer.decay="cosine"'], "rl.optimizer.decay_steps", "greater than rl.optimizer.warmup_steps = 0"),
-        (['rl.optimizer.decay="linear"', "rl.optimizer.warmup_steps=10", "rl.optimizer.decay_steps=10"], "rl.optimizer.decay_steps", "(got 10)"),
-        (['rl.optimizer.decay="linear"', "rl.optimizer.decay_steps=10", "rl.optimizer.min_lr_ratio=1.5"], "rl.optimizer.min_lr_ratio", "[0, 1]"),
-        (['rl.optimizer.decay="step"'], "rl.optimizer.decay", '"none", "linear", "cosine"'),
-    ],
-)
-def test_decay_rules_name_the_key(overrides, key, text):
-    found = errors(DPO, overrides)
-    assert key in found, found
-    assert text in found[key]
-
-
-def test_a_decay_that_outlasts_the_run_warns_where_the_run_stops_on_it(shipped_manifests):
-    grpo = shipped_manifests / GRPO.name
-    assert errors(grpo, ['rl.optimizer.decay="linear"', "rl.optimizer.decay_steps=200"]) == {}
-    assert "rl.optimizer.decay_steps" not in warnings(grpo, ['rl.optimizer.decay="linear"', "rl.optimizer.decay_steps=200"])
-    found = warnings(grpo, ['rl.optimizer.decay="linear"', "rl.optimizer.decay_steps=400"])
-    # The last of 200 steps (k = 199) runs at 1 - 199/400 = 0.5025 x lr.
-    assert "ends after the run's 200 optimizer steps" in found["rl.optimizer.decay_steps"]
-    assert "0.502 x lr" in found["rl.optimizer.decay_steps"]
-    # GRPO counts rl.updates_per_step optimizer steps a run step: 400 of them here, so no warning.
-    assert "rl.optimizer.decay_steps" not in warnings(
-        grpo, ['rl.optimizer.decay="linear"', "rl.optimizer.decay_steps=400", "rl.updates_per_step=2"])

@@ -614,3 +614,33 @@ def test_a_video_runs_evaluation_scores_clips():
     found = errors(SFT, ["model.num_frames=9", "rl.eval.every=10"])
     assert "scores clips with the moving-shapes verifier" in found["rl.eval.reward"], found
     assert "rl.eval.reward" not in errors(SFT, ["model.num_frames=9", "rl.eval.every=10", 'rl.eval.reward="shapes_video_strict"'])
+
+
+@pytest.mark.parametrize(
+    "overrides, key, text",
+    [
+        (["rl.optimizer.decay_steps=200"], "rl.optimizer.decay_steps", 'rl.optimizer.decay is "none"'),
+        (["rl.optimizer.min_lr_ratio=0.1"], "rl.optimizer.min_lr_ratio", 'rl.optimizer.decay is "none"'),
+        (['rl.optimizer.decay="cosine"'], "rl.optimizer.decay_steps", "greater than rl.optimizer.warmup_steps = 0"),
+        (['rl.optimizer.decay="linear"', "rl.optimizer.warmup_steps=10", "rl.optimizer.decay_steps=10"], "rl.optimizer.decay_steps", "(got 10)"),
+        (['rl.optimizer.decay="linear"', "rl.optimizer.decay_steps=10", "rl.optimizer.min_lr_ratio=1.5"], "rl.optimizer.min_lr_ratio", "[0, 1]"),
+        (['rl.optimizer.decay="step"'], "rl.optimizer.decay", '"none", "linear", "cosine"'),
+    ],
+)
+def test_lr_decay_rule(overrides, key, text):
+    found = errors(DPO, overrides)
+    assert key in found, found
+    assert text in found[key]
+
+
+def test_an_lr_decay_that_outlasts_the_run_warns_where_the_run_stops_on_it(shipped_manifests):
+    grpo = shipped_manifests / GRPO.name  # 200 steps, one optimizer step each
+    assert errors(grpo, ['rl.optimizer.decay="linear"', "rl.optimizer.decay_steps=200"]) == {}
+    assert "rl.optimizer.decay_steps" not in warnings(grpo, ['rl.optimizer.decay="linear"', "rl.optimizer.decay_steps=200"])
+    found = warnings(grpo, ['rl.optimizer.decay="linear"', "rl.optimizer.decay_steps=400"])
+    # The last of 200 steps (k = 199) runs at 1 - 199/400 = 0.5025 x lr.
+    assert "ends after the run's 200 optimizer steps" in found["rl.optimizer.decay_steps"]
+    assert "0.502 x lr" in found["rl.optimizer.decay_steps"]
+    # GRPO counts rl.updates_per_step optimizer steps a run step: 400 of them here, so no warning.
+    assert "rl.optimizer.decay_steps" not in warnings(
+        grpo, ['rl.optimizer.decay="linear"', "rl.optimizer.decay_steps=400", "rl.updates_per_step=2"])

@@ -21,6 +21,7 @@ from cosmos_rl.config.preflight_data import _data_source, _sources
 from cosmos_rl.config.preflight_i2v import first_frame_rules
 from cosmos_rl.config.preflight_media import folder_config_rules, folder_vae_rules, frame_rules, modality_rule
 from cosmos_rl.config.preflight_numbers import finite_rule
+from cosmos_rl.config.preflight_optimizer import optimizer_rules
 from cosmos_rl.config.preflight_rules import Rules, seed_rule
 from cosmos_rl.config.preflight_sft import vae_stage_rules
 from cosmos_rl.config.preflight_rewards import BUILTIN_REWARDS, VIDEO_REWARDS, _one_reward, _reward_terms
@@ -117,8 +118,7 @@ def _common(c: schema.RunConfig, r: Rules) -> None:
                 "a collective that takes longer is stuck; use e.g. 600, or 3600 for very slow checkpoint loads")
     seed_rule("job.seed", c.job.seed, r)
     r.at_least("grid.cpus_per_rank", c.grid.cpus_per_rank, 0)
-    _optimizer(c.rl.optimizer, r)
-    _decay_within_run(c.rl, r)
+    optimizer_rules(c.rl, r)
     _model_and_base(c, r)
     for i, key in enumerate(c.rl.init_keys_to_skip_loading):
         if not key.strip():
@@ -142,41 +142,6 @@ def _media_size(m: schema.ModelConfig, r: Rules) -> None:
     for key, value in (("model.image_size", m.image_size), ("model.height", m.height), ("model.width", m.width)):
         if value is not None and (value < 16 or value % 16):
             r.error(key, "must be a multiple of 16, at least 16", value, "use e.g. 32 or 512")
-
-
-def _optimizer(o: schema.OptimizerConfig, r: Rules) -> None:
-    r.positive("rl.optimizer.lr", o.lr)
-    r.at_least("rl.optimizer.weight_decay", o.weight_decay, 0)
-    r.positive("rl.optimizer.eps", o.eps)
-    r.at_least("rl.optimizer.grad_clip", o.grad_clip, 0)
-    r.at_least("rl.optimizer.warmup_steps", o.warmup_steps, 0)
-    if not 0 <= o.min_lr_ratio <= 1:
-        r.error("rl.optimizer.min_lr_ratio", "must be in [0, 1] (the decay's end as a fraction of lr)", o.min_lr_ratio,
-                "use e.g. 0 (decay to nothing) or 0.1")
-    if o.decay == "none" and (o.decay_steps != 0 or o.min_lr_ratio != 0):
-        key, value = ("rl.optimizer.decay_steps", o.decay_steps) if o.decay_steps != 0 else ("rl.optimizer.min_lr_ratio", o.min_lr_ratio)
-        r.error(key, "is set but rl.optimizer.decay is \"none\", so it would shape nothing", value,
-                'set rl.optimizer.decay = "linear" or "cosine", or remove the key')
-    if o.decay != "none" and o.decay_steps <= o.warmup_steps:
-        r.error("rl.optimizer.decay_steps", f"must be greater than rl.optimizer.warmup_steps = {o.warmup_steps} with "
-                f"rl.optimizer.decay = \"{o.decay}\" (the decay runs from the warm-up's end to this optimizer step)",
-                o.decay_steps, "set it to the run's optimizer steps, e.g. rl.max_steps")
-    if len(o.betas) != 2 or not all(0 <= b < 1 for b in o.betas):
-        r.error("rl.optimizer.betas", "must be two numbers in [0, 1)", o.betas, "use e.g. [0.9, 0.999]")
-
-
-def _decay_within_run(rl, r: Rules) -> None:
-    """A decay that ends after the run's last optimizer step is legal (a run extended on resume
-    reaches it) but leaves the LR above its floor, so say where the run stops on it."""
-    from cosmos_rl.models.lr_schedule import lr_factor
-
-    o = rl.optimizer
-    total = rl.max_steps * getattr(rl, "updates_per_step", 1)
-    if o.decay == "none" or o.decay_steps <= o.warmup_steps or total <= 0 or o.decay_steps <= total:
-        return
-    r.warn("rl.optimizer.decay_steps", f"ends after the run's {total} optimizer steps, so the run stops at "
-           f"{lr_factor(o)(total - 1):.3g} x lr instead of {o.min_lr_ratio:g} x lr", o.decay_steps,
-           f"set it to {total} to end the decay with the run, or keep it to extend the run on resume")
 
 
 def _model_folder(value: str, r: Rules) -> Path | None:
