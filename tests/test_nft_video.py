@@ -167,11 +167,11 @@ def test_plan_counts_the_training_forwards_clips_per_rank():
     def per_rank(*extra):
         return plan.build(load.load(MANIFEST, list(extra)), str(MANIFEST))["per_step"]["train_activation_mib_per_rank"]
 
-    assert per_rank() == 3.125 * 8 * 2  # the manifest: 8 rows x timesteps_per_sample 2
+    assert per_rank() == 3.125 * 8 * 4  # the manifest: 8 rows x timesteps_per_sample 4
     assert per_rank("rl.timesteps_per_sample=1") == 3.125 * 8
-    assert per_rank("model.num_frames=5") == pytest.approx(1.875 * 16, abs=0.005)  # linear in latent frames
+    assert per_rank("model.num_frames=5") == pytest.approx(1.875 * 32, abs=0.005)  # linear in latent frames
     # checkpointing keeps 4 layer inputs (4 x 80 x 128 x 4 bytes) + one layer's 80 x 2560 x 4 bytes
-    assert per_rank("model.gradient_checkpointing=true") == pytest.approx((4 * 80 * 128 * 4 + 80 * 2560 * 4) * 16 / 2**20, abs=0.005)
+    assert per_rank("model.gradient_checkpointing=true") == pytest.approx((4 * 80 * 128 * 4 + 80 * 2560 * 4) * 32 / 2**20, abs=0.005)
 
 
 def test_the_shipped_video_training_prompts_are_what_the_documented_command_writes(tmp_path):
@@ -199,3 +199,19 @@ def test_the_per_frame_training_prompts_are_the_shipped_ones_an_image_verifier_c
     kept = [row for row, still in zip(rows, frame_captions(rows)) if still is not None]
     assert len(rows) == 1200 and len(kept) == 1000
     assert (REPO / "manifests" / "shapes_video_train_per_frame.txt").read_text().splitlines() == kept
+
+
+def test_the_four_task_training_prompts_are_the_shipped_ones_without_static_or_two_motions():
+    """manifests/shapes_video_train_four_tasks.txt (the video NFT manifest's prompts) =
+    manifests/shapes_video_train.txt without its `static` and `two_motions` rows, in order: 1,200
+    balanced rows less the 200 of each of those two tasks, 200 of each of the other four."""
+    from collections import Counter
+
+    from cosmos_rl.shapes.motion_caption import parse_motion_caption
+
+    rows = (REPO / "manifests" / "shapes_video_train.txt").read_text().splitlines()
+    kept = [row for row in rows if parse_motion_caption(row).task not in ("static", "two_motions")]
+    assert Counter(parse_motion_caption(row).task for row in kept) == {
+        "motion": 200, "colour_change": 200, "counting_motion": 200, "turn": 200,
+    }  # fmt: skip
+    assert (REPO / "manifests" / "shapes_video_train_four_tasks.txt").read_text().splitlines() == kept
