@@ -75,7 +75,10 @@ def main() -> None:
     from cosmos_rl.evaluation.evaluator import Evaluator
     from cosmos_rl.evaluation.prompts import held_out_captions
     from cosmos_rl.evaluation.target import open_target, target_media
+    from cosmos_rl.data.pixels import to_unit_float
+    from cosmos_rl.models.generate import decode_pixels
     from cosmos_rl.models.media import latent_shape
+    from cosmos_rl.models.vae import encode_clips
     from cosmos_rl.shapes.clips import render_clip
     from cosmos_rl.shapes.motion_caption import parse_motion_caption
 
@@ -108,9 +111,8 @@ def main() -> None:
     decoded = []
     with torch.no_grad():
         for start in range(0, len(truth), 64):
-            pixels = torch.from_numpy(truth[start : start + 64]).float().div(255).permute(0, 4, 1, 2, 3) * 2 - 1
-            out = vae.decode(vae.encode(pixels).latent_dist.mode()).sample.clamp(-1, 1)
-            decoded.append(((out + 1) * 127.5).round().to(torch.uint8).permute(0, 2, 3, 4, 1).numpy())
+            clips = torch.from_numpy(to_unit_float(truth[start : start + 64])).permute(0, 4, 1, 2, 3)  # [B, 3, F, H, W]
+            decoded.append(decode_pixels(vae, target.media, encode_clips(vae, clips)).numpy())
     result["vae_round_trip"] = judge(np.concatenate(decoded), item_captions, tasks)
     result["seconds"] = round(time.perf_counter() - started, 1)
     print(json.dumps(result, indent=1))
