@@ -24,19 +24,18 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections import defaultdict
 
 import numpy as np
 
 
-def _by_task(tasks: list[str], values: np.ndarray) -> dict[str, float]:
-    sums: dict[str, list[float]] = defaultdict(list)
-    for task, value in zip(tasks, values):
-        sums[task].append(float(value))
-    return {task: round(float(np.mean(v)), 4) for task, v in sums.items()}
+def _by_task(captions: list[str], values) -> dict[str, float]:
+    """{task: mean} of `values`, one per caption (the verifier's own grouping), to 4 digits."""
+    from cosmos_rl.shapes.motion_verifier import motion_scores_by_task
+
+    return {task: round(float(v), 4) for task, v in motion_scores_by_task(captions, [float(x) for x in values]).items()}
 
 
-def judge(clips: np.ndarray, captions: list[str], tasks: list[str]) -> dict:
+def judge(clips: np.ndarray, captions: list[str]) -> dict:
     """The video verdicts and the per-frame image verdicts of uint8 clips [N, F, H, W, 3]."""
     from cosmos_rl.shapes.motion_verifier import frame_captions, verify_clips
     from cosmos_rl.shapes.verifier import verify
@@ -45,15 +44,15 @@ def judge(clips: np.ndarray, captions: list[str], tasks: list[str]) -> dict:
     strict = np.array([v.strict for v in verdicts], dtype=float)
     partial = np.array([v.partial for v in verdicts], dtype=float)
     out = {
-        "video_strict": _by_task(tasks, strict),
-        "video_partial": _by_task(tasks, partial),
+        "video_strict": _by_task(captions, strict),
+        "video_partial": _by_task(captions, partial),
     }
     still = frame_captions(captions)
     rows = [i for i, caption in enumerate(still) if caption is not None]
     n, frames = len(rows), clips.shape[1]
     flat = clips[rows].reshape(n * frames, *clips.shape[2:])
     per_frame = np.array([v.strict for v in verify(flat, [still[i] for i in rows for _ in range(frames)])]).reshape(n, frames)
-    kept = [tasks[i] for i in rows]
+    kept = [captions[i] for i in rows]
     out["frames_right"] = _by_task(kept, per_frame.mean(axis=1))
     out["clips_all_frames_right"] = _by_task(kept, per_frame.min(axis=1))
     out["frames_right_by_index"] = [round(float(v), 4) for v in per_frame.mean(axis=0)]
@@ -80,7 +79,6 @@ def main() -> None:
     from cosmos_rl.models.media import latent_shape
     from cosmos_rl.models.vae import encode_clips
     from cosmos_rl.shapes.clips import render_clip
-    from cosmos_rl.shapes.motion_caption import parse_motion_caption
 
     started = time.perf_counter()
     target = open_target(args.target, step=args.step, media=target_media(args.target, None, None))
@@ -97,7 +95,6 @@ def main() -> None:
     )  # fmt: skip
     items = evaluator.items
     item_captions = [item.caption for item in items]
-    tasks = [parse_motion_caption(caption).task for caption in item_captions]
     result = {
         "target": args.target, "step": target.step, "sampler": settings.resolved(model.model_parts).as_json(),
         "n_prompts": len(captions), "seeds": args.seeds, "frames": target.media.frames, "size": target.media.height,
@@ -105,7 +102,7 @@ def main() -> None:
     models = [("model", model.policy)] + ([("base", model.base)] if model.base is not None else [])
     for label, network_of in models:
         with network_of() as network:
-            result[label] = judge(evaluator.sample(network, items), item_captions, tasks)
+            result[label] = judge(evaluator.sample(network, items), item_captions)
     truth = np.stack([render_clip(item.caption, item.seed, target.media.height, target.media.frames) for item in items])
     vae = model.parts.vae.eval()
     decoded = []
@@ -113,7 +110,7 @@ def main() -> None:
         for start in range(0, len(truth), 64):
             clips = torch.from_numpy(to_unit_float(truth[start : start + 64])).permute(0, 4, 1, 2, 3)  # [B, 3, F, H, W]
             decoded.append(decode_pixels(vae, target.media, encode_clips(vae, clips)).numpy())
-    result["vae_round_trip"] = judge(np.concatenate(decoded), item_captions, tasks)
+    result["vae_round_trip"] = judge(np.concatenate(decoded), item_captions)
     result["seconds"] = round(time.perf_counter() - started, 1)
     print(json.dumps(result, indent=1))
 

@@ -20,7 +20,6 @@ CAPTIONS = [
     "a circle moving up and a square moving left",  # two_motions
     "a square turning from red to blue",  # colour_change: no static part, so no per-frame verdict
 ]
-TASKS = ["motion", "two_motions", "colour_change"]
 
 
 def _truth() -> np.ndarray:
@@ -28,7 +27,7 @@ def _truth() -> np.ndarray:
 
 
 def test_ground_truth_is_right_in_every_frame_and_colour_changes_have_no_frame_verdict():
-    out = video_objects.judge(_truth(), CAPTIONS, TASKS)
+    out = video_objects.judge(_truth(), CAPTIONS)
     assert out["video_strict"] == {"motion": 1.0, "two_motions": 1.0, "colour_change": 1.0}
     assert out["frames_right"] == {"motion": 1.0, "two_motions": 1.0}
     assert out["clips_all_frames_right"] == {"motion": 1.0, "two_motions": 1.0}
@@ -47,7 +46,7 @@ def test_one_object_blanked_in_one_frame_costs_that_frame_and_the_whole_clip():
     drop = axis > cut
     frame[ys[drop], xs[drop]] = 0
     two[4] = frame
-    out = video_objects.judge(clips, CAPTIONS, TASKS)
+    out = video_objects.judge(clips, CAPTIONS)
     # The other clips are untouched; this one loses frame 4 by the image verifier (8 of 9 frames),
     # no longer has every frame right, and fails the video verifier's "present in every frame".
     assert out["frames_right"] == {"motion": 1.0, "two_motions": round(8 / 9, 4)}
