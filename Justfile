@@ -20,7 +20,7 @@ gpu-check *ARGS:
     python3 bench/gpu_check.py {{ARGS}}
 
 docs:
-    python3 -m cosmos_rl.docs_gen > docs/manifest.md
+    python3 -m cosmos_rl.commands.docs_gen > docs/manifest.md
 
 smoke-dpo:
     cosmos-rl train manifests/dpo_t2i_smoke.toml

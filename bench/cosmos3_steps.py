@@ -31,10 +31,11 @@ import torch
 
 from cosmos_rl.algorithms.dpo import dpo_loss, per_sample_mse
 from cosmos_rl.algorithms.nft import nft_loss
-from cosmos_rl.config import schema
+from cosmos_rl.core import schema
 from cosmos_rl.dist.world import process_group_active
-from cosmos_rl.flow import noisy_latents, velocity_target
-from cosmos_rl.models import lora, media, text_kv
+from cosmos_rl.core.flow import noisy_latents, velocity_target
+from cosmos_rl.models import lora, text_kv
+from cosmos_rl.core import media
 from cosmos_rl.models.build import ModelParts, build_preset, flow_scheduler, load_parts
 from cosmos_rl.models.packing import velocity
 from cosmos_rl.models.sampling import sample_latents

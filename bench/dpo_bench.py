@@ -86,7 +86,7 @@ def measure(mode: str, steps: int, pairs: int, threads: int, data_pairs: int = 6
 
     from cosmos_rl.algorithms.dpo import dpo_loss, per_sample_mse
     from cosmos_rl.config import load
-    from cosmos_rl.flow import noisy_latents, velocity_target
+    from cosmos_rl.core.flow import noisy_latents, velocity_target
     from cosmos_rl.models.packing import velocity
     from cosmos_rl.trainers.dpo import DPOTrainer
 

@@ -52,7 +52,7 @@ import torch
 from cosmos3_steps import stock_attention
 
 from cosmos_rl.models.build import build_preset, flow_scheduler
-from cosmos_rl.models.media import MediaSpec, latent_shape
+from cosmos_rl.core.media import MediaSpec, latent_shape
 from cosmos_rl.models.packing import velocity
 from cosmos_rl.models.sampling import sample_latents
 from cosmos_rl.models.text import tokenize_prompts

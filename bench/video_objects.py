@@ -76,7 +76,7 @@ def main() -> None:
     from cosmos_rl.evaluation.target import open_target, target_media
     from cosmos_rl.data.pixels import to_unit_float
     from cosmos_rl.models.generate import decode_pixels
-    from cosmos_rl.models.media import latent_shape
+    from cosmos_rl.core.media import latent_shape
     from cosmos_rl.models.vae import encode_clips
     from cosmos_rl.shapes.clips import render_clip
 

@@ -18,8 +18,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from cosmos_rl.cli_options import bind_host, finite_float, out_path
-from cosmos_rl.errors import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE, UserError
+from cosmos_rl.commands.options import bind_host, finite_float, out_path
+from cosmos_rl.core.errors import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE, UserError
 
 app = typer.Typer(
     add_completion=False,
@@ -56,7 +56,7 @@ class DataCheck(str, enum.Enum):
 # brackets such as gloo's "[/__w/pytorch/...]"): it is escaped or printed with markup=False, never
 # parsed as rich markup.
 def _fail(exc: BaseException) -> None:
-    from cosmos_rl.config.problems import ManifestError
+    from cosmos_rl.core.problems import ManifestError
 
     if isinstance(exc, ManifestError):
         err.print(f"[bold red]error[/]: {escape(exc.source or 'manifest')}: {len(exc.problems)} problem(s)", highlight=False)
@@ -72,7 +72,7 @@ def _checked(manifest: Path, overrides: list[str], data: DataCheck = DataCheck.n
     """Load + preflight (+ the data pass unless `data` is none); returns (config, warnings, data notes)
     or raises ManifestError listing every problem."""
     from cosmos_rl.config import load
-    from cosmos_rl.config.problems import ManifestError
+    from cosmos_rl.core.problems import ManifestError
 
     config, problems = load.load_all_problems(manifest, overrides)
     notes: list[str] = []
@@ -89,7 +89,7 @@ def _checked(manifest: Path, overrides: list[str], data: DataCheck = DataCheck.n
 def _check_machine(config, manifest: Path) -> None:
     """Refuse a run this machine cannot host (a GPU manifest without GPUs) before anything starts."""
     from cosmos_rl.config.preflight import machine_problems
-    from cosmos_rl.config.problems import ManifestError
+    from cosmos_rl.core.problems import ManifestError
 
     gpus = 0
     if config.grid.device != "cpu":
@@ -118,7 +118,7 @@ def validate(
     ),
 ) -> None:
     """Check a manifest, every preflight rule and the data it names; print OK and a summary, or every problem (exit 2)."""
-    from cosmos_rl.config.problems import ManifestError
+    from cosmos_rl.core.problems import ManifestError
 
     try:
         config, warnings, notes = _checked(manifest, overrides or [], data)
@@ -129,7 +129,7 @@ def validate(
         _fail(exc)
     except UserError as exc:
         _fail(exc)
-    from cosmos_rl import plan as plan_mod
+    from cosmos_rl.planning import plan as plan_mod
 
     resolved = plan_mod.build(config, str(manifest), overrides or [])
     summary = {k: resolved[k] for k in ("algorithm", "backend", "world_size", "max_steps", "run_dir", "identity")}
@@ -151,7 +151,7 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="Print the resolved plan as JSON."),
 ) -> None:
     """Show exactly what a run will launch: topology, per-step work, sampler, reward, checkpoints, command."""
-    from cosmos_rl import plan as plan_mod
+    from cosmos_rl.planning import plan as plan_mod
 
     try:
         config, warnings, _ = _checked(manifest, overrides or [])
@@ -162,14 +162,14 @@ def plan(
         _json(resolved)
         return
     _print_warnings(warnings)
-    from cosmos_rl.render import render_plan
+    from cosmos_rl.planning.render import render_plan
 
     render_plan(out, resolved)
 
 
 def _run(action) -> None:
     """Run a training action, mapping failures to exit codes with one clear line."""
-    from cosmos_rl.errors import Preempted, RunFailed
+    from cosmos_rl.core.errors import Preempted, RunFailed
 
     try:
         code = action()
@@ -199,7 +199,7 @@ def train(
     except UserError as exc:
         _fail(exc)
     _print_warnings(warnings)
-    from cosmos_rl import launch
+    from cosmos_rl.commands import launch
 
     _run(lambda: launch.train(config, manifest, console=err))
 
@@ -211,7 +211,7 @@ def resume(
     exact: bool = typer.Option(False, "--exact", help="Refuse any change to identity fields or world size."),
 ) -> None:
     """Continue a run from its newest committed checkpoint."""
-    from cosmos_rl import launch
+    from cosmos_rl.commands import launch
 
     _run(lambda: launch.resume(run_dir, overrides or [], exact=exact, console=err))
 
@@ -222,7 +222,7 @@ def report(
     out_dir: Optional[str] = typer.Option(None, "--out", help="Folder for the report; default RUN_DIR/report."),
 ) -> None:
     """Plot a run's metric curves and write report.md (final values, plots, sample grids, manifest)."""
-    from cosmos_rl.report import write_report
+    from cosmos_rl.commands.report import write_report
 
     try:
         path = write_report(run_dir, out_path(out_dir))
@@ -251,8 +251,8 @@ def compare(
     margin: float = typer.Option(0.1, "--margin", help="The gain over --base-score whose first evaluated step is reported."),
 ) -> None:
     """Put runs side by side: held-out eval/score against steps, images and wall-clock, and eval.json's paired changes per task."""
-    from cosmos_rl import compare as compare_mod
-    from cosmos_rl import compare_output
+    from cosmos_rl.commands import compare as compare_mod
+    from cosmos_rl.commands import compare_output
 
     try:
         result = compare_mod.compare(run_dirs, base_score=base_score, base_eval=base_eval, margin=margin)
@@ -281,7 +281,7 @@ def evaluate(
     i2v: bool = typer.Option(False, "--i2v", help="Video: condition every clip on the first frame of its caption's ground-truth clip (image-to-video)."),
 ) -> None:
     """Score a run's newest checkpoint and its base (or a model) on held-out prompts x fixed seeds; write a sample grid."""
-    from cosmos_rl.evaluation.command import render, run_eval
+    from cosmos_rl.commands.evaluate import render, run_eval
 
     _check_device(device)
     notes: list[str] = []
@@ -309,7 +309,7 @@ def export(
     step: Optional[int] = typer.Option(None, "--step", help="A run's committed checkpoint step to use (default: the newest)."),
 ) -> None:
     """Write a run's committed checkpoint (the newest by default) as a diffusers model folder (LoRA merged in)."""
-    from cosmos_rl.export import export_run
+    from cosmos_rl.commands.export import export_run
 
     try:
         summary = export_run(run_dir, out_path(out_dir), step=step, progress=lambda line: err.print(line, markup=False, highlight=False))
@@ -396,7 +396,7 @@ def pairs_mine(
     """Sample K images (or clips) per prompt, score them, write best-vs-worst pairs (ties dropped) as webdataset shards for rl.data.shards."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from cosmos_rl.mining.command import run_mine
+    from cosmos_rl.commands.mining.command import run_mine
 
     _check_device(device)
     columns = (TextColumn("mining"), BarColumn(), MofNCompleteColumn(), TextColumn("prompt rows"), TimeRemainingColumn())

@@ -90,7 +90,7 @@ class Recorder:
 
 def model_dtypes() -> dict:
     from cosmos_rl.config import load
-    from cosmos_rl.models.media import MediaSpec, frame_timing
+    from cosmos_rl.core.media import MediaSpec, frame_timing
     from cosmos_rl.models.packing import velocity
     from cosmos_rl.models.setup import build_optimizer, build_trainable, optimizer_step
     from cosmos_rl.models.text import tokenize_prompts

@@ -17,7 +17,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from cosmos_rl.config import algorithms, schema
+from cosmos_rl.config import algorithms
+from cosmos_rl.core import schema
 from cosmos_rl.trainers.loop import LoopSpec, run_steps
 from cosmos_rl.trainers.online import OnlineTrainer
 
@@ -82,7 +83,7 @@ def run_local(config: schema.RunConfig, run_dir: Path, *, resume: bool = False) 
     """Train to `rl.max_steps` in this process with the shared step loop; returns the metrics rows written."""
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     if resume:
-        from cosmos_rl.trainers.nft_state import check_seed_contract
+        from cosmos_rl.trainers.online_state import check_seed_contract
 
         check_seed_contract(config, Path(run_dir))
     trainer = local_trainer(config, run_dir)

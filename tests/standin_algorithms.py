@@ -14,14 +14,15 @@ from __future__ import annotations
 import attrs
 import torch
 
-from cosmos_rl.config import algorithms, schema, schema_online
+from cosmos_rl.config import algorithms
+from cosmos_rl.core import schema, schema_online
 from cosmos_rl.config.preflight import data_parallel_grid, online_rules
-from cosmos_rl.flow import noisy_latents, velocity_target
-from cosmos_rl.models.media import latent_shape
+from cosmos_rl.core.flow import noisy_latents, velocity_target
+from cosmos_rl.core.media import latent_shape
 from cosmos_rl.models.packing import velocity
 from cosmos_rl.models.setup import build_trainable, optimizer_step
 from cosmos_rl.models.text import model_prompt_ids
-from cosmos_rl.seeds import derive_seed
+from cosmos_rl.core.seeds import derive_seed
 from cosmos_rl.trainers.online import OnlineTrainer
 from cosmos_rl.trainers.spmd import SPMDTrainer
 

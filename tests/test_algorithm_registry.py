@@ -14,9 +14,11 @@ import pytest
 import tomli_w
 from rich.console import Console
 
-from cosmos_rl import launch, plan
-from cosmos_rl.config import algorithms, load, schema
-from cosmos_rl.config.problems import ManifestError
+from cosmos_rl.commands import launch
+from cosmos_rl.planning import plan
+from cosmos_rl.config import algorithms, load
+from cosmos_rl.core import schema
+from cosmos_rl.core.problems import ManifestError
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"

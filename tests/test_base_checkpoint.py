@@ -12,7 +12,7 @@ from safetensors.torch import save_file
 from _s3_server import CREDENTIALS, CountingS3Server
 
 from cosmos_rl.checkpoint.collective import quiet_single_process
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.models.base_checkpoint import load_base_weights, resolve_init_from
 
 

@@ -26,7 +26,7 @@ from cosmos_rl.checkpoint import (
     decode_plain,
     encode_plain,
 )
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 
 class TinyNet(torch.nn.Module):

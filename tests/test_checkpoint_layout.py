@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from cosmos_rl import report, run
+from cosmos_rl.commands import report
+from cosmos_rl.planning import run_dir as run
 from cosmos_rl.checkpoint import integrity, layout
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_layout_run_and_report_import_without_torch():
     code = (
         "import sys\n"
-        "import cosmos_rl.checkpoint.layout, cosmos_rl.checkpoint.integrity, cosmos_rl.run, cosmos_rl.report\n"
+        "import cosmos_rl.checkpoint.layout, cosmos_rl.checkpoint.integrity, cosmos_rl.planning.run_dir, cosmos_rl.commands.report\n"
         "from cosmos_rl.checkpoint import CheckpointError, checkpoint_due, COMPONENTS\n"
         "print('TORCH', 'torch' in sys.modules)\n"
     )

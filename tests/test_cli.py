@@ -171,7 +171,7 @@ def test_plan_of_the_public_video_manifests_prints_the_kept_activations_per_rank
 
 
 def test_plan_says_which_frames_of_a_clip_a_reward_scores():
-    from cosmos_rl import plan
+    from cosmos_rl.planning import plan
     from cosmos_rl.config import load
 
     video = ROOT / "manifests" / "nft_video_shapes_cpu.toml"  # 9 frames

@@ -11,9 +11,9 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from cosmos_rl import compare, compare_output
+from cosmos_rl.commands import compare, compare_output
 from cosmos_rl.cli import app
-from cosmos_rl.errors import EXIT_USAGE
+from cosmos_rl.core.errors import EXIT_USAGE
 
 EVAL_SETTINGS = {
     "reward": "shapes_strict", "prompts": "the shapes held-out prompts (all 319)", "n_prompts": 319,

@@ -4,8 +4,9 @@ import tomllib
 
 import pytest
 
-from cosmos_rl.config import load, schema
-from cosmos_rl.config.problems import ManifestError
+from cosmos_rl.config import load
+from cosmos_rl.core import schema
+from cosmos_rl.core.problems import ManifestError
 
 
 def problems_of(raw: dict) -> dict[str, str]:

@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 from _reward_models import head_state
 from cosmos_rl import cli
-from cosmos_rl.errors import UserError, library_text
+from cosmos_rl.core.errors import UserError, library_text
 from cosmos_rl.rewards.models import convert_head
 
 

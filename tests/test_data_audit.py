@@ -1,7 +1,7 @@
 import pytest
 
 from cosmos_rl.data.audit import leakage_audit
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 
 def test_disjoint_ids_pass():

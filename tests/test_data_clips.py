@@ -29,7 +29,7 @@ from cosmos_rl.data.captions import CaptionJsonl, CaptionShards, caption_source
 from cosmos_rl.data.clip_files import MAX_CLIP_FRAMES, MAX_CLIP_PIXELS, check_clip, encode_clip, read_clip
 from cosmos_rl.data.clip_shards import ClipRecord, write_clip_shards
 from cosmos_rl.data.clips import decode_clip, load_clip
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
 SFT = str(ROOT / "manifests" / "sft_shapes_cpu.toml")
@@ -120,7 +120,7 @@ def test_a_declared_huge_picture_costs_no_memory():
     # VmHWM: this process's peak resident memory (ru_maxrss would start from the parent's peak).
     code = (
         "import re, sys\nsys.path.insert(0, 'tests')\nfrom _clip_helpers import squares_mp4, with_sps_size\n"
-        "from cosmos_rl.data.clip_files import check_clip\nfrom cosmos_rl.errors import UserError\n"
+        "from cosmos_rl.data.clip_files import check_clip\nfrom cosmos_rl.core.errors import UserError\n"
         "peak = lambda: int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))\n"
         "bomb = with_sps_size(squares_mp4(), 8000, 8000)\n"
         "before = peak()\n"

@@ -1,7 +1,7 @@
 import pytest
 
 from cosmos_rl.data.cursor import PairCursor, check_divisible
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 
 def _run(cursor, steps):

@@ -6,7 +6,7 @@ import torch
 
 from cosmos_rl.data.factory_spec import exposes_membership, resolve_factory
 from cosmos_rl.data.pairs import PreferencePair, factory_source
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 _counter = itertools.count()
 

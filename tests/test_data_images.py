@@ -6,7 +6,7 @@ from PIL import Image
 from _image_helpers import bomb_png
 
 from cosmos_rl.data.images import decode_image, load_image, save_image_grid
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 
 def _write(path, array):

@@ -8,7 +8,7 @@ from PIL import Image
 from _image_helpers import bomb_png
 
 from cosmos_rl.data.pairs import JsonlPairs, PairSource
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 
 def _png(path, rgb, size=8):

@@ -4,7 +4,7 @@ import pytest
 
 from cosmos_rl.data.prompts import BUILTIN_PROMPTS, PromptCursor, load_prompts
 from cosmos_rl.data.vocab import COLOUR_RGB
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 
 def test_text_file_one_prompt_per_non_empty_line(tmp_path):

@@ -12,10 +12,10 @@ import webdataset as wds
 
 from _image_helpers import bomb_png, png_bytes
 from cosmos_rl.config import load
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.trainers import spmd_launch
 from cosmos_rl.trainers.dpo import DPOTrainer
-from cosmos_rl.errors import EXIT_USAGE as EXIT_USER
+from cosmos_rl.core.errors import EXIT_USAGE as EXIT_USER
 
 
 def trainer(tmp_path: Path, data: dict) -> DPOTrainer:

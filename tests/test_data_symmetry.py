@@ -12,7 +12,7 @@ from cosmos_rl.data.pairs import (
     check_source_symmetry,
     check_symmetry,
 )
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 
 def whitespace_tokenizer(text):

@@ -8,7 +8,7 @@ import webdataset as wds
 from PIL import Image
 
 from cosmos_rl.data.pairs import PairSource, TarShardPairs
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 
 def _encoded(rgb, fmt="PNG", size=8):

@@ -2,14 +2,14 @@
 
 from pathlib import Path
 
-from cosmos_rl.docs_gen import generate
+from cosmos_rl.commands.docs_gen import generate
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_manifest_reference_is_current():
     checked_in = (ROOT / "docs" / "manifest.md").read_text()
-    assert checked_in == generate(), "docs/manifest.md is stale: run `python -m cosmos_rl.docs_gen > docs/manifest.md`"
+    assert checked_in == generate(), "docs/manifest.md is stale: run `python -m cosmos_rl.commands.docs_gen > docs/manifest.md`"
 
 
 def test_reference_lists_every_spec_knob():

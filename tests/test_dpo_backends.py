@@ -83,7 +83,7 @@ def test_two_torchrun_agents_match_one_agent(reference):
 
 @pytest.mark.parametrize("grouping", ["single", "per_role"])
 def test_ray_backend_matches_torchrun(reference, ray_cluster, grouping):
-    from cosmos_rl import launch
+    from cosmos_rl.commands import launch
     from cosmos_rl.config import load
 
     root = reference
@@ -109,9 +109,9 @@ def test_ray_backend_sigterm_commits_a_checkpoint_and_raises_preempted(tmp_path,
     import threading
     import time
 
-    from cosmos_rl import launch
+    from cosmos_rl.commands import launch
     from cosmos_rl.config import load
-    from cosmos_rl.errors import Preempted
+    from cosmos_rl.core.errors import Preempted
 
     overrides = [*TINY, f'job.output_dir="{tmp_path}"', 'job.name="pre"', 'grid.backend="ray"',
                  "rl.max_steps=100000", "checkpoint.every=0", "rl.validation.every=0"]  # fmt: skip

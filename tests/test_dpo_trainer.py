@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 
 from cosmos_rl.config import load
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.models.packing import velocity
 from cosmos_rl.trainers.dpo import DPOTrainer
 

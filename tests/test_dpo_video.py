@@ -22,7 +22,7 @@ from cosmos_rl.config import load, preflight
 from cosmos_rl.data.clip_files import encode_clip
 from cosmos_rl.data.pairs import JsonlPairs, SyntheticPairs, TarShardPairs
 from cosmos_rl.data.tar_write import add_member, shard
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.models import latent_cache as lc
 from cosmos_rl.trainers.dpo import DPOTrainer
 
@@ -243,7 +243,7 @@ def test_plan_counts_the_policy_forwards_clips_per_rank():
     losers in the policy's forward with grad). Tiny preset (hidden 64, MLP 128, 2 layers, patch 2; VAE
     4x in space, none in time): a 5-frame 32x32 clip is 5 x 4 x 4 = 80 tokens,
     2 x 80 x (12 x 64 + 4 x 128) x 4 bytes = 0.78125 MiB; the smoke manifest's 4 pairs per rank: 8 clips."""
-    from cosmos_rl import plan
+    from cosmos_rl.planning import plan
 
     def per_step(*extra):
         return plan.build(load.load(DPO, [f"model.num_frames={FRAMES}", "model.fps=16", *extra]), DPO)["per_step"]

@@ -16,11 +16,12 @@ import torch
 import pytest
 from rich.console import Console
 
-from cosmos_rl.config import load, schema
-from cosmos_rl.errors import UserError
+from cosmos_rl.config import load
+from cosmos_rl.core import schema
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.evaluation.during import TrainingEval
 from cosmos_rl.models.build import build_preset
-from cosmos_rl.models.media import MediaSpec
+from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.evaluation.hacking import HackingWatch, hacking
 from cosmos_rl.evaluation.prompts import held_out_captions, make_items, overlap, rank_share, spread
 from cosmos_rl.evaluation.scores import Totals, caption_groups
@@ -168,7 +169,7 @@ def test_eval_preset_json_prints_the_documented_object(tmp_path):
 
 
 def test_eval_sampler_flags_replace_the_targets_own_settings(tmp_path):
-    from cosmos_rl.evaluation.command import run_eval
+    from cosmos_rl.commands.evaluate import run_eval
 
     own = run_eval("preset:tiny", per_task=1, seeds=1, out_dir=tmp_path / "own")
     other = run_eval("preset:tiny", per_task=1, seeds=1, out_dir=tmp_path / "other", sample_steps=4, guidance=1.0)
@@ -182,7 +183,7 @@ def test_eval_sampler_flags_replace_the_targets_own_settings(tmp_path):
 
 
 def test_eval_refuses_bad_options_and_targets_naming_them(tmp_path):
-    from cosmos_rl.evaluation.command import run_eval
+    from cosmos_rl.commands.evaluate import run_eval
 
     with pytest.raises(UserError, match="--seeds: must be >= 1"):
         run_eval("preset:tiny", seeds=0)
@@ -199,8 +200,8 @@ def test_a_run_target_is_refused_before_any_model_loads_or_any_file_is_written(t
     import shutil
 
     from cosmos_rl.evaluation import target
-    from cosmos_rl.evaluation.command import run_eval
-    from cosmos_rl.mining.command import run_mine
+    from cosmos_rl.commands.evaluate import run_eval
+    from cosmos_rl.commands.mining.command import run_mine
 
     def no_load(self, device):
         raise AssertionError("a refused target was loaded")
@@ -254,7 +255,7 @@ def test_an_nft_run_writes_eval_rows(nft_run):
 
 
 def test_eval_of_the_finished_run_matches_its_last_eval_row_and_differs_from_its_base(nft_run):
-    from cosmos_rl.evaluation.command import run_eval
+    from cosmos_rl.commands.evaluate import run_eval
 
     run_dir, rows = nft_run
     first = run_eval(str(run_dir), reward="brightness", **SMALL)
@@ -283,8 +284,8 @@ def test_eval_of_the_finished_run_matches_its_last_eval_row_and_differs_from_its
 
 def test_an_exported_nft_run_samples_what_its_checkpoint_samples(nft_run, tmp_path):
     """The folder carries the run's rollout shift (the smoke manifest's 3.0) and the merged adapter."""
-    from cosmos_rl.evaluation.command import run_eval
-    from cosmos_rl.export import export_run
+    from cosmos_rl.commands.evaluate import run_eval
+    from cosmos_rl.commands.export import export_run
 
     run_dir, _ = nft_run
     summary = export_run(str(run_dir), tmp_path / "model")
@@ -298,8 +299,8 @@ def test_an_exported_nft_run_samples_what_its_checkpoint_samples(nft_run, tmp_pa
 
 
 def test_report_plots_eval_and_shows_the_before_after_grid(nft_run):
-    from cosmos_rl.evaluation.command import run_eval
-    from cosmos_rl.report import write_report
+    from cosmos_rl.commands.evaluate import run_eval
+    from cosmos_rl.commands.report import write_report
 
     run_dir, _ = nft_run
     if not (run_dir / "eval" / "eval.json").is_file():
@@ -320,8 +321,8 @@ def test_compare_reads_a_real_run_directory(nft_run, tmp_path):
     """`cosmos-rl compare` on what a run and `cosmos-rl eval` really write: the curve is the eval/
     rows, wall-clock the running sum of each row's time/* phases (one row a step here), the final
     change eval.json's."""
-    from cosmos_rl import compare, compare_output
-    from cosmos_rl.evaluation.command import run_eval
+    from cosmos_rl.commands import compare, compare_output
+    from cosmos_rl.commands.evaluate import run_eval
 
     run_dir, rows = nft_run
     if not (run_dir / "eval" / "eval.json").is_file():
@@ -343,7 +344,7 @@ def test_compare_reads_a_real_run_directory(nft_run, tmp_path):
 
 
 def test_eval_config_defaults_are_off_and_not_part_of_the_run_identity():
-    from cosmos_rl import plan
+    from cosmos_rl.planning import plan
 
     config = load.load(SMOKE)
     assert config.rl.eval == schema.EvalConfig() and config.rl.eval.every == 0
@@ -373,7 +374,7 @@ def test_evaluating_changes_nothing_the_run_computes(nft_run, tmp_path):
 def test_a_dpo_full_fine_tune_evaluates_while_training_and_against_its_frozen_base(tmp_path):
     """DPO in one process, every weight trained: eval/ rows, then `cosmos-rl eval` of the run loads
     all weights and compares them with the frozen copy of the base."""
-    from cosmos_rl.evaluation.command import run_eval
+    from cosmos_rl.commands.evaluate import run_eval
     from cosmos_rl.trainers.dpo import DPOTrainer
 
     raw = {

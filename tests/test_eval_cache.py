@@ -53,7 +53,7 @@ def _runs(tmp_path: Path, *names: str) -> list[Path]:
 
 
 def _eval(run: Path | str, out: Path, notes: list[str], warnings: list[str] | None = None, **options) -> dict:
-    from cosmos_rl.evaluation.command import run_eval
+    from cosmos_rl.commands.evaluate import run_eval
 
     def warn(line: str) -> None:  # the cache's lines (the fixture's prompts also warn: training prompts)
         if warnings is not None and line.startswith("evaluation cache"):
@@ -145,7 +145,7 @@ def tiny():
 
 def _evaluator(parts, **changes) -> Evaluator:
     from cosmos_rl.evaluation.prompts import held_out_captions
-    from cosmos_rl.models.media import MediaSpec
+    from cosmos_rl.core.media import MediaSpec
     from cosmos_rl.models.sampler_settings import SamplerSettings
 
     options = {"captions": held_out_captions(1), "seeds": 1, "reward": "shapes_strict",
@@ -159,7 +159,7 @@ def _evaluator(parts, **changes) -> Evaluator:
 
 
 def test_everything_that_decides_the_verdicts_keys_the_entry(tiny):
-    from cosmos_rl.models.media import MediaSpec
+    from cosmos_rl.core.media import MediaSpec
     from cosmos_rl.models.sampler_settings import SamplerSettings
 
     keep = frozenset({0, 1})

@@ -11,8 +11,8 @@ import torch
 from _video_folders import video_nano_folder
 from PIL import Image
 
-from cosmos_rl.errors import UserError
-from cosmos_rl.evaluation.command import run_eval
+from cosmos_rl.core.errors import UserError
+from cosmos_rl.commands.evaluate import run_eval
 from cosmos_rl.shapes.clips import render_clip
 from cosmos_rl.shapes.motion_spec import MOTION_TASKS
 
@@ -42,7 +42,7 @@ def test_image_to_video_holds_the_ground_truth_first_frame(folder):
     from cosmos_rl.evaluation.evaluator import Evaluator
     from cosmos_rl.models.build import load_parts
     from cosmos_rl.models.generate import condition_latents
-    from cosmos_rl.models.media import MediaSpec, latent_shape
+    from cosmos_rl.core.media import MediaSpec, latent_shape
     from cosmos_rl.models.sampler_settings import SamplerSettings
 
     parts = load_parts(folder, skip_keys=["audio_*", "action_*"])

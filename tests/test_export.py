@@ -16,9 +16,9 @@ import torch
 from _models_helpers import folder_pipeline
 
 from cosmos_rl.config import load
-from cosmos_rl.errors import UserError
-from cosmos_rl.evaluation.command import run_eval
-from cosmos_rl.export import export_run
+from cosmos_rl.core.errors import UserError
+from cosmos_rl.commands.evaluate import run_eval
+from cosmos_rl.commands.export import export_run
 from cosmos_rl.models import lora
 from cosmos_rl.models.build import build_preset, load_parts
 

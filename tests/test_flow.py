@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from cosmos_rl.flow import noisy_latents, uniform_timesteps, velocity_target, x0_from_velocity
+from cosmos_rl.core.flow import noisy_latents, uniform_timesteps, velocity_target, x0_from_velocity
 
 
 def test_noisy_latents_interpolates_per_sample():

@@ -7,7 +7,7 @@ import tomli_w
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from cosmos_rl.config import key_hints, load
-from cosmos_rl.config.problems import ManifestError
+from cosmos_rl.core.problems import ManifestError
 
 ROOT = Path(__file__).resolve().parent.parent
 KNOWN_PATHS = sorted(key_hints.every_path())

@@ -19,7 +19,7 @@ import pytest
 import tomli_w
 from rich.console import Console
 
-from cosmos_rl import launch
+from cosmos_rl.commands import launch
 from cosmos_rl.config import load
 from cosmos_rl.rewards.server import RewardServer
 from cosmos_rl.trainers.grpo import METRIC_NAMES

@@ -12,7 +12,7 @@ import attrs
 import pytest
 import torch
 
-from cosmos_rl import plan
+from cosmos_rl.planning import plan
 from cosmos_rl.algorithms import grpo_sampler
 from cosmos_rl.algorithms.grpo import STEP_DYNAMICS, cps_step_mean_std, sde_step_mean_std, step_log_prob
 from cosmos_rl.config import load, preflight

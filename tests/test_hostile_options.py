@@ -13,10 +13,10 @@ import pytest
 from braceexpand import braceexpand
 from typer.testing import CliRunner
 
-from cosmos_rl import run
+from cosmos_rl.planning import run_dir as run
 from cosmos_rl.cli import app, bind_host
 from cosmos_rl.config import load
-from cosmos_rl.config.problems import ManifestError
+from cosmos_rl.core.problems import ManifestError
 from cosmos_rl.data.tar_index import SHARD_NAMES_MAX, brace_count
 from cosmos_rl.dist.addresses import is_loopback
 
@@ -90,8 +90,8 @@ def test_float_options_refuse_non_finite_values_before_anything_runs(value, tmp_
 
 
 def test_programmatic_guidance_is_checked_too():
-    from cosmos_rl.errors import UserError
-    from cosmos_rl.evaluation.command import check_sampler_overrides
+    from cosmos_rl.core.errors import UserError
+    from cosmos_rl.commands.evaluate import check_sampler_overrides
 
     with pytest.raises(UserError, match="--guidance: must be >= 0 and finite"):
         check_sampler_overrides(None, float("inf"))
@@ -138,7 +138,7 @@ def test_brace_count_is_what_braceexpand_gives(pattern):
 
 
 def test_a_huge_shard_range_is_refused_without_expanding_it():
-    from cosmos_rl.errors import UserError
+    from cosmos_rl.core.errors import UserError
 
     for pattern in ("x-{0..99999999999999}.tar", "x-{0..999}{0..999}{0..9}.tar", "x-{0..1" + "0" * 5000 + "}.tar"):
         with pytest.raises(UserError, match=f"more than {SHARD_NAMES_MAX} shards in all, the cap"):
@@ -216,7 +216,7 @@ def test_a_deep_checkpoint_meta_is_a_checkpoint_error(tmp_path):
 
 def test_deep_data_rows_are_one_line_naming_the_row(tmp_path):
     from cosmos_rl.data.prompt_file import load_prompts
-    from cosmos_rl.errors import UserError
+    from cosmos_rl.core.errors import UserError
 
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": "a"}\n' + "[" * 100_000 + "]" * 100_000 + "\n")

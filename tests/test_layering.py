@@ -24,21 +24,21 @@ ARCHITECTURE = REPO / "docs" / "architecture.md"
 # relative to cosmos_rl/: "x/" is a package and everything in it, "x.py" one module; a module
 # belongs to its most specific entry. docs/architecture.md "Layers" states the same table.
 LAYERS = [
-    ("cli", "cli.py cli_options.py"),
-    ("commands", "launch.py export.py report.py compare.py compare_output.py docs_gen.py evaluation/command.py mining/ shapes/base_build.py shapes/video_base_build.py shapes/video_held_out.py"),
+    ("cli", "cli.py"),
+    ("commands", "commands/"),
     ("trainers", "trainers/"),
     ("evaluation", "evaluation/"),
-    ("plan", "plan.py plan_media.py run.py render.py"),
+    ("planning", "planning/"),
     ("config", "config/"),
-    ("shapes-base", "shapes/preset.py shapes/held_out.py shapes/video_preset.py"),
+    ("suites", "suites/"),
     ("models", "models/"),
     ("rewards", "rewards/"),
     ("shapes", "shapes/"),
     ("data", "data/"),
     ("checkpoint", "checkpoint/"),
-    ("dist", "dist/ preempt.py"),
+    ("dist", "dist/"),
     ("algorithms", "algorithms/"),
-    ("base", "__init__.py errors.py seeds.py flow.py metrics.py run_lock.py config/schema.py config/schema_common.py config/schema_online.py config/problems.py config/paths.py"),
+    ("core", "__init__.py core/"),
 ]
 
 # Layers whose modules may import only the standard library, these packages and their own layer.
@@ -50,7 +50,7 @@ EXCEPTIONS: list[tuple[str, str, str]] = []
 
 # ----------------------------------------------------------------------------------- the checker
 def module_of(path: str) -> tuple[str, bool]:
-    """'config/' -> ('cosmos_rl.config', True: a package prefix); 'plan.py' -> ('cosmos_rl.plan', False)."""
+    """'config/' -> ('cosmos_rl.config', True: a package prefix); 'cli.py' -> ('cosmos_rl.cli', False)."""
     if path == "__init__.py":
         return "cosmos_rl", False
     if path.endswith("/"):
@@ -271,17 +271,18 @@ def _package(tmp_path: Path, files: dict[str, str]) -> Path:
 
 def test_the_checker_sees_a_layer_breach_in_a_function_local_import(tmp_path):
     root = _package(tmp_path, {
-        "plan.py": "import json\n",
+        "planning/__init__.py": "",
+        "planning/plan.py": "import json\n",
         "models/__init__.py": "",
-        "models/build.py": "def f():\n    from cosmos_rl import plan\n    return plan\n",
+        "models/build.py": "def f():\n    from cosmos_rl.planning import plan\n    return plan\n",
     })  # fmt: skip
     graph, missing = import_graph(root)
-    assert missing == {} and graph["cosmos_rl.models.build"] == {"cosmos_rl.plan"}
+    assert missing == {} and graph["cosmos_rl.models.build"] == {"cosmos_rl.planning.plan"}
     breaches, _ = layer_breaches(graph)
-    assert breaches == ["cosmos_rl.models.build (models) imports cosmos_rl.plan (plan), a layer above it"]
+    assert breaches == ["cosmos_rl.models.build (models) imports cosmos_rl.planning.plan (planning), a layer above it"]
     # Downward is fine, and a listed exception lets exactly its import through.
-    assert layer_breaches({"cosmos_rl.plan": {"cosmos_rl.models.build"}, "cosmos_rl.models.build": set()})[0] == []
-    allowed, used = layer_breaches(graph, exceptions=[("models/build.py", "plan.py", "test")])
+    assert layer_breaches({"cosmos_rl.planning.plan": {"cosmos_rl.models.build"}, "cosmos_rl.models.build": set()})[0] == []
+    allowed, used = layer_breaches(graph, exceptions=[("models/build.py", "planning/plan.py", "test")])
     assert allowed == [] and used == {0}
 
 
@@ -301,16 +302,17 @@ def test_the_checker_sees_a_cycle_through_relative_and_package_imports(tmp_path)
 def test_the_checker_sees_missing_modules_unplaced_modules_and_impure_imports(tmp_path):
     root = _package(tmp_path, {
         "algorithms/__init__.py": "",
-        "algorithms/loss.py": "import math\nimport torch\nimport numpy\nfrom cosmos_rl.flow import x\nfrom cosmos_rl.algorithms import other\n",
+        "algorithms/loss.py": "import math\nimport torch\nimport numpy\nfrom cosmos_rl.core.flow import x\nfrom cosmos_rl.algorithms import other\n",
         "algorithms/other.py": "",
-        "flow.py": "x = 1\n",
+        "core/__init__.py": "",
+        "core/flow.py": "x = 1\n",
         "newthing.py": "from cosmos_rl.models.gone import f\n",
     })  # fmt: skip
     graph, missing = import_graph(root)
     assert missing == {"cosmos_rl.newthing": ["cosmos_rl.models.gone"]}
     assert "cosmos_rl.newthing is in no layer" in layer_breaches(graph)[0][0]
     assert sorted(impurities(root)) == [
-        "cosmos_rl.algorithms.loss (algorithms, pure) imports cosmos_rl.flow",
+        "cosmos_rl.algorithms.loss (algorithms, pure) imports cosmos_rl.core.flow",
         "cosmos_rl.algorithms.loss (algorithms, pure) imports numpy",
     ]
 
@@ -328,9 +330,49 @@ def test_the_checker_sees_a_string_naming_a_moved_module(tmp_path):
 
 
 @pytest.mark.parametrize("module, layer", [
-    ("cosmos_rl.config.schema", "base"), ("cosmos_rl.config.preflight", "config"), ("cosmos_rl.run", "plan"),
-    ("cosmos_rl.run_lock", "base"), ("cosmos_rl.shapes.verifier", "shapes"), ("cosmos_rl.shapes.preset", "shapes-base"),
-    ("cosmos_rl", "base"), ("cosmos_rl.newthing", None),
+    ("cosmos_rl.core.schema", "core"), ("cosmos_rl.config.preflight", "config"), ("cosmos_rl.planning.run_dir", "planning"),
+    ("cosmos_rl.core.run_lock", "core"), ("cosmos_rl.shapes.verifier", "shapes"), ("cosmos_rl.suites.shapes_preset", "suites"),
+    ("cosmos_rl", "core"), ("cosmos_rl.cli", "cli"), ("cosmos_rl.newthing", None),
 ])  # fmt: skip
 def test_a_module_belongs_to_its_most_specific_entry(module, layer):
     assert layer_of(module, LAYERS) == layer
+
+
+# ------------------------------------------------------------------------- folders are the layers
+# Top-level modules besides the package's face: only the entry point `python -m cosmos_rl.cli` runs.
+TOP_LEVEL_MODULES = {"cli.py", "__init__.py"}
+
+
+def folder_layer_problems(root: Path, layers=LAYERS) -> list[str]:
+    """Where a folder is not one layer: a LAYERS entry that names a module inside a folder (a folder
+    split across layers), a top-level module other than TOP_LEVEL_MODULES, a folder in no layer."""
+    problems = []
+    for name, paths in layers:
+        for path in paths.split():
+            if not path.endswith("/") and path not in TOP_LEVEL_MODULES:
+                problems.append(f"layer {name}: {path} is a module, not a folder: a folder is one layer")
+            if path.endswith("/") and path.count("/") > 1:
+                problems.append(f"layer {name}: {path} is a sub-folder: a layer is a top-level folder")
+    for path in sorted(root.iterdir()):
+        rel = path.name + ("/" if path.is_dir() else "")
+        if path.is_dir() and not any(path.rglob("*.py")):
+            continue  # data folders (no module)
+        if path.suffix == ".py" and rel not in TOP_LEVEL_MODULES:
+            problems.append(f"{rel}: a module at the top: move it into the folder of its layer")
+        if path.is_dir() and layer_of(module_of(rel)[0], layers) is None:
+            problems.append(f"{rel}: a folder in no layer")
+    return problems
+
+
+def test_folders_are_the_layers():
+    assert folder_layer_problems(PACKAGE) == []
+
+
+def test_the_folder_rule_sees_a_split_folder_and_a_stray_module(tmp_path):
+    root = _package(tmp_path, {"cli.py": "", "stray.py": "", "models/__init__.py": "", "models/a.py": "", "data/__init__.py": ""})
+    layers = [("cli", "cli.py"), ("models-top", "models/a.py"), ("models", "models/"), ("core", "__init__.py")]
+    assert folder_layer_problems(root, layers) == [
+        "layer models-top: models/a.py is a module, not a folder: a folder is one layer",
+        "data/: a folder in no layer",
+        "stray.py: a module at the top: move it into the folder of its layer",
+    ]

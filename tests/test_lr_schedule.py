@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from cosmos_rl.checkpoint.state import LRScheduleState
-from cosmos_rl.config import schema
+from cosmos_rl.core import schema
 from cosmos_rl.models.lr_schedule import lr_factor
 from cosmos_rl.models.setup import build_optimizer, optimizer_step
 

@@ -8,10 +8,10 @@ import pytest
 import torch
 from diffusers import AutoencoderKLWan
 
-from cosmos_rl import plan
+from cosmos_rl.planning import plan
 from cosmos_rl.config import load
 from cosmos_rl.models.build import build_preset
-from cosmos_rl.models.media import MediaSpec, latent_frames, latent_shape, vae_spatial_factor, vae_temporal_factor
+from cosmos_rl.core.media import MediaSpec, latent_frames, latent_shape, vae_spatial_factor, vae_temporal_factor
 from cosmos_rl.models.vae import encode_images
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from cosmos_rl.errors import UserError
-from cosmos_rl.metrics import MetricsWriter
+from cosmos_rl.core.errors import UserError
+from cosmos_rl.core.metrics import MetricsWriter
 
 
 def rows(run_dir):

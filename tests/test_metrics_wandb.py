@@ -7,7 +7,7 @@ import types
 import pytest
 
 from cosmos_rl.config import load
-from cosmos_rl.metrics import MetricsWriter
+from cosmos_rl.core.metrics import MetricsWriter
 
 
 class FakeRun:

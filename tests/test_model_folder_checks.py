@@ -19,7 +19,7 @@ from diffusers import Cosmos3OmniTransformer
 
 from cosmos_rl import cli
 from cosmos_rl.checkpoint.weight_files import FolderProblem, index_files, read_safetensors_header
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.models.build import load_parts
 from cosmos_rl.rewards.models import ClipRewardModel
 

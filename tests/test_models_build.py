@@ -11,7 +11,7 @@ import pytest
 import torch
 from _models_helpers import NANO_HEADS, nano_folder, stock_pipeline
 
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.models.build import (
     EXTRA_HEAD_PREFIXES,
     PRESETS,

@@ -10,7 +10,7 @@ from _models_helpers import NANO_HEADS, nano_folder
 
 from cosmos_rl.checkpoint.collective import quiet_single_process
 from cosmos_rl.config import load
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.models.build import EXTRA_HEAD_PREFIXES, build_preset
 from cosmos_rl.models.setup import load_base
 

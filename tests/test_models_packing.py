@@ -8,7 +8,7 @@ from _models_helpers import stock_pipeline, stock_velocity
 
 from cosmos_rl.models.build import build_preset
 from cosmos_rl.models.lora import add_adapters
-from cosmos_rl.models.media import vae_temporal_factor
+from cosmos_rl.core.media import vae_temporal_factor
 from cosmos_rl.models.packing import packed_inputs, velocity
 from cosmos_rl.models.text import tokenize_prompts
 

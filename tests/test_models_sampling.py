@@ -8,7 +8,7 @@ import pytest
 import torch
 from _models_helpers import NANO_HEADS, folder_pipeline, nano_folder
 
-from cosmos_rl.flow import model_timesteps
+from cosmos_rl.core.flow import model_timesteps
 from cosmos_rl.models.build import build_preset, flow_scheduler, load_parts
 from cosmos_rl.models.packing import velocity
 from cosmos_rl.models.sampling import consistent_sigmas, rollout_scheduler, sample_latents

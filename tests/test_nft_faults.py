@@ -26,7 +26,7 @@ import torch
 from rich.console import Console
 from typer.testing import CliRunner
 
-from cosmos_rl import launch
+from cosmos_rl.commands import launch
 from cosmos_rl.cli import app
 from cosmos_rl.config import load
 

@@ -18,7 +18,7 @@ from PIL import Image
 
 from _image_helpers import bomb_png, png_bytes
 from cosmos_rl.config import load, preflight
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFEST = REPO / "manifests" / "nft_i2v_shapes_cpu.toml"
@@ -109,7 +109,7 @@ def _png(path: Path, size=32, rgb=(255, 0, 0)) -> str:
 def test_the_image_column_is_read_and_bad_frames_are_refused_with_file_and_line(tmp_path):
     from cosmos_rl.data import scan
     from cosmos_rl.data.prompt_file import read_prompt_rows
-    from cosmos_rl.models.media import MediaSpec
+    from cosmos_rl.core.media import MediaSpec
     from cosmos_rl.trainers.first_frames import FirstFrames
 
     (tmp_path / "frames").mkdir()
@@ -146,7 +146,7 @@ def test_the_image_column_is_read_and_bad_frames_are_refused_with_file_and_line(
 
 
 def test_shapes_world_rows_must_be_video_captions(tmp_path):
-    from cosmos_rl.models.media import MediaSpec
+    from cosmos_rl.core.media import MediaSpec
     from cosmos_rl.trainers.first_frames import FirstFrames
 
     prompts = tmp_path / "p.txt"
@@ -181,7 +181,7 @@ def test_the_verifier_requires_frame_0_to_keep_the_conditioning_frames_objects()
 
 
 def test_the_shipped_i2v_manifest_validates_and_plans():
-    from cosmos_rl import plan
+    from cosmos_rl.planning import plan
 
     config = load.load(MANIFEST)
     assert config.rl.first_frame == "shapes_world" and config.model.num_frames == 9

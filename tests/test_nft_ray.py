@@ -18,7 +18,7 @@ import pytest
 import torch
 from rich.console import Console
 
-from cosmos_rl import launch
+from cosmos_rl.commands import launch
 from cosmos_rl.config import load
 from cosmos_rl.rewards.server import RewardServer
 from cosmos_rl.trainers.nft import METRIC_NAMES
@@ -206,8 +206,8 @@ def test_a_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the_o
 
 
 def test_eval_rows_of_the_actors_match_cosmos_rl_eval_of_the_finished_run(runs):
-    from cosmos_rl.evaluation.command import run_eval
-    from cosmos_rl.report import write_report
+    from cosmos_rl.commands.evaluate import run_eval
+    from cosmos_rl.commands.report import write_report
 
     rows = _rows(runs["straight"])
     evaluated = [r["step"] for r in rows if "eval/score" in r]

@@ -35,7 +35,7 @@ def test_kl_is_measured_on_logged_steps_only_and_advantage_abs_mean_is_logged(tm
 
 
 def test_a_full_fine_tune_trains_without_an_old_adapter_and_is_evaluated_against_its_frozen_base(tmp_path):
-    from cosmos_rl.evaluation.command import run_eval
+    from cosmos_rl.commands.evaluate import run_eval
 
     extra = ["rl.max_steps=2", "model.lora.rank=0", "rl.old.build_old=false", "rl.kl_beta=0.1"]
     rows = _run(tmp_path, *extra)

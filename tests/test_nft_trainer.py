@@ -8,7 +8,7 @@ import torch
 
 from cosmos_rl.config import load
 from cosmos_rl.data.prompts import PromptCursor
-from cosmos_rl.seeds import derive_seed
+from cosmos_rl.core.seeds import derive_seed
 from cosmos_rl.trainers.nft import rollout_noise
 
 SMOKE = Path(__file__).resolve().parents[1] / "manifests" / "nft_t2i_smoke.toml"

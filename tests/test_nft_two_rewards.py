@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from _reward_models import tiny_clip_folder
-from cosmos_rl import launch
+from cosmos_rl.commands import launch
 from cosmos_rl.config import load
 from cosmos_rl.dist.addresses import free_loopback_port
 from cosmos_rl.rewards.models import ClipRewardModel

@@ -124,8 +124,8 @@ def test_video_nft_on_ray_stopped_by_sigterm_resumes_exactly(ray_cluster, tmp_pa
     brightness frame by frame; [rl.eval] image-to-video with the video verifier at step 2),
     straight, and stopped by SIGTERM after its first step then resumed with --exact: the same
     metrics rows and bit-equal weights."""
-    from cosmos_rl import launch
-    from cosmos_rl.errors import Preempted
+    from cosmos_rl.commands import launch
+    from cosmos_rl.core.errors import Preempted
 
     fast = [*BOTH, "rl.sample_steps=3", "checkpoint.every=1", "rl.sample_grid_every=2",
             "rl.eval.every=2", "rl.eval.per_task=1", "rl.eval.seeds=1", "rl.eval.sample_steps=2", "rl.max_steps=3"]  # fmt: skip
@@ -162,7 +162,7 @@ def test_plan_counts_the_training_forwards_clips_per_rank():
     Video base (hidden 128, MLP 256, 4 layers, patch 2; VAE 4x in space, 2x in time): a 9-frame
     32x32 clip is 5 latent frames x 4 x 4 = 80 tokens, 4 x 80 x (12 x 128 + 4 x 256) x 4 bytes =
     3.125 MiB; 5 frames are 3 latent frames, 48 tokens, 1.875 MiB."""
-    from cosmos_rl import plan
+    from cosmos_rl.planning import plan
 
     def per_rank(*extra):
         return plan.build(load.load(MANIFEST, list(extra)), str(MANIFEST))["per_step"]["train_activation_mib_per_rank"]

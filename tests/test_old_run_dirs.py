@@ -36,7 +36,7 @@ def _copy(name: str, dest: Path) -> Path:
 
 
 def eval_numbers(run: Path, out: Path) -> dict:
-    from cosmos_rl.evaluation.command import run_eval
+    from cosmos_rl.commands.evaluate import run_eval
 
     result = run_eval(str(run), out_dir=out, **EVAL)
     return {key: result[key] for key in EVAL_KEYS}
@@ -57,7 +57,7 @@ def weights_digest(folder: Path) -> str:
 
 
 def export_numbers(run: Path, out: Path) -> dict:
-    from cosmos_rl.export import export_run
+    from cosmos_rl.commands.export import export_run
 
     summary = export_run(str(run), out)
     return {"summary": {key: summary[key] for key in EXPORT_KEYS}, "weights_sha256": weights_digest(out)}

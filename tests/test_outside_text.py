@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from cosmos_rl import cli
-from cosmos_rl.errors import Preempted, RunFailed, UserError
+from cosmos_rl.core.errors import Preempted, RunFailed, UserError
 
 ROOT = Path(__file__).resolve().parent.parent
 DPO = str(ROOT / "manifests" / "dpo_t2i_smoke.toml")
@@ -34,7 +34,7 @@ def run_cli(capsys, *args) -> tuple[int, str, str]:
     ],
 )
 def test_a_run_failure_with_brackets_prints_verbatim_with_its_exit_code(capsys, monkeypatch, exc, code, shown):
-    from cosmos_rl import launch
+    from cosmos_rl.commands import launch
 
     def fail(*args, **kwargs):
         raise exc

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from cosmos_rl.data.tar_pairs import TarShardPairs
-from cosmos_rl.mining.select import best_vs_worst
+from cosmos_rl.commands.mining.select import best_vs_worst
 from cosmos_rl.shapes import verify
 
 PROMPTS = ["a red circle", "two squares", "a blue triangle above a green square", "a circle and a square",

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from cosmos_rl.cli import app
 from cosmos_rl.data.tar_pairs import TarShardPairs
-from cosmos_rl.mining.command import run_mine
+from cosmos_rl.commands.mining.command import run_mine
 from cosmos_rl.shapes import verify
 from cosmos_rl.shapes.clips import render_clip
 from cosmos_rl.shapes.motion_caption import motion_task_of
@@ -86,7 +86,7 @@ def test_the_shipped_clip_dpo_manifest_trains_on_mined_clip_pairs_and_its_run_mi
     import torch
 
     from cosmos_rl.config import load, preflight
-    from cosmos_rl.errors import UserError
+    from cosmos_rl.core.errors import UserError
     from cosmos_rl.trainers.dpo import DPOTrainer
 
     _, summary = mined

@@ -7,7 +7,7 @@ import sys
 import textwrap
 import time
 
-from cosmos_rl.preempt import StopFlag
+from cosmos_rl.dist.preempt import StopFlag
 
 
 def test_first_signal_sets_the_flag_without_stopping_the_process():
@@ -25,7 +25,7 @@ def test_second_signal_before_the_commit_aborts_with_exit_1():
     code = textwrap.dedent(
         """
         import os, signal, time
-        from cosmos_rl.preempt import StopFlag
+        from cosmos_rl.dist.preempt import StopFlag
         flag = StopFlag().install()
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.1)
@@ -45,7 +45,7 @@ def test_second_signal_after_the_commit_changes_nothing():
     code = textwrap.dedent(
         """
         import os, signal, time
-        from cosmos_rl.preempt import StopFlag
+        from cosmos_rl.dist.preempt import StopFlag
         flag = StopFlag().install()
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.1)

@@ -17,7 +17,7 @@ from _reward_models import tiny_clip_folder
 from _video_folders import video_nano_folder
 from rich.console import Console
 
-from cosmos_rl import launch
+from cosmos_rl.commands import launch
 from cosmos_rl.config import load
 from cosmos_rl.data.clip_files import encode_clip
 

@@ -13,9 +13,9 @@ def test_the_actors_own_error_line_is_the_cause():
         "    raise ValueError('first')\n"
         "ValueError: first\n"
         "\nDuring handling of the above exception, another exception occurred:\n"
-        "cosmos_rl.errors.UserError: model.path: folder not found (got \"/x\")\n"
+        "cosmos_rl.core.errors.UserError: model.path: folder not found (got \"/x\")\n"
     )
-    assert _cause_line(RuntimeError(text)) == 'cosmos_rl.errors.UserError: model.path: folder not found (got "/x")'
+    assert _cause_line(RuntimeError(text)) == 'cosmos_rl.core.errors.UserError: model.path: folder not found (got "/x")'
 
 
 def test_a_message_without_a_traceback_keeps_its_first_line():

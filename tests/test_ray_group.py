@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from cosmos_rl.config import schema
+from cosmos_rl.core import schema
 from cosmos_rl.dist.ray_group import ActorGroup
-from cosmos_rl.errors import RunFailed, UserError
+from cosmos_rl.core.errors import RunFailed, UserError
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +45,7 @@ def _probe_class():
 
         def refuse_on(self, rank):
             if self.rank == rank:
-                from cosmos_rl.errors import UserError
+                from cosmos_rl.core.errors import UserError
 
                 raise UserError("rl.something: refused")
             return self.rank

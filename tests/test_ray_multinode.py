@@ -125,7 +125,7 @@ def _child(out_root: str, ray_tmp: str) -> int:
     from ray.cluster_utils import Cluster
     from rich.console import Console
 
-    from cosmos_rl import launch
+    from cosmos_rl.commands import launch
     from cosmos_rl.config import load
 
     t0 = time.monotonic()

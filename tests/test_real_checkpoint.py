@@ -13,7 +13,7 @@ from _models_helpers import nano_folder
 from _s3_server import CREDENTIALS, CountingS3Server
 from rich.console import Console
 
-from cosmos_rl import launch
+from cosmos_rl.commands import launch
 from cosmos_rl.config import load
 
 pytestmark = pytest.mark.slow

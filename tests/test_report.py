@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from cosmos_rl import report
+from cosmos_rl.commands import report
 
 ROOT = Path(__file__).resolve().parent.parent
 PLOT_PX = (round(report.FIG_SIZE_IN[0] * report.FIG_DPI), round(report.FIG_SIZE_IN[1] * report.FIG_DPI))

@@ -23,7 +23,7 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from cosmos_rl.checkpoint import CheckpointError, CheckpointManager, CheckpointWriteError, ModelState, OptimizerState, load_dcp, read_dcp_metadata
 from _overrides import DPO_SMALL
 
-from cosmos_rl.errors import EXIT_FAILED, exit_code_for
+from cosmos_rl.core.errors import EXIT_FAILED, exit_code_for
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFEST = REPO / "manifests" / "dpo_t2i_smoke.toml"

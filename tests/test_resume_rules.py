@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from cosmos_rl import run
+from cosmos_rl.planning import run_dir as run
 from cosmos_rl.config import load
-from cosmos_rl.config.problems import ManifestError
+from cosmos_rl.core.problems import ManifestError
 
 ROOT = Path(__file__).resolve().parent.parent
 

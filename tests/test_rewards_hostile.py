@@ -20,7 +20,7 @@ import requests
 from typer.testing import CliRunner
 
 from cosmos_rl.cli import app
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.rewards.client import RewardClient, encode_png
 from cosmos_rl.rewards.functions import brightness
 from cosmos_rl.rewards.limits import Limits

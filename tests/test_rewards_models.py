@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from _reward_models import head_state, tiny_aesthetic_folder, tiny_clip_folder
 from cosmos_rl.cli import app
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.rewards.client import RewardClient
 from cosmos_rl.rewards.models import ClipRewardModel, convert_head, head_layers
 from cosmos_rl.rewards.registry import parse_model_specs

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from _reward_models import tiny_clip_folder
-from cosmos_rl import plan
+from cosmos_rl.planning import plan
 from cosmos_rl.algorithms.nft import group_advantages
 from cosmos_rl.algorithms.multi_reward import combined_advantages, reward_metric_names, reward_metrics, weighted_reward
 from cosmos_rl.config import load
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.rewards.functions import brightness, prompt_colour
 from cosmos_rl.rewards.models import ClipRewardModel
 from cosmos_rl.rewards.multi import MultiRewardClient, reward_terms, start_reward_services

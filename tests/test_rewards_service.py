@@ -11,7 +11,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.rewards.client import RewardClient, RewardServiceError
 from cosmos_rl.rewards.functions import jpeg_compressibility, prompt_colour
 from cosmos_rl.rewards.server import RewardServer, serve_forever_cli

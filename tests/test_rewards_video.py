@@ -20,15 +20,15 @@ import pytest
 import requests
 from PIL import Image
 
-from cosmos_rl import plan
+from cosmos_rl.planning import plan
 from cosmos_rl.config import load
 from cosmos_rl.config.preflight_rewards import VIDEO_REWARDS
 from cosmos_rl.config.saved_runs import with_later_knobs
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.rewards import client as client_module
 from cosmos_rl.rewards.app import RewardApp
 from cosmos_rl.rewards.client import RewardClient, RewardServiceError, encode_png
-from cosmos_rl.config.schema import RewardClientConfig
+from cosmos_rl.core.schema import RewardClientConfig
 from cosmos_rl.rewards.frames import DEFAULT_SETTINGS, FRAME_REDUCERS, check_frame_settings, frame_prompts, reduce_scores, scored_frames
 from cosmos_rl.rewards.limits import Limits, chunks_within
 from cosmos_rl.rewards.multi import MultiRewardClient, RewardTerm, client_for

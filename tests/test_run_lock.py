@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cosmos_rl import run_lock
-from cosmos_rl.errors import UserError
+from cosmos_rl.core import run_lock
+from cosmos_rl.core.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -21,9 +21,9 @@ from cosmos_rl.algorithms.sft import (
 )
 from cosmos_rl.config import load
 from cosmos_rl.data.captions import CaptionJsonl, CaptionShards
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.models.build import build_preset, load_parts, save_parts
-from cosmos_rl.models.media import MediaSpec
+from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.models.text import model_prompt_ids, tokenize_prompts
 from cosmos_rl.shapes import Group, Spec, render, write_shards
 from cosmos_rl.trainers.sft import SFTTrainer
@@ -191,7 +191,7 @@ EVAL = {"every": 2, "per_task": 1, "seeds": 1, "reward": "brightness", "sample_s
 def test_sft_evaluates_while_training_and_the_eval_command_scores_its_checkpoint_the_same(tmp_path, shards, train):
     """[rl.eval] in both modes: eval/ rows on its steps, training numbers untouched; then `cosmos-rl
     eval RUN_DIR` loads the checkpoint (the VAE, in vae mode) and compares it with the base."""
-    from cosmos_rl.evaluation.command import run_eval
+    from cosmos_rl.commands.evaluate import run_eval
 
     config = make_config(tmp_path, shards, name="evaluated", train=train, eval=EVAL)
     rows = SFTTrainer(config, tmp_path / "evaluated", CPU).run()
@@ -235,8 +235,8 @@ def test_cosmos_rl_train_runs_sft_under_torchrun(tmp_path, shards, train, ranks)
 def test_plan_of_an_sft_run_launches_the_torchrun_workers():
     from rich.console import Console
 
-    from cosmos_rl import plan
-    from cosmos_rl.render import render_plan
+    from cosmos_rl.planning import plan
+    from cosmos_rl.planning.render import render_plan
 
     config = load.load(ROOT / "manifests" / "sft_shapes_cpu.toml", ['rl.train="vae"'])
     resolved = plan.build(config, "m.toml")
@@ -281,7 +281,7 @@ def test_sft_on_ray_actors_matches_torchrun(tmp_path, shards, ray_cluster):
 
     from rich.console import Console
 
-    from cosmos_rl import launch
+    from cosmos_rl.commands import launch
 
     manifest = ROOT / "manifests" / "sft_shapes_cpu.toml"
     overrides = [

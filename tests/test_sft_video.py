@@ -154,9 +154,9 @@ def test_the_video_sft_manifest_trains_evaluates_and_resumes_exactly_after_sigte
 
 
 def test_a_video_trained_checkpoint_exports_a_folder_the_stock_pipeline_makes_video_from(tmp_path, folder, shards):
-    from cosmos_rl.export import export_run
+    from cosmos_rl.commands.export import export_run
     from cosmos_rl.models.generate import generate
-    from cosmos_rl.models.media import MediaSpec, latent_shape
+    from cosmos_rl.core.media import MediaSpec, latent_shape
     from cosmos_rl.models.sampler_settings import SamplerSettings
     from cosmos_rl.models.text import model_prompt_ids
     from _models_helpers import folder_pipeline

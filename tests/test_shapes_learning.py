@@ -20,7 +20,7 @@ STEPS = 12
 
 
 def test_a_short_nft_cut_from_the_shapes_base_raises_the_held_out_score(tmp_path):
-    from cosmos_rl.evaluation.command import run_eval
+    from cosmos_rl.commands.evaluate import run_eval
     from _nft_local import run_local
 
     overrides = [f"rl.max_steps={STEPS}", "rl.eval.every=0", "rl.sample_grid_every=0", "job.progress=false",

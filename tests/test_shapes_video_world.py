@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from cosmos_rl.data.prompts import load_prompts
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.shapes import CaptionError, Group, Spec, parse_caption
 from cosmos_rl.shapes.clips import EDGE, MIN_FRAMES, Mover, clip_layout, draw_clip, render_clip
 from cosmos_rl.shapes.motion_caption import motion_task_of, parse_motion_caption

@@ -10,7 +10,7 @@ import pytest
 import webdataset as wds
 
 from cosmos_rl.data.prompts import load_prompts
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.shapes import (
     TASKS,
     CaptionError,

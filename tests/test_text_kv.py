@@ -13,7 +13,7 @@ import pytest
 import torch
 from _models_helpers import stock_pipeline
 
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.models import text_kv
 from cosmos_rl.models.build import build_preset
 from cosmos_rl.models.lora import adapters_disabled, add_adapters, set_active
@@ -196,7 +196,7 @@ def test_the_evaluator_samples_inside_the_block_and_its_images_equal_todays():
     """Evaluation (`[rl.eval]`, `cosmos-rl eval`) samples a LoRA model whose text tower carries
     adapters: its loop reuses, and its images equal the same pass with reuse off."""
     from cosmos_rl.evaluation.evaluator import Evaluator
-    from cosmos_rl.models.media import MediaSpec
+    from cosmos_rl.core.media import MediaSpec
     from cosmos_rl.models.sampler_settings import SamplerSettings
 
     parts, transformer = _both_tower_lora()
@@ -304,7 +304,7 @@ def test_preflight_judges_target_names(targets, key, text):
 def test_tower_names_and_module_names_pass_preflight_and_plan_says_whether_reuse_is_on():
     from pathlib import Path
 
-    from cosmos_rl import plan
+    from cosmos_rl.planning import plan
     from cosmos_rl.config import load
 
     assert _manifest_problems(['model.lora.target_modules=["generation", "generation_mlp", "to_q"]']) == {}

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from cosmos_rl import plan
+from cosmos_rl.planning import plan
 from cosmos_rl.config import load
-from cosmos_rl.errors import Preempted, RunFailed
+from cosmos_rl.core.errors import Preempted, RunFailed
 from cosmos_rl.trainers.loop import LoopSpec, run_steps
 
 SMOKE = Path(__file__).resolve().parents[1] / "manifests" / "dpo_t2i_smoke.toml"

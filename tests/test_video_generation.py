@@ -11,7 +11,7 @@ from _video_folders import video_nano_folder
 
 from cosmos_rl.models.build import load_parts
 from cosmos_rl.models.generate import condition_latents, generate
-from cosmos_rl.models.media import MediaSpec, latent_shape
+from cosmos_rl.core.media import MediaSpec, latent_shape
 from cosmos_rl.models.sampler_settings import SamplerSettings
 from cosmos_rl.models.text import model_prompt_ids
 

@@ -3,7 +3,7 @@
 Pure functions of tensors (no model, no process groups). docs/grpo.md has the derivation; the
 sampler loop and the choice of which steps are stochastic and which train are in `grpo_sampler`.
 
-Convention (the project's, `cosmos_rl.flow`): x_s = (1 - s) x0 + s eps, sigma s runs from 1
+Convention (the project's, `cosmos_rl.core.flow`): x_s = (1 - s) x0 + s eps, sigma s runs from 1
 (noise) to 0 (clean), the network predicts v = eps - x0. A sampler step goes from s to s' < s,
 so dt = s' - s < 0. The marginal-preserving SDE of Flow-GRPO (Liu et al. 2025, arXiv 2505.05470)
 in this convention, with noise level a (sigma_s = a * sqrt(s / (1 - s))) and the model's own

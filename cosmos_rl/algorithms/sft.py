@@ -1,6 +1,6 @@
 """SFT losses: flow matching for the transformer, reconstruction for the VAE. Pure tensor functions.
 
-Flow matching (rectified flow, the convention of `cosmos_rl.flow`): for clean latents x0, noise eps
+Flow matching (rectified flow, the convention of `cosmos_rl.core.flow`): for clean latents x0, noise eps
 and t in [0, 1], the network sees x_t = (1 - t) x0 + t eps and is trained to predict v = eps - x0;
 the loss is the mean squared error over every element of the batch.
 

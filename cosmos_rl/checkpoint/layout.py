@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from cosmos_rl.errors import RunFailed, UserError
+from cosmos_rl.core.errors import RunFailed, UserError
 
 log = logging.getLogger(__name__)
 

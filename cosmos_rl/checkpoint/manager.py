@@ -43,7 +43,7 @@ from cosmos_rl.checkpoint.dcp_io import describe_dcp_failure, disk_space_hint, l
 from cosmos_rl.checkpoint.layout import COMMIT_MARKER, META_FILE, CheckpointError, CheckpointWriteError
 from cosmos_rl.checkpoint.loading import build_templates
 from cosmos_rl.checkpoint.state import Component, PlainState, as_component, decode_plain, encode_plain
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 log = logging.getLogger(__name__)
 

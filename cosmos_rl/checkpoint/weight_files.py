@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-from cosmos_rl.errors import library_text
+from cosmos_rl.core.errors import library_text
 
 # safetensors' own reader refuses headers over 100 MB; a real model's header is well under 10 MB.
 MAX_HEADER_BYTES = 100 * 1024 * 1024

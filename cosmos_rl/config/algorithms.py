@@ -19,7 +19,7 @@ from typing import Any, Callable, Literal
 
 import attrs
 
-from cosmos_rl.config import schema
+from cosmos_rl.core import schema
 
 # "ranks": every rank runs the step loop (torchrun workers, or Ray actors); any world size.
 # "driver": a Ray driver runs the loop and calls every actor (rollouts need the reward services it starts).
@@ -187,8 +187,8 @@ def online(**fields) -> Algorithm:
     shared = dict(
         launcher="driver",
         preflight="cosmos_rl.config.preflight:online_rules",
-        plan_section="cosmos_rl.plan:online_section",
-        checkpoint_contents="cosmos_rl.plan:online_contents",
+        plan_section="cosmos_rl.planning.plan:online_section",
+        checkpoint_contents="cosmos_rl.planning.plan:online_contents",
         data_check="cosmos_rl.rewards.prompt_rows:prompt_data",
         train_prompts="cosmos_rl.data.prompts:run_prompts",
         world_size=group_world,
@@ -206,8 +206,8 @@ register(Algorithm(
     name="dpo", config=schema.DPOConfig, title="Diffusion-DPO", launcher="ranks",
     trainer="cosmos_rl.trainers.dpo:DPOTrainer",
     preflight="cosmos_rl.config.preflight:dpo_rules",
-    plan_section="cosmos_rl.plan:dpo_section",
-    checkpoint_contents="cosmos_rl.plan:dpo_contents",
+    plan_section="cosmos_rl.planning.plan:dpo_section",
+    checkpoint_contents="cosmos_rl.planning.plan:dpo_contents",
     data_check="cosmos_rl.data.scan:pair_data",
     seed_keys=("data.shuffle", "data.synthetic_seed"),
     path_fields=("data.jsonl", "data.shards[]", "validation.data.jsonl", "validation.data.shards[]"),
@@ -218,15 +218,15 @@ register(online(
     name="nft", config=schema.NFTConfig, title="DiffusionNFT",
     trainer="cosmos_rl.trainers.nft:NFTTrainer",
     preflight="cosmos_rl.config.preflight:nft_rules",
-    plan_section="cosmos_rl.plan:nft_section",
+    plan_section="cosmos_rl.planning.plan:nft_section",
     video=True,  # rl.modality = "video" with model.num_frames > 1 (docs/video.md "NFT on video")
 ))  # fmt: skip
 register(Algorithm(
     name="sft", config=schema.SFTConfig, title="supervised fine-tuning", launcher="ranks",
     trainer="cosmos_rl.trainers.sft:SFTTrainer",
     preflight="cosmos_rl.config.preflight:sft_rules",
-    plan_section="cosmos_rl.plan:sft_section",
-    checkpoint_contents="cosmos_rl.plan:sft_contents",
+    plan_section="cosmos_rl.planning.plan:sft_section",
+    checkpoint_contents="cosmos_rl.planning.plan:sft_contents",
     data_check="cosmos_rl.data.scan:caption_data",
     seed_keys=("data.shuffle",),
     path_fields=("data.jsonl", "data.shards[]"),
@@ -236,8 +236,8 @@ register(online(
     name="grpo", config=schema.GRPOConfig, title="Flow-GRPO",
     trainer="cosmos_rl.trainers.grpo:GRPOTrainer",
     preflight="cosmos_rl.config.preflight_grpo:grpo_rules",
-    plan_section="cosmos_rl.plan:grpo_section",
-    checkpoint_contents="cosmos_rl.plan:grpo_contents",
+    plan_section="cosmos_rl.planning.plan:grpo_section",
+    checkpoint_contents="cosmos_rl.planning.plan:grpo_contents",
     # the fast variant's window draws: which steps take SDE noise
     seed_keys=(*ONLINE_SEED_KEYS, "sde_window", "sde_window_range", "same_initial_noise"),
 ))  # fmt: skip

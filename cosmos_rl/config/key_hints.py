@@ -10,8 +10,9 @@ import typing
 
 import attrs
 
-from cosmos_rl.config import algorithms, schema
-from cosmos_rl.config.problems import show
+from cosmos_rl.config import algorithms
+from cosmos_rl.core import schema
+from cosmos_rl.core.problems import show
 
 
 def all_paths(cls: type, prefix: str = "") -> list[str]:

@@ -17,8 +17,9 @@ import attrs
 import cattrs
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 
-from cosmos_rl.config import algorithms, key_hints, schema
-from cosmos_rl.config.problems import ManifestError, Problem, show
+from cosmos_rl.config import algorithms, key_hints
+from cosmos_rl.core import schema
+from cosmos_rl.core.problems import ManifestError, Problem, show
 from cosmos_rl.config.saved_runs import with_later_knobs
 
 

@@ -14,9 +14,10 @@ import re
 import typing
 from pathlib import Path
 
-from cosmos_rl.config import algorithms, schema
-from cosmos_rl.config import schema
-from cosmos_rl.config.paths import resolve_path
+from cosmos_rl.config import algorithms
+from cosmos_rl.core import schema
+from cosmos_rl.core import schema
+from cosmos_rl.core.paths import resolve_path
 from cosmos_rl.config.preflight_data import _data_source, _sources
 from cosmos_rl.config.preflight_i2v import first_frame_rules
 from cosmos_rl.config.preflight_media import folder_config_rules, folder_vae_rules, frame_rules, modality_rule
@@ -25,7 +26,7 @@ from cosmos_rl.config.preflight_optimizer import optimizer_rules
 from cosmos_rl.config.preflight_rules import Rules, seed_rule
 from cosmos_rl.config.preflight_sft import vae_stage_rules
 from cosmos_rl.config.preflight_rewards import BUILTIN_REWARDS, VIDEO_REWARDS, _one_reward, _reward_terms
-from cosmos_rl.config.problems import Problem, show
+from cosmos_rl.core.problems import Problem, show
 from cosmos_rl.models.layout import (
     PIPELINE_INDEX,
     PRESET_SCHEME,

@@ -6,7 +6,7 @@ resolved by import, the one import a manifest can cause).
 
 from __future__ import annotations
 
-from cosmos_rl.config import schema
+from cosmos_rl.core import schema
 from cosmos_rl.config.preflight_rules import Rules, seed_rule
 
 def _sources(data: schema.PreferenceDataConfig) -> list[str]:

@@ -11,7 +11,7 @@ import math
 
 import attrs
 
-from cosmos_rl.config import schema
+from cosmos_rl.core import schema
 from cosmos_rl.config.preflight import online_rules
 from cosmos_rl.config.preflight_rules import Rules
 

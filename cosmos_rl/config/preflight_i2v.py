@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cosmos_rl.config import schema
+from cosmos_rl.core import schema
 from cosmos_rl.config.preflight_rewards import I2V_REWARDS
 from cosmos_rl.config.preflight_rules import Rules
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from cosmos_rl.config import schema
+from cosmos_rl.core import schema
 from cosmos_rl.config.preflight_rules import Rules
 from cosmos_rl.models.layout import read_json
-from cosmos_rl.models.media import DEFAULT_FPS, is_wan_frame_count, vae_spatial_factor, vae_temporal_factor
+from cosmos_rl.core.media import DEFAULT_FPS, is_wan_frame_count, vae_spatial_factor, vae_temporal_factor
 
 VAE_CONFIG = Path("vae") / "config.json"
 

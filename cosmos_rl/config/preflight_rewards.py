@@ -8,9 +8,9 @@ from __future__ import annotations
 import math
 import re
 
-from cosmos_rl.config import schema
+from cosmos_rl.core import schema
 from cosmos_rl.config.preflight_rules import Rules
-from cosmos_rl.config.problems import show
+from cosmos_rl.core.problems import show
 
 BUILTIN_REWARDS = ("jpeg_compressibility", "jpeg_incompressibility", "brightness", "prompt_colour",
                    "shapes_strict", "shapes_partial")

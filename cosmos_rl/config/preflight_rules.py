@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cosmos_rl.config.problems import Problem
+from cosmos_rl.core.problems import Problem
 
 # Seeds are TOML integers, 64-bit signed (tomllib reads larger ones anyway); the synthetic generator
 # needs them non-negative.
@@ -49,7 +49,7 @@ class Rules:
         """Every local shard a path or brace pattern (``::`` joins several) names must be a file, so a
         run whose shards were never written stops here rather than after its launch; URLs are opened later."""
         from cosmos_rl.data.tar_index import shard_names
-        from cosmos_rl.errors import UserError
+        from cosmos_rl.core.errors import UserError
 
         try:
             names = shard_names([value])

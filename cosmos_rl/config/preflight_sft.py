@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cosmos_rl.config import schema
+from cosmos_rl.core import schema
 from cosmos_rl.config.preflight_rules import Rules
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import attrs
 
-from cosmos_rl.config import algorithms, schema
+from cosmos_rl.config import algorithms
+from cosmos_rl.core import schema
 from cosmos_rl.models.sampler_settings import SamplerSettings
 
 DEFAULT_BATCH = 32  # samples per sampler call (guidance != 1 packs twice as many into each forward)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import attrs
 
-from cosmos_rl.config import schema
+from cosmos_rl.core import schema
 
 
 def with_later_knobs(raw: dict) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 
 def leakage_audit(train_ids: Iterable[str], val_ids: Iterable[str], max_examples: int = 5) -> None:

@@ -17,7 +17,7 @@ from typing import Sequence
 
 from cosmos_rl.data.tar_index import CLIP_EXTENSIONS, IMAGE_EXTENSIONS, Blob, index_members, side_blob
 from cosmos_rl.data.textfile import read_lines
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from cosmos_rl.data.caption_index import index_caption_shards, read_caption_rows
 from cosmos_rl.data.clips import decode_clip, load_clip
 from cosmos_rl.data.images import ImageSize, as_height_width, decode_image, load_image
 from cosmos_rl.data.tar_index import read_blob, shard_paths
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 
 @dataclass(frozen=True)

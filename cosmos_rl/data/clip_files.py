@@ -37,7 +37,7 @@ import av
 import av.error
 import numpy as np
 
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 # Per frame. 3840 x 2160 (4K UHD, 8.3 M) fits; one decoded frame at the limit is 25 MB of RGB.
 MAX_CLIP_PIXELS = 1 << 23

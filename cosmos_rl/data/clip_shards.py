@@ -19,7 +19,7 @@ import numpy as np
 
 from cosmos_rl.data.clip_files import encode_clip
 from cosmos_rl.data.tar_write import add_member, refuse_existing, shard
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import torch
 
 from cosmos_rl.data.clip_files import ClipData, read_clip
 from cosmos_rl.data.pixels import to_unit_float
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 
 def decode_clip(data: ClipData, frames: int, height: int, width: int, origin: str) -> torch.Tensor:

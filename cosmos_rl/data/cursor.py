@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 _STATE_VERSION = 1
 

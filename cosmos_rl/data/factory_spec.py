@@ -10,7 +10,7 @@ import importlib
 import typing
 from typing import Any, Callable
 
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 
 class FactorySpecError(UserError):

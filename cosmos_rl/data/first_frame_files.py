@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from cosmos_rl.data.image_files import FIX, open_image
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 
 def missing(prompt_file: Path, line: int) -> UserError:

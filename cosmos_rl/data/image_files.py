@@ -14,7 +14,7 @@ from typing import BinaryIO, Union
 
 from PIL import Image, UnidentifiedImageError
 
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 FIX = "replace it with a valid PNG/JPEG/WebP file"
 

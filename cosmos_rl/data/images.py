@@ -20,7 +20,7 @@ from PIL import Image
 
 from cosmos_rl.data.image_files import FIX, open_image
 from cosmos_rl.data.pixels import to_unit_float
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 ImageSize = Union[int, tuple[int, int]]
 

@@ -18,7 +18,7 @@ from typing import Optional
 
 from cosmos_rl.data.pair_metadata import parse_pair_metadata
 from cosmos_rl.data.textfile import read_lines
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Any
 
 from cosmos_rl.data.factory_spec import resolve_factory
 from cosmos_rl.data.pair_record import PreferencePair, PromptSides, check_pair
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 _WHAT = "rl.data.factory"
 

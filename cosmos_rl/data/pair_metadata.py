@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 
 # Keys some preference datasets use to mark a tie; a tie carries no preference to learn.

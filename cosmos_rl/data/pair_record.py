@@ -7,7 +7,7 @@ from typing import Any, Callable, Iterable, Optional, Protocol, Sequence, runtim
 
 import torch
 
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ def build_source(data, size, job_seed: int, what: str, frames: int = 1):
     """The pair source a data section (`schema.PreferenceDataConfig`) names, its images at `size`
     (a side or (height, width)), clips of `frames` frames when above 1; synthetic pairs win over any
     file source."""
-    from cosmos_rl.errors import UserError
+    from cosmos_rl.core.errors import UserError
 
     if data.synthetic_pairs:
         return SyntheticPairs(data.synthetic_pairs, size, job_seed + data.synthetic_seed, frames)

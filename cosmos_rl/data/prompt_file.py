@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import NamedTuple, Optional, Union
 
 from cosmos_rl.data.textfile import read_lines
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 
 class PromptRow(NamedTuple):

@@ -25,9 +25,9 @@ import random
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from cosmos_rl.config import schema
-from cosmos_rl.config.paths import resolve_path
-from cosmos_rl.config.problems import Problem
+from cosmos_rl.core import schema
+from cosmos_rl.core.paths import resolve_path
+from cosmos_rl.core.problems import Problem
 from cosmos_rl.data.caption_index import index_caption_shards, read_caption_rows
 from cosmos_rl.data.clip_files import check_clip
 from cosmos_rl.data.image_files import check_image
@@ -35,7 +35,7 @@ from cosmos_rl.data.jsonl_rows import PairRow, read_pair_rows
 from cosmos_rl.data import first_frame_files
 from cosmos_rl.data.prompt_file import read_prompt_rows
 from cosmos_rl.data.tar_index import TarSample, index_shards, read_blob, shard_paths
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 SAMPLE_HEAD = 32
 SAMPLE_DRAWN = 96

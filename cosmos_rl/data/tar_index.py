@@ -21,7 +21,7 @@ from typing import Optional, Sequence, Union
 from braceexpand import braceexpand
 
 from cosmos_rl.data.pair_metadata import parse_pair_metadata
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 IMAGE_EXTENSIONS = ("png", "jpg", "jpeg", "webp")
 CLIP_EXTENSIONS = ("mp4",)  # clip members: of a video run's caption samples and pair sides

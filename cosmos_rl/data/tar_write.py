@@ -17,7 +17,7 @@ from typing import Iterator
 
 import numpy as np
 
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 
 def add_member(tar: tarfile.TarFile, name: str, data: bytes) -> None:

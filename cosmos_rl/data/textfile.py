@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 
 def read_lines(path: Path, what: str) -> list[str]:

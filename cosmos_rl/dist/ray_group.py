@@ -20,11 +20,11 @@ import tempfile
 import time
 from typing import Any
 
-from cosmos_rl.config import schema
+from cosmos_rl.core import schema
 from cosmos_rl.dist.addresses import free_loopback_port, is_loopback
 from cosmos_rl.dist.ray_head import ACTOR_ENV, LOOPBACK_ENV, Head, local_ray_init_kwargs  # noqa: F401 (re-exported)
 from cosmos_rl.dist.warm_workers import actor_env, expected_cpus_per_rank
-from cosmos_rl.errors import Preempted, RunFailed, UserError
+from cosmos_rl.core.errors import Preempted, RunFailed, UserError
 
 # Seconds the placement group may take to become ready before we report needed vs available.
 PLACEMENT_TIMEOUT_S = 60.0

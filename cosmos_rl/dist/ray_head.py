@@ -26,7 +26,7 @@ import sys
 import time
 
 from cosmos_rl.dist.warm_workers import ACTOR_ENV
-from cosmos_rl.errors import RunFailed
+from cosmos_rl.core.errors import RunFailed
 
 # Set before a local cluster starts: keep every Ray service on 127.0.0.1 (docs/topology.md, "Platform traps"), no token
 # files in the home directory, and no hub traffic from the actors.

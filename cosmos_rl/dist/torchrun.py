@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from cosmos_rl.errors import RunFailed
+from cosmos_rl.core.errors import RunFailed
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ def rank_and_world() -> tuple[int, int]:
 
 def pick_device(setting: str, local_rank: int = 0) -> torch.device:
     """`grid.device` -> the torch device of this rank; `cuda` without a GPU is a user error."""
-    from cosmos_rl.errors import UserError
+    from cosmos_rl.core.errors import UserError
 
     if setting == "cpu" or (setting == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")

@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from cosmos_rl.config import algorithms, schema
+from cosmos_rl.config import algorithms
+from cosmos_rl.core import schema
 from cosmos_rl.evaluation.hacking import HackingWatch
 
 Metrics = dict[str, float]

@@ -21,7 +21,7 @@ from cosmos_rl.evaluation.prompts import Item, eval_captions, make_items, rank_s
 from cosmos_rl.evaluation.scores import EvalScores, PromptTotals, Totals, caption_groups, score_images, with_intervals
 from cosmos_rl.config.sampler import DEFAULT_BATCH, run_settings
 from cosmos_rl.models.sampler_settings import SamplerSettings
-from cosmos_rl.models.media import MediaSpec, latent_shape
+from cosmos_rl.core.media import MediaSpec, latent_shape
 
 
 class Evaluator:

@@ -74,7 +74,7 @@ def group_of(caption: str, reward: str) -> str:
 def caption_groups(captions: Sequence[str], reward: str, origin: str) -> dict[str, str]:
     """{caption: task} for every caption, or a UserError naming `origin` and the prompt's number
     when a shapes reward meets a caption outside the shapes grammar."""
-    from cosmos_rl.errors import UserError
+    from cosmos_rl.core.errors import UserError
 
     groups = {}
     for number, caption in enumerate(captions, start=1):

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from cosmos_rl.config.sampler import default_settings, run_settings
-from cosmos_rl.errors import UserError
-from cosmos_rl.models.media import MediaSpec
+from cosmos_rl.core.errors import UserError
+from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.models.sampler_settings import SamplerSettings
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ def open_target(
     if text.startswith(PRESET):
         import typing
 
-        from cosmos_rl.config.schema import PresetName
+        from cosmos_rl.core.schema import PresetName
 
         known = typing.get_args(PresetName)
         if text[len(PRESET):] not in known:
@@ -185,7 +185,7 @@ def _pick_step(run_dir: Path, step: int | None) -> int:
 
 
 def _load_run(run_dir: Path, config, step: int, device: torch.device) -> Model:
-    from cosmos_rl import plan
+    from cosmos_rl.planning import plan
     from cosmos_rl.checkpoint import CheckpointManager
     from cosmos_rl.checkpoint.policy import model_component
     from cosmos_rl.config import algorithms

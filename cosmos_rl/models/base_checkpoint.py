@@ -35,7 +35,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from cosmos_rl.checkpoint import load_dcp, read_dcp_metadata
 from cosmos_rl.checkpoint.weight_files import FolderProblem, folder_weight_shapes
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.models.layout import S3_SCHEME, base_format
 from cosmos_rl.models.s3_cache import INIT_FROM, pull_once
 

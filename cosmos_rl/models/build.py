@@ -27,7 +27,7 @@ from diffusers import AutoencoderKLWan, Cosmos3OmniTransformer, UniPCMultistepSc
 from transformers import PreTrainedTokenizerFast
 
 from cosmos_rl.checkpoint.weight_files import FolderProblem, read_config
-from cosmos_rl.errors import UserError, library_text
+from cosmos_rl.core.errors import UserError, library_text
 from cosmos_rl.models import folder_check
 from cosmos_rl.models.architectures import TINY_TRANSFORMER, TINY_VAE
 from cosmos_rl.models.layout import PIPELINE_INDEX, PRESET_FLOW_SHIFT, scheduler_problem
@@ -90,8 +90,8 @@ def _build_tiny(with_extra_heads: bool) -> ModelParts:
 # base lives with the shapes world, which builds on models/).
 PRESETS: dict[str, Callable[[bool], ModelParts] | str] = {
     "tiny": _build_tiny,
-    "shapes": "cosmos_rl.shapes.preset:build_shapes",
-    "shapes_video": "cosmos_rl.shapes.video_preset:build_shapes_video",
+    "shapes": "cosmos_rl.suites.shapes_preset:build_shapes",
+    "shapes_video": "cosmos_rl.suites.shapes_video_preset:build_shapes_video",
 }
 
 

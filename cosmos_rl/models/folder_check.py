@@ -28,7 +28,7 @@ from cosmos_rl.checkpoint.weight_files import (
     shape_problem,
     shown,
 )
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 SETTING = "model.path"
 

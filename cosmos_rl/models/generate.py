@@ -18,8 +18,8 @@ from typing import Callable, Protocol
 import torch
 
 from cosmos_rl.models.sampler_settings import SamplerSettings
-from cosmos_rl.models.media import MediaSpec
-from cosmos_rl.seeds import derive_seed
+from cosmos_rl.core.media import MediaSpec
+from cosmos_rl.core.seeds import derive_seed
 
 # record(index, sigma, latents, velocity): after the sampler's step `index` at noise level `sigma`
 # ([] float32), with the latents the step started from and the guided velocity it applied.
@@ -74,7 +74,7 @@ def generate(
     - `record`: called after every sampler step (see `StepRecord`), e.g. for the sigmas a rollout
       trains at or an SDE algorithm's per-step log-probabilities.
     """
-    from cosmos_rl.models.media import frame_timing
+    from cosmos_rl.core.media import frame_timing
     from cosmos_rl.models.packing import velocity
     from cosmos_rl.models.sampling import sample_latents
 

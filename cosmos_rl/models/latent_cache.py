@@ -30,7 +30,7 @@ import torch
 
 from cosmos_rl.models.latent_entry import BadEntry, entry_bytes, read_entry
 from cosmos_rl.models.latent_keys import input_key, input_keys, vae_identity  # noqa: F401 (input_key: tests)
-from cosmos_rl.models.media import latent_frames, vae_spatial_factor, vae_temporal_factor
+from cosmos_rl.core.media import latent_frames, vae_spatial_factor, vae_temporal_factor
 from cosmos_rl.models.vae import encode_clips, encode_images
 
 log = logging.getLogger(__name__)

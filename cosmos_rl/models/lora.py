@@ -60,7 +60,7 @@ def add_adapters(
 def _check_targets_match(transformer: torch.nn.Module, requested: list[str]) -> None:
     # peft only fails when nothing matches; an entry that matches nothing among others would adapt
     # less than the manifest says, silently.
-    from cosmos_rl.errors import UserError
+    from cosmos_rl.core.errors import UserError
     from cosmos_rl.models.towers import TOWERS
 
     paths = [name for name, _ in transformer.named_modules() if name]

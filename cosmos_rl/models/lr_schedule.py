@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from cosmos_rl.config import schema
+from cosmos_rl.core import schema
 
 
 def lr_factor(cfg: schema.OptimizerConfig) -> Callable[[int], float]:

@@ -30,7 +30,7 @@ from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import (
     get_3d_mrope_ids_vae_tokens,
 )
 
-from cosmos_rl.flow import model_timesteps
+from cosmos_rl.core.flow import model_timesteps
 from cosmos_rl.models import text_kv
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from diffusers import UniPCMultistepScheduler
 
-from cosmos_rl.flow import model_timesteps
+from cosmos_rl.core.flow import model_timesteps
 from cosmos_rl.models.build import flow_scheduler
 
 if TYPE_CHECKING:

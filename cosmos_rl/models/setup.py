@@ -46,9 +46,9 @@ from typing import Iterator, Optional
 
 import torch
 
-from cosmos_rl.config import schema
+from cosmos_rl.core import schema
 from cosmos_rl.dist.world import process_group_active
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.models import lora, text_kv
 from cosmos_rl.models.base_checkpoint import load_base_weights, resolve_init_from
 from cosmos_rl.models.build import ModelParts, build_preset, load_parts

@@ -19,7 +19,7 @@ import torch
 from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import _SYSTEM_PROMPT_IMAGE, _SYSTEM_PROMPT_VIDEO
 from transformers import PreTrainedTokenizerBase
 
-from cosmos_rl.models.media import MediaSpec
+from cosmos_rl.core.media import MediaSpec
 
 VISION_START_TOKEN = "<|vision_start|>"
 PROMPT_TEMPLATES = ("chat", "minimal")

@@ -25,7 +25,7 @@ import numpy as np
 import requests
 from PIL import Image
 
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.rewards import frames
 from cosmos_rl.rewards.functions import check_images
 from cosmos_rl.rewards.limits import Limits, chunks_within

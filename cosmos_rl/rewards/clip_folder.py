@@ -25,7 +25,7 @@ from cosmos_rl.checkpoint.weight_files import (
     shape_problem,
     shown,
 )
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 WIDTH = Bound("int", 1, 1 << 16)
 POSITIVE = Bound("float", 0, 1e6, low_open=True)

@@ -11,7 +11,7 @@ import math
 import typing
 from collections.abc import Callable, Sequence
 
-from cosmos_rl.config.schema import FrameReduce
+from cosmos_rl.core.schema import FrameReduce
 
 FRAME_REDUCERS: tuple[str, ...] = typing.get_args(FrameReduce)
 # (frame_reduce, frame_stride) of a reward table left alone: the schema's defaults.

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from cosmos_rl.checkpoint.weight_files import FolderProblem, read_safetensors_header
-from cosmos_rl.errors import UserError, library_text
+from cosmos_rl.core.errors import UserError, library_text
 from cosmos_rl.rewards.clip_folder import check_clip_folder
 
 MODEL_KINDS = ("pickscore", "clipscore", "aesthetic")

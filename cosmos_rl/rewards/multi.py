@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 import attrs
 import numpy as np
 
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.rewards.client import RewardClient, RewardServiceError
 from cosmos_rl.rewards.frames import CAPTION_GRAMMAR_REWARDS, PerFramePrompts, builtin_frame_prompts
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cosmos_rl.config import schema
-from cosmos_rl.config.problems import Problem
+from cosmos_rl.core import schema
+from cosmos_rl.core.problems import Problem
 from cosmos_rl.data import scan
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.rewards.multi import frame_prompt_rule, reward_terms
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import attrs
 
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.rewards.functions import REWARDS, RewardFn
 from cosmos_rl.rewards.video import video_rewards
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import attrs
 
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.rewards.limits import Limits
 from cosmos_rl.rewards.server import KEEP_ALIVE_S
 
@@ -79,7 +79,7 @@ class RayServeService:
         return f"http://{host}:{self.port}"
 
     def start(self) -> str:
-        from cosmos_rl.config.schema import GridConfig
+        from cosmos_rl.core.schema import GridConfig
         from cosmos_rl.dist.ray_group import RayCluster
 
         self._cluster = RayCluster(GridConfig(ray_address=self.ray_address))

@@ -17,7 +17,7 @@ import socket
 import threading
 import time
 
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.rewards.app import SERVICE_NAME, RewardApp, ServiceState  # noqa: F401 (re-exported)
 from cosmos_rl.rewards.limits import Limits
 from cosmos_rl.rewards.registry import Reward, build_registry

@@ -16,7 +16,7 @@ Public API (see docs/eval.md):
 
 The shipped `shapes` model preset builds on `cosmos_rl.models` and is not imported here:
 `shapes.preset` (architecture and loader), `shapes.held_out` (its held-out scorer) and
-`shapes.base_build` (`python -m cosmos_rl.shapes.base_build build`, the SFT command that makes it).
+`shapes.base_build` (`python -m cosmos_rl.commands.base_build build`, the SFT command that makes it).
 """
 
 from cosmos_rl.shapes.caption import CaptionError, parse_caption, task_of

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.shapes.prompt_files import write_prompt_file
 from cosmos_rl.data.clip_shards import ClipRecord, write_clip_shards
 from cosmos_rl.shapes.clips import DEFAULT_FRAMES, render_clip

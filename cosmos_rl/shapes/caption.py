@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.shapes.spec import COLOURS, COUNT_WORDS, MAX_OBJECTS, RELATION_WORDS, SHAPES, Group, Spec
 
 

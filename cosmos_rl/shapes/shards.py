@@ -21,7 +21,7 @@ from typing import Union
 import numpy as np
 
 from cosmos_rl.data.tar_write import add_member, png_bytes, refuse_existing, shard
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.shapes.scene import ImageSize, height_width, render
 from cosmos_rl.shapes.spec import Spec
 

@@ -31,17 +31,17 @@ import torch
 
 from cosmos_rl.algorithms.dpo import dpo_loss, per_sample_mse
 from cosmos_rl.checkpoint import PlainState
-from cosmos_rl.config import schema
+from cosmos_rl.core import schema
 from cosmos_rl.data.audit import leakage_audit
 from cosmos_rl.data.cursor import PairCursor
 from cosmos_rl.data.pairs import build_source, check_source_symmetry
-from cosmos_rl.flow import noisy_latents, velocity_target
-from cosmos_rl.models.media import frame_timing
+from cosmos_rl.core.flow import noisy_latents, velocity_target
+from cosmos_rl.core.media import frame_timing
 from cosmos_rl.models.packing import velocity
 from cosmos_rl.models.setup import TrainableModel, build_trainable, optimizer_step
 from cosmos_rl.models.text import model_prompt_ids
 from cosmos_rl.models.vae import encode_clips, encode_images
-from cosmos_rl.seeds import derive_seed
+from cosmos_rl.core.seeds import derive_seed
 from cosmos_rl.trainers.spmd import SPMDTrainer
 
 log = logging.getLogger(__name__)

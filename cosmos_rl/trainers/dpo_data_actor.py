@@ -11,7 +11,7 @@ checkpoint's `data_cursor` is the data actor's cursor, and a resume pushes it ba
 
 from __future__ import annotations
 
-from cosmos_rl.config import schema
+from cosmos_rl.core import schema
 
 # How long a policy actor waits for its batch: the data actor only indexes an in-memory source.
 DATA_TIMEOUT_S = 120.0
@@ -23,7 +23,7 @@ class DPODataActor:
     def __init__(self, config: schema.RunConfig, world_size: int):
         from cosmos_rl.data.cursor import PairCursor
         from cosmos_rl.data.pairs import build_source
-        from cosmos_rl.models.media import MediaSpec
+        from cosmos_rl.core.media import MediaSpec
 
         rl = config.rl
         self.world_size = world_size
@@ -59,7 +59,7 @@ class DataActorClient:
     def _ask(self, rank: int, ref, what: str):
         import ray
 
-        from cosmos_rl.errors import RunFailed
+        from cosmos_rl.core.errors import RunFailed
 
         try:
             return ray.get(ref, timeout=self.timeout_s)

@@ -17,7 +17,7 @@ import torch
 
 from cosmos_rl.data import first_frame_files
 from cosmos_rl.data.prompt_file import PromptRow, read_prompt_rows
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 
 class FirstFrames:

@@ -39,8 +39,8 @@ import torch
 
 from cosmos_rl.algorithms import grpo as grpo_math
 from cosmos_rl.algorithms import grpo_sampler
-from cosmos_rl.config import schema
-from cosmos_rl.seeds import derive_seed
+from cosmos_rl.core import schema
+from cosmos_rl.core.seeds import derive_seed
 from cosmos_rl.trainers.online import EMA, POLICY, OnlineTrainer
 
 __all__ = ["GRPOTrainer", "METRIC_NAMES", "guided_velocity"]

@@ -27,8 +27,9 @@ from typing import Callable
 import attrs
 
 from cosmos_rl.checkpoint import checkpoint_due
-from cosmos_rl.config import load, schema
-from cosmos_rl.errors import Preempted, RunFailed
+from cosmos_rl.config import load
+from cosmos_rl.core import schema
+from cosmos_rl.core.errors import Preempted, RunFailed
 
 Metrics = dict[str, float]
 FINITE_METRICS = ("train/loss", "train/grad_norm")
@@ -63,7 +64,7 @@ def run_steps(
     `stop_committed()` is called once the stop's checkpoint is committed (a second signal is then
     harmless; see `preempt.StopFlag`).
     """
-    from cosmos_rl.metrics import MetricsWriter, Progress
+    from cosmos_rl.core.metrics import MetricsWriter, Progress
 
     job, max_steps = config.job, config.rl.max_steps
     writer = MetricsWriter.for_job(
@@ -124,7 +125,7 @@ def run_rank_steps(
     `[rl.eval]` added (`evaluate(step)` is collective) and the SIGTERM/SIGUSR1 flag installed for
     the run's duration."""
     from cosmos_rl.evaluation.during import with_eval
-    from cosmos_rl.preempt import StopFlag
+    from cosmos_rl.dist.preempt import StopFlag
 
     step_fn, holdout_fn = with_eval(config, step_fn, holdout_fn, evaluate, main=spec.main)
     stop = StopFlag().install()

@@ -17,8 +17,8 @@ import torch
 
 from cosmos_rl.algorithms import nft as nft_math
 from cosmos_rl.algorithms.multi_reward import combined_advantages
-from cosmos_rl.config import schema
-from cosmos_rl.seeds import derive_seed
+from cosmos_rl.core import schema
+from cosmos_rl.core.seeds import derive_seed
 from cosmos_rl.trainers.online import OLD, POLICY, OnlineTrainer, rollout_noise
 
 __all__ = ["NFTTrainer", "METRIC_NAMES", "rollout_noise"]
@@ -73,7 +73,7 @@ class NFTTrainer(OnlineTrainer):
         """Rank `rank`'s training batch: its samples noised at the training timesteps (drawn from
         a generator of (job.seed, rank, step)), the velocity target and each row's optimality.
         The first `clean` latent frames (I2V's condition) are left at x0, unnoised."""
-        from cosmos_rl.flow import noisy_latents, uniform_timesteps, velocity_target
+        from cosmos_rl.core.flow import noisy_latents, uniform_timesteps, velocity_target
 
         rl = self.rl
         gen = _generator(derive_seed(self.config.job.seed, "train", rank, step), self.device)
@@ -97,7 +97,7 @@ class NFTTrainer(OnlineTrainer):
     def _rank_loss(self, measure_kl: bool, clean: int, x_t, t, ids, target, r_rep):
         from functools import partial
 
-        from cosmos_rl.models.media import frame_timing
+        from cosmos_rl.core.media import frame_timing
         from cosmos_rl.models.packing import velocity as packed_velocity
 
         rl = self.rl

@@ -11,7 +11,7 @@ with its training half, `learn(step, rollouts, tables, cond[, condition])` (`con
 it samples its own way, its rollout sampler `sample` (GRPO's SDE: `trainers/grpo.py`). In a run,
 each Ray actor (`trainers.ray_driver.RankWorker`) holds one and plays one rank; the ranks meet
 through `RankCollectives` (gloo/NCCL). For fast tests, the test suite builds one trainer that plays
-every rank of a group in one process (another `nft_collectives.Collectives`) and gives the same
+every rank of a group in one process (another `online_collectives.Collectives`) and gives the same
 numbers; no manifest reaches it (the spec's one-sample-per-rank rule stands for runs).
 
 Reward: each rank scores its own images (the service sees group_size concurrent requests; no rank
@@ -34,15 +34,15 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from cosmos_rl import plan
+from cosmos_rl.planning import plan
 from cosmos_rl.algorithms.multi_reward import reward_metrics, weighted_reward
 from cosmos_rl.checkpoint import CheckpointManager, LRScheduleState, OptimizerState, PlainState, RngStreams, layout
-from cosmos_rl.config import schema
-from cosmos_rl.errors import RewardUnavailable
+from cosmos_rl.core import schema
+from cosmos_rl.core.errors import RewardUnavailable
 from cosmos_rl.rewards.multi import reward_terms
-from cosmos_rl.trainers.nft_collectives import Collectives, RankCollectives
+from cosmos_rl.trainers.online_collectives import Collectives, RankCollectives
 from cosmos_rl.checkpoint.policy import AdapterState, policy_component
-from cosmos_rl.trainers.nft_state import SEED_CONTRACT_KEY
+from cosmos_rl.trainers.online_state import SEED_CONTRACT_KEY
 
 POLICY, OLD, EMA = "policy", "old", "ema"  # the LoRA adapter names (EMA: GRPO's moving average, rl.ema_decay)
 # What a rank's train_step returns when another rank's reward call failed for good (see train_step).
@@ -110,7 +110,7 @@ class OnlineTrainer:
         """Model, optimizer, prompts; on resume load the newest checkpoint. Returns the step."""
         from cosmos_rl.data.prompts import PromptCursor, run_prompts
         from cosmos_rl.models import lora
-        from cosmos_rl.models.media import MediaSpec, latent_shape
+        from cosmos_rl.core.media import MediaSpec, latent_shape
         from cosmos_rl.models.setup import build_optimizer, build_trainable
 
         rl, config = self.rl, self.config
@@ -149,7 +149,7 @@ class OnlineTrainer:
         )
         if not resume:
             return 0
-        # The caller has refused a changed seed contract (nft_state.check_seed_contract) before
+        # The caller has refused a changed seed contract (online_state.check_seed_contract) before
         # anything was built; here the newest loadable checkpoint is loaded (damaged newer ones are
         # warned about and set aside, never deleted).
         step, _ = self.checkpoints.resume_latest(self._components())

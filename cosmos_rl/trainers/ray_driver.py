@@ -24,9 +24,10 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from cosmos_rl.config import algorithms, schema
+from cosmos_rl.config import algorithms
+from cosmos_rl.core import schema
 from cosmos_rl.dist.ray_group import CALL_SLACK_S, RankActor
-from cosmos_rl.errors import Preempted, RewardUnavailable, RunFailed
+from cosmos_rl.core.errors import Preempted, RewardUnavailable, RunFailed
 
 # The online step's phases: what the driver adds up to report its own share (time/orchestration_s).
 PHASES = ("time/rollout_s", "time/reward_s", "time/train_s")
@@ -90,9 +91,9 @@ def _resume_point(run_dir: Path) -> str:
 
 
 def start(config: schema.RunConfig, run_dir: Path, resume: bool, console) -> int:
-    from cosmos_rl import plan
+    from cosmos_rl.planning import plan
     from cosmos_rl.dist.ray_group import ActorGroup
-    from cosmos_rl.preempt import StopFlag
+    from cosmos_rl.dist.preempt import StopFlag
     from cosmos_rl.trainers.loop import LoopSpec, run_steps
 
     entry = algorithms.of(config)
@@ -204,7 +205,7 @@ def _start_services(config: schema.RunConfig, run_dir: Path, resume: bool):
     from cosmos_rl.rewards.multi import start_reward_services
 
     if resume:
-        from cosmos_rl.trainers.nft_state import check_seed_contract
+        from cosmos_rl.trainers.online_state import check_seed_contract
 
         check_seed_contract(config, run_dir)  # before the service, Ray, or any cursor
     # Tokens read once here (the actors get the values, not the variables' names); a built-in
@@ -212,7 +213,7 @@ def _start_services(config: schema.RunConfig, run_dir: Path, resume: bool):
     services = start_reward_services(config.rl)
     try:
         # a video run's rewards must take clips (a clip reward, or an image reward frame by frame)
-        from cosmos_rl.models.media import MediaSpec
+        from cosmos_rl.core.media import MediaSpec
 
         services.check_revisions(video=MediaSpec.from_model_config(config.model).is_video)
     except BaseException:

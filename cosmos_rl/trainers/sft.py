@@ -1,7 +1,7 @@
 """Supervised fine-tuning on image-caption data: flow matching for the transformer, or the VAE as
 an autoencoder (`rl.train`).
 
-Runs the same in one process (tests, `python -m cosmos_rl.shapes.base_build`) and under torchrun
+Runs the same in one process (tests, `python -m cosmos_rl.commands.base_build`) and under torchrun
 (`cosmos-rl train`, one process per rank, launched like DPO by `trainers/spmd_launch.py` and
 `trainers/spmd_worker.py`). The step loop, metrics, cadence and preemption are `trainers/loop`'s.
 
@@ -31,16 +31,16 @@ import torch
 import torch.distributed as dist
 
 from cosmos_rl.algorithms.sft import flow_matching_loss, psnr_db, reconstruction_loss, weighted_reconstruction_loss
-from cosmos_rl.config import schema
+from cosmos_rl.core import schema
 from cosmos_rl.data.captions import caption_source
 from cosmos_rl.data.cursor import PairCursor
-from cosmos_rl.flow import noisy_latents
-from cosmos_rl.models.media import MediaSpec, frame_timing
+from cosmos_rl.core.flow import noisy_latents
+from cosmos_rl.core.media import MediaSpec, frame_timing
 from cosmos_rl.models.packing import velocity
 from cosmos_rl.models.setup import TrainableModel, build_trainable, load_base, optimizer_step
 from cosmos_rl.models.text import model_prompt_ids
 from cosmos_rl.models.vae import encode_clips, encode_images, reconstruction
-from cosmos_rl.seeds import derive_seed
+from cosmos_rl.core.seeds import derive_seed
 from cosmos_rl.trainers.spmd import SPMDTrainer
 
 

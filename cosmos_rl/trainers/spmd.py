@@ -19,12 +19,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from cosmos_rl import plan
+from cosmos_rl.planning import plan
 from cosmos_rl.checkpoint import CheckpointManager, LRScheduleState, OptimizerState, PlainState, RngStreams, layout
 from cosmos_rl.checkpoint.policy import policy_component
-from cosmos_rl.config import schema
+from cosmos_rl.core import schema
 from cosmos_rl.dist.world import process_group_active, rank_and_world
-from cosmos_rl.models.media import MediaSpec
+from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.models.setup import build_optimizer
 from cosmos_rl.trainers.loop import Metrics
 

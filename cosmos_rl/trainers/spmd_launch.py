@@ -28,9 +28,9 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from cosmos_rl import plan
-from cosmos_rl.config import schema
-from cosmos_rl.errors import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE, Preempted, RunFailed, UserError
+from cosmos_rl.planning import plan
+from cosmos_rl.core import schema
+from cosmos_rl.core.errors import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE, Preempted, RunFailed, UserError
 from cosmos_rl.trainers.spmd_worker import QUIET_WORKERS_ENV
 
 # Every stop signal reaches torchrun as SIGTERM. SIGUSR1 (a scheduler's "about to preempt"): torchrun
@@ -116,7 +116,7 @@ def _run_forwarding_signals(argv: list[str], env: dict[str, str], forwarded: lis
     # below, instead of twice (which the workers would take as "abort now").
     # It inherits the run directory's lock (the lock then lasts until torchrun is gone too) and gets
     # SIGTERM if this launcher dies, so a killed launcher never leaves its workers training alone.
-    from cosmos_rl import run_lock
+    from cosmos_rl.core import run_lock
 
     child = subprocess.Popen(
         argv, env=env, start_new_session=True, pass_fds=run_lock.inherited_fds(), preexec_fn=run_lock.die_with_parent

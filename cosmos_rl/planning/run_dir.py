@@ -11,11 +11,12 @@ from pathlib import Path
 
 import attrs
 
-from cosmos_rl import plan
+from cosmos_rl.planning import plan
 from cosmos_rl.checkpoint import layout
-from cosmos_rl.config import algorithms, load, schema
-from cosmos_rl.config.problems import ManifestError, Problem
-from cosmos_rl.errors import UserError
+from cosmos_rl.config import algorithms, load
+from cosmos_rl.core import schema
+from cosmos_rl.core.problems import ManifestError, Problem
+from cosmos_rl.core.errors import UserError
 
 MANIFEST = "manifest.toml"
 METRICS = "metrics.jsonl"

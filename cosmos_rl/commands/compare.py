@@ -38,8 +38,8 @@ from pathlib import Path
 
 import attrs
 
-from cosmos_rl.errors import UserError
-from cosmos_rl.report import EVAL_DIR, EVAL_RESULT, MANIFEST, load_run
+from cosmos_rl.core.errors import UserError
+from cosmos_rl.commands.report import EVAL_DIR, EVAL_RESULT, MANIFEST, load_run
 
 SCORE = "eval/score"
 MINE_SUMMARY = "mine.json"  # what `cosmos-rl pairs mine` writes beside its shards (mining.command.SUMMARY_FILE)
@@ -149,7 +149,7 @@ def _mined_images(rl) -> int | None:
 
 def base_of(config) -> dict:
     """What a run starts from: the architecture (preset or folder), the base weights and the media."""
-    from cosmos_rl.models.media import MediaSpec
+    from cosmos_rl.core.media import MediaSpec
 
     model, weights = config.model, config.rl.init_from
     architecture = f"preset:{model.preset}" if model.preset else model.path

@@ -1,4 +1,4 @@
-"""Build the `shapes_video` preset with the project's own SFT: `python -m cosmos_rl.shapes.video_base_build build`.
+"""Build the `shapes_video` preset with the project's own SFT: `python -m cosmos_rl.commands.video_base_build build`.
 
 Deterministic from `--seed` (given the same torch build and thread count). Stages, each resumable
 as `shapes.base_build`'s are (each SFT stage is a run directory under `--work` with a checkpoint
@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from cosmos_rl.shapes.base_build import _train_stage, build_parser, run_main, stage_config
+from cosmos_rl.commands.base_build import _train_stage, build_parser, run_main, stage_config
 
 SPLIT_SEED = 0
 FRAMES, SIDE, FPS = 9, 32, 24.0
@@ -46,9 +46,9 @@ VIDEO_RECIPE = dict(work="shapes_video_work", samples=12000, vae_steps=2000, vae
 
 
 def _parser() -> argparse.ArgumentParser:
-    from cosmos_rl.shapes.video_preset import WEIGHTS_DIR
+    from cosmos_rl.suites.shapes_video_preset import WEIGHTS_DIR
 
-    parser, _ = build_parser("python -m cosmos_rl.shapes.video_base_build", __doc__, WEIGHTS_DIR, VIDEO_RECIPE,
+    parser, _ = build_parser("python -m cosmos_rl.commands.video_base_build", __doc__, WEIGHTS_DIR, VIDEO_RECIPE,
                              unit="clips", what="the video base")  # fmt: skip
     return parser
 
@@ -90,8 +90,8 @@ def _shards(args) -> list[str]:
 def initial_parts(seed: int):
     """The video architecture with random weights from `seed`, then every weight of the shipped
     `shapes` base: all of its transformer and all of its VAE but the temporal stage's `time_conv`s."""
-    from cosmos_rl.shapes.preset import load_shapes_base
-    from cosmos_rl.shapes.video_preset import shapes_video_architecture
+    from cosmos_rl.suites.shapes_preset import load_shapes_base
+    from cosmos_rl.suites.shapes_video_preset import shapes_video_architecture
 
     parts = shapes_video_architecture(seed)
     image = load_shapes_base()
@@ -107,8 +107,8 @@ def build(args) -> dict:
     import torch
 
     from cosmos_rl.models.build import save_parts
-    from cosmos_rl.shapes.preset import load_shapes_base, set_latent_stats, write_weights
-    from cosmos_rl.shapes.video_preset import shapes_video_architecture
+    from cosmos_rl.suites.shapes_preset import load_shapes_base, set_latent_stats, write_weights
+    from cosmos_rl.suites.shapes_video_preset import shapes_video_architecture
 
     torch.set_num_threads(args.threads)
     work = args.work
@@ -128,7 +128,7 @@ def build(args) -> dict:
     runs = work / "runs"
     info = {
         "preset": "shapes_video",
-        "command": shlex.join(["python", "-m", "cosmos_rl.shapes.video_base_build", *sys.argv[1:]]),
+        "command": shlex.join(["python", "-m", "cosmos_rl.commands.video_base_build", *sys.argv[1:]]),
         "recipe": {k: v for k, v in vars(args).items() if k not in ("work", "out", "command")},
         "media": {"frames": FRAMES, "size": SIDE, "fps": FPS},
         "split_seed": SPLIT_SEED,
@@ -137,7 +137,7 @@ def build(args) -> dict:
     }
     manifest = write_weights(parts, args.out, info)
     if args.eval_seeds > 0:
-        from cosmos_rl.shapes.video_held_out import held_out_video_scores
+        from cosmos_rl.commands.video_held_out import held_out_video_scores
 
         shipped = load_shapes_base(Path(args.out), shapes_video_architecture)  # the float16 files, as shipped
         manifest["held_out"] = held_out_video_scores(shipped, seeds=args.eval_seeds)

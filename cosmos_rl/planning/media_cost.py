@@ -18,11 +18,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from cosmos_rl.config import schema
+from cosmos_rl.core import schema
 from cosmos_rl.models.architectures import PRESET_ARCHITECTURES
 from cosmos_rl.checkpoint.weight_files import config_problem, read_config
 from cosmos_rl.models.folder_check import TRANSFORMER_BOUNDS, VAE_BOUNDS, with_class_defaults
-from cosmos_rl.models.media import MediaSpec, latent_shape
+from cosmos_rl.core.media import MediaSpec, latent_shape
 
 HIDDEN_VECTORS_PER_LAYER = 12
 MLP_VECTORS_PER_LAYER = 4

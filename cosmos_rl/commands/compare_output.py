@@ -1,5 +1,5 @@
 """`cosmos-rl compare`'s output: `compare.json`, `compare.png` and the printed tables, from the
-result `compare.compare` builds (what the figures mean: cosmos_rl/compare.py)."""
+result `compare.compare` builds (what the figures mean: cosmos_rl/commands/compare.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 import math
 from pathlib import Path
 
-from cosmos_rl.compare import FIG_DPI, FIG_SIZE_IN, FIGURE_FILE, JSON_FILE, SCORE
-from cosmos_rl.errors import UserError
-from cosmos_rl.report import Series
+from cosmos_rl.commands.compare import FIG_DPI, FIG_SIZE_IN, FIGURE_FILE, JSON_FILE, SCORE
+from cosmos_rl.core.errors import UserError
+from cosmos_rl.commands.report import Series
 
 
 def write(result: dict, out_dir: Path) -> tuple[Path, Path]:
@@ -38,7 +38,7 @@ def figure(result: dict):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from cosmos_rl.report import draw_series
+    from cosmos_rl.commands.report import draw_series
 
     fig = Figure(figsize=FIG_SIZE_IN, dpi=FIG_DPI)
     FigureCanvasAgg(fig)

@@ -10,8 +10,8 @@ from typing import Literal, Optional
 
 import attrs
 
-from cosmos_rl.config import schema_common
-from cosmos_rl.config.schema_common import FrameReduce, OptimizerConfig, RLBase, frozen, knob, required, section  # noqa: F401 (annotations)
+from cosmos_rl.core import schema_common
+from cosmos_rl.core.schema_common import FrameReduce, OptimizerConfig, RLBase, frozen, knob, required, section  # noqa: F401 (annotations)
 
 # --------------------------------------------------------------------------------------------- NFT
 @frozen

@@ -61,7 +61,7 @@ class MetricsWriter:
             lines.pop()
         for number, line in enumerate(lines, start=1):
             if not _parses(line):
-                from cosmos_rl.errors import UserError
+                from cosmos_rl.core.errors import UserError
 
                 raise UserError(f"{self.path}:{number}: not a JSON metrics row; repair or delete that line, then resume again")
         kept = [line for line in lines if json.loads(line)["step"] <= step]

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 LOCK_FILE = ".lock"
 _held: dict[Path, int] = {}  # run_dir -> fd, for the locks this process holds

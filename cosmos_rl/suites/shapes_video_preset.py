@@ -3,7 +3,7 @@
 Its networks are the image base's, started from its weights, with the VAE's downsampling stage
 made temporal, so it halves time (`models.architectures.SHAPES_VIDEO_TRANSFORMER`,
 `SHAPES_VIDEO_VAE`). The float16 weights and `manifest.json` live in
-`cosmos_rl/models/presets/shapes_video/`, written by `python -m cosmos_rl.shapes.video_base_build
+`cosmos_rl/models/presets/shapes_video/`, written by `python -m cosmos_rl.commands.video_base_build
 build` and checked against the manifest's sha256 on every load, as the `shapes` base is.
 
 `model.preset = "shapes_video"` (docs/video.md, "The video base": what it scores and how it was built).
@@ -19,10 +19,10 @@ from diffusers import AutoencoderKLWan, Cosmos3OmniTransformer
 from cosmos_rl.models.architectures import SHAPES_VIDEO_TRANSFORMER, SHAPES_VIDEO_VAE
 from cosmos_rl.models.build import ModelParts, flow_scheduler
 from cosmos_rl.models.tokenizer import build_tiny_tokenizer
-from cosmos_rl.shapes.preset import load_shapes_base
+from cosmos_rl.suites.shapes_preset import load_shapes_base
 
 WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "models" / "presets" / "shapes_video"
-REBUILD = "python -m cosmos_rl.shapes.video_base_build build"
+REBUILD = "python -m cosmos_rl.commands.video_base_build build"
 
 
 def shapes_video_architecture(seed: int) -> ModelParts:

@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 SUMMARY_FILE = "mine.json"
 ROWS_PER_CHUNK = 64  # prompt rows sampled, scored and written per round (progress granularity)
@@ -63,7 +63,7 @@ def run_mine(
     flags do); None keeps them. `frames` is a bare model's clip length (a run samples its own);
     `frame_reduce` lets an image reward score clips frame by frame."""
     check_options(samples, batch_size, per_shard)
-    from cosmos_rl.evaluation.command import check_frames, check_out_dir, check_prompts_file, check_sampler_overrides
+    from cosmos_rl.commands.evaluate import check_frames, check_out_dir, check_prompts_file, check_sampler_overrides
 
     check_frames(frames)
     check_out_dir(out_dir)
@@ -74,7 +74,7 @@ def run_mine(
 
     t = open_target(target, step=step, media=target_media(target, None, frames), out_dir=out_dir, frames=frames)
     video = t.media.is_video
-    from cosmos_rl.mining.scoring import CLIP_REWARDS, check_reward, unscorable_rows
+    from cosmos_rl.commands.mining.scoring import CLIP_REWARDS, check_reward, unscorable_rows
 
     check_reward(reward, t.media.frames, frame_reduce, f"TARGET {target!r}")
     from cosmos_rl.data.prompt_file import load_prompts
@@ -101,7 +101,7 @@ def run_mine(
         if seen:
             warn(f"{len(seen)} of the prompt rows are held-out evaluation prompts (e.g. {seen[0]!r}): a model trained on "
                  "these pairs is then evaluated on what it trained on")  # fmt: skip
-    from cosmos_rl.mining.shards import PairShardWriter
+    from cosmos_rl.commands.mining.shards import PairShardWriter
 
     try:
         writer = PairShardWriter(out_dir, per_shard, t.media.fps if video else None)  # refuses an old set before any sampling
@@ -171,13 +171,13 @@ def _finer(reward: str, video: bool, frame_reduce: str | None) -> str:
 
 
 def _best_vs_worst(scores):
-    from cosmos_rl.mining.select import best_vs_worst
+    from cosmos_rl.commands.mining.select import best_vs_worst
 
     return best_vs_worst(scores)
 
 
 def _scores(reward: str, samples, captions, frame_reduce: str | None):
-    from cosmos_rl.mining.scoring import score_samples
+    from cosmos_rl.commands.mining.scoring import score_samples
 
     return score_samples(reward, samples, captions, frame_reduce)
 
@@ -185,7 +185,7 @@ def _scores(reward: str, samples, captions, frame_reduce: str | None):
 def _sampler(t, model, captions, samples: int, grouped_by: str, seed: int, device, batch_size: int):
     from cosmos_rl.evaluation.evaluator import Evaluator
     from cosmos_rl.models.generate import noise
-    from cosmos_rl.models.media import latent_shape
+    from cosmos_rl.core.media import latent_shape
 
     class MineSampler(Evaluator):
         def noise(self, item):  # by the sample's own index: duplicated rows get fresh noise

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from cosmos_rl import run as run_mod
-from cosmos_rl import run_lock
-from cosmos_rl.config import schema
+from cosmos_rl.planning import run_dir as run_mod
+from cosmos_rl.core import run_lock
+from cosmos_rl.core import schema
 
 
 def train(config: schema.RunConfig, manifest: Path, console) -> int:

@@ -6,7 +6,7 @@ import math
 
 import attrs
 
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 _NOTHING = object()
 

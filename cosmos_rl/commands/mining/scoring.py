@@ -23,14 +23,14 @@ import numpy as np
 
 from cosmos_rl.config.preflight_rewards import I2V_REWARDS, VIDEO_REWARDS
 from cosmos_rl.rewards.frames import CAPTION_GRAMMAR_REWARDS, builtin_frame_prompts
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 CLIP_REWARDS = tuple(name for name in VIDEO_REWARDS if name not in I2V_REWARDS)  # text to video, whole clips
 
 
 def check_reward(reward: str, frames: int, frame_reduce: Optional[str], target: str) -> None:
     """UserError unless `reward` (with `frame_reduce`) can rank `target`'s samples of `frames` frames."""
-    from cosmos_rl.evaluation.command import check_sampling_options
+    from cosmos_rl.commands.evaluate import check_sampling_options
     from cosmos_rl.evaluation.scores import reward_names
     from cosmos_rl.rewards.frames import FRAME_REDUCERS
 

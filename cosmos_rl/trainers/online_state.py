@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cosmos_rl import plan
+from cosmos_rl.planning import plan
 from cosmos_rl.checkpoint import layout
-from cosmos_rl.config import schema
-from cosmos_rl.errors import UserError
+from cosmos_rl.core import schema
+from cosmos_rl.core.errors import UserError
 
 SEED_CONTRACT_KEY = "seed_contract"
 

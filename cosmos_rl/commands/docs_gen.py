@@ -1,6 +1,6 @@
 """Generate docs/manifest.md from the config tree's field documentation.
 
-    python -m cosmos_rl.docs_gen > docs/manifest.md
+    python -m cosmos_rl.commands.docs_gen > docs/manifest.md
 
 A test regenerates it and fails when the checked-in copy is stale.
 """
@@ -11,11 +11,12 @@ import typing
 
 import attrs
 
-from cosmos_rl.config import algorithms, schema
+from cosmos_rl.config import algorithms
+from cosmos_rl.core import schema
 
 HEADER = """# Manifest reference
 
-Generated from `cosmos_rl/config/schema.py` by `python -m cosmos_rl.docs_gen`; do not edit by hand.
+Generated from `cosmos_rl/core/schema.py` by `python -m cosmos_rl.commands.docs_gen`; do not edit by hand.
 Every key is a dotted path usable in a manifest table or as a `KEY=VALUE` override (values are TOML:
 `rl.max_steps=5`, `job.name="x"`). Unknown keys and wrong types are errors.
 `rl.algorithm` selects which `rl` table applies.

@@ -4,7 +4,7 @@
 `build_shapes` by an import string, so `models/` never imports this module. It is the
 architecture below with the weights in `cosmos_rl/models/presets/shapes/` (where every preset's
 files live; float16 safetensors, widened to float32 on load), written by
-`python -m cosmos_rl.shapes.base_build build`, which also writes
+`python -m cosmos_rl.commands.base_build build`, which also writes
 `manifest.json` there: the files' sha256, the VAE's latent statistics, how the weights were made
 (seed, steps, wall-clock, the command) and their held-out scores.
 
@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from diffusers import AutoencoderKLWan, Cosmos3OmniTransformer
 
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.models.architectures import SHAPES_TRANSFORMER, SHAPES_VAE
 from cosmos_rl.models.build import ModelParts, flow_scheduler
 from cosmos_rl.models.tokenizer import build_tiny_tokenizer
@@ -36,7 +36,7 @@ from cosmos_rl.models.tokenizer import build_tiny_tokenizer
 WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "models" / "presets" / "shapes"
 MANIFEST = "manifest.json"
 COMPONENT_FILES = {"transformer": "transformer.safetensors", "vae": "vae.safetensors"}
-REBUILD = "python -m cosmos_rl.shapes.base_build build"
+REBUILD = "python -m cosmos_rl.commands.base_build build"
 STORED_DTYPE = torch.float16
 
 

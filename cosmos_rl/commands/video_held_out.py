@@ -19,7 +19,7 @@ def held_out_video_scores(parts: ModelParts, *, seeds: int = 4, frames: int = 9,
     from cosmos_rl.config.sampler import default_settings
     from cosmos_rl.evaluation.evaluator import Evaluator
     from cosmos_rl.evaluation.prompts import held_out_captions
-    from cosmos_rl.models.media import MediaSpec, latent_shape
+    from cosmos_rl.core.media import MediaSpec, latent_shape
 
     media = MediaSpec(frames=frames, height=side, width=side)
     captions = held_out_captions(0, video=True)

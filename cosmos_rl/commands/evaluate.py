@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Callable
 
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.evaluation.prompts import DEFAULT_PER_TASK, DEFAULT_SEEDS, eval_captions, overlap, spread
 from cosmos_rl.evaluation.intervals import cell, settings as bootstrap_settings
 from cosmos_rl.evaluation.scores import EvalScores, caption_groups, default_reward, difference, reward_names
@@ -58,7 +58,7 @@ def check_sampling_options(reward: str, batch_size: int, video: bool = False) ->
 
 def check_frames(frames: int | None) -> None:
     """A bare model's `--frames` (eval, pairs mine): 4k + 1, at most FRAMES_MAX; None keeps the target's own."""
-    from cosmos_rl.models.media import is_wan_frame_count
+    from cosmos_rl.core.media import is_wan_frame_count
 
     if frames is not None and not is_wan_frame_count(frames):
         raise UserError(f"--frames: a clip has 4k + 1 frames (the Wan VAE's), or 1 for images (got {frames})")
@@ -126,7 +126,7 @@ def run_eval(
     captions, described = eval_captions(prompts, per_task, video)
     origin = f"--prompts {prompts}" if prompts else "the held-out prompts"
     caption_groups(captions, reward, origin)  # a bad prompt fails before torch is even imported
-    from cosmos_rl.models.media import latent_shape
+    from cosmos_rl.core.media import latent_shape
 
     from cosmos_rl.dist.world import pick_device
     from cosmos_rl.evaluation.evaluator import Evaluator

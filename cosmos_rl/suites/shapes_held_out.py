@@ -14,7 +14,7 @@ from typing import Iterable
 import torch
 
 from cosmos_rl.models.build import ModelParts
-from cosmos_rl.models.media import MediaSpec, latent_shape
+from cosmos_rl.core.media import MediaSpec, latent_shape
 
 SHAPES_MEDIA = MediaSpec.image(32)  # the shapes world's images
 

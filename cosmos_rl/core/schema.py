@@ -13,9 +13,7 @@ from typing import Literal, Optional, Union
 import attrs
 
 
-from cosmos_rl.config.schema_common import (  # noqa: F401  (the helpers and shared tables are this module's names too)
-    EvalConfig, FrameReduce, OptimizerConfig, PresetName, RLBase, frozen, knob, required, section,
-)
+from cosmos_rl.core.schema_common import EvalConfig, FrameReduce, OptimizerConfig, PresetName, RLBase, frozen, knob, required, section
 
 # --------------------------------------------------------------------------------------------- job
 @frozen
@@ -232,10 +230,7 @@ class RunConfig:
 
 
 # The online tables (NFT, GRPO and what they share) are declared in schema_online.
-from cosmos_rl.config.schema_online import (  # noqa: E402, F401
-    GRPOConfig, GRPOOldPolicyConfig, NFTConfig, OldPolicyConfig, OnlineRLBase, PromptSourceConfig,
-    RefPolicyConfig, RewardClientConfig, RewardConfig, WeightedRewardConfig,
-)
+from cosmos_rl.core.schema_online import GRPOConfig, GRPOOldPolicyConfig, NFTConfig, OldPolicyConfig, OnlineRLBase, PromptSourceConfig, RefPolicyConfig, RewardClientConfig, RewardConfig, WeightedRewardConfig
 
 # Knobs added after checkpoint format 1 whose default reproduces what every run did before they
 # existed. Left at that default they are not part of the run identity (plan.identity_fields), so run

@@ -22,10 +22,10 @@ from pathlib import Path
 import attrs
 
 from cosmos_rl.checkpoint import layout
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 MANIFEST, METRICS, CHECKPOINTS, SAMPLES = "manifest.toml", "metrics.jsonl", "checkpoints", "samples"
-# What `cosmos-rl eval RUN_DIR` writes (cosmos_rl.evaluation.command); the report shows it when present.
+# What `cosmos-rl eval RUN_DIR` writes (cosmos_rl.commands.evaluate); the report shows it when present.
 EVAL_DIR, EVAL_GRID, EVAL_RESULT = "eval", "before_after.png", "eval.json"
 GIF = ".gif"  # a clip grid's animated twin: the same name as its frame-strip PNG, this suffix
 

@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 
-from cosmos_rl.errors import EXIT_FAILED
+from cosmos_rl.core.errors import EXIT_FAILED
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 

@@ -13,10 +13,11 @@ import re
 import sys
 from pathlib import Path
 
-from cosmos_rl.config import algorithms, load, preflight, schema
+from cosmos_rl.config import algorithms, load, preflight
+from cosmos_rl.core import schema
 from cosmos_rl.config.preflight_rewards import VIDEO_REWARDS
 from cosmos_rl.models import layout, towers
-from cosmos_rl.plan_media import media_section, sample_costs
+from cosmos_rl.planning.media_cost import media_section, sample_costs
 
 # nft.md section 4's five roles of one colocated process per rank, and the code that plays each.
 ONLINE_ROLES = {

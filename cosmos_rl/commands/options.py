@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 
 def finite_float(value) -> float:

@@ -1,4 +1,4 @@
-"""Build the `shapes` preset with the project's own SFT: `python -m cosmos_rl.shapes.base_build build`.
+"""Build the `shapes` preset with the project's own SFT: `python -m cosmos_rl.commands.base_build build`.
 
 Deterministic from `--seed` (given the same torch build and thread count). Stages, each an SFT run
 directory under `--work` (a checkpoint every `--checkpoint-every` steps; running the command again
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 SPLIT_SEED = 0  # the world's standard split: the base never sees a held-out prompt
 LATENT_STAT_SAMPLES = 2048
@@ -64,9 +64,9 @@ def build_parser(prog: str, description: str, weights_dir: Path, recipe: dict, u
 
 
 def _parser() -> argparse.ArgumentParser:
-    from cosmos_rl.shapes.preset import WEIGHTS_DIR
+    from cosmos_rl.suites.shapes_preset import WEIGHTS_DIR
 
-    parser, build = build_parser("python -m cosmos_rl.shapes.base_build", __doc__, WEIGHTS_DIR, IMAGE_RECIPE)
+    parser, build = build_parser("python -m cosmos_rl.commands.base_build", __doc__, WEIGHTS_DIR, IMAGE_RECIPE)
     build.add_argument("--guidance", type=float, nargs="+", default=[1.0, 3.0], help="guidance scales to score; default 1 3")
     return parser
 
@@ -76,7 +76,7 @@ def stage_config(args, name: str, train: str, model_path: Path, shards: list[str
     """The SFT run config of one stage, preflighted like a manifest. `model` adds `[model]` keys
     (e.g. num_frames), `flow` `rl` keys of the transformer stage only (e.g. first_frame_condition)."""
     from cosmos_rl.config import load, preflight
-    from cosmos_rl.config.problems import ManifestError
+    from cosmos_rl.core.problems import ManifestError
 
     vae = train == "vae"
     raw = {
@@ -111,7 +111,7 @@ def _train_stage(config):
     """Run (or continue) one stage in this process; returns the trainer holding the trained model."""
     import torch
 
-    from cosmos_rl import plan, run
+    from cosmos_rl.planning import plan, run_dir as run
     from cosmos_rl.trainers.sft import SFTTrainer
 
     run_dir = plan.run_dir(config)
@@ -163,8 +163,8 @@ def build(args) -> dict:
 
     from cosmos_rl.models.build import save_parts
     from cosmos_rl.shapes import balanced, split_prompts, write_shards
-    from cosmos_rl.shapes.held_out import held_out_scores
-    from cosmos_rl.shapes.preset import load_shapes_base, set_latent_stats, shapes_architecture, write_weights
+    from cosmos_rl.suites.shapes_held_out import held_out_scores
+    from cosmos_rl.suites.shapes_preset import load_shapes_base, set_latent_stats, shapes_architecture, write_weights
 
     torch.set_num_threads(args.threads)
     work = args.work
@@ -187,7 +187,7 @@ def build(args) -> dict:
     runs = work / "runs"
     info = {
         "preset": "shapes",
-        "command": shlex.join(["python", "-m", "cosmos_rl.shapes.base_build", *sys.argv[1:]]),
+        "command": shlex.join(["python", "-m", "cosmos_rl.commands.base_build", *sys.argv[1:]]),
         "recipe": {k: v for k, v in vars(args).items() if k not in ("work", "out", "command")},
         "split_seed": SPLIT_SEED,
         "wall_clock_s": {s: round(json.loads((runs / s / "wall_clock_s.json").read_text())["seconds"]) for s in ("vae", "transformer")},

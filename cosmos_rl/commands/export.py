@@ -33,7 +33,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from cosmos_rl.errors import UserError
+from cosmos_rl.core.errors import UserError
 
 
 STAGING = ".{name}.export-{pid}-"  # the temporary folder beside --out: its name, the exporting pid, a random part
@@ -66,7 +66,7 @@ def export_run(
     import torch
     from diffusers import Cosmos3OmniPipeline
 
-    from cosmos_rl import plan
+    from cosmos_rl.planning import plan
     from cosmos_rl.models.build import MODEL_INFO
 
     progress(f"loading {'the newest committed checkpoint' if step is None else f'checkpoint step {step}'} of {run_dir}")
