@@ -30,9 +30,9 @@ LAYERS = [
     ("evaluation", "evaluation/"),
     ("planning", "planning/"),
     ("config", "config/"),
-    ("suites", "suites/"),
     ("models", "models/"),
     ("rewards", "rewards/"),
+    ("suites", "suites/"),
     ("shapes", "shapes/"),
     ("data", "data/"),
     ("checkpoint", "checkpoint/"),
@@ -331,7 +331,7 @@ def test_the_checker_sees_a_string_naming_a_moved_module(tmp_path):
 
 @pytest.mark.parametrize("module, layer", [
     ("cosmos_rl.core.schema", "core"), ("cosmos_rl.config.preflight", "config"), ("cosmos_rl.planning.run_dir", "planning"),
-    ("cosmos_rl.core.run_lock", "core"), ("cosmos_rl.shapes.verifier", "shapes"), ("cosmos_rl.suites.shapes_preset", "suites"),
+    ("cosmos_rl.core.run_lock", "core"), ("cosmos_rl.shapes.verifier", "shapes"), ("cosmos_rl.models.shapes_preset", "models"),
     ("cosmos_rl", "core"), ("cosmos_rl.cli", "cli"), ("cosmos_rl.newthing", None),
 ])  # fmt: skip
 def test_a_module_belongs_to_its_most_specific_entry(module, layer):

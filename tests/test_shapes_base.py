@@ -19,7 +19,7 @@ from cosmos_rl.models.packing import velocity
 from cosmos_rl.models.text import model_prompt_ids
 from cosmos_rl.models.vae import encode_images
 from cosmos_rl.commands import base_build
-from cosmos_rl.suites.shapes_preset import WEIGHTS_DIR, load_shapes_base, read_manifest
+from cosmos_rl.models.shapes_preset import WEIGHTS_DIR, load_shapes_base, read_manifest
 
 
 def test_the_shipped_base_is_a_preset_with_the_minimal_template():
@@ -90,7 +90,7 @@ def test_the_rebuild_command_runs_and_improves_the_model(tmp_path):
 def test_score_images_is_one_for_ground_truth_and_counts_tasks_equally():
     import numpy as np
 
-    from cosmos_rl.suites.shapes_held_out import score_images
+    from cosmos_rl.models.shapes_held_out import score_images
     from cosmos_rl.shapes import parse_caption, render
 
     prompts = ["a circle", "two red squares", "a blue triangle above a circle"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from cosmos_rl.shapes.clips import render_clip
-from cosmos_rl.suites.shapes_preset import load_shapes_base
+from cosmos_rl.models.shapes_preset import load_shapes_base
 from cosmos_rl.commands.video_base_build import initial_parts
 
 
@@ -31,8 +31,8 @@ def test_the_video_vae_starts_as_the_image_vae_on_the_first_frame():
 
 def test_the_shipped_video_base_is_a_preset_with_a_temporal_vae():
     from cosmos_rl.models.build import build_preset
-    from cosmos_rl.suites.shapes_preset import read_manifest
-    from cosmos_rl.suites.shapes_video_preset import REBUILD, WEIGHTS_DIR
+    from cosmos_rl.models.shapes_preset import read_manifest
+    from cosmos_rl.models.shapes_video_preset import REBUILD, WEIGHTS_DIR
 
     parts = build_preset("shapes_video", seed=123)
     assert parts.prompt_template == "minimal"

@@ -64,7 +64,7 @@ def build_parser(prog: str, description: str, weights_dir: Path, recipe: dict, u
 
 
 def _parser() -> argparse.ArgumentParser:
-    from cosmos_rl.suites.shapes_preset import WEIGHTS_DIR
+    from cosmos_rl.models.shapes_preset import WEIGHTS_DIR
 
     parser, build = build_parser("python -m cosmos_rl.commands.base_build", __doc__, WEIGHTS_DIR, IMAGE_RECIPE)
     build.add_argument("--guidance", type=float, nargs="+", default=[1.0, 3.0], help="guidance scales to score; default 1 3")
@@ -163,8 +163,8 @@ def build(args) -> dict:
 
     from cosmos_rl.models.build import save_parts
     from cosmos_rl.shapes import balanced, split_prompts, write_shards
-    from cosmos_rl.suites.shapes_held_out import held_out_scores
-    from cosmos_rl.suites.shapes_preset import load_shapes_base, set_latent_stats, shapes_architecture, write_weights
+    from cosmos_rl.models.shapes_held_out import held_out_scores
+    from cosmos_rl.models.shapes_preset import load_shapes_base, set_latent_stats, shapes_architecture, write_weights
 
     torch.set_num_threads(args.threads)
     work = args.work

@@ -46,7 +46,7 @@ VIDEO_RECIPE = dict(work="shapes_video_work", samples=12000, vae_steps=2000, vae
 
 
 def _parser() -> argparse.ArgumentParser:
-    from cosmos_rl.suites.shapes_video_preset import WEIGHTS_DIR
+    from cosmos_rl.models.shapes_video_preset import WEIGHTS_DIR
 
     parser, _ = build_parser("python -m cosmos_rl.commands.video_base_build", __doc__, WEIGHTS_DIR, VIDEO_RECIPE,
                              unit="clips", what="the video base")  # fmt: skip
@@ -90,8 +90,8 @@ def _shards(args) -> list[str]:
 def initial_parts(seed: int):
     """The video architecture with random weights from `seed`, then every weight of the shipped
     `shapes` base: all of its transformer and all of its VAE but the temporal stage's `time_conv`s."""
-    from cosmos_rl.suites.shapes_preset import load_shapes_base
-    from cosmos_rl.suites.shapes_video_preset import shapes_video_architecture
+    from cosmos_rl.models.shapes_preset import load_shapes_base
+    from cosmos_rl.models.shapes_video_preset import shapes_video_architecture
 
     parts = shapes_video_architecture(seed)
     image = load_shapes_base()
@@ -107,8 +107,8 @@ def build(args) -> dict:
     import torch
 
     from cosmos_rl.models.build import save_parts
-    from cosmos_rl.suites.shapes_preset import load_shapes_base, set_latent_stats, write_weights
-    from cosmos_rl.suites.shapes_video_preset import shapes_video_architecture
+    from cosmos_rl.models.shapes_preset import load_shapes_base, set_latent_stats, write_weights
+    from cosmos_rl.models.shapes_video_preset import shapes_video_architecture
 
     torch.set_num_threads(args.threads)
     work = args.work

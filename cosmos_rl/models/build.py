@@ -90,8 +90,8 @@ def _build_tiny(with_extra_heads: bool) -> ModelParts:
 # base lives with the shapes world, which builds on models/).
 PRESETS: dict[str, Callable[[bool], ModelParts] | str] = {
     "tiny": _build_tiny,
-    "shapes": "cosmos_rl.suites.shapes_preset:build_shapes",
-    "shapes_video": "cosmos_rl.suites.shapes_video_preset:build_shapes_video",
+    "shapes": "cosmos_rl.models.shapes_preset:build_shapes",
+    "shapes_video": "cosmos_rl.models.shapes_video_preset:build_shapes_video",
 }
 
 

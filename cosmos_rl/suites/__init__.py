@@ -1,2 +1,3 @@
-"""The worlds' plugins: what ties a world (its prompts, verifier, first frames) to models, such as
-the shipped `shapes` and `shapes_video` base presets and their held-out scorers."""
+"""Suites: a world as a plugin (held-out prompts, a verifier with strict and partial scores, the
+rewards it registers, the frames it gives a conditioned sample, its base preset), asked for by name
+by `eval`, `[rl.eval]`, `pairs mine`, the reward registry and the conditioning sources."""

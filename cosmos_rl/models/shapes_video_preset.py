@@ -19,7 +19,7 @@ from diffusers import AutoencoderKLWan, Cosmos3OmniTransformer
 from cosmos_rl.models.architectures import SHAPES_VIDEO_TRANSFORMER, SHAPES_VIDEO_VAE
 from cosmos_rl.models.build import ModelParts, flow_scheduler
 from cosmos_rl.models.tokenizer import build_tiny_tokenizer
-from cosmos_rl.suites.shapes_preset import load_shapes_base
+from cosmos_rl.models.shapes_preset import load_shapes_base
 
 WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "models" / "presets" / "shapes_video"
 REBUILD = "python -m cosmos_rl.commands.video_base_build build"
