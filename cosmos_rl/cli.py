@@ -262,6 +262,16 @@ def compare(
     compare_output.render(out, result, files)
 
 
+def _eval_condition(condition: Optional[str], i2v: bool) -> Optional[str]:
+    """`--condition`, with the deprecated `--i2v` read as `--condition first_frame`."""
+    if not i2v:
+        return condition
+    if condition not in (None, "first_frame"):
+        _fail(UserError(f"--i2v: means --condition first_frame, and --condition {condition} is given too; keep --condition alone"))
+    print("note: --i2v is deprecated: write --condition first_frame", file=sys.stderr)
+    return "first_frame"
+
+
 @app.command("eval")
 def evaluate(
     target: str = typer.Argument(..., help="A run directory (its newest checkpoint, or --step, vs its base), a diffusers model folder, or preset:NAME."),
@@ -278,7 +288,8 @@ def evaluate(
     guidance: Optional[float] = typer.Option(None, "--guidance", parser=finite_float, help="Guidance instead of the target's own (a run's rl.guidance, else 3.0)."),
     step: Optional[int] = typer.Option(None, "--step", help="A run's committed checkpoint step to use (default: the newest)."),
     frames: Optional[int] = typer.Option(None, "--frames", help="Frames per clip for a bare model (4k + 1; default: a preset's own, else 1 = images); a run uses its model.num_frames."),
-    i2v: bool = typer.Option(False, "--i2v", help="Video: condition every clip on the first frame of its caption's ground-truth clip (image-to-video)."),
+    condition: Optional[str] = typer.Option(None, "--condition", help="Video: what every clip is given: first_frame (the first frame of its caption's ground-truth clip: image to video) or none; default: a run's [model.condition], a model's none."),
+    i2v: bool = typer.Option(False, "--i2v", help="Deprecated: --condition first_frame."),
 ) -> None:
     """Score a run's newest checkpoint and its base (or a model) on held-out prompts x fixed seeds; write a sample grid."""
     from cosmos_rl.commands.evaluate import render, run_eval
@@ -289,7 +300,7 @@ def evaluate(
         result = run_eval(
             target, prompts=prompts, seeds=seeds, per_task=per_task, reward=reward, batch_size=batch_size,
             image_size=image_size, out_dir=out_path(out_dir), device=device, warn=warn, sample_steps=sample_steps, guidance=guidance,
-            step=step, frames=frames, i2v=i2v, note=notes.append,
+            step=step, frames=frames, condition=_eval_condition(condition, i2v), note=notes.append,
         )
     except UserError as exc:
         _fail(exc)

@@ -72,16 +72,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def stage_config(args, name: str, train: str, model_path: Path, shards: list[str], label: str = "shapes_base",
-                 model: dict | None = None, flow: dict | None = None):  # fmt: skip
+                 model: dict | None = None, condition: dict | None = None):  # fmt: skip
     """The SFT run config of one stage, preflighted like a manifest. `model` adds `[model]` keys
-    (e.g. num_frames), `flow` `rl` keys of the transformer stage only (e.g. first_frame_condition)."""
+    (e.g. num_frames), `condition` the `[model.condition]` of the transformer stage only (the VAE
+    stage trains no clip through the transformer)."""
     from cosmos_rl.config import load, preflight
     from cosmos_rl.core.problems import ManifestError
 
     vae = train == "vae"
     raw = {
         "job": {"name": name, "output_dir": str((args.work / "runs").resolve()), "seed": args.seed, "log_every": 10, "progress": False},
-        "model": {"path": str(model_path.resolve()), "image_size": 32, **(model or {}), "lora": {"rank": 0}},
+        "model": {"path": str(model_path.resolve()), "image_size": 32, **(model or {}), "lora": {"rank": 0},
+                  **({"condition": condition} if condition and not vae else {})},
         "grid": {"device": "cpu"},
         "checkpoint": {"every": args.checkpoint_every, "keep": 1},
         "rl": {
@@ -90,7 +92,7 @@ def stage_config(args, name: str, train: str, model_path: Path, shards: list[str
             "samples_per_step": args.vae_batch if vae else args.batch,
             "optimizer": {"lr": args.vae_lr if vae else args.lr, "warmup_steps": 0 if vae else min(100, args.steps // 10)},
             "data": {"shards": shards},
-            **(_vae_keys(args) if vae else flow or {}),
+            **(_vae_keys(args) if vae else {}),
         },
     }
     config = load.structure(raw, f"{label} stage {name}")

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import attrs
 
+from cosmos_rl.core import schema
 from cosmos_rl.core.errors import UserError
 from cosmos_rl.commands.report import EVAL_DIR, EVAL_RESULT, MANIFEST, load_run
 
@@ -219,7 +220,7 @@ def read_run(run_dir: Path, name: str) -> tuple[RunFigures, object]:
 
     run = load_run(run_dir)  # refuses a folder without manifest.toml or metrics.jsonl
     config = load.load(run.path / MANIFEST, saved_run=True)
-    mined = _mined_images(config.rl) if hasattr(config.rl, "pairs_per_step") else None
+    mined = _mined_images(config.rl) if isinstance(config.rl, schema.DPOConfig) else None
     budget = image_budget(config.rl, mined)
     logged = sorted({s for series in run.series.values() for s in series.steps})
     seconds: dict[int, float] = {}

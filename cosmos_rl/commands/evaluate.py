@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from typing import Callable
 
+from cosmos_rl.core.condition import Condition, UnknownCondition, kind_named
 from cosmos_rl.core.errors import UserError
 from cosmos_rl.evaluation.prompts import DEFAULT_PER_TASK, DEFAULT_SEEDS, eval_captions, overlap, spread
 from cosmos_rl.evaluation.intervals import cell, settings as bootstrap_settings
@@ -91,12 +92,30 @@ def check_sampler_overrides(sample_steps: int | None, guidance: float | None) ->
         raise UserError(f"--guidance: must be >= 0 and finite (got {guidance}); 1 is conditional only")
 
 
+def eval_condition(kind: str | None, t, target: str) -> Condition:
+    """The condition an evaluation samples under: `kind` (`--condition`) or, None, the run's own
+    `[model.condition]` (a bare model's: none). The given frames are the evaluation world's ground
+    truth whatever source the run trained from."""
+    if kind is None:
+        return Condition() if t.config is None else Condition.from_model_config(t.config.model)
+    try:
+        chosen = kind_named(kind)
+    except UnknownCondition as exc:
+        raise UserError(f"--condition: unknown condition {kind!r}: {exc}") from None
+    if not chosen.given_frames:
+        return Condition()
+    if not t.media.is_video:
+        raise UserError(f"--condition {kind}: {target} makes images ({t.media.frames} frame); a condition gives a clip's "
+                        "leading frames, so it needs a video target (--frames 9 for a bare model)")
+    return Condition(kind=chosen, source="suite")
+
+
 def run_eval(
     target: str, *, prompts: Path | None = None, seeds: int = DEFAULT_SEEDS, per_task: int = DEFAULT_PER_TASK,
     reward: str | None = None, batch_size: int = DEFAULT_BATCH, image_size: int | None = None,
     out_dir: Path | None = None, device: str = "auto", warn: Callable[[str], None] = lambda line: None,
     sample_steps: int | None = None, guidance: float | None = None, step: int | None = None,
-    frames: int | None = None, i2v: bool = False, note: Callable[[str], None] = lambda line: None,
+    frames: int | None = None, condition: str | None = None, note: Callable[[str], None] = lambda line: None,
 ) -> dict:  # fmt: skip
     """Evaluate `target` and return the result object (see docs/eval.md); `warn` gets warning lines,
     `note` the line of images sampled and reused (the base's, or a bare model's, verdicts are kept
@@ -104,8 +123,9 @@ def run_eval(
 
     `sample_steps` / `guidance` replace the target's own sampler settings (to compare models of
     different runs under one sampler); None keeps them. `reward` None is the verifier's strict score
-    of what the target makes (images or clips); `frames` a bare model's clip length; `i2v` conditions
-    every clip on the first frame of its caption's ground-truth clip."""
+    of what the target makes (images or clips); `frames` a bare model's clip length; `condition` a
+    condition kind (`first_frame`: every clip given the first frame of its caption's ground-truth
+    clip), None = the run's own `[model.condition]` (a bare model: none)."""
     if image_size is not None and not 1 <= image_size <= IMAGE_SIZE_MAX:
         raise UserError(f"--image-size: must be in [1, {IMAGE_SIZE_MAX}] (got {image_size}): one {IMAGE_SIZE_MAX} x {IMAGE_SIZE_MAX} "
                         "sample is 16.8 M pixels, and Cosmos3 models are trained at 256 to 1024; use e.g. 32 or 512")
@@ -121,8 +141,7 @@ def run_eval(
     video = t.media.is_video
     reward = default_reward(video) if reward is None else reward
     check_sampling_options(reward, batch_size, video)
-    if i2v and not video:
-        raise UserError(f"--i2v: {target} makes images ({t.media.frames} frame); image-to-video needs a video target (--frames 9 for a bare model)")
+    given = eval_condition(condition, t, target)
     captions, described = eval_captions(prompts, per_task, video)
     origin = f"--prompts {prompts}" if prompts else "the held-out prompts"
     caption_groups(captions, reward, origin)  # a bad prompt fails before torch is even imported
@@ -143,7 +162,7 @@ def run_eval(
     evaluator = Evaluator(
         captions, seeds, reward, t.settings, tokenizer=model.parts.tokenizer, vae=model.parts.vae, media=t.media,
         latent_shape=latent_shape(t.media, model.parts.vae.config, model.parts.transformer.config), device=where, batch_size=batch_size, origin=origin,
-        model_parts=model.model_parts, i2v=i2v,
+        model_parts=model.model_parts, condition=given,
     )  # fmt: skip
     columns = [item.index for item in spread(evaluator.items[: len(captions)], GRID_COLUMNS)]
     keep = frozenset(columns)
@@ -165,7 +184,7 @@ def run_eval(
                       [evaluator.items[i].caption for i in columns], reward)  # fmt: skip
     clip_extra = {}
     if video:  # the PNG is the frame strips; the GIF plays the same clips side by side
-        clip_extra = {"grid_gif": str(grid.with_suffix(".gif")), "frames": t.media.frames, "fps": t.media.fps, "i2v": i2v}
+        clip_extra = {"grid_gif": str(grid.with_suffix(".gif")), "frames": t.media.frames, "fps": t.media.fps, "i2v": given.is_conditioned}
     result = {
         "target": t.label, "kind": t.kind, "step": t.step, "reward": reward,
         **_scores_json(scores, ""), **(_scores_json(base, "base_") if base else _scores_json(None, "base_")),

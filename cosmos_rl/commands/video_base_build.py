@@ -14,7 +14,7 @@ and larger `--vae-steps` / `--steps` extend finished ones):
 3. `runs/vae`: SFT with `rl.train = "vae"` on the clips (foreground-weighted, `--vae-foreground-weight`), then the per-channel latent statistics of
    the trained encoder over the first 1024 clips -> `vae_model/`;
 4. `runs/transformer`: SFT with `rl.train = "transformer"` on `vae_model/`, half the clips trained
-   image-to-video (`rl.first_frame_condition = 0.5`), so the base does T2V and I2V;
+   image-to-video (`[model.condition]` first frame from the clip, probability 0.5), so the base does T2V and I2V;
 5. the result as float16 safetensors + `manifest.json` in `--out` (default: the package's
    `cosmos_rl/models/presets/shapes_video/`), then its held-out scores (`score` stage: the shipped
    float16 weights through `cosmos-rl eval`'s evaluator, T2V and I2V), written into the manifest.
@@ -56,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
 def _stage_config(args, name: str, train: str, model_path: Path, shards: list[str]):
     """One stage's SFT config: the image build's, on 9-frame clips, half of them trained image to video."""
     return stage_config(args, name, train, model_path, shards, label="shapes_video",
-                        model={"image_size": SIDE, "num_frames": FRAMES}, flow={"first_frame_condition": 0.5})  # fmt: skip
+                        model={"image_size": SIDE, "num_frames": FRAMES}, condition={"kind": "first_frame", "source": "data", "probability": 0.5})  # fmt: skip
 
 
 def clip_latent_stats(vae, source, count: int) -> tuple[list[float], list[float]]:

@@ -8,6 +8,7 @@ video and image to video (each clip conditioned on the first frame of its ground
 
 from __future__ import annotations
 
+from cosmos_rl.core.condition import FIRST_FRAME, Condition
 from cosmos_rl.models.build import ModelParts
 
 
@@ -31,7 +32,7 @@ def held_out_video_scores(parts: ModelParts, *, seeds: int = 4, frames: int = 9,
         evaluator = Evaluator(
             captions, seeds, "shapes_video_strict", settings, tokenizer=parts.tokenizer, vae=parts.vae, media=media,
             latent_shape=latent_shape(media, parts.vae.config, parts.transformer.config), device=torch.device("cpu"),
-            model_parts=parts, i2v=mode == "i2v",
+            model_parts=parts, condition=Condition(kind=FIRST_FRAME, source="shapes_video") if mode == "i2v" else Condition(),
         )  # fmt: skip
         scores = evaluator.evaluate(parts.transformer)
         out[mode] = {

@@ -63,6 +63,9 @@ class Algorithm:
     reshards_world: bool = True  # a non-exact resume may change the world size (DCP reshards)
     unit: str = "samples"  # what the progress bar counts
     video: bool = False  # trains clips (model.num_frames > 1); otherwise preflight refuses them
+    # Where a conditioned sample's given frames come from for it ([model.condition]): "" takes no
+    # condition, "data" its training samples' own frames (SFT), "rollout" an image or a suite per rollout.
+    conditioned_from: str = ""
 
     def resolve(self, what: str) -> Any:
         """The object one of the code fields names (None when the field is empty)."""
@@ -220,6 +223,7 @@ register(online(
     preflight="cosmos_rl.config.preflight:nft_rules",
     plan_section="cosmos_rl.planning.plan:nft_section",
     video=True,  # rl.modality = "video" with model.num_frames > 1 (docs/video.md "NFT on video")
+    conditioned_from="rollout",  # I2V NFT (docs/video.md "I2V NFT")
 ))  # fmt: skip
 register(Algorithm(
     name="sft", config=schema.SFTConfig, title="supervised fine-tuning", launcher="ranks",
@@ -231,6 +235,7 @@ register(Algorithm(
     seed_keys=("data.shuffle",),
     path_fields=("data.jsonl", "data.shards[]"),
     part_field="train", video=True,
+    conditioned_from="data",  # T2V and I2V at once (model.condition.probability)
 ))  # fmt: skip
 register(online(
     name="grpo", config=schema.GRPOConfig, title="Flow-GRPO",

@@ -20,6 +20,7 @@ from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, Iterabl
 from cosmos_rl.config import algorithms, key_hints
 from cosmos_rl.core import schema
 from cosmos_rl.core.problems import ManifestError, Problem, show
+from cosmos_rl.config import legacy_keys
 from cosmos_rl.config.saved_runs import with_later_knobs
 
 
@@ -303,9 +304,18 @@ def _depth(value) -> int:
     return deepest
 
 
+def _current_keys(raw: dict, saved_run: bool) -> dict:
+    """`raw` with keys a release replaced moved to their new place (config/legacy_keys.py); a
+    user's manifest says so once, a run directory's saved manifest quietly."""
+    raw, notes = legacy_keys.migrate(raw)
+    if not saved_run:
+        legacy_keys.note_once(notes)
+    return raw
+
+
 def load(path: str | Path, overrides: list[str] = (), *, saved_run: bool = False) -> schema.RunConfig:
     """Load a manifest; `saved_run` = it is a run directory's resolved manifest.toml (see with_later_knobs)."""
-    raw = read_manifest(path)
+    raw = _current_keys(read_manifest(path), saved_run)
     raw = apply_overrides(with_later_knobs(raw) if saved_run else raw, list(overrides))
     config = structure(raw, str(path))
     if saved_run:
@@ -401,7 +411,7 @@ def load_all_problems(
 
     from cosmos_rl.config import preflight
 
-    raw = read_manifest(path)
+    raw = _current_keys(read_manifest(path), saved_run)
     raw = apply_overrides(with_later_knobs(raw) if saved_run else raw, list(overrides))
     base_dir = Path(path).resolve().parent
     try:

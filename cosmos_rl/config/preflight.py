@@ -19,7 +19,7 @@ from cosmos_rl.core import schema
 from cosmos_rl.core import schema
 from cosmos_rl.core.paths import resolve_path
 from cosmos_rl.config.preflight_data import _data_source, _sources
-from cosmos_rl.config.preflight_i2v import first_frame_rules
+from cosmos_rl.config.preflight_condition import condition_rules
 from cosmos_rl.config.preflight_media import folder_config_rules, folder_vae_rules, frame_rules, modality_rule
 from cosmos_rl.config.preflight_numbers import finite_rule
 from cosmos_rl.config.preflight_optimizer import optimizer_rules
@@ -49,11 +49,12 @@ def check(config: schema.RunConfig, base_dir: Path | str = ".") -> list[Problem]
     finite_rule(config, rules)
     _common(config, rules)
     algorithm = algorithms.of(config)
-    if config.model.num_frames > 1 and not algorithm.video and not hasattr(config.rl, "modality"):
+    if config.model.num_frames > 1 and not algorithm.video and not isinstance(config.rl, schema.NFTConfig):
         # An algorithm with rl.modality (NFT) says this under that key instead.
         video_ones = ", ".join(f'"{a.name}"' for a in map(algorithms.get, algorithms.BUILT_IN) if a.video)
         rules.error("model.num_frames", f"rl.algorithm = \"{algorithm.name}\" does not train video in this release", config.model.num_frames,
                     f"set model.num_frames = 1, or train video with rl.algorithm = {video_ones}")
+    condition_rules(config, rules)
     own_rules = algorithm.resolve("preflight")
     if own_rules is not None:
         own_rules(config, config.rl, rules)
@@ -292,7 +293,6 @@ def nft_rules(c: schema.RunConfig, rl: schema.NFTConfig, r: Rules) -> None:
             size = schema.T2I_PROFILES[rl.profile]["image_size"]
             key, got = ("model.image_size", c.model.image_size) if c.model.image_size is not None else ("model.height", [c.model.height, c.model.width])
             r.error(key, f"profile {show(rl.profile)} fixes the image size at {size}", got, f"set model.image_size = {size}")
-    first_frame_rules(c, rl, r)
     if rl.scheduler != "unipc":
         r.error("rl.scheduler", "only the UniPC sampler is supported", rl.scheduler, 'set rl.scheduler = "unipc"')
     if not rl.advantage_low < rl.advantage_high:
@@ -421,11 +421,6 @@ def sft_rules(c: schema.RunConfig, rl: schema.SFTConfig, r: Rules) -> None:
         r.error("rl.samples_per_step", f"must split evenly over the {dp} ranks", rl.samples_per_step, f"use a multiple of {dp}")
     if not 0 <= rl.caption_dropout < 1:
         r.error("rl.caption_dropout", "must be in [0, 1)", rl.caption_dropout, "use e.g. 0.1 (0 trains no unconditional prompt)")
-    if not 0 <= rl.first_frame_condition <= 1:
-        r.error("rl.first_frame_condition", "must be in [0, 1]", rl.first_frame_condition, "use e.g. 0.5 (half the clips train image-to-video)")
-    elif rl.first_frame_condition > 0 and (c.model.num_frames == 1 or rl.train == "vae"):
-        r.error("rl.first_frame_condition", "conditions a clip's first frame, and this run trains no clips through the transformer",
-                rl.first_frame_condition, 'remove it, or train video (model.num_frames > 1) with rl.train = "transformer"')
     vae_stage_rules(c, rl, r)
     data = rl.data
     if not data.shards and not data.jsonl:

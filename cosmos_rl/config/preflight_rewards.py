@@ -16,7 +16,7 @@ BUILTIN_REWARDS = ("jpeg_compressibility", "jpeg_incompressibility", "brightness
                    "shapes_strict", "shapes_partial")
 MODEL_REWARDS = ("pickscore", "clipscore", "aesthetic")  # cosmos_rl.rewards.models.MODEL_KINDS, torch-free
 VIDEO_REWARDS = ("shapes_video_strict", "shapes_video_partial", "shapes_video_i2v_strict", "shapes_video_i2v_partial")  # cosmos_rl.rewards.video.video_rewards, whole clips
-I2V_REWARDS = ("shapes_video_i2v_strict", "shapes_video_i2v_partial")  # judge frame 0 against the world's first frame (rl.first_frame)
+I2V_REWARDS = ("shapes_video_i2v_strict", "shapes_video_i2v_partial")  # judge frame 0 against the world's first frame (model.condition.source = "shapes_video")
 
 
 # A reward call (one group's images) that takes longer than this is stuck, not slow; and a finite

@@ -65,6 +65,29 @@ def _square_default(model=None) -> Optional[int]:
 
 
 @frozen
+class ConditionConfig:
+    kind: str = knob(
+        "none",
+        "What every sample is given clean (core/condition.py): `none` (text to image or video), `first_frame` (image to "
+        "video: frame 0 given, its latent frame held clean in rollouts, training and evaluation and left out of every loss), "
+        "or an import string `package.module:ENTRY` naming a condition defined outside the package (docs/architecture.md, "
+        "\"Adding a condition\").",
+    )
+    source: str = knob(
+        "none",
+        "Where the given frames come from: `image` (online runs: each prompt row's `image`, a JSONL rl.prompts.file, paths "
+        "relative to it, the clip's exact size), `data` (SFT: each training clip's own frames), or a suite's name "
+        "(`shapes_video`: the suite's ground truth of each caption, e.g. frame 0 of the moving-shapes world's clip at seed 0, "
+        "what `cosmos-rl eval` conditions on) or import string; `none` with kind `none`.",
+    )
+    probability: float = knob(
+        1.0,
+        "The share of training samples conditioned, in [0, 1]: SFT draws it per clip (0.5 trains one model for text to "
+        "video and image to video); online runs condition every rollout (1).",
+    )
+
+
+@frozen
 class ModelConfig:
     path: str = knob(
         "", "Local diffusers folder of the model (e.g. Cosmos3-Nano): architecture, VAE, tokenizer, scheduler and, unless `rl.init_from` says otherwise, weights. Name the model here or in `preset`, not both."
@@ -92,6 +115,7 @@ class ModelConfig:
     fps: float = knob(
         24.0, "Frame rate of a video sample: the prompt's duration sentence and the model's time positions (unused for images)."
     )
+    condition: ConditionConfig = section(ConditionConfig, "What every sample is given clean: nothing (text to media) or its first frame (image to video), and from where (docs/video.md).")
     gradient_checkpointing: bool = knob(False, "Recompute decoder activations in backward to save memory.")
     lora: LoraConfig = section(LoraConfig, "Policy adapter; rank 0 means full fine-tuning.")
     config: ModelInnerConfig = section(ModelInnerConfig, "Model-parallel layout.")
@@ -199,9 +223,6 @@ class SFTConfig(RLBase):
     caption_dropout: float = knob(
         0.1, "`transformer`: chance that a sample trains with the empty prompt, which classifier-free guidance samples with."
     )
-    first_frame_condition: float = knob(
-        0.0, "Video (`transformer`): chance that a clip trains image-to-video, its first latent frame held clean and left out of the loss, so one model does T2V and I2V."
-    )
     init_from: str = knob("", "Base checkpoint: diffusers folder, DCP folder, `s3://` (pulled once) or `preset:NAME`; empty = model.*.")
     init_keys_to_skip_loading: list[str] = knob(
         attrs.Factory(list), "Glob patterns (`*` crosses dots) of base-checkpoint keys the model does not build; any other extra or missing key fails the load."
@@ -238,8 +259,9 @@ from cosmos_rl.core.schema_online import GRPOConfig, GRPOOldPolicyConfig, NFTCon
 LATER_KNOB_DEFAULTS: dict[str, object] = {
     "model.num_frames": 1,
     "model.fps": 24.0,
-    "rl.first_frame_condition": 0.0,
-    "rl.first_frame": "none",
+    "model.condition.kind": "none",
+    "model.condition.source": "none",
+    "model.condition.probability": 1.0,
     "rl.x0_weighting": False,
     "rl.foreground_weight": 1.0,
     "rl.rewards": [],

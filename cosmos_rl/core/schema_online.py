@@ -102,14 +102,6 @@ class NFTConfig(OnlineRLBase):
     init_keys_to_skip_loading: list[str] = knob(
         attrs.Factory(list), "Glob patterns of base-checkpoint keys the model does not build (`audio_*`, `action_*`); must be empty for video."
     )
-    first_frame: Literal["none", "image", "shapes_world"] = knob(
-        "none",
-        "Video only, image-to-video (docs/video.md \"I2V NFT\"): every rollout starts from a clean first frame, its "
-        "latent frame held clean in rollouts and training and left out of the loss. `none` = text-to-video; `image` = "
-        "the prompt row's `image` (a JSONL rl.prompts.file, path relative to it, the clip's exact size); `shapes_world` "
-        "= frame 0 of the moving-shapes world's ground-truth clip of the row's caption at seed 0 (what `--i2v` of "
-        "`cosmos-rl eval` conditions its seed 0 on).",
-    )
     beta: float = knob(1.0, "Objective sharpness (implicit policies' step away from the old policy).")
     kl_beta: float = knob(1.0, "KL penalty weight against the frozen reference.")
     policy_loss_scale: float = knob(5.0, "Scale on the policy loss term.")

@@ -1,4 +1,4 @@
-"""Image-to-video conditioning frames named by a prompt file (`rl.first_frame = "image"`); torch-free.
+"""Image-to-video conditioning frames named by a prompt file (`[model.condition]` source `"image"`); torch-free.
 
 `validate --data` checks a frame through :func:`check_first_frame` and the run reads it through
 :func:`read_first_frame`, so both refuse a bad file in the same words, naming ``file:line`` of the
@@ -19,7 +19,7 @@ from cosmos_rl.core.errors import UserError
 
 def missing(prompt_file: Path, line: int) -> UserError:
     """The problem of a row that names no frame in an image-to-video run."""
-    return UserError(f'{prompt_file}:{line}: no "image" field, and rl.first_frame = "image" conditions every row on one; '
+    return UserError(f'{prompt_file}:{line}: no "image" field, and model.condition.source = "image" gives every row's first frame from one; '
                      'add "image": "PATH" (relative to the prompt file) to the row')
 
 

@@ -5,7 +5,7 @@ stripped); a ``.jsonl`` file one ``{"prompt": ...}`` object per line (other keys
 lines allowed). Any other suffix is rejected so that a file is never parsed the wrong way.
 
 A JSONL row may also name an ``"image"``: the path of an image-to-video run's conditioning first
-frame (`rl.first_frame = "image"`), relative to the prompt file's folder when not absolute.
+frame (`model.condition.source = "image"`), relative to the prompt file's folder when not absolute.
 `read_prompt_rows` returns it with the row's line; `read_prompts` keeps the prompts alone.
 """
 

@@ -194,7 +194,7 @@ def _prompts(
     for message in row_problems(path, rows) if row_problems is not None else ():
         source.add(UserError(message))
     note = f"{source.key}: {len(rows)} prompts, {len(bad)} bad rows"
-    if getattr(rl, "first_frame", "none") == "image":  # image-to-video: every row's conditioning frame
+    if config.model.condition.source == "image":  # every row's given frame (an online run's [model.condition])
         _, height, width = run_media(config)
         for row in rows:
             if row.image is None:

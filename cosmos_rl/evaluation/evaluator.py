@@ -21,6 +21,7 @@ from cosmos_rl.evaluation.prompts import Item, eval_captions, make_items, rank_s
 from cosmos_rl.evaluation.scores import EvalScores, PromptTotals, Totals, caption_groups, score_images, with_intervals
 from cosmos_rl.config.sampler import DEFAULT_BATCH, run_settings
 from cosmos_rl.models.sampler_settings import SamplerSettings
+from cosmos_rl.core.condition import Condition
 from cosmos_rl.core.media import MediaSpec, latent_shape
 
 
@@ -31,7 +32,7 @@ class Evaluator:
         self, captions: Sequence[str], seeds: int, reward: str, settings: SamplerSettings, *,
         tokenizer, vae, media: MediaSpec, latent_shape: tuple[int, ...], device: torch.device,
         batch_size: int = DEFAULT_BATCH, origin: str = "the evaluation prompts", model_parts=None,
-        i2v: bool = False,
+        condition: Condition = Condition(),
     ):  # fmt: skip
         self.groups = caption_groups(captions, reward, origin)
         self.captions = list(captions)
@@ -43,17 +44,21 @@ class Evaluator:
         self.media, self.batch_size = media, batch_size
         self.latent_shape = tuple(latent_shape)  # one sample's (C, T, h, w), from models.media.latent_shape
         self._tokens: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-        # Image-to-video: every clip starts from the first frame of the world's ground-truth clip of
-        # its caption and seed (`shapes.clips.render_clip`), held clean as the pipeline holds it.
-        if i2v and not media.is_video:
-            raise ValueError("image-to-video evaluation needs clips (media with more than one frame)")
-        self.i2v = i2v
+        # A conditioned evaluation (image to video): every clip starts from the first frame of the
+        # world's ground-truth clip of its caption and seed (`shapes.clips.render_clip`), held clean
+        # as the pipeline holds it, whatever source the run trained from.
+        if condition.is_conditioned and not media.is_video:
+            raise ValueError("a conditioned evaluation needs clips (media with more than one frame)")
+        if condition.is_conditioned and not condition.kind.given_frames == 1:
+            raise ValueError(f"evaluation gives a first frame in this release, got {condition}")
+        self.condition_value = condition
+        self.i2v = condition.is_conditioned  # the name eval.json and the verdict cache keep
 
     @classmethod
     def for_run(cls, config, parts, device: torch.device) -> "Evaluator":
         """The `[rl.eval]` evaluation of a run, sampling with `parts` (anything with .transformer,
-        .vae and .tokenizer, e.g. a TrainableModel). An image-to-video NFT run (`rl.first_frame`)
-        evaluates image-to-video, as `cosmos-rl eval --i2v` does: the task it trains."""
+        .vae and .tokenizer, e.g. a TrainableModel). A conditioned run (`[model.condition]`, e.g.
+        I2V NFT) evaluates conditioned, as `cosmos-rl eval` of its run directory does: the task it trains."""
         cfg = config.rl.eval
         media = MediaSpec.from_model_config(config.model)
         captions, _ = eval_captions(cfg.prompts, cfg.per_task, video=media.is_video)
@@ -61,7 +66,7 @@ class Evaluator:
             captions, cfg.seeds, cfg.reward, run_settings(config), tokenizer=parts.tokenizer, vae=parts.vae,
             media=media, latent_shape=latent_shape(media, parts.vae.config, parts.transformer.config),
             device=device, origin=f"rl.eval.prompts {cfg.prompts}" if cfg.prompts else "rl.eval",
-            model_parts=getattr(parts, "parts", parts), i2v=getattr(config.rl, "first_frame", "none") != "none",
+            model_parts=getattr(parts, "parts", parts), condition=Condition.from_model_config(config.model),
         )
 
     def identity(self) -> dict:

@@ -116,6 +116,19 @@ def decode_pixels(vae: torch.nn.Module, media: MediaSpec, latents: torch.Tensor)
     return torch.from_numpy(to_uint8(clips.permute(0, 2, 3, 4, 1).float().cpu().numpy()))
 
 
+def encode_pixels(vae: torch.nn.Module, media: MediaSpec, pixels: torch.Tensor) -> torch.Tensor:
+    """Float pixels in [0, 1] of `media` samples -> normalised latents [B, C, T, h, w] (the VAE's
+    posterior mean): images [B, 3, H, W] for one frame, clips [B, 3, F, H, W] for video. The one
+    encode entry, beside `decode_pixels`: every trainer, the latent cache and the base builds call
+    it, so what a sample is decides how it is encoded in one place."""
+    from cosmos_rl.models.vae import encode_clips, encode_images
+
+    expected = (3, media.frames, *media.size) if media.is_video else (3, *media.size)
+    if tuple(pixels.shape[1:]) != expected:
+        raise ValueError(f"pixels of {media} must be [B, {', '.join(map(str, expected))}], got {tuple(pixels.shape)}")
+    return encode_clips(vae, pixels) if media.is_video else encode_images(vae, pixels)
+
+
 @torch.no_grad()
 def condition_latents(vae: torch.nn.Module, first_frames: torch.Tensor) -> torch.Tensor:
     """Image-to-video conditions: uint8 first frames [B, H, W, 3] -> clean latents [B, C, 1, h, w].

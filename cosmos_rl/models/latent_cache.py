@@ -30,18 +30,18 @@ import torch
 
 from cosmos_rl.models.latent_entry import BadEntry, entry_bytes, read_entry
 from cosmos_rl.models.latent_keys import input_key, input_keys, vae_identity  # noqa: F401 (input_key: tests)
-from cosmos_rl.core.media import latent_frames, vae_spatial_factor, vae_temporal_factor
-from cosmos_rl.models.vae import encode_clips, encode_images
+from cosmos_rl.core.media import MediaSpec, latent_frames, vae_spatial_factor, vae_temporal_factor
+from cosmos_rl.models.generate import encode_pixels
 
 log = logging.getLogger(__name__)
 
 
-def _encoder(pixels: torch.Tensor):
-    """The VAE call for a batch by its rank: images [B, 3, H, W] or clips [B, 3, F, H, W]."""
+def _media(pixels: torch.Tensor) -> MediaSpec:
+    """What a batch's samples are, by its rank: images [B, 3, H, W] or clips [B, 3, F, H, W]."""
     if pixels.dim() == 4:
-        return encode_images
+        return MediaSpec.image(pixels.shape[2], pixels.shape[3])
     if pixels.dim() == 5:
-        return encode_clips
+        return MediaSpec(frames=pixels.shape[2], height=pixels.shape[3], width=pixels.shape[4])
     raise ValueError(f"the latent cache encodes images [B, 3, H, W] or clips [B, 3, F, H, W], got {tuple(pixels.shape)}")
 
 
@@ -117,14 +117,14 @@ class LatentCache:
     def encode(self, pixels: torch.Tensor) -> torch.Tensor:
         """Normalised latents [B, C, T, h, w] of images [B, 3, H, W] (T = 1) or clips [B, 3, F, H, W]
         (see the module docstring)."""
-        encoder = _encoder(pixels)
+        media = _media(pixels)
         keys = input_keys(pixels)
         found = [self._lookup(key, item) for key, item in zip(keys, pixels)]
         if all(latent is not None for latent in found):
             self.hits += len(keys)
             return torch.stack(found).to(pixels.device)
         self.misses += sum(latent is None for latent in found)
-        latents = encoder(self.vae, pixels)
+        latents = encode_pixels(self.vae, media, pixels)
         for key, latent in zip(keys, latents):
             self._store(key, latent)
         return latents

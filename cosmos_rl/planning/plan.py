@@ -13,7 +13,7 @@ import re
 import sys
 from pathlib import Path
 
-from cosmos_rl.config import algorithms, load, preflight
+from cosmos_rl.config import algorithms, legacy_keys, load, preflight
 from cosmos_rl.core import schema
 from cosmos_rl.config.preflight_rewards import VIDEO_REWARDS
 from cosmos_rl.models import layout, towers
@@ -59,6 +59,8 @@ def seed_contract(config: schema.RunConfig) -> dict:
 
 def identity_fields(config: schema.RunConfig) -> dict:
     flat = load.flatten(load.to_dict(config))
+    # A condition the replaced keys could say is hashed as they said it: older run dirs resume.
+    flat = legacy_keys.identity_spelling(flat, config.rl.algorithm)
     return {k: v for k, v in sorted(flat.items()) if not schema.non_identity(k) and not _at_later_default(k, v)}
 
 

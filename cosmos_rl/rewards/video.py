@@ -69,7 +69,7 @@ def video_rewards(scorer: str = SHAPES_VIDEO_SCORER, i2v_scorer: str = SHAPES_I2
     return {
         "shapes_video_strict": ImportedScorer(scorer, "strict"),  # every clause of the caption met over the clip
         "shapes_video_partial": ImportedScorer(scorer, "partial"),  # the fraction met
-        # I2V NFT (rl.first_frame = "shapes_world"): also frame 0 keeps the world's first frame's objects
+        # I2V NFT (model.condition.source = "shapes_video"): also frame 0 keeps the world's first frame's objects
         "shapes_video_i2v_strict": ImportedScorer(i2v_scorer, "strict"),
         "shapes_video_i2v_partial": ImportedScorer(i2v_scorer, "partial"),
     }

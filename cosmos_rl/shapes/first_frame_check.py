@@ -11,7 +11,7 @@ pixel still matches; one moved by a step of its motion does not). ``partial`` = 
 
 The built-in rewards ``shapes_video_i2v_strict`` and ``shapes_video_i2v_partial`` (:func:`score_i2v_clips`)
 see only clips and captions, so they judge frame 0 against the world's ground-truth first frame
-of the caption at seed 0, which is the frame an NFT run with ``rl.first_frame = "shapes_world"``
+of the caption at seed 0, which is the frame an NFT run with ``model.condition.source = "shapes_video"``
 conditions its rollouts on.
 
 Worked example: "a red circle moving left" conditioned on a red circle at (20, 16); a clip whose
@@ -30,7 +30,7 @@ from cosmos_rl.shapes.motion_verifier import MODES, check_clips, verify_clips
 from cosmos_rl.shapes.verifier import Verdict
 
 CENTRE_TOLERANCE = 0.05  # of the shorter side
-WORLD_SEED = 0  # the ground-truth clip whose frame 0 rl.first_frame = "shapes_world" conditions on and the rewards compare with
+WORLD_SEED = 0  # the ground-truth clip whose frame 0 an I2V run from the shapes_video suite is given and the rewards compare with
 
 
 def first_frame_failure(frame0: Sequence[Found], condition: Sequence[Found], height: int, width: int) -> str | None:

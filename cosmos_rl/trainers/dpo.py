@@ -40,7 +40,7 @@ from cosmos_rl.core.media import frame_timing
 from cosmos_rl.models.packing import velocity
 from cosmos_rl.models.setup import TrainableModel, build_trainable, optimizer_step
 from cosmos_rl.models.text import model_prompt_ids
-from cosmos_rl.models.vae import encode_clips, encode_images
+from cosmos_rl.models.generate import encode_pixels
 from cosmos_rl.core.seeds import derive_seed
 from cosmos_rl.trainers.spmd import SPMDTrainer
 
@@ -164,9 +164,8 @@ class DPOTrainer(SPMDTrainer):
         if self.latents is not None:
             latents = self.latents.encode(pixels)  # images or clips, by the batch's rank
         else:
-            encode = encode_clips if self.media.is_video else encode_images
             with torch.no_grad():
-                latents = encode(self.model.vae, pixels)
+                latents = encode_pixels(self.model.vae, self.media, pixels)
         ids = [self.prompt_ids(p.prompt) for p in pairs]
         return latents, ids + ids
 

@@ -1,11 +1,12 @@
-"""The conditioning first frame of every prompt row of an image-to-video NFT run (`rl.first_frame`).
+"""The given frames of every prompt row of a conditioned online run (`[model.condition]`, e.g. I2V NFT).
 
 Built with the run's prompts, so a bad row stops the run before step 1, naming ``file:line``:
-`image` rows are each opened and checked (header and size, `data.first_frame_files`; pixels are
-decoded when the row is first sampled), `shapes_world` captions each parsed as video captions. A
-row's frame is then encoded once (`models.generate.condition_latents`) and kept: the same clean
-latent frame every time the row is drawn, on every rank. Nothing here draws a random number, so
-the seed contract (and `resume --exact`) is that of a text-to-video run.
+with source `image` each row's image is opened and checked (header and size,
+`data.first_frame_files`; pixels are decoded when the row is first sampled); with a suite as the
+source each caption is parsed as that suite's caption. A row's frames are then encoded once
+(`models.generate.condition_latents`) and kept: the same clean latent frames every time the row is
+drawn, on every rank. Nothing here draws a random number, so the seed contract (and
+`resume --exact`) is that of an unconditioned run.
 """
 
 from __future__ import annotations
@@ -15,16 +16,22 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from cosmos_rl.core.condition import Condition
+from cosmos_rl.core.errors import UserError
+from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.data import first_frame_files
 from cosmos_rl.data.prompt_file import PromptRow, read_prompt_rows
-from cosmos_rl.core.errors import UserError
+from cosmos_rl.models.generate import condition_latents
 
 
 class FirstFrames:
-    """Row index (in prompt-file order, as `data.prompts.run_prompts` lists them) -> its conditioning frame."""
+    """Row index (in prompt-file order, as `data.prompts.run_prompts` lists them) -> its given frames."""
 
-    def __init__(self, source: str, prompt_file: str, media):
-        self.source, self.media = source, media
+    def __init__(self, condition: Condition, prompt_file: str, media: MediaSpec):
+        if not condition.kind.given_frames == 1:
+            raise ValueError(f"the rollouts' given frames are a first frame in this release, got {condition}")
+        self.condition, self.media = condition, media
+        self.source = condition.source
         self.path = Path(prompt_file)
         rows, problems = read_prompt_rows(self.path)
         if problems:
@@ -33,17 +40,18 @@ class FirstFrames:
         height, width = media.height, media.width
         for row in rows:
             origin = f"{self.path}:{row.line}"
-            if source == "image":
+            if self.source == "image":
                 if row.image is None:
                     raise first_frame_files.missing(self.path, row.line)
                 first_frame_files.check_first_frame(row.image, origin, height, width)
             else:
+                # Lazy: the shapes world is only needed by a run conditioned on it.
                 from cosmos_rl.shapes.motion_caption import parse_motion_caption
 
                 try:
                     parse_motion_caption(row.prompt)
                 except ValueError as exc:
-                    raise UserError(f'{origin}: rl.first_frame = "shapes_world" needs a moving-shapes video caption ({exc}); '
+                    raise UserError(f'{origin}: model.condition.source = "{self.source}" needs a moving-shapes video caption ({exc}); '
                                     "use prompts from python -m cosmos_rl.shapes video-prompts") from None  # fmt: skip
         self._latents: dict[int, torch.Tensor] = {}
 
@@ -62,8 +70,6 @@ class FirstFrames:
 
     def latents(self, vae: torch.nn.Module, rows: list[int], device: torch.device) -> torch.Tensor:
         """Clean latents [len(rows), C, 1, h, w] of the rows' frames (each row encoded once)."""
-        from cosmos_rl.models.generate import condition_latents
-
         for row in rows:
             if row not in self._latents:
                 frame = torch.from_numpy(self.frame(row))[None].to(device)

@@ -5,7 +5,7 @@ optimality map r, training on this process's own samples with the forward proces
 rollout's timesteps (v_old from the old adapter, v_ref with adapters off when the KL is weighed or
 logged, v_theta), `algorithms.nft.nft_loss`, one optimizer step, then the old-policy refresh.
 
-Image-to-video (`rl.first_frame`): the rollouts' first latent frames are the condition; in the
+Image-to-video (`[model.condition]`): the rollouts' first latent frames are the condition; in the
 training forwards they stay clean (x_t keeps x0's frames there, the model is told they are clean
 and predicts velocity 0 for them) and the loss is taken over the other frames only, as SFT's
 flow loss leaves its clean frames out. The draws (timesteps, noise) are those of text-to-video.

@@ -38,8 +38,11 @@ from cosmos_rl.planning import plan
 from cosmos_rl.algorithms.multi_reward import reward_metrics, weighted_reward
 from cosmos_rl.checkpoint import CheckpointManager, LRScheduleState, OptimizerState, PlainState, RngStreams, layout
 from cosmos_rl.core import schema
+from cosmos_rl.core.condition import Condition
 from cosmos_rl.core.errors import RewardUnavailable
+from cosmos_rl.core.media import MediaSpec, latent_shape
 from cosmos_rl.rewards.multi import reward_terms
+from cosmos_rl.trainers.first_frames import FirstFrames
 from cosmos_rl.trainers.online_collectives import Collectives, RankCollectives
 from cosmos_rl.checkpoint.policy import AdapterState, policy_component
 from cosmos_rl.trainers.online_state import SEED_CONTRACT_KEY
@@ -110,7 +113,6 @@ class OnlineTrainer:
         """Model, optimizer, prompts; on resume load the newest checkpoint. Returns the step."""
         from cosmos_rl.data.prompts import PromptCursor, run_prompts
         from cosmos_rl.models import lora
-        from cosmos_rl.core.media import MediaSpec, latent_shape
         from cosmos_rl.models.setup import build_optimizer, build_trainable
 
         rl, config = self.rl, self.config
@@ -128,13 +130,10 @@ class OnlineTrainer:
         self._token_cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.media = MediaSpec.from_model_config(config.model)
         self.latent_shape = latent_shape(self.media, self.model.vae.config, self.transformer.config)
-        # Image-to-video NFT (rl.first_frame): every row's conditioning frame, checked now so a bad
-        # row stops the run before step 1.
-        self.first_frames = None
-        if getattr(rl, "first_frame", "none") != "none":
-            from cosmos_rl.trainers.first_frames import FirstFrames
-
-            self.first_frames = FirstFrames(rl.first_frame, rl.prompts.file, self.media)
+        # A conditioned run ([model.condition], e.g. image to video): every row's given frames,
+        # checked now so a bad row stops the run before step 1.
+        self.condition = Condition.from_model_config(config.model)
+        self.first_frames = FirstFrames(self.condition, rl.prompts.file, self.media) if self.condition.is_conditioned else None
 
         self.evaluator = None
         if rl.eval.every:  # [rl.eval]: built now, so a bad evaluation prompt stops the run before step 1

@@ -35,11 +35,13 @@ from cosmos_rl.core import schema
 from cosmos_rl.data.captions import caption_source
 from cosmos_rl.data.cursor import PairCursor
 from cosmos_rl.core.flow import noisy_latents
+from cosmos_rl.core.condition import Condition
 from cosmos_rl.core.media import MediaSpec, frame_timing
 from cosmos_rl.models.packing import velocity
 from cosmos_rl.models.setup import TrainableModel, build_trainable, load_base, optimizer_step
 from cosmos_rl.models.text import model_prompt_ids
-from cosmos_rl.models.vae import encode_clips, encode_images, reconstruction
+from cosmos_rl.models.generate import encode_pixels
+from cosmos_rl.models.vae import reconstruction
 from cosmos_rl.core.seeds import derive_seed
 from cosmos_rl.trainers.spmd import SPMDTrainer
 
@@ -57,6 +59,7 @@ class SFTTrainer(SPMDTrainer):
             len(self.source), self.rl.samples_per_step, config.job.seed, self.world, self.rank, shuffle=self.rl.data.shuffle
         )
         self.train_vae = self.rl.train == "vae"
+        self.condition = Condition.from_model_config(config.model)
         if self.train_vae:
             self.parts = load_base(config)
             self.parts.transformer.requires_grad_(False)
@@ -100,9 +103,8 @@ class SFTTrainer(SPMDTrainer):
         return torch.stack([s.image for s in samples]).to(self.device), [s.caption for s in samples]
 
     def _flow_loss(self, pixels: torch.Tensor, captions: list[str]) -> tuple[torch.Tensor, dict[str, float]]:
-        video = self.media.is_video
         with torch.no_grad():
-            x0 = encode_clips(self.parts.vae, pixels) if video else encode_images(self.parts.vae, pixels)
+            x0 = encode_pixels(self.parts.vae, self.media, pixels)
         generator = torch.Generator().manual_seed(derive_seed("sft", self.config.job.seed, self.step, self.rank))
         eps = torch.randn(x0.shape, generator=generator).to(self.device)
         t = torch.rand(x0.shape[0], generator=generator).to(self.device)
@@ -112,17 +114,20 @@ class SFTTrainer(SPMDTrainer):
         x_t = noisy_latents(x0, eps, t)
         extra = {"caption_dropped": sum(dropped) / len(dropped)}
         clean: list[int] = []
-        if video:
-            # Drawn after the image run's draws, so an image run consumes exactly what it did before.
-            conditioned = (torch.rand(x0.shape[0], generator=generator) < self.rl.first_frame_condition).tolist()
-            clean = [int(c) for c in conditioned]
-            if any(clean):  # image-to-video: the first latent frame is the clean image's
-                held = torch.tensor(clean, dtype=torch.bool, device=x0.device)[:, None, None, None, None]
-                first = torch.zeros_like(x0, dtype=torch.bool)
-                first[:, :, :1] = True
-                x_t = torch.where(held & first, x0, x_t)
-            extra["first_frame_conditioned"] = sum(clean) / len(clean)
         timing = frame_timing(self.media, self.parts.vae.config)
+        if self.media.is_video:
+            # Drawn for every clip run (conditioned or not) after the image run's draws, so an image
+            # run consumes exactly what it did before and a T2V run what it did before conditions.
+            share = self.condition.probability if self.condition.is_conditioned else 0.0
+            conditioned = (torch.rand(x0.shape[0], generator=generator) < share).tolist()
+            given = self.condition.clean_latent_frames(self.media, timing.get("temporal_factor", 1)) if any(conditioned) else 0
+            clean = [given if c else 0 for c in conditioned]
+            if any(clean):  # the given leading latent frames are the clean clip's own
+                held = torch.tensor(clean, dtype=torch.bool, device=x0.device)[:, None, None, None, None]
+                leading = torch.zeros_like(x0, dtype=torch.bool)
+                leading[:, :, :given] = True
+                x_t = torch.where(held & leading, x0, x_t)
+            extra["first_frame_conditioned"] = sum(map(bool, clean)) / len(clean)
         v = velocity(self.module, x_t, t, ids, clean_frames=clean or 0, **timing)
         return flow_matching_loss(v, x0, eps, clean or None), extra
 

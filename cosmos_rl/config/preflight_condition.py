@@ -1,0 +1,94 @@
+"""Preflight rules of `[model.condition]` (core/condition.py, docs/video.md); torch-free.
+
+What the rules can tell from the manifest alone: that the kind is known and the run makes clips
+that leave frames to generate, that the algorithm takes a condition from that source (its
+registry entry's `conditioned_from`), that an online run's prompt source can give every row its
+frames, and that a reward judging the given frame is paired with a run conditioned on it. The
+frames themselves (present, decodable, the clip's size) are `validate --data`'s and the run's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cosmos_rl.config import algorithms
+from cosmos_rl.config.preflight_rewards import I2V_REWARDS
+from cosmos_rl.config.preflight_rules import Rules
+from cosmos_rl.core import schema
+from cosmos_rl.core.condition import FILE_SOURCES, UnknownCondition, kind_named
+
+# The suite whose ground truth the I2V rewards judge frame 0 against (rewards/video.py).
+I2V_REWARD_SUITE = "shapes_video"
+# Suites that can give a conditioned sample its frames, besides an import string (suites/).
+FRAME_SUITES = ("shapes_video",)
+
+
+def _reward_names(rl) -> list[tuple[str, str]]:
+    """(key, name) of each reward an online run scores with, as rewards.multi.reward_terms lists them."""
+    if getattr(rl, "rewards", None):
+        return [(f"rl.rewards[{i}].name", t.name) for i, t in enumerate(rl.rewards)]
+    reward = getattr(rl, "reward", None)
+    return [("rl.reward.name", reward.name)] if reward is not None else []
+
+
+def condition_rules(c: schema.RunConfig, r: Rules) -> None:
+    table, entry = c.model.condition, algorithms.of(c)
+    for key, name in _reward_names(c.rl):
+        if name in I2V_REWARDS and table.source != I2V_REWARD_SUITE:
+            r.error(key, "judges frame 0 against the moving-shapes world's first frame of the caption, and this run's rollouts "
+                    f"are not conditioned on it (model.condition.source = {table.source!r})", name,
+                    f'set [model.condition] kind = "first_frame", source = "{I2V_REWARD_SUITE}", or use {name.replace("_i2v", "")!r}')  # fmt: skip
+    try:
+        kind = kind_named(table.kind)
+    except UnknownCondition as exc:
+        r.error("model.condition.kind", f"unknown condition: {exc}", table.kind, 'use "none" or "first_frame"')
+        return
+    if not 0 <= table.probability <= 1:
+        r.error("model.condition.probability", "must be in [0, 1]", table.probability, "use e.g. 0.5 (half the clips train image-to-video)")
+    if not kind.given_frames:
+        if table.source != "none":
+            r.error("model.condition.source", "names where given frames come from, and model.condition.kind gives none", table.source,
+                    'remove model.condition.source, or set model.condition.kind = "first_frame"')
+        if table.probability != 1.0:
+            r.error("model.condition.probability", "is the share of conditioned samples, and model.condition.kind gives no frames",
+                    table.probability, "remove model.condition.probability")
+        return
+    frames = c.model.num_frames
+    if frames == 1:
+        r.error("model.condition.kind", "conditions a clip's leading frames, and this run makes images", table.kind,
+                'remove [model.condition], or make video: model.num_frames = 4k + 1 above 1 (rl.modality = "video" for NFT)')
+        return
+    if kind.given_frames >= frames:
+        r.error("model.condition.kind", f"gives {kind.given_frames} frames, nothing left to generate of {frames}", table.kind,
+                f"raise model.num_frames above {kind.given_frames}")
+    taken = entry.conditioned_from
+    if not taken:
+        r.error("model.condition.kind", f'rl.algorithm = "{entry.name}" takes no condition in this release', table.kind,
+                "remove [model.condition]; image-to-video trains with nft or sft")
+        return
+    if taken == "data":
+        if table.source != "data":
+            r.error("model.condition.source", f"{entry.title} conditions each training clip on its own leading frames", table.source,
+                    'set model.condition.source = "data"')
+        if getattr(c.rl, "train", "transformer") != "transformer":
+            r.error("model.condition.kind", "conditions a clip's first frame, and this run trains no clips through the transformer",
+                    table.kind, 'remove [model.condition], or train rl.train = "transformer"')
+        return
+    # taken == "rollout": every rollout is given its frames from a prompt row's image or a suite.
+    if table.probability != 1.0:
+        r.error("model.condition.probability", "an online run conditions every rollout", table.probability, "remove it (1)")
+    prompts = c.rl.prompts.file
+    if table.source == "data":
+        r.error("model.condition.source", "is a training clip's own frames, and an online run generates its clips",
+                table.source, 'use "image" (each prompt row\'s image) or a suite, e.g. "shapes_video"')
+    elif table.source == "image" and Path(prompts).suffix.lower() != ".jsonl":
+        r.error("model.condition.source", 'takes each prompt row\'s "image", so it needs a JSONL rl.prompts.file', prompts or "(built-in prompts)",
+                'set rl.prompts.file to a .jsonl file of {"prompt": ..., "image": "frames/0.png"} rows (paths relative to it)')
+    elif table.source not in FILE_SOURCES:
+        if table.source not in FRAME_SUITES and ":" not in table.source:
+            r.error("model.condition.source", "names no source of given frames", table.source,
+                    f'use "image", a suite ({", ".join(FRAME_SUITES)}) or an import string package.module:SUITE')
+        elif not prompts:
+            r.error("model.condition.source", "renders the suite's ground truth of each caption, and the built-in prompts "
+                    "are image captions, not the suite's captions", "(built-in prompts)",
+                    "set rl.prompts.file, e.g. shapes_video_train.txt (python -m cosmos_rl.shapes video-prompts DIR)")  # fmt: skip
