@@ -1,4 +1,4 @@
-"""Image-to-video NFT (docs/video.md "I2V NFT"): `rl.first_frame` conditions every rollout on a first
+"""Image-to-video NFT (docs/video.md "I2V NFT"): `[model.condition]` conditions every rollout on a first
 frame, held clean in rollouts and training and left out of the loss; the prompt file's `image`
 column and its checks; the preflight rules; the verifier's first-frame constraint.
 
@@ -18,6 +18,7 @@ from PIL import Image
 
 from _image_helpers import bomb_png, png_bytes
 from cosmos_rl.config import load, preflight
+from cosmos_rl.core.condition import FIRST_FRAME, Condition
 from cosmos_rl.core.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,18 +88,50 @@ def test_one_i2v_nft_step_holds_the_first_latent_frame_clean_and_trains_on_the_r
     assert metrics["train/advantage_abs_mean"] > 0 and metrics["train/grad_norm"] > 0
 
 
-def test_preflight_rules_of_rl_first_frame(tmp_path):
+def test_preflight_rules_of_model_condition(tmp_path):
     base = _config(tmp_path)
     assert _errors(base) == {}
     image_run = _config(tmp_path, "model.num_frames=1", 'rl.modality="image"', 'rl.reward.name="brightness"')
-    assert "this run makes images" in _errors(image_run)["rl.first_frame"]
-    txt = _errors(_config(tmp_path, 'rl.first_frame="image"'))["rl.first_frame"]
+    assert "this run makes images" in _errors(image_run)["model.condition.kind"]
+    txt = _errors(_config(tmp_path, 'model.condition.source="image"'))["model.condition.source"]
     assert "JSONL rl.prompts.file" in txt and ".jsonl" in txt
-    built_in = _errors(load.load(MANIFEST, [*TINY, 'rl.prompts.file=""']))["rl.first_frame"]
+    built_in = _errors(load.load(MANIFEST, [*TINY, 'rl.prompts.file=""']))["model.condition.source"]
     assert "built-in prompts" in built_in and "video-prompts" in built_in
     # the first-frame reward judges the world's frame: a run not conditioned on it is refused
-    t2v = _errors(_config(tmp_path, 'rl.first_frame="none"'))["rl.reward.name"]
+    t2v = _errors(_config(tmp_path, 'model.condition.kind="none"', 'model.condition.source="none"'))["rl.reward.name"]
     assert "not conditioned on it" in t2v and "'shapes_video_partial'" in t2v
+    # a source for an online run must be given per rollout, and every rollout is conditioned
+    assert "online run generates its clips" in _errors(_config(tmp_path, 'model.condition.source="data"'))["model.condition.source"]
+    assert "every rollout" in _errors(_config(tmp_path, "model.condition.probability=0.5"))["model.condition.probability"]
+    unknown = _errors(_config(tmp_path, 'model.condition.kind="last_frame"'))["model.condition.kind"]
+    assert "unknown condition" in unknown and "import string" in unknown
+
+
+def test_the_replaced_keys_load_as_the_condition_with_one_deprecation_line(tmp_path, capsys):
+    from cosmos_rl.config import legacy_keys
+    from cosmos_rl.planning import plan
+
+    legacy_keys._noted.clear()
+    old_manifest = tmp_path / "old.toml"
+    text = MANIFEST.read_text().replace('[model.condition]\nkind = "first_frame"', "[model.old_condition]").replace("[model.old_condition]", "")
+    text = "\n".join(line for line in text.splitlines() if not line.startswith("source = \"shapes_video\""))
+    old_manifest.write_text(text.replace('algorithm = "nft"', 'algorithm = "nft"\nfirst_frame = "shapes_world"'))
+    old = load.load(old_manifest, [*TINY, f'job.output_dir="{tmp_path}"'])
+    load.load(old_manifest, [*TINY, f'job.output_dir="{tmp_path}"'])  # said once per process
+    err = capsys.readouterr().err
+    assert err.count("rl.first_frame") == 1 and '[model.condition] kind = "first_frame", source = "shapes_video"' in err
+    new = load.load(MANIFEST, [*TINY, f'job.output_dir="{tmp_path}"'])
+    assert old == new and plan.run_identity(old) == plan.run_identity(new)
+    # the identity hashes the condition as the old key spelled it: run dirs of before resume
+    assert plan.identity_fields(new)["rl.first_frame"] == "shapes_world"
+    assert not any(key.startswith("model.condition") for key in plan.identity_fields(new))
+    # an override of the old key is read too; a saved run's manifest says nothing
+    assert load.load(MANIFEST, [*TINY, 'model.condition.kind="none"', 'model.condition.source="none"']).model.condition.kind == "none"
+    saved = tmp_path / "manifest.toml"
+    saved.write_text(old_manifest.read_text())
+    legacy_keys._noted.clear()
+    assert load.load(saved, saved_run=True).model.condition.source == "shapes_video"
+    assert capsys.readouterr().err == ""
 
 
 def _png(path: Path, size=32, rgb=(255, 0, 0)) -> str:
@@ -127,7 +160,7 @@ def test_the_image_column_is_read_and_bad_frames_are_refused_with_file_and_line(
     assert not problems and [r.line for r in parsed] == [1, 2, 3, 4, 5]
     assert parsed[0].image == tmp_path / "frames" / "good.png" and parsed[4].image is None
 
-    config = _config(tmp_path, 'rl.first_frame="image"', f'rl.prompts.file="{prompts}"', 'rl.reward.name="shapes_video_partial"')
+    config = _config(tmp_path, 'model.condition.source="image"', f'rl.prompts.file="{prompts}"', 'rl.reward.name="shapes_video_partial"')
     assert _errors(config) == {}
     found, _ = scan.prompt_data(config, tmp_path, full=True)
     words = [p.problem for p in found]
@@ -139,9 +172,9 @@ def test_the_image_column_is_read_and_bad_frames_are_refused_with_file_and_line(
 
     media = MediaSpec(frames=FRAMES, height=32, width=32, fps=24.0)
     with pytest.raises(UserError, match=f"{prompts}:2: cannot read"):  # the run refuses the first bad row
-        FirstFrames("image", str(prompts), media)
+        FirstFrames(Condition(kind=FIRST_FRAME, source="image"), str(prompts), media)
     prompts.write_text(json.dumps(rows[0]) + "\n")
-    frames = FirstFrames("image", str(prompts), media)
+    frames = FirstFrames(Condition(kind=FIRST_FRAME, source="image"), str(prompts), media)
     assert np.array_equal(frames.frame(0), np.asarray(Image.open(tmp_path / "frames" / good).convert("RGB")))
 
 
@@ -152,7 +185,7 @@ def test_shapes_world_rows_must_be_video_captions(tmp_path):
     prompts = tmp_path / "p.txt"
     prompts.write_text("a red circle moving left\na red circle\n")
     with pytest.raises(UserError, match=f"{prompts}:2: "):
-        FirstFrames("shapes_world", str(prompts), MediaSpec(frames=FRAMES, height=32, width=32, fps=24.0))
+        FirstFrames(Condition(kind=FIRST_FRAME, source="shapes_video"), str(prompts), MediaSpec(frames=FRAMES, height=32, width=32, fps=24.0))
 
 
 def test_the_verifier_requires_frame_0_to_keep_the_conditioning_frames_objects():
@@ -170,7 +203,7 @@ def test_the_verifier_requires_frame_0_to_keep_the_conditioning_frames_objects()
     same, other = verify_i2v_clips(clips, [caption] * 2, np.stack([clip0[0], clip0[0]]))
     assert (same.met, same.total, same.failures) == (3, 3, ())
     assert (other.met, other.total) == (2, 3) and "frame 0 lost the conditioning frame's red circle" in other.failures[0]
-    # the rewards judge against the world's seed-0 frame: what rl.first_frame = "shapes_world" conditions on
+    # the rewards judge against the world's seed-0 frame: what source "shapes_video" gives a rollout
     assert score_i2v_clips(clips, [caption] * 2, "strict") == [1.0, 0.0]
     assert score_i2v_clips(clips, [caption] * 2, "partial") == [1.0, pytest.approx(2 / 3)]
     # an extra object in frame 0 fails it too
@@ -184,7 +217,7 @@ def test_the_shipped_i2v_manifest_validates_and_plans():
     from cosmos_rl.planning import plan
 
     config = load.load(MANIFEST)
-    assert config.rl.first_frame == "shapes_world" and config.model.num_frames == 9
+    assert (config.model.condition.kind, config.model.condition.source) == ("first_frame", "shapes_video") and config.model.num_frames == 9
     assert _errors(config) == {}
     built = plan.build(config, str(MANIFEST))
     assert built["per_step"]["train_activation_mib_per_rank"] > 0

@@ -37,7 +37,7 @@ BRIGHTNESS = ['rl.reward.name="brightness"']
 # The Ray run is image-to-video (docs/video.md "I2V NFT"): the text-to-video step with the
 # condition added, so one pair of Ray runs covers both; its clip reward is the I2V one.
 BOTH = ["rl.reward={}", 'rl.rewards=[{name="brightness", revision="builtin-v1"}, {name="shapes_video_i2v_partial", revision="builtin-v1"}]',
-        'rl.first_frame="shapes_world"']
+        'model.condition.kind="first_frame"', 'model.condition.source="shapes_video"']
 
 
 def _config(tmp_path: Path, *extra: str):

@@ -552,8 +552,8 @@ def test_frame_rule(overrides, key, text):
 
 
 def test_video_frames_at_any_frame_rate_pass():
-    found = errors(SFT, ["model.num_frames=9", "model.fps=16", "rl.first_frame_condition=0.5"])
-    assert not {"model.num_frames", "model.fps", "rl.first_frame_condition"} & set(found), found
+    found = errors(SFT, ["model.num_frames=9", "model.fps=16", *FIRST_FRAME_FROM_DATA, "model.condition.probability=0.5"])
+    assert not {"model.num_frames", "model.fps", "model.condition.kind", "model.condition.probability"} & set(found), found
 
 
 def test_an_algorithm_that_trains_no_video_refuses_clips():
@@ -567,9 +567,17 @@ def test_dpo_trains_clip_pairs():
     assert "4k + 1 frames (got 8)" in errors(DPO, ["model.num_frames=8"])["model.num_frames"]
 
 
+FIRST_FRAME_FROM_DATA = ['model.condition.kind="first_frame"', 'model.condition.source="data"']
+
+
 def test_first_frame_conditioning_needs_clips_through_the_transformer():
-    assert "trains no clips" in errors(SFT, ["rl.first_frame_condition=0.5"])["rl.first_frame_condition"]
-    assert "must be in [0, 1]" in errors(SFT, ["model.num_frames=9", "rl.first_frame_condition=2"])["rl.first_frame_condition"]
+    assert "this run makes images" in errors(SFT, FIRST_FRAME_FROM_DATA)["model.condition.kind"]
+    assert "must be in [0, 1]" in errors(SFT, ["model.num_frames=9", *FIRST_FRAME_FROM_DATA, "model.condition.probability=2"])["model.condition.probability"]
+    assert "trains no clips" in errors(SFT, ["model.num_frames=9", *FIRST_FRAME_FROM_DATA, 'rl.train="vae"', "model.lora.rank=0"])["model.condition.kind"]
+    # SFT's given frames are its own clips'; DPO takes no condition; a source needs a kind
+    assert "own leading frames" in errors(SFT, ["model.num_frames=9", 'model.condition.kind="first_frame"', 'model.condition.source="image"'])["model.condition.source"]
+    assert "takes no condition" in errors(DPO, ["model.num_frames=9", *FIRST_FRAME_FROM_DATA])["model.condition.kind"]
+    assert "model.condition.kind gives none" in errors(SFT, ['model.condition.source="data"'])["model.condition.source"]
 
 
 def test_foreground_weight_is_the_vae_stages_and_at_least_one():

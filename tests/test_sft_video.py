@@ -36,10 +36,12 @@ def shards(tmp_path_factory):
     return [str(p) for p in write_clip_shards(out, records, fps=16.0, per_shard=3)]
 
 
-def make_config(tmp_path, folder, shards, **rl):
+def make_config(tmp_path, folder, shards, *, first_frame_share=0.0, **rl):
+    # first_frame_share: the share of clips given their first frame ([model.condition], source "data")
+    condition = {"condition": {"kind": "first_frame", "source": "data", "probability": first_frame_share}} if first_frame_share else {}
     raw = {
         "job": {"output_dir": str(tmp_path), "name": rl.pop("name", "run"), "progress": False, "seed": 1},
-        "model": {"path": str(folder), "lora": {"rank": 0}, "num_frames": FRAMES, "fps": 16.0},
+        "model": {"path": str(folder), "lora": {"rank": 0}, "num_frames": FRAMES, "fps": 16.0, **condition},
         "checkpoint": {"every": 0, "keep": 0},
         "rl": {"algorithm": "sft", "max_steps": 3, "samples_per_step": 3, "optimizer": {"lr": 1e-3},
                "init_keys_to_skip_loading": NANO_HEADS, "data": {"shards": shards}, **rl},
@@ -74,16 +76,16 @@ def test_per_sample_clean_frames_in_one_packed_forward_match_each_sample_alone(f
 
 
 def test_sft_trains_clips_with_first_frame_conditioning_and_resumes_exactly(tmp_path, folder, shards):
-    config = make_config(tmp_path, folder, shards, name="straight", first_frame_condition=0.5)
+    config = make_config(tmp_path, folder, shards, name="straight", first_frame_share=0.5)
     straight = SFTTrainer(config, tmp_path / "straight", CPU)
     straight.run()
     rows = [json.loads(line) for line in (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()]
     assert all(math.isfinite(r["train/loss"]) for r in rows)
     conditioned = [r["train/first_frame_conditioned"] for r in rows]
     assert all(0 <= c <= 1 for c in conditioned) and 0 < sum(conditioned) < len(conditioned)
-    first = SFTTrainer(make_config(tmp_path, folder, shards, name="split", first_frame_condition=0.5, max_steps=1), tmp_path / "split", CPU)
+    first = SFTTrainer(make_config(tmp_path, folder, shards, name="split", first_frame_share=0.5, max_steps=1), tmp_path / "split", CPU)
     first.run()
-    resumed = SFTTrainer(make_config(tmp_path, folder, shards, name="split", first_frame_condition=0.5), tmp_path / "split", CPU, resume=True)
+    resumed = SFTTrainer(make_config(tmp_path, folder, shards, name="split", first_frame_share=0.5), tmp_path / "split", CPU, resume=True)
     resumed.run()
     for (name, a), b in zip(straight.module.state_dict().items(), resumed.module.state_dict().values()):
         assert torch.equal(a, b), name
@@ -161,7 +163,7 @@ def test_a_video_trained_checkpoint_exports_a_folder_the_stock_pipeline_makes_vi
     from cosmos_rl.models.text import model_prompt_ids
     from _models_helpers import folder_pipeline
 
-    config = make_config(tmp_path, folder, shards, name="run", max_steps=1, first_frame_condition=0.5, optimizer={"lr": 5e-2})
+    config = make_config(tmp_path, folder, shards, name="run", max_steps=1, first_frame_share=0.5, optimizer={"lr": 5e-2})
     trainer = SFTTrainer(config, tmp_path / "run", CPU)
     trainer.run()
     (tmp_path / "run" / "manifest.toml").write_text(load.to_toml(config), encoding="utf-8")

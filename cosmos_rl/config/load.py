@@ -315,8 +315,8 @@ def _current_keys(raw: dict, saved_run: bool) -> dict:
 
 def load(path: str | Path, overrides: list[str] = (), *, saved_run: bool = False) -> schema.RunConfig:
     """Load a manifest; `saved_run` = it is a run directory's resolved manifest.toml (see with_later_knobs)."""
-    raw = _current_keys(read_manifest(path), saved_run)
-    raw = apply_overrides(with_later_knobs(raw) if saved_run else raw, list(overrides))
+    raw = read_manifest(path)
+    raw = _current_keys(apply_overrides(with_later_knobs(raw) if saved_run else raw, list(overrides)), saved_run)
     config = structure(raw, str(path))
     if saved_run:
         # eval, export and pairs mine read a run's saved manifest without the whole preflight (it
@@ -411,8 +411,8 @@ def load_all_problems(
 
     from cosmos_rl.config import preflight
 
-    raw = _current_keys(read_manifest(path), saved_run)
-    raw = apply_overrides(with_later_knobs(raw) if saved_run else raw, list(overrides))
+    raw = read_manifest(path)
+    raw = _current_keys(apply_overrides(with_later_knobs(raw) if saved_run else raw, list(overrides)), saved_run)
     base_dir = Path(path).resolve().parent
     try:
         config = structure(raw, str(path))
