@@ -49,8 +49,6 @@ class Evaluator:
         # as the pipeline holds it, whatever source the run trained from.
         if condition.is_conditioned and not media.is_video:
             raise ValueError("a conditioned evaluation needs clips (media with more than one frame)")
-        if condition.is_conditioned and not condition.kind.given_frames == 1:
-            raise ValueError(f"evaluation gives a first frame in this release, got {condition}")
         self.condition_value = condition
         self.i2v = condition.is_conditioned  # the name eval.json and the verdict cache keep
 
@@ -114,16 +112,25 @@ class Evaluator:
 
     def first_frame(self, item: Item) -> np.ndarray:
         """uint8 [H, W, 3]: frame 0 of the ground-truth clip of the item's caption and seed."""
+        return self.given_frames(item)[0]
+
+    def given_frames(self, item: Item) -> np.ndarray:
+        """uint8 [k, H, W, 3]: the condition's leading frames of the ground-truth clip of the item's
+        caption and seed."""
         from cosmos_rl.shapes.clips import render_clip
 
-        return render_clip(item.caption, item.seed, self.media.size, self.media.frames)[0]
+        clip = render_clip(item.caption, item.seed, self.media.size, self.media.frames)
+        return clip[: self.condition_value.kind.given_frames]
 
     def condition(self, batch: Sequence[Item]) -> torch.Tensor | None:
         if not self.i2v:
             return None
         from cosmos_rl.models.generate import condition_latents
 
-        frames = torch.from_numpy(np.stack([self.first_frame(item) for item in batch]))
+        if self.condition_value.kind.given_frames == 1:  # first frames [B, H, W, 3], as image to video gives them
+            frames = torch.from_numpy(np.stack([self.first_frame(item) for item in batch]))
+        else:
+            frames = torch.from_numpy(np.stack([self.given_frames(item) for item in batch]))
         return condition_latents(self.vae, frames.to(self.device))
 
     @torch.no_grad()

@@ -130,15 +130,21 @@ def encode_pixels(vae: torch.nn.Module, media: MediaSpec, pixels: torch.Tensor) 
 
 
 @torch.no_grad()
-def condition_latents(vae: torch.nn.Module, first_frames: torch.Tensor) -> torch.Tensor:
-    """Image-to-video conditions: uint8 first frames [B, H, W, 3] -> clean latents [B, C, 1, h, w].
+def condition_latents(vae: torch.nn.Module, given: torch.Tensor) -> torch.Tensor:
+    """A condition's given frames, uint8 -> the clean latents a generation holds [B, C, k', h, w].
 
-    The pipeline's `image=` path encodes a clip of copies of the image and keeps latent frame 0.
-    The Wan encoder is causal in time and reads frame 0 alone, so that latent is the latent of the
-    image by itself, which is what this encodes (pixels scaled as the pipeline scales them)."""
-    if first_frames.dim() != 4 or first_frames.shape[-1] != 3 or first_frames.dtype != torch.uint8:
-        raise ValueError(f"first frames must be uint8 [B, H, W, 3], got {first_frames.dtype} {tuple(first_frames.shape)}")
+    - First frames [B, H, W, 3] (image to video) -> [B, C, 1, h, w]. The pipeline's `image=` path
+      encodes a clip of copies of the image and keeps latent frame 0. The Wan encoder is causal in
+      time and reads frame 0 alone, so that latent is the latent of the image by itself, which is
+      what this encodes (pixels scaled as the pipeline scales them).
+    - Leading frames [B, k, H, W, 3] (k = 4j + 1, a clip continued) -> the encoder's latent frames
+      of those k frames, which (causal again) are the first latent frames of the whole clip's."""
+    if given.dtype != torch.uint8 or given.shape[-1] != 3 or given.dim() not in (4, 5):
+        raise ValueError(f"given frames must be uint8 [B, H, W, 3] or [B, k, H, W, 3], got {given.dtype} {tuple(given.shape)}")
     from cosmos_rl.models.vae import as_clip, normalised_latents
 
-    pixels = as_clip(first_frames.permute(0, 3, 1, 2).to(torch.float32) / 127.5 - 1.0)  # [B, 3, 1, H, W]
+    if given.dim() == 4:
+        pixels = as_clip(given.permute(0, 3, 1, 2).to(torch.float32) / 127.5 - 1.0)  # [B, 3, 1, H, W]
+    else:
+        pixels = given.permute(0, 4, 1, 2, 3).to(torch.float32) / 127.5 - 1.0  # [B, 3, k, H, W]
     return normalised_latents(vae, pixels.to(next(vae.parameters()).dtype)).float()

@@ -28,9 +28,11 @@ class FirstFrames:
     """Row index (in prompt-file order, as `data.prompts.run_prompts` lists them) -> its given frames."""
 
     def __init__(self, condition: Condition, prompt_file: str, media: MediaSpec):
-        if not condition.kind.given_frames == 1:
-            raise ValueError(f"the rollouts' given frames are a first frame in this release, got {condition}")
+        if condition.source == "image" and condition.kind.given_frames != 1:
+            raise UserError(f'model.condition.source = "image": a prompt row\'s image is one frame, and condition '
+                            f"{condition.kind.name!r} gives {condition.kind.given_frames}; use a suite as the source")
         self.condition, self.media = condition, media
+        self.count = condition.kind.given_frames
         self.source = condition.source
         self.path = Path(prompt_file)
         rows, problems = read_prompt_rows(self.path)
@@ -60,18 +62,29 @@ class FirstFrames:
 
     def frame(self, row: int) -> np.ndarray:
         """uint8 [H, W, 3] first frame of prompt row `row`."""
+        return self.given(row)[0]
+
+    def given(self, row: int) -> np.ndarray:
+        """uint8 [k, H, W, 3]: the given leading frames of prompt row `row`."""
         entry, media = self.rows[row], self.media
         if self.source == "image":
-            return first_frame_files.read_first_frame(entry.image, f"{self.path}:{entry.line}", media.height, media.width)
-        # The frame the shapes_video_i2v_* rewards judge frame 0 against: one function draws both.
-        from cosmos_rl.shapes.first_frame_check import world_first_frames
+            return first_frame_files.read_first_frame(entry.image, f"{self.path}:{entry.line}", media.height, media.width)[None]
+        if self.count == 1:
+            # The frame the shapes_video_i2v_* rewards judge frame 0 against: one function draws both.
+            from cosmos_rl.shapes.first_frame_check import world_first_frames
 
-        return world_first_frames([entry.prompt], media.height, media.width, media.frames)[0]
+            return world_first_frames([entry.prompt], media.height, media.width, media.frames)
+        from cosmos_rl.shapes.clips import render_clip
+        from cosmos_rl.shapes.first_frame_check import WORLD_SEED
+
+        return render_clip(entry.prompt, WORLD_SEED, media.size, media.frames)[: self.count]
 
     def latents(self, vae: torch.nn.Module, rows: list[int], device: torch.device) -> torch.Tensor:
-        """Clean latents [len(rows), C, 1, h, w] of the rows' frames (each row encoded once)."""
+        """Clean latents [len(rows), C, k', h, w] of the rows' given frames (each row encoded once)."""
         for row in rows:
             if row not in self._latents:
-                frame = torch.from_numpy(self.frame(row))[None].to(device)
-                self._latents[row] = condition_latents(vae, frame)[0]
+                given = torch.from_numpy(self.given(row))
+                # one frame as image to video encodes it ([1, H, W, 3]); k frames as a clip's start
+                frames = given[:1] if self.count == 1 else given[None]
+                self._latents[row] = condition_latents(vae, frames.to(device))[0]
         return torch.stack([self._latents[row] for row in rows])
