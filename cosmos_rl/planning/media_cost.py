@@ -22,6 +22,7 @@ from cosmos_rl.core import schema
 from cosmos_rl.models.architectures import PRESET_ARCHITECTURES
 from cosmos_rl.checkpoint.weight_files import config_problem, read_config
 from cosmos_rl.models.folder_check import TRANSFORMER_BOUNDS, VAE_BOUNDS, with_class_defaults
+from cosmos_rl.core.condition import Condition
 from cosmos_rl.core.media import MediaSpec, latent_shape
 
 HIDDEN_VECTORS_PER_LAYER = 12
@@ -83,6 +84,8 @@ def media_section(config: schema.RunConfig, base_dir: Path) -> dict:
     out: dict = {"kind": "video" if media.is_video else "image", "frames": media.frames, "size": [media.height, media.width]}
     if media.is_video:
         out.update(fps=media.fps, seconds=round(media.seconds, 3))
+    if config.model.condition.kind != "none":  # preflight has judged the kind: it resolves
+        out["condition"] = Condition.from_model_config(config.model).describe()
     costs = sample_costs(config, base_dir)
     if costs is None:
         return out
