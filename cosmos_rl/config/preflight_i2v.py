@@ -1,4 +1,4 @@
-"""Preflight rules of image-to-video NFT (`rl.first_frame`, docs/video.md "I2V NFT"); torch-free.
+"""Preflight rules of image-to-video NFT (`rl.first_frame`, docs/video.md "Conditioning: image to video"); torch-free.
 
 Part of `config/preflight.py`'s NFT rules, which call `first_frame_rules`. What the rules can tell
 from the manifest alone: that the run makes clips, that its prompt source can give every row a
