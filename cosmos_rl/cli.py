@@ -25,11 +25,11 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    help="Post-train Cosmos3 flow models with Diffusion-DPO (offline) or DiffusionNFT (online).",
+    help="Post-train Cosmos3 flow models with Diffusion-DPO, DiffusionNFT, Flow-GRPO or SFT, on images and video: text to image, text to video and image to video.",
 )
-reward_app = typer.Typer(no_args_is_help=True, help="The HTTP reward service.")
+reward_app = typer.Typer(no_args_is_help=True, help="The HTTP reward service that scores NFT and GRPO rollouts.")
 app.add_typer(reward_app, name="reward")
-pairs_app = typer.Typer(no_args_is_help=True, help="Preference pairs from a model's own rollouts.")
+pairs_app = typer.Typer(no_args_is_help=True, help="DPO preference pairs (images or clips) from a model's own rollouts.")
 app.add_typer(pairs_app, name="pairs")
 
 out = Console(soft_wrap=True)
@@ -192,7 +192,7 @@ def train(
     manifest: Path = typer.Argument(..., help="Run manifest (TOML)."),
     overrides: Optional[List[str]] = OVERRIDES,
 ) -> None:
-    """Validate the manifest, then run it (DPO under torchrun, NFT on a Ray actor group)."""
+    """Validate the manifest, then run it: DPO and SFT under torchrun (or as Ray actors), NFT and GRPO on a Ray actor group; images or clips (T2I, T2V, I2V)."""
     try:
         config, warnings, _ = _checked(manifest, overrides or [])
         _check_machine(config, manifest)
@@ -210,7 +210,7 @@ def resume(
     overrides: Optional[List[str]] = OVERRIDES,
     exact: bool = typer.Option(False, "--exact", help="Refuse any change to identity fields or world size."),
 ) -> None:
-    """Continue a run from its newest committed checkpoint."""
+    """Continue a run (DPO, NFT, GRPO or SFT) from its newest committed checkpoint."""
     from cosmos_rl.commands import launch
 
     _run(lambda: launch.resume(run_dir, overrides or [], exact=exact, console=err))
@@ -291,7 +291,7 @@ def evaluate(
     condition: Optional[str] = typer.Option(None, "--condition", help="Video: what every clip is given: first_frame (the first frame of its caption's ground-truth clip: image to video) or none; default: a run's [model.condition], a model's none."),
     i2v: bool = typer.Option(False, "--i2v", help="Deprecated: --condition first_frame."),
 ) -> None:
-    """Score a run's newest checkpoint and its base (or a model) on held-out prompts x fixed seeds; write a sample grid."""
+    """Score a run's newest checkpoint and its base (or a model) on held-out prompts x fixed seeds, images or clips (T2I, T2V, or I2V: a run's own [model.condition], or --condition first_frame); write a sample grid."""
     from cosmos_rl.commands.evaluate import render, run_eval
 
     _check_device(device)

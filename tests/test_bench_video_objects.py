@@ -1,4 +1,4 @@
-"""bench/video_objects.py's judging (what docs/video.md "What the base cannot draw" is measured
+"""bench/video_objects.py's judging (what docs/studies/2026-12-05-what-the-base-cannot-draw.md is measured
 with), on ground-truth clips changed by hand, so the diagnosis cannot rot between its runs."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The hand-written docs stay true: every preflight rule has a troubleshooting entry, every quoted
-`cosmos-rl` command parses, and every manifest command in them validates."""
+`cosmos-rl` command (README and docs/) parses, and every manifest command in them validates."""
 
 import ast
 import re
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 # preflight.py and the rule modules it calls (preflight_rewards.py, preflight_data.py, ...)
 PREFLIGHT = sorted((ROOT / "cosmos_rl" / "config").glob("preflight*.py"))
-PAGES = ("quickstart.md", "dpo.md", "nft.md", "sft.md", "topology.md", "troubleshooting.md")
+PAGES = ("quickstart.md", "dpo.md", "nft.md", "grpo.md", "sft.md", "video.md", "topology.md", "troubleshooting.md")
 RULE_HELPERS = {"error", "warn", "at_least", "positive", "local_path"}
 
 
@@ -66,21 +66,28 @@ def test_every_preflight_rule_has_a_troubleshooting_entry():
 
 
 # ------------------------------------------------------------------------------------ commands
-def quoted_commands() -> list[tuple[str, str]]:
+def commands_in(page: str, text: str) -> list[tuple[str, str]]:
     """(page, command) for each `cosmos-rl ...` line in a bash fence and each inline `cosmos-rl ...` span.
 
     A fenced line may end with `# exits 2`: an example of a refused manifest, which must stay refused.
     """
     found = []
+    for block in re.findall(r"```(?:bash|sh|shell)\n(.*?)```", text, flags=re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            if re.match(r"^(\w+=\S+\s+)*cosmos-rl\s", line.strip()):
+                found.append((page, line.strip()))
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    # A bare `cosmos-rl train` in prose names the command; with arguments it is a command line.
+    found += [(page, span) for span in re.findall(r"`(cosmos-rl\s+[\w-]+(?:\s+[\w-]+)?\s[^`]+)`", prose)]
+    return found
+
+
+def quoted_commands() -> list[tuple[str, str]]:
+    """Every command the README and the pages of docs/ quote (the dated studies under docs/studies/
+    record what ran then, and are not held to today's options)."""
+    found = commands_in("README.md", (ROOT / "README.md").read_text())
     for page in sorted(DOCS.glob("*.md")):
-        text = page.read_text()
-        for block in re.findall(r"```(?:bash|sh|shell)\n(.*?)```", text, flags=re.S):
-            for line in block.replace("\\\n", " ").splitlines():
-                if re.match(r"^(\w+=\S+\s+)*cosmos-rl\s", line.strip()):
-                    found.append((page.name, line.strip()))
-        prose = re.sub(r"```.*?```", "", text, flags=re.S)
-        # A bare `cosmos-rl train` in prose names the command; with arguments it is a command line.
-        found += [(page.name, span) for span in re.findall(r"`(cosmos-rl\s+[\w-]+(?:\s+[\w-]+)?\s[^`]+)`", prose)]
+        found += commands_in(page.name, page.read_text())
     return found
 
 
@@ -88,7 +95,7 @@ def test_the_pages_exist_and_quote_commands():
     for page in PAGES:
         assert (DOCS / page).is_file(), page
     pages = {page for page, _ in quoted_commands()}
-    assert {"quickstart.md", "topology.md", "dpo.md", "nft.md", "sft.md"} <= pages
+    assert {"README.md", "quickstart.md", "topology.md", "dpo.md", "nft.md", "grpo.md", "sft.md", "video.md", "results.md"} <= pages
 
 
 # The docs write the reader's own Cosmos3 model folder as this path; the test puts a folder of that
@@ -110,8 +117,9 @@ def user_pairs(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.mark.parametrize("page,command", quoted_commands())
-def test_quoted_command_parses_and_its_manifest_validates(page, command, monkeypatch, user_model, user_pairs, shipped_manifests):
+def command_problem(page, command, monkeypatch, user_model, user_pairs, shipped_manifests) -> str | None:
+    """Why a quoted command would not run as printed (an unknown command, option or key, a manifest
+    that does not exist or does not validate, or a refused example that validates), or None."""
     command, _, comment = command.partition(" #")
     refused = comment.strip() == "exits 2"
     words = shlex.split(command)
@@ -125,22 +133,31 @@ def test_quoted_command_parses_and_its_manifest_validates(page, command, monkeyp
     while hasattr(group, "commands"):  # walk groups such as `reward serve`
         names.append(args[0])
         group = group.commands.get(args.pop(0))
-        assert group is not None, f"{page}: unknown command in `{command}`"
+        if group is None:
+            return f"{page}: unknown command in `{command}`"
     try:
         ctx = group.make_context(" ".join(names), list(args), resilient_parsing=False)
     except Exception as exc:  # typer ships its own click, so match its UsageError by name
         if not any(c.__name__ == "UsageError" for c in type(exc).__mro__):
             raise
-        pytest.fail(f"{page}: `{command}` does not parse: {exc}")
+        return f"{page}: `{command}` does not parse: {exc}"
     if names[0] in ("validate", "plan", "train"):
         manifest = ROOT / ctx.params["manifest"]
-        assert manifest.is_file(), f"{page}: `{command}` names a manifest that does not exist"
+        if not manifest.is_file():
+            return f"{page}: `{command}` names a manifest that does not exist"
         if manifest.parent == ROOT / "manifests":  # beside the data its header says to write first
             manifest = shipped_manifests / manifest.name
         overrides = [o.replace(USER_MODEL, str(user_model)).replace(USER_PAIRS, str(user_pairs)) for o in ctx.params["overrides"] or []]
         config, problems = load.load_all_problems(manifest, overrides)
         errors = [p.render() for p in problems if p.severity == "error"]
-        if refused:
-            assert errors, f"{page}: `{command}` is shown as refused but validates"
-        else:
-            assert config is not None and not errors, f"{page}: `{command}` does not validate: {errors}"
+        if refused and not errors:
+            return f"{page}: `{command}` is shown as refused but validates"
+        if not refused and (config is None or errors):
+            return f"{page}: `{command}` does not validate: {errors}"
+    return None
+
+
+@pytest.mark.parametrize("page,command", quoted_commands())
+def test_quoted_command_parses_and_its_manifest_validates(page, command, monkeypatch, user_model, user_pairs, shipped_manifests):
+    problem = command_problem(page, command, monkeypatch, user_model, user_pairs, shipped_manifests)
+    assert problem is None, problem

@@ -48,7 +48,7 @@ def test_the_default_prompts_are_a_fixed_balanced_held_out_subset():
     captions = held_out_captions(8)
     assert captions == held_out_captions(8)
     per_task = {task: sum(parse_caption(c).task == task for c in captions) for task in TASKS}
-    # Seed 0 holds out 1, 2, 8, 4, 250 and 54 prompts of the six tasks (docs/eval.md).
+    # Seed 0 holds out 1, 2, 8, 4, 250 and 54 prompts of the six tasks (docs/shapes.md).
     assert per_task == {"single_object": 1, "two_objects": 2, "counting": 8, "colours": 4, "position": 8, "colour_attribution": 8}
     assert len(held_out_captions(0)) == 319
     assert not overlap(split_prompts(0).train_captions(), held_out_captions(0))

@@ -460,7 +460,7 @@ def test_cps_in_an_early_window_keeps_the_odes_samples_and_over_every_step_narro
     0.427, on every step but the last at 0.352; the Flow-SDE (a = 0.7) on every step at 0.479.
     Asserted: the early-window CPS sample has the ODE's mean and std within 0.01 (Monte-Carlo
     standard error of a std: 0.43 / sqrt(400000) = 0.0007) and is stochastic; CPS over every step
-    is narrower than the ODE by more than 0.05 (why preflight warns of it, docs/grpo.md)."""
+    is narrower than the ODE by more than 0.05 (why preflight warns of it, docs/grpo_math.md)."""
     gen = torch.Generator().manual_seed(0)
     noise = torch.randn(200000, 1, generator=gen, dtype=torch.float64)
     sigmas = torch.linspace(1.0, 0.0, 11, dtype=torch.float64)

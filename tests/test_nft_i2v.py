@@ -1,4 +1,4 @@
-"""Image-to-video NFT (docs/video.md "I2V NFT"): `[model.condition]` conditions every rollout on a first
+"""Image-to-video NFT (docs/video.md "Conditioning: image to video"): `[model.condition]` conditions every rollout on a first
 frame, held clean in rollouts and training and left out of the loss; the prompt file's `image`
 column and its checks; the preflight rules; the verifier's first-frame constraint.
 

@@ -34,7 +34,7 @@ TINY = [
 BRIGHTNESS = ['rl.reward.name="brightness"']
 # On Ray: the clip reward through the built-in service (whole clips; the driver's check that the
 # run's rewards take clips) beside brightness frame by frame, whose spread makes the steps train.
-# The Ray run is image-to-video (docs/video.md "I2V NFT"): the text-to-video step with the
+# The Ray run is image-to-video (docs/video.md "Conditioning: image to video"): the text-to-video step with the
 # condition added, so one pair of Ray runs covers both; its clip reward is the I2V one.
 BOTH = ["rl.reward={}", 'rl.rewards=[{name="brightness", revision="builtin-v1"}, {name="shapes_video_i2v_partial", revision="builtin-v1"}]',
         'model.condition.kind="first_frame"', 'model.condition.source="shapes_video"']

@@ -35,7 +35,7 @@ def nano(tmp_path_factory) -> Path:
 
 
 def _cpu(folder: Path, output_dir: Path, steps: int) -> list[str]:
-    """The overrides of docs/video.md "The public video manifests on a CPU" that both manifests take
+    """The overrides of docs/video.md "On a CPU first" that both manifests take
     (NFT's base, sampler steps and reward, and DPO's pairs, are the tests' own)."""
     return [
         f'model.path="{folder}"', 'grid.device="cpu"', 'model.dtype="float32"', "model.height=32", "model.width=32",

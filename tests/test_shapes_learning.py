@@ -3,7 +3,7 @@ after a few steps the held-out score is up on the base's, on the same prompts an
 
 Not a timing test: the run is cut to `STEPS` steps (one process playing the four ranks, as the
 Ray group computes them) so it takes about a minute unloaded; the full run's figures are in
-docs/benchmarks.md."""
+docs/results.md."""
 
 from __future__ import annotations
 

@@ -188,9 +188,13 @@ def test_command_line_writes_prompts_and_shards(tmp_path, capsys):
     assert "already exist" in capsys.readouterr().err
 
 
-def test_commands_quoted_in_the_eval_page_parse():
-    page = (Path(__file__).resolve().parent.parent / "docs" / "eval.md").read_text()
-    lines = [line for line in page.splitlines() if line.startswith("python -m cosmos_rl.shapes ")]
-    assert len(lines) == 2
-    for line in lines:
+def test_commands_quoted_in_the_docs_parse():
+    """Every `python -m cosmos_rl.shapes ...` line of the README and docs/ (the shapes page writes the
+    prompt files and shards; the algorithm and video pages write their data the same way)."""
+    root = Path(__file__).resolve().parent.parent
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    lines = [(page.name, line.partition("  #")[0]) for page in pages for line in page.read_text().splitlines()
+             if line.startswith("python -m cosmos_rl.shapes ")]
+    assert {"shapes.md", "sft.md", "video.md", "results.md"} <= {name for name, _ in lines}
+    for _, line in lines:
         _parser().parse_args(shlex.split(line)[3:])  # exits (SystemExit) on a stale option

@@ -1,6 +1,6 @@
 """Flow-GRPO: the stochastic sampler step, its Gaussian log-prob, the clipped objective, KL, advantages.
 
-Pure functions of tensors (no model, no process groups). docs/grpo.md has the derivation; the
+Pure functions of tensors (no model, no process groups). docs/grpo_math.md has the derivation; the
 sampler loop and the choice of which steps are stochastic and which train are in `grpo_sampler`.
 
 Convention (the project's, `cosmos_rl.core.flow`): x_s = (1 - s) x0 + s eps, sigma s runs from 1
@@ -42,7 +42,7 @@ x + (s' - s) v, eta = 1 puts x0_hat at s' with all-new noise.
 A step to s' = 0 has no noise and so no log-prob (the last step is the ODE's anyway).
 
 Log-probs and the KL are per-sample MEANS over the latent elements, as Flow-GRPO's reference
-code reduces them; the clip range is read against that scale (docs/grpo.md, "Defaults").
+code reduces them; the clip range is read against that scale (docs/grpo_math.md, "Defaults").
 """
 
 from __future__ import annotations

@@ -94,10 +94,10 @@ def check_sampler_overrides(sample_steps: int | None, guidance: float | None) ->
 
 def eval_condition(kind: str | None, t, target: str) -> Condition:
     """The condition an evaluation samples under: `kind` (`--condition`) or, None, the run's own
-    `[model.condition]` (a bare model's: none). The given frames are the evaluation world's ground
-    truth whatever source the run trained from."""
+    `[model.condition]` when every sample of it was conditioned (a share, SFT's, and a bare model:
+    none). The given frames are the evaluation world's ground truth whatever source the run trained from."""
     if kind is None:
-        return Condition() if t.config is None else Condition.from_model_config(t.config.model)
+        return Condition() if t.config is None else Condition.from_model_config(t.config.model).evaluated()
     try:
         chosen = kind_named(kind)
     except UnknownCondition as exc:

@@ -223,7 +223,7 @@ register(online(
     preflight="cosmos_rl.config.preflight:nft_rules",
     plan_section="cosmos_rl.planning.plan:nft_section",
     video=True,  # rl.modality = "video" with model.num_frames > 1 (docs/video.md "NFT on video")
-    conditioned_from="rollout",  # I2V NFT (docs/video.md "I2V NFT")
+    conditioned_from="rollout",  # I2V NFT (docs/video.md "Conditioning: image to video")
 ))  # fmt: skip
 register(Algorithm(
     name="sft", config=schema.SFTConfig, title="supervised fine-tuning", launcher="ranks",

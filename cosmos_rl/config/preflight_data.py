@@ -61,4 +61,4 @@ def _factory(path: str, spec: str, r: Rules, *, needs_membership: bool) -> None:
         return
     if needs_membership and not exposes_membership(factory):
         r.error(path, "used with validation, so it must expose a metadata-only membership_ids()", spec,
-                "give the returned source (or the factory) a membership_ids() method; see docs/dpo.md")
+                "give the returned source (or the factory) a membership_ids() method; see docs/data.md")

@@ -1,4 +1,4 @@
-"""Flow-GRPO's rules (docs/grpo.md, "Running GRPO"): NFT's topology and reward rules
+"""Flow-GRPO's rules (docs/grpo.md, "How a run works"): NFT's topology and reward rules
 (`preflight.online_rules`), then its sampler, its old policy and its objective's knobs.
 
 Torch-free like every preflight module, so the step counts are worked out here by the same rule
@@ -58,7 +58,7 @@ def grpo_rules(c: schema.RunConfig, rl: schema.GRPOConfig, r: Rules) -> None:
         _fraction_rule(rl.timestep_fraction, steps, r)
         if rl.scheduler == "cps":
             r.warn("rl.scheduler", "CPS on every step but the last narrows the samples: each CPS step re-noises the model's estimate of "
-                   "the clean image, whose spread is below the data's (docs/grpo.md, \"The CPS step\")", rl.scheduler,
+                   "the clean image, whose spread is below the data's (docs/grpo_math.md, \"The CPS step\")", rl.scheduler,
                    "set rl.sde_window (Flow-CPS's configs: 3, in [0, sample_steps / 2]), or rl.scheduler = \"sde\"")
         if rl.sde_window_range:
             r.warn("rl.sde_window_range", "has no effect with plain Flow-GRPO (rl.sde_window = 0)", rl.sde_window_range,

@@ -108,6 +108,11 @@ class Condition:
         """The given frames are a suite's ground truth (a suite name or import string)."""
         return self.is_conditioned and self.source not in FILE_SOURCES
 
+    def evaluated(self) -> "Condition":
+        """The condition a run is evaluated under by default: its own when every sample carries it;
+        none when only a share does (SFT's mix of T2V and I2V evaluates text to video unless asked)."""
+        return self if self.probability == 1.0 else Condition()
+
     def clean_latent_frames(self, media: MediaSpec, temporal_factor: int) -> int:
         """Leading latent frames a generation of `media` holds clean (0: none)."""
         return self.kind.clean_latent_frames(media, temporal_factor)

@@ -40,9 +40,9 @@ class LoraConfig:
         "= its MLP (`mlp_moe_gen.*_proj`), `understanding` = the text tower (`to_q`, `to_k`, `to_v`, `to_out`, `mlp.*_proj`); "
         "tower names match full module paths, a module name matches as peft matches it (the name or a path ending in it, so "
         "`gate_proj` hits both towers' MLPs). Empty = the attention and MLP projections of both towers in every decoder "
-        "layer, the default: `[\"generation\"]` trained the DPO shapes recipe measurably worse (docs/benchmarks.md, "
-        "\"Adapter targets\"). With no adapter on the text tower its "
-        "keys and values are computed once per prompt per step and reused (exact; docs/benchmarks.md).",
+        "layer, the default: `[\"generation\"]` trained the DPO shapes recipe measurably worse "
+        "(docs/studies/2026-12-03-adapter-targets.md). With no adapter on the text tower its keys and values are computed "
+        "once per prompt per step and reused (exact; docs/studies/2026-12-05-text-tower-reuse.md).",
     )
 
 

@@ -46,7 +46,7 @@ MAX_CLIP_FRAMES = 10_000
 ENCODER = "libx264rgb"
 ENCODER_PIX_FMT = "rgb24"
 ENCODER_OPTIONS = {"qp": "0"}  # lossless
-FIX = "re-encode it as an mp4 of exactly the expected frames and size (see docs/video.md)"
+FIX = "re-encode it as an mp4 of exactly the expected frames and size (see docs/data.md, \"Clip files\")"
 
 ClipData = Union[bytes, bytearray, BinaryIO]
 # FFmpeg's limit on any decoded picture, given to the probing decode at open and to ours.

@@ -1,7 +1,7 @@
 """Rank workers that a private local Ray cluster starts, and fills with the stack's imports, before the actors exist.
 
 A rank actor's start-up is nearly all imports (torch, FSDP2, peft/transformers, diffusers: about 4 CPU
-seconds a process, docs/benchmarks.md "NFT cold start"). Ray can do that work ahead of time: its
+seconds a process, docs/studies/2026-12-03-nft-cold-start.md). Ray can do that work ahead of time: its
 raylet starts Python workers on request and has each one import the modules named in the
 `preload_python_modules` system setting before it takes work. An actor is then placed on such an
 idle worker only if the worker fits it (the raylet's `WorkerPool::FindAndPopIdleWorker`; a misfit

@@ -64,7 +64,7 @@ class Evaluator:
             captions, cfg.seeds, cfg.reward, run_settings(config), tokenizer=parts.tokenizer, vae=parts.vae,
             media=media, latent_shape=latent_shape(media, parts.vae.config, parts.transformer.config),
             device=device, origin=f"rl.eval.prompts {cfg.prompts}" if cfg.prompts else "rl.eval",
-            model_parts=getattr(parts, "parts", parts), condition=Condition.from_model_config(config.model),
+            model_parts=getattr(parts, "parts", parts), condition=Condition.from_model_config(config.model).evaluated(),
         )
 
     def identity(self) -> dict:

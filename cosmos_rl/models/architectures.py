@@ -76,7 +76,7 @@ SHAPES_VAE = dict(
 # the image base's weights, all of them but the new stage's `time_conv`s: a causal Wan VAE passes
 # the first frame around those, so at the start frame 0 round-trips as an image does. Measured
 # against two temporal stages (4x in time, unpatched, 4 or 16 latent channels) in
-# docs/video.md, "The video base": that one rounds every shape to a blob the verifier cannot name.
+# docs/studies/2026-12-03-video-base-build.md: that one rounds every shape to a blob the verifier cannot name.
 SHAPES_VIDEO_TRANSFORMER = SHAPES_TRANSFORMER
 SHAPES_VIDEO_VAE = dict(
     SHAPES_VAE,

@@ -3,7 +3,7 @@
 Each held-out prompt of `split_prompts(0)` (319 prompts) is sampled once per seed in `seeds`, so
 two seeds give 638 scored images (128 would leave +-0.05 of noise on the score). Sample `i` of seed
 `s` starts from noise drawn from `derive_seed("shapes-eval", s, i)`, so a score is reproducible
-and two models are compared on the same noise. Scores follow `docs/eval.md`: per task the mean,
+and two models are compared on the same noise. Scores follow `docs/shapes.md`: per task the mean,
 overall the unweighted mean over tasks, strict (everything right, nothing extra) and partial.
 """
 

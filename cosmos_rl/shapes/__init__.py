@@ -1,6 +1,6 @@
 """The shapes world: procedural prompts and images with an exact, weight-free verifier.
 
-Public API (see docs/eval.md):
+Public API (see docs/shapes.md):
 
 - prompts: :func:`split_prompts` (train / held-out specs by task), :func:`all_specs`,
   :func:`balanced`, :func:`parse_caption`, :func:`task_of`, :class:`Spec`, :class:`Group`,
@@ -9,7 +9,7 @@ Public API (see docs/eval.md):
 - scores: :func:`verify` (one :class:`Verdict` per image), :func:`shapes_strict`,
   :func:`shapes_partial` (the built-in rewards), :func:`scores_by_task`, :func:`overall_score`;
 - files: :func:`write_prompt_file`, :func:`write_shards`;
-- video (the moving-shapes world, docs/video.md): :func:`split_motion_prompts`,
+- video (the moving-shapes world, docs/shapes.md): :func:`split_motion_prompts`,
   :func:`all_motion_specs`, :func:`parse_motion_caption`, :class:`MotionSpec`, :data:`MOTION_TASKS`,
   :func:`render_clip`, :func:`verify_clips`, :func:`score_clips`, :func:`frame_captions`,
   :func:`motion_scores_by_task`.

@@ -32,7 +32,7 @@ else is refused by :meth:`MotionSpec.__post_init__` (and so by the caption parse
 
 Every spec but a colour change has a *frame spec*: the image-world spec each single frame must
 satisfy on its own ("a red circle moving left" -> "a red circle"). It is what an image reward
-scores frame by frame, and it cannot see time (see docs/video.md).
+scores frame by frame, and it cannot see time (see docs/shapes.md).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ step's prompts with rl.updates_per_step > 1.
 
 On-policy by default: the old policy is the policy that sampled the step, and the step makes one
 update, so the ratio is 1 to float rounding and the clip is a guard, not a brake (docs/grpo.md,
-"Running GRPO"). With rl.updates_per_step = u the first slice is on-policy and the later ones are
+"How a run works"). With rl.updates_per_step = u the first slice is on-policy and the later ones are
 trained by the moved policy against the recorded log-probs, where the clip acts. Nothing beyond
 OnlineTrainer's components (and the moving average, below) needs checkpointing: a resumed step
 samples again.
