@@ -64,7 +64,7 @@ def test_a_stand_in_condition_trains_and_evaluates_through_the_cli(shipped_manif
 
     manifest = shipped_manifests / "sft_video_shapes_cpu.toml"
     cosmos("train", str(manifest), 'model.condition.kind="standin_conditions:FIRST_FIVE"', "model.condition.probability=1.0",
-           "rl.samples_per_step=2", "rl.max_steps=2", "rl.eval.every=2", "rl.eval.per_task=1", "rl.eval.seeds=1",
+           "rl.samples_per_step=2", "rl.max_steps=2", "rl.eval.every=2", "job.log_every=1", "rl.eval.per_task=1", "rl.eval.seeds=1",
            "rl.eval.sample_steps=2", "checkpoint.every=0", "rl.optimizer.warmup_steps=0", f'job.output_dir="{tmp_path}"',
            'job.name="cont"')  # fmt: skip
     run = tmp_path / "cont"
