@@ -75,9 +75,8 @@ def main() -> None:
     from cosmos_rl.evaluation.prompts import held_out_captions
     from cosmos_rl.evaluation.target import open_target, target_media
     from cosmos_rl.data.pixels import to_unit_float
-    from cosmos_rl.models.generate import decode_pixels
+    from cosmos_rl.models.generate import decode_pixels, encode_pixels
     from cosmos_rl.core.media import latent_shape
-    from cosmos_rl.models.vae import encode_clips
     from cosmos_rl.shapes.clips import render_clip
 
     started = time.perf_counter()
@@ -109,7 +108,7 @@ def main() -> None:
     with torch.no_grad():
         for start in range(0, len(truth), 64):
             clips = torch.from_numpy(to_unit_float(truth[start : start + 64])).permute(0, 4, 1, 2, 3)  # [B, 3, F, H, W]
-            decoded.append(decode_pixels(vae, target.media, encode_clips(vae, clips)).numpy())
+            decoded.append(decode_pixels(vae, target.media, encode_pixels(vae, target.media, clips)).numpy())
     result["vae_round_trip"] = judge(np.concatenate(decoded), item_captions)
     result["seconds"] = round(time.perf_counter() - started, 1)
     print(json.dumps(result, indent=1))
