@@ -1,18 +1,20 @@
-"""Preflight rules of image-to-video NFT (`rl.first_frame`, docs/video.md "I2V NFT"); torch-free.
+"""Preflight rules of what a sample is conditioned on: image-to-video's first frame, today two
+settings, NFT's `rl.first_frame` (docs/video.md "I2V NFT") and SFT's `rl.first_frame_condition`.
+`nft.py` and `sft.py` call these; torch-free.
 
-Part of `config/preflight.py`'s NFT rules, which call `first_frame_rules`. What the rules can tell
-from the manifest alone: that the run makes clips, that its prompt source can give every row a
-first frame, and that a first-frame reward judges the frame the rollouts are conditioned on. The
-frames themselves (present, decodable, the clip's size) are `validate --data`'s and the run's.
+What the rules can tell from the manifest alone: that the run makes clips, that its prompt source
+can give every row a first frame, and that a first-frame reward judges the frame the rollouts are
+conditioned on. The frames themselves (present, decodable, the clip's size) are `validate --data`'s
+and the run's.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from cosmos_rl.config.preflight.rewards import I2V_REWARDS
+from cosmos_rl.config.preflight.rules import Rules
 from cosmos_rl.core import schema
-from cosmos_rl.config.preflight_rewards import I2V_REWARDS
-from cosmos_rl.config.preflight_rules import Rules
 
 
 def _reward_names(rl: schema.NFTConfig) -> list[tuple[str, str]]:
@@ -23,6 +25,7 @@ def _reward_names(rl: schema.NFTConfig) -> list[tuple[str, str]]:
 
 
 def first_frame_rules(c: schema.RunConfig, rl: schema.NFTConfig, r: Rules) -> None:
+    """NFT's `rl.first_frame`: where each rollout's first frame comes from."""
     source = rl.first_frame
     for key, name in _reward_names(rl):
         if name in I2V_REWARDS and source != "shapes_world":
@@ -43,3 +46,12 @@ def first_frame_rules(c: schema.RunConfig, rl: schema.NFTConfig, r: Rules) -> No
         r.error("rl.first_frame", "renders the moving-shapes world's first frame of each caption, and the built-in prompts "
                 "are image captions, not video captions", "(built-in prompts)",
                 "set rl.prompts.file, e.g. shapes_video_train.txt (python -m cosmos_rl.shapes video-prompts DIR)")  # fmt: skip
+
+
+def first_frame_condition_rule(c: schema.RunConfig, rl: schema.SFTConfig, r: Rules) -> None:
+    """SFT's `rl.first_frame_condition`: the share of clips trained image-to-video."""
+    if not 0 <= rl.first_frame_condition <= 1:
+        r.error("rl.first_frame_condition", "must be in [0, 1]", rl.first_frame_condition, "use e.g. 0.5 (half the clips train image-to-video)")
+    elif rl.first_frame_condition > 0 and (c.model.num_frames == 1 or rl.train == "vae"):
+        r.error("rl.first_frame_condition", "conditions a clip's first frame, and this run trains no clips through the transformer",
+                rl.first_frame_condition, 'remove it, or train video (model.num_frames > 1) with rl.train = "transformer"')

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cosmos_rl.core import schema
-from cosmos_rl.config.preflight_rules import Rules
+from cosmos_rl.config.preflight.rules import Rules
 from cosmos_rl.models.lr_schedule import lr_factor
 
 
