@@ -16,7 +16,8 @@ import torch
 
 from cosmos_rl.config import algorithms
 from cosmos_rl.core import schema, schema_online
-from cosmos_rl.config.preflight import data_parallel_grid, online_rules
+from cosmos_rl.config.preflight.grid import data_parallel_grid
+from cosmos_rl.config.preflight.online import online_rules
 from cosmos_rl.core.flow import noisy_latents, velocity_target
 from cosmos_rl.core.media import latent_shape
 from cosmos_rl.models.packing import velocity

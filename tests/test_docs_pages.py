@@ -15,8 +15,8 @@ from cosmos_rl.config import load
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-# preflight.py and the rule modules it calls (preflight_rewards.py, preflight_data.py, ...)
-PREFLIGHT = sorted((ROOT / "cosmos_rl" / "config").glob("preflight*.py"))
+# the preflight package: its entry and every rules module (rewards.py, data.py, nft.py, ...)
+PREFLIGHT = sorted((ROOT / "cosmos_rl" / "config" / "preflight").glob("*.py"))
 PAGES = ("quickstart.md", "dpo.md", "nft.md", "grpo.md", "sft.md", "video.md", "topology.md", "troubleshooting.md")
 RULE_HELPERS = {"error", "warn", "at_least", "positive", "local_path"}
 

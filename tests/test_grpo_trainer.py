@@ -16,7 +16,7 @@ from cosmos_rl.planning import plan
 from cosmos_rl.algorithms import grpo_sampler
 from cosmos_rl.algorithms.grpo import STEP_DYNAMICS, cps_step_mean_std, sde_step_mean_std, step_log_prob
 from cosmos_rl.config import load, preflight
-from cosmos_rl.config.preflight_grpo import GRPO_SCHEDULERS, trained_step_count
+from cosmos_rl.config.preflight.grpo import GRPO_SCHEDULERS, trained_step_count
 
 from _nft_local import local_trainer
 

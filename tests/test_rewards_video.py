@@ -22,7 +22,7 @@ from PIL import Image
 
 from cosmos_rl.planning import plan
 from cosmos_rl.config import load
-from cosmos_rl.config.preflight_rewards import VIDEO_REWARDS
+from cosmos_rl.config.preflight.rewards import VIDEO_REWARDS
 from cosmos_rl.config.saved_runs import with_later_knobs
 from cosmos_rl.core.errors import UserError
 from cosmos_rl.rewards import client as client_module

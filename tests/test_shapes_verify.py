@@ -6,7 +6,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from cosmos_rl.config.preflight import BUILTIN_REWARDS
+from cosmos_rl.config.preflight.rewards import BUILTIN_REWARDS
 from cosmos_rl.rewards.functions import REWARDS
 from cosmos_rl.shapes import (
     TASKS,

@@ -15,6 +15,7 @@ algorithm") lists the files a new entry needs.
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import Any, Callable, Literal
 
 import attrs
@@ -142,8 +143,6 @@ def of(config: schema.RunConfig) -> Algorithm:
 def check_data(config: schema.RunConfig, base_dir, *, full: bool = False) -> tuple[list, list[str]]:
     """(problems, one note per source read) for the data the run names (`validate --data`), as its
     entry's `data_check` reads it (none: nothing to read); paths relative to `base_dir`."""
-    from pathlib import Path
-
     check = of(config).resolve("data_check")
     return check(config, Path(base_dir), full) if check is not None else ([], [])
 
@@ -189,7 +188,7 @@ def online(**fields) -> Algorithm:
     machinery. `fields` gives the rest (name, config, title, trainer, ...) and may override these."""
     shared = dict(
         launcher="driver",
-        preflight="cosmos_rl.config.preflight:online_rules",
+        preflight="cosmos_rl.config.preflight.online:online_rules",
         plan_section="cosmos_rl.planning.plan:online_section",
         checkpoint_contents="cosmos_rl.planning.plan:online_contents",
         data_check="cosmos_rl.rewards.prompt_rows:prompt_data",
@@ -208,7 +207,7 @@ def online(**fields) -> Algorithm:
 register(Algorithm(
     name="dpo", config=schema.DPOConfig, title="Diffusion-DPO", launcher="ranks",
     trainer="cosmos_rl.trainers.dpo:DPOTrainer",
-    preflight="cosmos_rl.config.preflight:dpo_rules",
+    preflight="cosmos_rl.config.preflight.dpo:dpo_rules",
     plan_section="cosmos_rl.planning.plan:dpo_section",
     checkpoint_contents="cosmos_rl.planning.plan:dpo_contents",
     data_check="cosmos_rl.data.scan:pair_data",
@@ -220,7 +219,7 @@ register(Algorithm(
 register(online(
     name="nft", config=schema.NFTConfig, title="DiffusionNFT",
     trainer="cosmos_rl.trainers.nft:NFTTrainer",
-    preflight="cosmos_rl.config.preflight:nft_rules",
+    preflight="cosmos_rl.config.preflight.nft:nft_rules",
     plan_section="cosmos_rl.planning.plan:nft_section",
     video=True,  # rl.modality = "video" with model.num_frames > 1 (docs/video.md "NFT on video")
     conditioned_from="rollout",  # I2V NFT (docs/video.md "Conditioning: image to video")
@@ -228,7 +227,7 @@ register(online(
 register(Algorithm(
     name="sft", config=schema.SFTConfig, title="supervised fine-tuning", launcher="ranks",
     trainer="cosmos_rl.trainers.sft:SFTTrainer",
-    preflight="cosmos_rl.config.preflight:sft_rules",
+    preflight="cosmos_rl.config.preflight.sft:sft_rules",
     plan_section="cosmos_rl.planning.plan:sft_section",
     checkpoint_contents="cosmos_rl.planning.plan:sft_contents",
     data_check="cosmos_rl.data.scan:caption_data",
@@ -240,7 +239,7 @@ register(Algorithm(
 register(online(
     name="grpo", config=schema.GRPOConfig, title="Flow-GRPO",
     trainer="cosmos_rl.trainers.grpo:GRPOTrainer",
-    preflight="cosmos_rl.config.preflight_grpo:grpo_rules",
+    preflight="cosmos_rl.config.preflight.grpo:grpo_rules",
     plan_section="cosmos_rl.planning.plan:grpo_section",
     checkpoint_contents="cosmos_rl.planning.plan:grpo_contents",
     # the fast variant's window draws: which steps take SDE noise

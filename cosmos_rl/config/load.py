@@ -7,6 +7,7 @@ bool) and nothing is dropped.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import tomllib
 import typing
@@ -15,13 +16,16 @@ from typing import Any, Literal, Union
 
 import attrs
 import cattrs
+import tomli_w
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
+from cattrs.gen import make_dict_structure_fn
 
-from cosmos_rl.config import algorithms, key_hints
-from cosmos_rl.core import schema
-from cosmos_rl.core.problems import ManifestError, Problem, show
-from cosmos_rl.config import legacy_keys
+from cosmos_rl.config import algorithms, key_hints, legacy_keys, preflight
+from cosmos_rl.config.preflight.numbers import non_finite
 from cosmos_rl.config.saved_runs import with_later_knobs
+from cosmos_rl.core import schema
+from cosmos_rl.core.paths import resolve_path
+from cosmos_rl.core.problems import ManifestError, Problem, show
 
 
 class _BadValue(Exception):
@@ -133,8 +137,6 @@ _MISSING = object()
 
 
 def _make_table_hook_factory(converter: cattrs.Converter):
-    from cattrs.gen import make_dict_structure_fn
-
     def factory(cls):
         inner = make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=True, _cattrs_detailed_validation=True)
 
@@ -241,8 +243,6 @@ def parse_override(item: str) -> tuple[str, Any]:
 
 def apply_overrides(raw: dict, items: list[str]) -> dict:
     """Return a copy of ``raw`` with every override applied; all bad items are reported together."""
-    import copy
-
     out = copy.deepcopy(raw)
     problems: list[Problem] = []
     for item in items:
@@ -322,8 +322,6 @@ def load(path: str | Path, overrides: list[str] = (), *, saved_run: bool = False
         # eval, export and pairs mine read a run's saved manifest without the whole preflight (it
         # ran when the run started); a hand-edited inf or nan would still reach the sampler and
         # the JSON it writes, so that one rule is asked again here.
-        from cosmos_rl.config.preflight_numbers import non_finite
-
         bad = [Problem(key, "must be a finite number", value, f"set {key} to a finite value") for key, value in non_finite(config)]
         if bad:
             raise ManifestError(bad, str(path))
@@ -345,8 +343,6 @@ def to_dict(config: schema.RunConfig) -> dict:
 
 
 def to_toml(config: schema.RunConfig) -> str:
-    import tomli_w
-
     return tomli_w.dumps(to_dict(config))
 
 
@@ -372,8 +368,6 @@ def _is_section(path: str) -> bool:
 
 def with_absolute_paths(config: schema.RunConfig, base_dir: Path | str) -> schema.RunConfig:
     """Manifest paths are relative to the manifest's folder; pin them so the run dir's copy is portable."""
-    from cosmos_rl.config.preflight import resolve_path
-
     base = Path(base_dir)
 
     pin = lambda value: resolve_path(value, base)  # noqa: E731
@@ -407,10 +401,6 @@ def load_all_problems(
     aside and the rest is still checked against the preflight rules, so one run of `validate`
     shows everything. Returns the config only when there is no structural problem.
     """
-    import copy
-
-    from cosmos_rl.config import preflight
-
     raw = read_manifest(path)
     raw = _current_keys(apply_overrides(with_later_knobs(raw) if saved_run else raw, list(overrides)), saved_run)
     base_dir = Path(path).resolve().parent

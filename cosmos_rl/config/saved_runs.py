@@ -4,16 +4,17 @@ today's default."""
 
 from __future__ import annotations
 
+import copy
+
 import attrs
 
+from cosmos_rl.config import algorithms
 from cosmos_rl.core import schema
 
 
 def with_later_knobs(raw: dict) -> dict:
     """A run directory's saved manifest written before some knob existed: give that knob the value
     that reproduces what the run computed then (schema.LATER_KNOB_DEFAULTS), not today's default."""
-    import copy
-
     raw = copy.deepcopy(raw)
     algorithm = raw.get("rl", {}).get("algorithm") if isinstance(raw.get("rl"), dict) else None
     for key, value in schema.LATER_KNOB_DEFAULTS.items():
@@ -32,8 +33,6 @@ def with_later_knobs(raw: dict) -> dict:
 
 
 def _knob_applies(algorithm, key: str) -> bool:
-    from cosmos_rl.config import algorithms
-
     if not isinstance(algorithm, str) or not key.startswith("rl.") or key.count(".") != 1:
         return False
     try:

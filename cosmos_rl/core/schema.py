@@ -2,7 +2,7 @@
 
 This module is the single source of truth for every knob: its name, type, default and the sentence
 that documents it (``doc`` in the field metadata). ``docs/manifest.md`` is generated from it, so a
-field without a doc fails the docs test. Cross-field rules live in ``preflight.py``; this module only
+field without a doc fails the docs test. Cross-field rules live in ``config/preflight/``; this module only
 declares shapes and defaults, and must stay free of heavy imports (``validate`` never imports torch).
 """
 

@@ -25,7 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
-from cosmos_rl.config.preflight_rewards import VIDEO_REWARDS  # the moving-shapes verifier's, on clips
+from cosmos_rl.config.preflight.rewards import VIDEO_REWARDS  # the moving-shapes verifier's, on clips
 from cosmos_rl.evaluation.intervals import Intervals, bootstrap, paired
 from cosmos_rl.shapes import TASKS, CaptionError, task_of, verify
 from cosmos_rl.shapes.motion_caption import motion_task_of

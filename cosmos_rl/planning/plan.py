@@ -13,9 +13,12 @@ import re
 import sys
 from pathlib import Path
 
-from cosmos_rl.config import algorithms, legacy_keys, load, preflight
+from cosmos_rl.config import algorithms, legacy_keys, load
+from cosmos_rl.config.preflight.grid import RDZV_ENV
+from cosmos_rl.config.preflight.online import nft_shapes
+from cosmos_rl.config.preflight.rewards import VIDEO_REWARDS
 from cosmos_rl.core import schema
-from cosmos_rl.config.preflight_rewards import VIDEO_REWARDS
+from cosmos_rl.core.paths import resolve_path
 from cosmos_rl.models import layout, towers
 from cosmos_rl.planning.media_cost import media_section, sample_costs
 
@@ -143,7 +146,7 @@ def torchrun_argv(config: schema.RunConfig, manifest_in_run_dir: str) -> list[st
         import os
 
         # preflight guarantees one of the two; the value is printed so the command runs as shown
-        endpoint = g.rdzv_endpoint or os.environ.get(preflight.RDZV_ENV, "")
+        endpoint = g.rdzv_endpoint or os.environ.get(RDZV_ENV, "")
         argv += ["--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={config.job.name}"]
     return argv + ["-m", "cosmos_rl.trainers.spmd_worker", manifest_in_run_dir]
 
@@ -191,7 +194,7 @@ def build(config: schema.RunConfig, manifest_path: str = "MANIFEST", overrides: 
 def online_section(config: schema.RunConfig, base_dir: Path) -> dict:
     """An online run: role shapes, the five roles of one process, the rollout sampler, the rewards."""
     rl = config.rl
-    shapes, _ = preflight.nft_shapes(config)
+    shapes, _ = nft_shapes(config)
     shift, shift_from = sampler_shift(config, base_dir)
     return {
         "shapes": shapes,
@@ -231,7 +234,7 @@ def nft_section(config: schema.RunConfig, base_dir: Path) -> dict:
 
 def grpo_section(config: schema.RunConfig, base_dir: Path) -> dict:
     """GRPO: the online section, with its SDE rollout sampler and the steps that train."""
-    from cosmos_rl.config.preflight_grpo import trained_step_count, window_range
+    from cosmos_rl.config.preflight.grpo import trained_step_count, window_range
 
     out = online_section(config, base_dir)
     rl = config.rl
@@ -313,7 +316,7 @@ def base_summary(config: schema.RunConfig, base_dir: Path) -> dict:
     value = rl.init_from
     out = {"init_from": value, "kind": "", "resolved": "", "skip_patterns": list(rl.init_keys_to_skip_loading)}
     if value == "" and model.path:
-        folder = preflight.resolve_path(model.path, base_dir)
+        folder = resolve_path(model.path, base_dir)
         out.update(kind="model.path", resolved=f"model.path's own weights, {Path(folder) / 'transformer'}")
     elif value == "" or value.startswith(layout.PRESET_SCHEME):
         name = value[len(layout.PRESET_SCHEME):] or model.preset
@@ -326,7 +329,7 @@ def base_summary(config: schema.RunConfig, base_dir: Path) -> dict:
         state = "already pulled" if cache.is_dir() else "pulled once per node at start"
         out.update(kind="s3", resolved=f"{value} -> {cache} ({state})", cache_dir=str(cache))
     else:
-        folder = Path(preflight.resolve_path(value, base_dir))
+        folder = Path(resolve_path(value, base_dir))
         found = layout.base_format(folder)
         if layout.is_pipeline_folder(folder):
             out.update(kind="diffusers folder", resolved=f"{folder}: weights from transformer/ (the folder is model.path)")
@@ -344,7 +347,7 @@ def sampler_shift(config: schema.RunConfig, base_dir: Path) -> tuple[float | Non
     if config.rl.sampler_shift is not None:
         return config.rl.sampler_shift, "rl.sampler_shift"
     if config.model.path:
-        folder = Path(preflight.resolve_path(config.model.path, base_dir))
+        folder = Path(resolve_path(config.model.path, base_dir))
         try:
             return layout.folder_flow_shift(folder), str(folder / layout.SCHEDULER_CONFIG)
         except ValueError as exc:  # preflight reports it; plan still shows what it could not read

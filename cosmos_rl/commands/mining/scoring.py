@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from cosmos_rl.config.preflight_rewards import I2V_REWARDS, VIDEO_REWARDS
+from cosmos_rl.config.preflight.rewards import I2V_REWARDS, VIDEO_REWARDS
 from cosmos_rl.rewards.frames import CAPTION_GRAMMAR_REWARDS, builtin_frame_prompts
 from cosmos_rl.core.errors import UserError
 

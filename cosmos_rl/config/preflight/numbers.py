@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 import attrs
 
-from cosmos_rl.config.preflight_rules import Rules
+from cosmos_rl.config.preflight.rules import Rules
 
 
 def non_finite(value: Any, path: str = "") -> Iterator[tuple[str, float]]:

@@ -1,4 +1,4 @@
-"""Preflight of what a sample is: frames, frame rate and their agreement with the model's VAE.
+"""Preflight of what a sample is: frame size, frames, frame rate and their agreement with the model's VAE.
 
 The Wan VAE's encoder reads frame 0 alone and then chunks of exactly 4 frames, whatever its
 `temperal_downsample` says, and silently drops frames past the last whole chunk (the stock pipeline
@@ -13,10 +13,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from cosmos_rl.checkpoint.weight_files import FolderProblem, config_problem, read_config
+from cosmos_rl.config.preflight.rules import Rules
 from cosmos_rl.core import schema
-from cosmos_rl.config.preflight_rules import Rules
-from cosmos_rl.models.layout import read_json
 from cosmos_rl.core.media import DEFAULT_FPS, is_wan_frame_count, vae_spatial_factor, vae_temporal_factor
+from cosmos_rl.models.folder_check import TRANSFORMER_BOUNDS, VAE_BOUNDS
+from cosmos_rl.models.layout import read_json
 
 VAE_CONFIG = Path("vae") / "config.json"
 
@@ -24,6 +26,26 @@ VAE_CONFIG = Path("vae") / "config.json"
 def _nearest_valid(frames: int) -> str:
     below = frames - (frames - 1) % 4
     return f"{below} or {below + 4}" if below >= 5 else f"{below + 4}"
+
+
+def frame_size(m: schema.ModelConfig) -> tuple[int | None, int | None]:
+    """(height, width) of a frame: model.height/width, else the square model.image_size."""
+    return (m.height if m.height is not None else m.image_size, m.width if m.width is not None else m.image_size)
+
+
+def size_rules(m: schema.ModelConfig, r: Rules) -> None:
+    # image_size is the square shorthand for height = width: one or the other, each a multiple of 16.
+    given = [k for k, v in (("model.height", m.height), ("model.width", m.width)) if v is not None]
+    if m.image_size is not None and given:
+        r.error("model.image_size", f"given together with {' and '.join(given)}", m.image_size,
+                f"give model.image_size (a square) or model.height and model.width, not both: remove model.image_size or {' and '.join(given)}")
+    elif m.image_size is None and len(given) == 1:
+        missing = "model.width" if given == ["model.height"] else "model.height"
+        r.error(missing, f"missing: {given[0]} is set, and the size needs both sides",
+                fix=f"set {missing} too (or only model.image_size, for a square image)")
+    for key, value in (("model.image_size", m.image_size), ("model.height", m.height), ("model.width", m.width)):
+        if value is not None and (value < 16 or value % 16):
+            r.error(key, "must be a multiple of 16, at least 16", value, "use e.g. 32 or 512")
 
 
 def frame_rules(m: schema.ModelConfig, r: Rules) -> None:
@@ -44,9 +66,6 @@ def folder_config_rules(folder: Path, r: Rules) -> None:
     """The named folder's transformer and VAE configs read as bounded JSON and held to the bounds a
     load holds them to (`models.folder_check`), so `validate` and `plan` refuse a hostile or broken
     config before any worker starts; weights are judged when the folder loads."""
-    from cosmos_rl.checkpoint.weight_files import FolderProblem, config_problem, read_config
-    from cosmos_rl.models.folder_check import TRANSFORMER_BOUNDS, VAE_BOUNDS
-
     for part, bounds in (("transformer", TRANSFORMER_BOUNDS), ("vae", VAE_BOUNDS)):
         path = folder / part / "config.json"
         if not path.is_file():
@@ -85,11 +104,3 @@ def folder_vae_rules(m: schema.ModelConfig, folder: Path, size: tuple[int | None
         r.error("model.path", f"the VAE compresses time {temporal}x, which does not divide its 4-frame chunks", str(folder),
                 "use a VAE with 1, 2 or 4x temporal compression")
 
-
-def modality_rule(rl, m: schema.ModelConfig, r: Rules) -> None:
-    """rl.modality (NFT) names what model.num_frames makes; it never sets frames or size."""
-    made = "video" if m.num_frames > 1 else "image"
-    if rl.modality != made:
-        fix = ('set rl.modality = "image"' if made == "image" else 'set rl.modality = "video"') + \
-            (" (or model.num_frames to 4k + 1 > 1 for video)" if made == "image" else " (or model.num_frames = 1 for images)")
-        r.error("rl.modality", f"model.num_frames = {m.num_frames} makes {made}", rl.modality, fix)

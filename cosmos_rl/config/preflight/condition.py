@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from cosmos_rl.config import algorithms
-from cosmos_rl.config.preflight_rewards import I2V_REWARDS
-from cosmos_rl.config.preflight_rules import Rules
+from cosmos_rl.config.preflight.rewards import I2V_REWARDS
+from cosmos_rl.config.preflight.rules import Rules
 from cosmos_rl.core import schema
 from cosmos_rl.core.condition import FILE_SOURCES, UnknownCondition, kind_named
 
@@ -25,10 +25,11 @@ FRAME_SUITES = ("shapes_video",)
 
 def _reward_names(rl) -> list[tuple[str, str]]:
     """(key, name) of each reward an online run scores with, as rewards.multi.reward_terms lists them."""
-    if getattr(rl, "rewards", None):
+    if not isinstance(rl, schema.OnlineRLBase):
+        return []
+    if rl.rewards:
         return [(f"rl.rewards[{i}].name", t.name) for i, t in enumerate(rl.rewards)]
-    reward = getattr(rl, "reward", None)
-    return [("rl.reward.name", reward.name)] if reward is not None else []
+    return [("rl.reward.name", rl.reward.name)]
 
 
 def condition_rules(c: schema.RunConfig, r: Rules) -> None:
@@ -70,7 +71,7 @@ def condition_rules(c: schema.RunConfig, r: Rules) -> None:
         if table.source != "data":
             r.error("model.condition.source", f"{entry.title} conditions each training clip on its own leading frames", table.source,
                     'set model.condition.source = "data"')
-        if getattr(c.rl, "train", "transformer") != "transformer":
+        if isinstance(c.rl, schema.SFTConfig) and c.rl.train != "transformer":
             r.error("model.condition.kind", "conditions a clip's first frame, and this run trains no clips through the transformer",
                     table.kind, 'remove [model.condition], or train rl.train = "transformer"')
         return

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.core.problems import Problem
+from cosmos_rl.data.tar_index import shard_names
 
 # Seeds are TOML integers, 64-bit signed (tomllib reads larger ones anyway); the synthetic generator
 # needs them non-negative.
@@ -48,9 +50,6 @@ class Rules:
     def shard_files(self, path: str, value: str) -> None:
         """Every local shard a path or brace pattern (``::`` joins several) names must be a file, so a
         run whose shards were never written stops here rather than after its launch; URLs are opened later."""
-        from cosmos_rl.data.tar_index import shard_names
-        from cosmos_rl.core.errors import UserError
-
         try:
             names = shard_names([value])
         except UserError as exc:  # a brace range past the cap (counted, never expanded)
@@ -69,3 +68,7 @@ def seed_rule(path: str, value: int, r: Rules) -> None:
     if not 0 <= value <= SEED_MAX:
         r.error(path, "must be in [0, 2**63 - 1], a non-negative 64-bit integer", value, "use e.g. 0")
 
+
+def algorithm_name(rl) -> str:
+    """How a rule names the algorithm: "NFT", "DPO" (an entry named by import string, as written)."""
+    return rl.algorithm.upper() if ":" not in rl.algorithm else rl.algorithm

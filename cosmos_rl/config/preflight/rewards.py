@@ -1,6 +1,6 @@
-"""Preflight rules of the reward tables: `[rl.reward]` (one) and `[[rl.rewards]]` (several).
-
-Part of `config/preflight.py`, which calls these; torch-free like it.
+"""Preflight rules of the reward tables: `[rl.reward]` (one) and `[[rl.rewards]]` (several), for
+every online algorithm (`online.py` calls `reward_rules`); and the built-in reward names that
+`[rl.eval]`, the image-to-video rules, `plan` and the scorers check against. Torch-free.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import math
 import re
 
 from cosmos_rl.core import schema
-from cosmos_rl.config.preflight_rules import Rules
+from cosmos_rl.config.preflight.rules import Rules
 from cosmos_rl.core.problems import show
 
 BUILTIN_REWARDS = ("jpeg_compressibility", "jpeg_incompressibility", "brightness", "prompt_colour",
@@ -23,6 +23,14 @@ I2V_REWARDS = ("shapes_video_i2v_strict", "shapes_video_i2v_partial")  # judge f
 # bound keeps every wait of the client a deadline (an infinite one would hang the step for good).
 REWARD_TIMEOUT_MAX_S = 3600.0
 REWARD_BACKOFF_MAX_S = 600.0  # the first retry's wait; it doubles per retry
+
+
+def reward_rules(c: schema.RunConfig, rl: schema.OnlineRLBase, r: Rules) -> None:
+    """The run's rewards: several ([[rl.rewards]]) when given, else the one [rl.reward]."""
+    if rl.rewards:
+        _reward_terms(c, rl, r)
+    else:
+        _one_reward(c, rl, r)
 
 
 def _client_limits(prefix: str, t, r: Rules) -> None:

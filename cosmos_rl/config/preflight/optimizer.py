@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cosmos_rl.core import schema
-from cosmos_rl.config.preflight_rules import Rules
+from cosmos_rl.config.preflight.rules import Rules
 from cosmos_rl.models.lr_schedule import lr_factor
 
 
@@ -38,7 +38,8 @@ def _decay_within_run(rl: schema.RLBase, r: Rules) -> None:
     """A decay that ends after the run's last optimizer step is legal (a run extended on resume
     reaches it) but leaves the LR above its floor, so say where the run stops on it."""
     o = rl.optimizer
-    total = rl.max_steps * getattr(rl, "updates_per_step", 1)
+    # GRPO takes rl.updates_per_step optimizer steps a step; every other algorithm one.
+    total = rl.max_steps * (rl.updates_per_step if isinstance(rl, schema.GRPOConfig) else 1)
     if o.decay == "none" or o.decay_steps <= o.warmup_steps or total <= 0 or o.decay_steps <= total:
         return
     r.warn("rl.optimizer.decay_steps", f"ends after the run's {total} optimizer steps, so the run stops at "

@@ -1,15 +1,17 @@
-"""Preflight rules of a preference-data section (`rl.data`, `rl.validation.data`).
-
-Part of `config/preflight.py`, which calls these; torch-free like it (a data factory is
-resolved by import, the one import a manifest can cause).
+"""Preflight rules of a preference-data section (`rl.data`, `rl.validation.data`), for any
+algorithm that reads preference pairs (DPO's rules, `dpo.py`, call them). Torch-free like every
+preflight module (a data factory is resolved by import, the one import a manifest can cause).
 """
 
 from __future__ import annotations
 
+from cosmos_rl.config.preflight.rules import Rules, seed_rule
 from cosmos_rl.core import schema
-from cosmos_rl.config.preflight_rules import Rules, seed_rule
+from cosmos_rl.data.factory_spec import FactorySpecError, exposes_membership, resolve_factory
 
-def _sources(data: schema.PreferenceDataConfig) -> list[str]:
+
+def sources(data: schema.PreferenceDataConfig) -> list[str]:
+    """The sources a data section names, in the order the rules list them."""
     used = []
     if data.synthetic_pairs:
         used.append("synthetic_pairs")
@@ -22,10 +24,11 @@ def _sources(data: schema.PreferenceDataConfig) -> list[str]:
     return used
 
 
-def _data_source(prefix: str, data: schema.PreferenceDataConfig, r: Rules, *, needs_membership: bool) -> None:
+def data_source_rules(prefix: str, data: schema.PreferenceDataConfig, r: Rules, *, needs_membership: bool) -> None:
+    """One data section (`prefix` is its key): at most one source, and the one named exists."""
     r.at_least(f"{prefix}.synthetic_pairs", data.synthetic_pairs, 0)
     seed_rule(f"{prefix}.synthetic_seed", data.synthetic_seed, r)
-    used = _sources(data)
+    used = sources(data)
     files = [s for s in used if s != "synthetic_pairs"]
     if data.synthetic_pairs and files:
         r.warn(f"{prefix}.synthetic_pairs", f"non-zero, so {', '.join(prefix + '.' + f for f in files)} is ignored", data.synthetic_pairs, "set it to 0 to train on the file source")
@@ -42,12 +45,6 @@ def _data_source(prefix: str, data: schema.PreferenceDataConfig, r: Rules, *, ne
 
 
 def _factory(path: str, spec: str, r: Rules, *, needs_membership: bool) -> None:
-    from cosmos_rl.data.factory_spec import (
-        FactorySpecError,
-        exposes_membership,
-        resolve_factory,
-    )
-
     try:
         factory = resolve_factory(spec, path)  # imports the user's module: the one import a manifest can cause
     except FactorySpecError as exc:

@@ -1,5 +1,6 @@
-"""Flow-GRPO's rules (docs/grpo.md, "How a run works"): NFT's topology and reward rules
-(`preflight.online_rules`), then its sampler, its old policy and its objective's knobs.
+"""Flow-GRPO's rules (docs/grpo.md, "How a run works"): the online topology and reward rules
+(`online.online_rules`), then its sampler, its old policy and its objective's knobs. The registry
+names `grpo_rules` (config/algorithms.py).
 
 Torch-free like every preflight module, so the step counts are worked out here by the same rule
 as `algorithms.grpo_sampler.train_steps` (tests/test_grpo_trainer.py checks the two agree).
@@ -12,8 +13,8 @@ import math
 import attrs
 
 from cosmos_rl.core import schema
-from cosmos_rl.config.preflight import online_rules
-from cosmos_rl.config.preflight_rules import Rules
+from cosmos_rl.config.preflight.online import online_rules
+from cosmos_rl.config.preflight.rules import Rules
 
 # The rollout step dynamics (algorithms.grpo.STEP_DYNAMICS's keys; tests check the two agree).
 GRPO_SCHEDULERS = ("sde", "cps")

@@ -1,0 +1,82 @@
+"""Every online algorithm's rules (NFT, GRPO, and any entry made by `algorithms.online`): one
+colocated Ray actor group, one sample per rank, a base checkpoint, pinned reward services, the
+old/ref policies and the sampler (nft.md section 4). `nft.py` and `grpo.py` start from these.
+"""
+
+from __future__ import annotations
+
+from cosmos_rl.config.preflight.rewards import reward_rules
+from cosmos_rl.config.preflight.rules import Rules, algorithm_name
+from cosmos_rl.core import schema
+
+
+def nft_shapes(c: schema.RunConfig) -> tuple[dict[str, list[int]] | None, list[tuple[str, str, object, str]]]:
+    """Role shapes of an online run (NFT's topology), from grid.shapes when given, else grid.num_replicas/grid.ranks."""
+    rl, g, name = c.rl, c.grid, algorithm_name(c.rl)
+    want = [1, rl.group_size]
+    bad: list[tuple[str, str, object, str]] = []
+    if g.shapes is not None:
+        if g.num_replicas is not None or g.ranks is not None:
+            bad.append(("grid.shapes", "given together with grid.num_replicas/grid.ranks", g.shapes, "set either grid.shapes or grid.num_replicas/grid.ranks, not both"))
+        if set(g.shapes) != {"policy", "rollout"}:
+            bad.append(("grid.shapes", "must name exactly the roles policy and rollout", sorted(g.shapes), f"write {{policy = {want}, rollout = {want}}}"))
+        for role in ("policy", "rollout"):
+            if role in g.shapes and g.shapes[role] != want:
+                bad.append((f"grid.shapes.{role}", f"{name} needs (1, group_size) = {tuple(want)}", g.shapes[role], f"set grid.shapes.{role} = {want}"))
+        return (None if bad else {"policy": want, "rollout": want}), bad
+    replicas = 1 if g.num_replicas is None else g.num_replicas
+    ranks = rl.group_size if g.ranks is None else g.ranks
+    if replicas != 1:
+        bad.append(("grid.num_replicas", f"{name} runs one execution replica", g.num_replicas, "set grid.num_replicas = 1 or remove it"))
+    if ranks != rl.group_size:
+        bad.append(("grid.ranks", f"must equal rl.group_size ({rl.group_size}): one sample per model rank", g.ranks, f"set grid.ranks = {rl.group_size} or remove it"))
+    return (None if bad else {"policy": [replicas, ranks], "rollout": [replicas, ranks]}), bad
+
+
+def online_rules(c: schema.RunConfig, rl: schema.OnlineRLBase, r: Rules) -> None:
+    """Every online algorithm's rules (nft.md section 4 and its reward, old/ref and sampler rules):
+    one colocated Ray actor group, one sample per rank, a base checkpoint, pinned reward services."""
+    g, name = c.grid, algorithm_name(rl)
+    if g.backend != "ray":
+        r.error("grid.backend", f"{name}'s five roles are one Ray actor group", g.backend, 'set grid.backend = "ray"')
+    if g.grouping != "single":
+        r.error("grid.grouping", f"{name} shares one process per rank among all roles", g.grouping, 'set grid.grouping = "single"')
+    if g.gpu_placement != "colocated":
+        r.error("grid.gpu_placement", f"{name}'s actors form one colocated FSDP world", g.gpu_placement, 'set grid.gpu_placement = "colocated"')
+    if g.gpus_per_role is not None:
+        r.error("grid.gpus_per_role", f"colocated {name} takes no per-role GPU overrides", g.gpus_per_role, "remove grid.gpus_per_role")
+    r.at_least("rl.group_size", rl.group_size, 2, "set rl.group_size to 2 or more (advantages compare samples within a group)")
+    for path, problem, got, fix in nft_shapes(c)[1]:
+        r.error(path, problem, got, fix)
+    # A count below 1 is already refused above; a product of it would suggest a negative fix.
+    if g.device == "cuda" and g.nodes >= 1 and g.gpus_per_node >= 1 and g.nodes * g.gpus_per_node != rl.group_size:
+        r.error("grid.gpus_per_node", f"{name} puts one rank on each GPU, so grid.nodes * grid.gpus_per_node must equal rl.group_size ({rl.group_size})",
+                g.gpus_per_node, f"use {g.nodes} node(s) x {rl.group_size / g.nodes:g} GPUs, or change rl.group_size")
+    if g.nodes > 1 and not rl.reward.url and not rl.rewards:
+        r.error("rl.reward.url", "the built-in reward service listens on 127.0.0.1 of the driver's node, which other nodes cannot reach", "",
+                "run `cosmos-rl reward serve --host 0.0.0.0 --token-env REWARD_TOKEN` (or your own service) where every node can reach it and set rl.reward.url")
+    dp = c.model.config.parallelism.data_parallel_shard_degree
+    if dp not in (1, rl.group_size):
+        r.error("model.config.parallelism.data_parallel_shard_degree", f"{name} shards over its group_size ({rl.group_size}) ranks", dp, "remove it (derived) or set it to rl.group_size")
+    if not rl.init_from:
+        r.error("rl.init_from", f"required: {name} always starts from a base checkpoint", "", "set rl.init_from to a diffusers folder, DCP folder or s3:// URL")
+    reward_rules(c, rl, r)
+    if rl.old.build_old and c.model.lora.rank == 0:
+        r.error("model.lora.rank", f"{name} keeps the moving old policy as a second LoRA adapter, so it needs LoRA", 0,
+                "set model.lora.rank > 0 (or rl.old.build_old = false)")
+    if rl.old.build_old and rl.old.update_every < 1:
+        r.error("rl.old.update_every", "must be >= 1 when rl.old.build_old is on", rl.old.update_every, "set rl.old.update_every = 1 or more")
+    if not 0 <= rl.old.decay_rate:
+        r.error("rl.old.decay_rate", "must be >= 0", rl.old.decay_rate, "use e.g. 0.001")
+    if not 0 <= rl.old.decay_cap < 1:
+        r.error("rl.old.decay_cap", "must be in [0, 1)", rl.old.decay_cap, "use e.g. 0.5")
+    if rl.ref.update_every != 0:
+        r.error("rl.ref.update_every", "the reference is frozen", rl.ref.update_every, "set rl.ref.update_every = 0")
+    r.at_least("rl.sample_steps", rl.sample_steps, 2)
+    if rl.sampler_shift is not None:
+        r.positive("rl.sampler_shift", rl.sampler_shift)
+    r.at_least("rl.guidance", rl.guidance, 0)
+    r.at_least("rl.prompts_per_step", rl.prompts_per_step, 1)
+    r.at_least("rl.sample_grid_every", rl.sample_grid_every, 0)
+    if rl.prompts.file:
+        r.local_path("rl.prompts.file", rl.prompts.file, kind="file")

@@ -1,0 +1,46 @@
+"""SFT's rules (docs/sft.md): the data-parallel grid, samples per step, caption dropout, the
+first-frame share (`condition.py`), what `rl.train = "vae"` trains, and one image-caption source.
+The registry names `sft_rules` (config/algorithms.py)."""
+
+from __future__ import annotations
+
+from cosmos_rl.config.preflight.grid import data_parallel_grid
+from cosmos_rl.config.preflight.rules import Rules
+from cosmos_rl.core import schema
+
+
+def sft_rules(c: schema.RunConfig, rl: schema.SFTConfig, r: Rules) -> None:
+    """SFT's rules: data-parallel grid, samples per step, caption dropout, one image-caption source."""
+    data_parallel_grid(c, r)
+    if c.grid.grouping == "per_role" and c.grid.backend == "ray":
+        r.error("grid.grouping", "SFT has no data role to place apart: every rank reads its own share of the samples", c.grid.grouping,
+                'set grid.grouping = "single"')
+    dp = c.model.config.parallelism.data_parallel_shard_degree
+    r.at_least("rl.samples_per_step", rl.samples_per_step, 1)
+    if rl.samples_per_step >= 1 and dp >= 1 and rl.samples_per_step % dp:
+        r.error("rl.samples_per_step", f"must split evenly over the {dp} ranks", rl.samples_per_step, f"use a multiple of {dp}")
+    if not 0 <= rl.caption_dropout < 1:
+        r.error("rl.caption_dropout", "must be in [0, 1)", rl.caption_dropout, "use e.g. 0.1 (0 trains no unconditional prompt)")
+    vae_stage_rules(c, rl, r)
+    data = rl.data
+    if not data.shards and not data.jsonl:
+        r.error("rl.data", "no image-caption data source", "", "set rl.data.shards or rl.data.jsonl")
+    elif data.shards and data.jsonl:
+        r.error("rl.data", "more than one data source", ["jsonl", "shards"], "keep exactly one of rl.data.jsonl and rl.data.shards")
+    if data.jsonl:
+        r.local_path("rl.data.jsonl", data.jsonl, kind="file")
+    for i, shard in enumerate(data.shards):
+        r.shard_files(f"rl.data.shards[{i}]", shard)
+
+
+def vae_stage_rules(c: schema.RunConfig, rl: schema.SFTConfig, r: Rules) -> None:
+    """What `rl.train = "vae"` trains: the whole VAE (no LoRA) and its loss weighting."""
+    if rl.foreground_weight < 1:
+        r.error("rl.foreground_weight", "must be at least 1 (foreground pixels weigh no less than the background)", rl.foreground_weight,
+                "use 1 for plain MSE, or e.g. 10 on plain-background data")
+    elif rl.foreground_weight != 1 and rl.train != "vae":
+        r.error("rl.foreground_weight", "weights the VAE's reconstruction loss, and this run trains the transformer", rl.foreground_weight,
+                'remove it, or set rl.train = "vae"')
+    if rl.train == "vae" and c.model.lora.rank > 0:
+        r.error("model.lora.rank", "rl.train = \"vae\" trains every VAE weight; LoRA adapts the transformer only", c.model.lora.rank,
+                "set model.lora.rank = 0")
