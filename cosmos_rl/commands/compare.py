@@ -38,6 +38,7 @@ from pathlib import Path
 
 import attrs
 
+from cosmos_rl.config import algorithms
 from cosmos_rl.core import schema
 from cosmos_rl.core.errors import UserError
 from cosmos_rl.commands.report import EVAL_DIR, EVAL_RESULT, MANIFEST, load_run
@@ -111,25 +112,26 @@ def first_reach(curve, threshold: float) -> Point | None:
     return None
 
 
-def image_budget(rl, mined: int | None = None) -> ImageBudget:
-    """The image cost of one step from a run's `rl` table (module docstring). Asked of the table's
-    fields, not of the algorithm's name, so a registered algorithm with the same fields counts alike."""
-    if hasattr(rl, "group_size") and hasattr(rl, "prompts_per_step"):
+def image_budget(config, mined: int | None = None) -> ImageBudget:
+    """The image cost of one step of a run (module docstring), as its algorithm's registry entry
+    counts it (`image_count`), so a registered algorithm counts as the built-in of its kind."""
+    rl, count = config.rl, algorithms.of(config).image_count
+    if count == "group":
         return ImageBudget(rl.group_size * rl.prompts_per_step, "generated")
-    if hasattr(rl, "pairs_per_step"):
+    if count == "pairs":
         if mined is None:
             return ImageBudget(2 * rl.pairs_per_step, "seen", 0, "the mining of its pairs is not counted (no mine.json beside the shards)")
         return ImageBudget(2 * rl.pairs_per_step, "seen", mined, f"{mined} images generated to mine its pairs counted before step 1")
-    if hasattr(rl, "samples_per_step"):
+    if count == "samples":
         return ImageBudget(rl.samples_per_step, "seen")
-    return ImageBudget(None, "", 0, "no image count: its rl table has none of group_size x prompts_per_step, pairs_per_step, samples_per_step")
+    return ImageBudget(None, "", 0, "no image count: its algorithm's registry entry names none (image_count)")
 
 
 # ------------------------------------------------------------------------------------- reading
 def _mined_images(rl) -> int | None:
     """Images `cosmos-rl pairs mine` generated for a DPO run's shards: rows x samples of the
     mine.json beside them (one per shard folder); None unless every shard folder has one."""
-    shards = list(getattr(getattr(rl, "data", None), "shards", None) or [])
+    shards = list(rl.data.shards)
     if not shards:
         return None
     total = 0
@@ -221,7 +223,7 @@ def read_run(run_dir: Path, name: str) -> tuple[RunFigures, object]:
     run = load_run(run_dir)  # refuses a folder without manifest.toml or metrics.jsonl
     config = load.load(run.path / MANIFEST, saved_run=True)
     mined = _mined_images(config.rl) if isinstance(config.rl, schema.DPOConfig) else None
-    budget = image_budget(config.rl, mined)
+    budget = image_budget(config, mined)
     logged = sorted({s for series in run.series.values() for s in series.steps})
     seconds: dict[int, float] = {}
     for series in run.series.values():

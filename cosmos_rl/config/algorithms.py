@@ -67,6 +67,9 @@ class Algorithm:
     # Where a conditioned sample's given frames come from for it ([model.condition]): "" takes no
     # condition, "data" its training samples' own frames (SFT), "rollout" an image or a suite per rollout.
     conditioned_from: str = ""
+    # What one step costs in images (`cosmos-rl compare`): "group" = group_size x prompts_per_step
+    # generated, "pairs" = 2 x pairs_per_step seen, "samples" = samples_per_step seen, "" = none.
+    image_count: str = ""
 
     def resolve(self, what: str) -> Any:
         """The object one of the code fields names (None when the field is empty)."""
@@ -199,6 +202,7 @@ def online(**fields) -> Algorithm:
         train_signal="train/reward_mean",
         sampler_fields=("sample_steps", "sampler_shift", "guidance"),
         reshards_world=False,
+        image_count="group",
     )
     return Algorithm(**{**shared, **fields})
 
@@ -213,7 +217,7 @@ register(Algorithm(
     data_check="cosmos_rl.data.scan:pair_data",
     seed_keys=("data.shuffle", "data.synthetic_seed"),
     path_fields=("data.jsonl", "data.shards[]", "validation.data.jsonl", "validation.data.shards[]"),
-    train_signal="train/dpo_reward_margin", unit="pairs",
+    train_signal="train/dpo_reward_margin", unit="pairs", image_count="pairs",
     video=True,  # clip pairs with model.num_frames > 1 (docs/video.md "DPO on clips")
 ))  # fmt: skip
 register(online(
@@ -233,7 +237,7 @@ register(Algorithm(
     data_check="cosmos_rl.data.scan:caption_data",
     seed_keys=("data.shuffle",),
     path_fields=("data.jsonl", "data.shards[]"),
-    part_field="train", video=True,
+    part_field="train", video=True, image_count="samples",
     conditioned_from="data",  # T2V and I2V at once (model.condition.probability)
 ))  # fmt: skip
 register(online(
