@@ -19,7 +19,7 @@ from cosmos_rl.core.errors import UserError
 
 def missing(prompt_file: Path, line: int) -> UserError:
     """The problem of a row that names no frame in an image-to-video run."""
-    return UserError(f'{prompt_file}:{line}: no "image" field, and model.condition.source = "image" gives every row's first frame from one; '
+    return UserError(f'{prompt_file}:{line}: no "image" field, and model.condition.source = "image" gives every row\'s first frame from one; '
                      'add "image": "PATH" (relative to the prompt file) to the row')
 
 
