@@ -24,6 +24,7 @@ from _clip_helpers import (
 )
 from _image_helpers import png_bytes
 
+from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.data import scan
 from cosmos_rl.data.captions import CaptionJsonl, CaptionShards, caption_source
 from cosmos_rl.data.clip_files import MAX_CLIP_FRAMES, MAX_CLIP_PIXELS, check_clip, encode_clip, read_clip
@@ -146,7 +147,7 @@ def test_clip_shards_round_trip_and_are_byte_identical(tmp_path):
     with tarfile.open(paths[0]) as tar:
         assert tar.getnames() == [f"0000000{i}.{ext}" for i in (0, 1) for ext in ("mp4", "txt", "json")]
         assert json.loads(tar.extractfile("00000001.json").read()) == {"caption": "clip number 1", "seed": 1, "task": "motion"}
-    source = CaptionShards([str(p) for p in paths], 32, frames=9)
+    source = CaptionShards([str(p) for p in paths], MediaSpec(9, 32, 32))
     assert len(source) == 3
     sample = source[2]
     assert sample.caption == "clip number 2" and sample.id == "clips-000001.tar/00000002"
@@ -157,7 +158,7 @@ def test_clip_shards_round_trip_and_are_byte_identical(tmp_path):
 
 def test_shards_read_a_one_frame_clip_as_an_image_and_refuse_images_for_clips(tmp_path):
     one = write_clip_shards(tmp_path / "one", _records(2, frames=1), fps=24.0)
-    sample = caption_source([str(one[0])], "", 32)[1]
+    sample = caption_source([str(one[0])], "", MediaSpec.image(32))[1]
     assert sample.image.shape == (3, 32, 32)
     assert torch.equal(sample.image, torch.from_numpy(np.roll(squares_clip(1), 1, axis=2)[0]).permute(2, 0, 1).float() / 255)
     images = tmp_path / "images.tar"
@@ -167,8 +168,8 @@ def test_shards_read_a_one_frame_clip_as_an_image_and_refuse_images_for_clips(tm
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     with pytest.raises(UserError, match=r"images\.tar sample 'k0': an image, but clips of 9 frames are expected"):
-        CaptionShards(str(images), 32, frames=9)
-    assert CaptionShards(str(images), 8)[0].image.shape == (3, 8, 8)  # images read as before
+        CaptionShards(str(images), MediaSpec(9, 32, 32))
+    assert CaptionShards(str(images), MediaSpec.image(8))[0].image.shape == (3, 8, 8)  # images read as before
 
 
 def test_jsonl_rows_name_clips_in_a_video_field(tmp_path):
@@ -178,7 +179,7 @@ def test_jsonl_rows_name_clips_in_a_video_field(tmp_path):
     (tmp_path / "a.png").write_bytes(png_bytes(size=32))
     rows = tmp_path / "rows.jsonl"
     rows.write_text('{"video": "clips/a.mp4", "caption": "a red square moving right"}\n{"video": "clips/few.mp4", "caption": "c", "id": "few"}\n')
-    source = CaptionJsonl(rows, 32, frames=9)
+    source = CaptionJsonl(rows, MediaSpec(9, 32, 32))
     assert source[0].image.shape == (3, 9, 32, 32) and source[0].caption == "a red square moving right"
     with pytest.raises(UserError, match=r"rows\.jsonl:2 \(id 'few'\): .*few\.mp4: too few frames: the clip declares 5"):
         source[1]
@@ -190,7 +191,7 @@ def test_jsonl_rows_name_clips_in_a_video_field(tmp_path):
         bad = tmp_path / "bad.jsonl"
         bad.write_text(text + "\n")
         with pytest.raises(UserError, match=message):
-            CaptionJsonl(bad, 32, frames=9)
+            CaptionJsonl(bad, MediaSpec(9, 32, 32))
 
 
 # ------------------------------------------------------------------------------ validate --data

@@ -7,8 +7,10 @@ import torch
 from cosmos_rl.data.factory_spec import exposes_membership, resolve_factory
 from cosmos_rl.data.pairs import PreferencePair, factory_source
 from cosmos_rl.core.errors import UserError
+from cosmos_rl.core.media import MediaSpec
 
 _counter = itertools.count()
+IMAGE = MediaSpec.image(4)  # an image run of the records' 4x4 size
 
 _WITH_MEMBERSHIP = """
 import torch
@@ -67,7 +69,7 @@ def _exposes(spec: str) -> bool:
 
 
 def test_factory_builds_a_checked_source_with_kwargs(module):
-    source = factory_source(f"{module}:make", n=3, fill=0.25)
+    source = factory_source(f"{module}:make", IMAGE, n=3, fill=0.25)
     assert len(source) == 3
     pair = source[2]
     assert isinstance(pair, PreferencePair) and pair.id == "x2"
@@ -76,7 +78,7 @@ def test_factory_builds_a_checked_source_with_kwargs(module):
 
 
 def test_class_target_works_too(module):
-    assert factory_source(f"{module}:Pairs", n=2).membership_ids() == ["x0", "x1"]
+    assert factory_source(f"{module}:Pairs", IMAGE, n=2).membership_ids() == ["x0", "x1"]
 
 
 def test_membership_is_detected_by_import_only(module):
@@ -88,7 +90,7 @@ def test_membership_is_detected_by_import_only(module):
 
 
 def test_source_without_membership_fails_only_when_membership_is_asked(module):
-    source = factory_source(f"{module}:make_plain")
+    source = factory_source(f"{module}:make_plain", IMAGE)
     assert source[0].id == "y"
     with pytest.raises(UserError, match=r"rl\.data\.factory: .*without membership_ids\(\)"):
         source.membership_ids()
@@ -106,13 +108,13 @@ def test_source_without_membership_fails_only_when_membership_is_asked(module):
 )
 def test_bad_factories_name_rl_data_factory(module, spec_suffix, message):
     with pytest.raises(UserError, match=r"rl\.data\.factory") as raised:
-        factory_source(f"{module}{spec_suffix}")
+        factory_source(f"{module}{spec_suffix}", IMAGE)
     assert message in str(raised.value)
 
 
 def test_unknown_module_and_module_that_fails_to_import(tmp_path, monkeypatch):
     with pytest.raises(UserError, match=r"rl\.data\.factory: module 'no_such_mod_xyz' not found"):
-        factory_source("no_such_mod_xyz:make")
+        factory_source("no_such_mod_xyz:make", IMAGE)
     (tmp_path / "broken_pairs_mod.py").write_text("raise RuntimeError('boom')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(UserError, match=r"importing 'broken_pairs_mod' failed: RuntimeError: boom"):
@@ -122,6 +124,6 @@ def test_unknown_module_and_module_that_fails_to_import(tmp_path, monkeypatch):
 def test_malformed_records_fail_naming_factory_and_index(module):
     expected = r"rl\.data\.factory '.*:make_bad_items' index 0: expected a PreferencePair"
     with pytest.raises(UserError, match=expected):
-        factory_source(f"{module}:make_bad_items")[0]
+        factory_source(f"{module}:make_bad_items", IMAGE)[0]
     with pytest.raises(UserError, match=r"index 0 \(id 'z'\): winner values span \[2, 2\]"):
-        factory_source(f"{module}:make_out_of_range")[0]
+        factory_source(f"{module}:make_out_of_range", IMAGE)[0]

@@ -5,6 +5,7 @@ import pytest
 import torch
 from PIL import Image
 
+from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.data.pairs import (
     JsonlPairs,
     PromptSides,
@@ -61,10 +62,10 @@ def test_jsonl_source_symmetry_fails_naming_file_line(tmp_path):
     path = tmp_path / "pairs.jsonl"
     path.write_text("\n".join(json.dumps(row) for row in rows))
     with pytest.raises(UserError, match=r"pairs\.jsonl:2 \(id 'b'\): loser_prompt 'a red circle'"):
-        check_source_symmetry(JsonlPairs(path, 4), whitespace_tokenizer)
+        check_source_symmetry(JsonlPairs(path, MediaSpec.image(4)), whitespace_tokenizer)
 
 
 def test_single_prompt_sources_have_nothing_to_check():
     calls = []
-    assert check_source_symmetry(SyntheticPairs(3, 8, 0), lambda text: calls.append(text) or [1]) == 0
+    assert check_source_symmetry(SyntheticPairs(3, MediaSpec.image(8), 0), lambda text: calls.append(text) or [1]) == 0
     assert calls == []

@@ -1,5 +1,6 @@
 import torch
 
+from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.data.pairs import PairSource, SyntheticPairs
 from cosmos_rl.data.vocab import COLOUR_RGB, SHAPES
 
@@ -9,7 +10,7 @@ def _total_variation(image):
 
 
 def test_deterministic_from_seed_and_random_access():
-    first, again = SyntheticPairs(6, 16, seed=3), SyntheticPairs(6, 16, seed=3)
+    first, again = SyntheticPairs(6, MediaSpec.image(16), seed=3), SyntheticPairs(6, MediaSpec.image(16), seed=3)
     assert isinstance(first, PairSource)
     for index in (5, 0, 2):  # any order gives the same records
         a, b = first[index], again[index]
@@ -18,20 +19,20 @@ def test_deterministic_from_seed_and_random_access():
 
 
 def test_other_seed_gives_other_ids_and_images():
-    a, b = SyntheticPairs(4, 16, seed=0), SyntheticPairs(4, 16, seed=1)
+    a, b = SyntheticPairs(4, MediaSpec.image(16), seed=0), SyntheticPairs(4, MediaSpec.image(16), seed=1)
     assert not set(a.membership_ids()) & set(b.membership_ids())
     assert any(not torch.equal(a[i].loser, b[i].loser) for i in range(4))
 
 
 def test_membership_ids_are_unique_and_match_records():
-    source = SyntheticPairs(20, 8, seed=0)
+    source = SyntheticPairs(20, MediaSpec.image(8), seed=0)
     ids = source.membership_ids()
     assert len(ids) == len(set(ids)) == len(source) == 20
     assert ids == [source[i].id for i in range(20)]
 
 
 def test_records_follow_the_documented_preference():
-    source = SyntheticPairs(24, 32, seed=7)
+    source = SyntheticPairs(24, MediaSpec.image(32), seed=7)
     for index in range(len(source)):
         pair = source[index]
         article, colour, shape = pair.prompt.split()
@@ -51,14 +52,14 @@ def test_records_follow_the_documented_preference():
 
 def test_the_largest_seeds_preflight_allows_draw_pairs():
     # job.seed and synthetic_seed may each be 2**63 - 1; seed * 1_000_003 is then far past torch's 64 bits.
-    source = SyntheticPairs(2, 16, seed=2 * (2**63 - 1))
+    source = SyntheticPairs(2, MediaSpec.image(16), seed=2 * (2**63 - 1))
     assert source[1].winner.shape == (3, 16, 16)
 
 
 def test_repeat_reads_are_remembered_copies_with_the_first_values(monkeypatch):
     import cosmos_rl.data.synthetic_pairs as sp
 
-    source, fresh = SyntheticPairs(4, 16, seed=5), SyntheticPairs(4, 16, seed=5)
+    source, fresh = SyntheticPairs(4, MediaSpec.image(16), seed=5), SyntheticPairs(4, MediaSpec.image(16), seed=5)
     first = source[2]
     first.winner.fill_(0.0)  # a caller writing into what it was given
     first.loser.fill_(0.0)
@@ -69,7 +70,7 @@ def test_repeat_reads_are_remembered_copies_with_the_first_values(monkeypatch):
     assert len(source._memo) == 1
     # A bound of one pair: reads evict each other, and every read still gives the painted values.
     monkeypatch.setattr(sp, "MEMO_BYTES", reference.winner.nbytes + reference.loser.nbytes)
-    bounded = SyntheticPairs(4, 16, seed=5)
+    bounded = SyntheticPairs(4, MediaSpec.image(16), seed=5)
     for index in (0, 1, 0, 3, 1):
         pair, painted = bounded[index], fresh._generate(index)
         assert torch.equal(pair.winner, painted.winner) and torch.equal(pair.loser, painted.loser)
@@ -79,7 +80,7 @@ def test_repeat_reads_are_remembered_copies_with_the_first_values(monkeypatch):
 def test_pickle_carries_no_remembered_pixels():
     import pickle
 
-    source = SyntheticPairs(3, 8, seed=1)
+    source = SyntheticPairs(3, MediaSpec.image(8), seed=1)
     [source[i] for i in range(3)]
     copy = pickle.loads(pickle.dumps(source))
     assert len(source._memo) == 3 and not copy._memo and copy._memo_bytes == 0

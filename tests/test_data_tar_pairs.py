@@ -7,6 +7,7 @@ import torch
 import webdataset as wds
 from PIL import Image
 
+from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.data.pairs import PairSource, TarShardPairs
 from cosmos_rl.core.errors import UserError
 
@@ -36,7 +37,7 @@ def _shard(path, samples):
 def test_round_trip_over_a_brace_pattern(tmp_path):
     _shard(tmp_path / "pairs-000.tar", [_sample("k0", "a"), _sample("k1", "b", (0, 255, 0), (0, 0, 0))])
     _shard(tmp_path / "pairs-001.tar", [_sample("k2", "c", winner_prompt="prompt c")])
-    source = TarShardPairs(str(tmp_path / "pairs-{000..001}.tar"), 8)
+    source = TarShardPairs(str(tmp_path / "pairs-{000..001}.tar"), MediaSpec.image(8))
     assert isinstance(source, PairSource)
     assert len(source) == 3
     assert source.membership_ids() == ["a", "b", "c"]
@@ -55,7 +56,7 @@ def test_list_of_paths_and_jpeg_members(tmp_path):
     sample["winner.jpg"] = _encoded((255, 255, 255), "JPEG")
     del sample["winner.png"]
     shard = _shard(tmp_path / "s.tar", [sample])
-    pair = TarShardPairs([shard], 4)[0]
+    pair = TarShardPairs([shard], MediaSpec.image(4))[0]
     assert pair.winner.shape == (3, 4, 4)
     assert pair.winner.min() > 0.95
 
@@ -63,7 +64,7 @@ def test_list_of_paths_and_jpeg_members(tmp_path):
 def test_corrupt_image_indexes_and_fails_on_read_naming_shard_and_key(tmp_path):
     bad = _sample("k1", "b")
     bad["loser.png"] = b"\x89PNG truncated"
-    source = TarShardPairs(_shard(tmp_path / "s.tar", [_sample("k0", "a"), bad]), 8)
+    source = TarShardPairs(_shard(tmp_path / "s.tar", [_sample("k0", "a"), bad]), MediaSpec.image(8))
     assert source.membership_ids() == ["a", "b"]
     source[0]
     with pytest.raises(UserError, match=r"s\.tar sample 'k1' \(id 'b'\) loser: cannot decode image"):
@@ -74,30 +75,30 @@ def test_missing_side_names_shard_key_and_members(tmp_path):
     sample = _sample("k0", "a")
     del sample["loser.png"]
     with pytest.raises(UserError, match=r"s\.tar sample 'k0': no loser image.*members: json, winner\.png"):
-        TarShardPairs(_shard(tmp_path / "s.tar", [sample]), 8)
+        TarShardPairs(_shard(tmp_path / "s.tar", [sample]), MediaSpec.image(8))
 
 
 def test_two_winner_images_are_ambiguous(tmp_path):
     sample = _sample("k0", "a")
     sample["winner.jpg"] = _encoded((0, 0, 0), "JPEG")
     with pytest.raises(UserError, match=r"sample 'k0': 2 \(winner\.png, winner\.jpg\) winner image"):
-        TarShardPairs(_shard(tmp_path / "s.tar", [sample]), 8)
+        TarShardPairs(_shard(tmp_path / "s.tar", [sample]), MediaSpec.image(8))
 
 
 def test_tie_in_json_is_rejected(tmp_path):
     with pytest.raises(UserError, match=r"s\.tar sample 'k0': row carries \"tie\": True"):
-        TarShardPairs(_shard(tmp_path / "s.tar", [_sample("k0", "a", tie=True)]), 8)
+        TarShardPairs(_shard(tmp_path / "s.tar", [_sample("k0", "a", tie=True)]), MediaSpec.image(8))
 
 
 def test_missing_json_and_missing_prompt(tmp_path):
     sample = _sample("k0", "a")
     del sample["json"]
     with pytest.raises(UserError, match=r"sample 'k0': no 'json' member"):
-        TarShardPairs(_shard(tmp_path / "a.tar", [sample]), 8)
+        TarShardPairs(_shard(tmp_path / "a.tar", [sample]), MediaSpec.image(8))
     sample = _sample("k0", "a")
     del sample["json"]["prompt"]
     with pytest.raises(UserError, match=r"b\.tar sample 'k0': missing field 'prompt'"):
-        TarShardPairs(_shard(tmp_path / "b.tar", [sample]), 8)
+        TarShardPairs(_shard(tmp_path / "b.tar", [sample]), MediaSpec.image(8))
 
 
 def test_duplicate_id_across_shards(tmp_path):
@@ -105,7 +106,7 @@ def test_duplicate_id_across_shards(tmp_path):
     second = _shard(tmp_path / "b.tar", [_sample("k9", "same")])
     expected = r"b\.tar sample 'k9': duplicate id 'same' \(first in .*a\.tar sample 'k0'\)"
     with pytest.raises(UserError, match=expected):
-        TarShardPairs([first, second], 8)
+        TarShardPairs([first, second], MediaSpec.image(8))
 
 
 def test_split_sample_key_is_rejected(tmp_path):
@@ -117,20 +118,20 @@ def test_split_sample_key_is_rejected(tmp_path):
             info.size = len(data)
             archive.addfile(info, io.BytesIO(data))
     with pytest.raises(UserError, match=r"sample 'k0': its members are not consecutive"):
-        TarShardPairs(path, 8)
+        TarShardPairs(path, MediaSpec.image(8))
 
 
 def test_remote_compressed_and_missing_shards_are_rejected(tmp_path):
     with pytest.raises(UserError, match="needs a local shard"):
-        TarShardPairs(["s3://bucket/pairs-000.tar"], 8)
+        TarShardPairs(["s3://bucket/pairs-000.tar"], MediaSpec.image(8))
     with pytest.raises(UserError, match="tar shard not found"):
-        TarShardPairs([tmp_path / "nope.tar"], 8)
+        TarShardPairs([tmp_path / "nope.tar"], MediaSpec.image(8))
     gz = tmp_path / "s.tar.gz"
     with tarfile.open(gz, "w:gz") as archive:
         info = tarfile.TarInfo("k0.json")
         archive.addfile(info, io.BytesIO(b""))
     with pytest.raises(UserError, match=r"s\.tar\.gz: not an uncompressed tar file"):
-        TarShardPairs([gz], 8)
+        TarShardPairs([gz], MediaSpec.image(8))
 
 
 def _cut(path, size, out):
@@ -145,16 +146,16 @@ def test_a_truncated_shard_is_refused_naming_it(tmp_path):
     # Cut inside a member's data: tarfile raises ReadError while indexing.
     inside = _cut(full, members[4].offset_data + 10, tmp_path / "inside.tar")
     with pytest.raises(UserError, match=r"inside\.tar: truncated"):
-        TarShardPairs([inside], 8)
+        TarShardPairs([inside], MediaSpec.image(8))
     # Cut exactly where a member header starts: tarfile itself stops there without a word.
     on_header = _cut(full, members[5].offset, tmp_path / "header.tar")
     with pytest.raises(UserError, match=r"header\.tar: truncated: no end-of-archive block after 'k1\.loser\.png'"):
-        TarShardPairs([on_header], 8)
+        TarShardPairs([on_header], MediaSpec.image(8))
 
 
 def test_brace_patterns_expand_inside_a_list_of_shards(tmp_path):
     _shard(tmp_path / "p-0.tar", [_sample("k0", "a")])
     _shard(tmp_path / "p-1.tar", [_sample("k1", "b")])
     _shard(tmp_path / "q.tar", [_sample("k2", "c")])
-    source = TarShardPairs([str(tmp_path / "p-{0..1}.tar"), tmp_path / "q.tar"], 8)
+    source = TarShardPairs([str(tmp_path / "p-{0..1}.tar"), tmp_path / "q.tar"], MediaSpec.image(8))
     assert source.membership_ids() == ["a", "b", "c"]

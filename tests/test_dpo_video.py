@@ -23,11 +23,13 @@ from cosmos_rl.data.clip_files import encode_clip
 from cosmos_rl.data.pairs import JsonlPairs, SyntheticPairs, TarShardPairs
 from cosmos_rl.data.tar_write import add_member, shard
 from cosmos_rl.core.errors import UserError
+from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.models import latent_cache as lc
 from cosmos_rl.trainers.dpo import DPOTrainer
 
 CPU = torch.device("cpu")
 FRAMES = 5  # 2 latent frames with the folder's 4x temporal VAE; 32x32 -> 8x8 latent cells
+CLIP, IMAGE = MediaSpec(FRAMES, 32, 32), MediaSpec.image(32)  # the data readers' media of a clip run and an image run
 ROOT = Path(__file__).resolve().parent.parent
 DPO = str(ROOT / "manifests" / "dpo_t2i_smoke.toml")
 
@@ -111,7 +113,7 @@ def test_a_clips_mse_is_the_mean_over_all_its_latent_frames_by_hand():
 # ------------------------------------------------------------------------------------ the data
 def test_clip_pairs_decode_exactly_from_shards_jsonl_and_the_generator(data):
     shards, jsonl = data
-    from_shards, from_jsonl = TarShardPairs(shards, 32, FRAMES), JsonlPairs(jsonl, 32, FRAMES)
+    from_shards, from_jsonl = TarShardPairs(shards, CLIP), JsonlPairs(jsonl, CLIP)
     unit = lambda clip: torch.from_numpy(clip).permute(3, 0, 1, 2).float() / 255  # noqa: E731
     pair = from_shards[1]
     assert (pair.id, pair.prompt) == ("clip-1", PROMPTS[1])
@@ -119,7 +121,7 @@ def test_clip_pairs_decode_exactly_from_shards_jsonl_and_the_generator(data):
     assert torch.equal(from_jsonl[0].winner, unit(winner_clip(100))) and from_jsonl[0].loser.shape == (3, FRAMES, 32, 32)
     assert from_shards.membership_ids() == ["clip-0", "clip-1", "clip-2", "clip-3"]
     # Generated clip pairs: frame 0 is the image pair's winner, and the shape moves 2 px a frame.
-    image, clip = SyntheticPairs(3, 32, 7)[2], SyntheticPairs(3, 32, 7, frames=FRAMES)[2]
+    image, clip = SyntheticPairs(3, IMAGE, 7)[2], SyntheticPairs(3, CLIP, 7)[2]
     assert clip.winner.shape == clip.loser.shape == (3, FRAMES, 32, 32) and clip.prompt == image.prompt
     assert torch.equal(clip.winner[:, 0], image.winner)
     assert torch.equal(clip.winner[:, 3], torch.roll(clip.winner[:, 0], 6, dims=2))
@@ -128,15 +130,15 @@ def test_clip_pairs_decode_exactly_from_shards_jsonl_and_the_generator(data):
 def test_a_pair_of_the_wrong_kind_for_the_run_is_refused_naming_its_row(tmp_path, data):
     shards, jsonl = data
     with pytest.raises(UserError, match=r"pairs-000000\.tar sample '000000': winner is a clip \(winner\.mp4\), but this run trains images"):
-        TarShardPairs(shards, 32)
+        TarShardPairs(shards, IMAGE)
     with pytest.raises(UserError, match=r"pairs\.jsonl:1: winner .*w100\.mp4 is a clip, but this run trains images"):
-        JsonlPairs(jsonl, 32)
+        JsonlPairs(jsonl, IMAGE)
     (tmp_path / "w.png").write_bytes(b"png")
     (tmp_path / "l.mp4").write_bytes(squares_mp4(FRAMES))
     rows = tmp_path / "rows.jsonl"
     rows.write_text(json.dumps({"id": "a", "prompt": "p", "winner": "w.png", "loser": "l.mp4"}) + "\n")
     with pytest.raises(UserError, match=r"rows\.jsonl:1: winner .*w\.png is an image, but clips of 5 frames are expected"):
-        JsonlPairs(rows, 32, FRAMES)
+        JsonlPairs(rows, CLIP)
     # Every clip is held to the run's frame count: 9-frame clips in a 5-frame run stop the read with the row.
     nine = tmp_path / "nine"
     nine.mkdir()
@@ -144,7 +146,7 @@ def test_a_pair_of_the_wrong_kind_for_the_run_is_refused_naming_its_row(tmp_path
     (nine / "l.mp4").write_bytes(encode_clip(loser_clip(0, 9), 16.0))
     (nine / "rows.jsonl").write_text(json.dumps({"id": "n", "prompt": "p", "winner": "w.mp4", "loser": "l.mp4"}) + "\n")
     with pytest.raises(UserError, match=r"rows\.jsonl:1 \(id 'n'\) winner: .*w\.mp4: too many frames: the clip declares 9, expected exactly 5"):
-        JsonlPairs(nine / "rows.jsonl", 32, FRAMES)[0]
+        JsonlPairs(nine / "rows.jsonl", CLIP)[0]
 
 
 def test_a_factorys_clip_records_are_held_to_the_runs_frame_count():
@@ -152,12 +154,12 @@ def test_a_factorys_clip_records_are_held_to_the_runs_frame_count():
 
     clip = torch.rand(3, FRAMES, 32, 32, generator=torch.Generator().manual_seed(0))
     good = PreferencePair("a", "p", clip, clip.flip(-1))
-    assert CheckedFactorySource([good], "m:f", FRAMES)[0] is good
+    assert CheckedFactorySource([good], "m:f", CLIP)[0] is good
     short = PreferencePair("b", "p", clip[:, :4], clip[:, 1:])
     with pytest.raises(UserError, match=r"rl\.data\.factory 'm:f' index 0 \(id 'b'\): winner must be a \[3, F = 5, H, W\] clip tensor \(model\.num_frames\), got \(3, 4, 32, 32\)"):
-        CheckedFactorySource([short], "m:f", FRAMES)[0]
+        CheckedFactorySource([short], "m:f", CLIP)[0]
     with pytest.raises(UserError, match=r"winner must be a \[3, H, W\] tensor, got \(3, 5, 32, 32\)"):
-        CheckedFactorySource([good], "m:f")[0]  # clips from a factory of an image run
+        CheckedFactorySource([good], "m:f", IMAGE)[0]  # clips from a factory of an image run
 
 
 # ------------------------------------------------------------------------------------ training

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.data.tar_pairs import TarShardPairs
 from cosmos_rl.commands.mining.select import best_vs_worst
 from cosmos_rl.shapes import verify
@@ -57,7 +58,7 @@ def test_mined_pairs_are_read_by_the_dpo_reader_and_their_scores_hold(mined):
     assert summary["pairs"] >= 1 and summary["ranked_by"] == "partial" and summary["sampler"]["guidance"] == 3.0
     # Not a terminal (captured): no bar, one plain progress line per round of rows instead.
     assert f"mining: {len(PROMPTS)} of {len(PROMPTS)} prompt rows" in (tmp / "a.stderr").read_text()
-    pairs = TarShardPairs(summary["shards"], 32)
+    pairs = TarShardPairs(summary["shards"], MediaSpec.image(32))
     assert len(pairs) == summary["pairs"]
     with tarfile.open(summary["shards"][0]) as tar:
         metas = [json.loads(tar.extractfile(m).read()) for m in tar.getmembers() if m.name.endswith(".json")]

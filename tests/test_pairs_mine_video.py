@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.cli import app
 from cosmos_rl.data.tar_pairs import TarShardPairs
 from cosmos_rl.commands.mining.command import run_mine
@@ -61,7 +62,7 @@ def test_clips_mined_frame_by_frame_are_clip_pairs_the_dpo_clip_reader_takes(min
     assert summary["frames"] == FRAMES and summary["fps"] == 24.0 and summary["ranked_by"] == "partial"
     assert summary["rows"] == 3 and summary["pairs"] + summary["ties_dropped"] == 3 and summary["pairs"] >= 1
     assert json.loads((tmp_path / "pairs" / "mine.json").read_text()) == summary
-    pairs = TarShardPairs(summary["shards"], 32, FRAMES)
+    pairs = TarShardPairs(summary["shards"], MediaSpec(FRAMES, 32, 32))
     assert len(pairs) == summary["pairs"]
     for index, meta in enumerate(_metas(summary["shards"][0])):
         pair, sides = pairs[index], pairs.prompt_sides()[index]
@@ -101,7 +102,7 @@ def test_the_shipped_clip_dpo_manifest_trains_on_mined_clip_pairs_and_its_run_mi
     again = run_mine(str(tmp_path / "run"), reward="shapes_partial", frame_reduce="mean", prompts=_prompts(tmp_path, PROMPTS),
                      samples=3, out_dir=tmp_path / "again", device="cpu", sample_steps=3, guidance=1.0)  # fmt: skip
     assert (again["kind"], again["step"], again["frames"]) == ("run", 1, FRAMES)
-    assert len(TarShardPairs(again["shards"], 32, FRAMES)) == again["pairs"] >= 1
+    assert len(TarShardPairs(again["shards"], MediaSpec(FRAMES, 32, 32))) == again["pairs"] >= 1
     with pytest.raises(UserError, match=f"--frames 9: the run .* trains at model.num_frames = {FRAMES}; drop --frames"):
         run_mine(str(tmp_path / "run"), reward="shapes_video_partial", frames=9, prompts=_prompts(tmp_path, PROMPTS), samples=3,
                  out_dir=tmp_path / "no", device="cpu")  # fmt: skip
@@ -125,7 +126,7 @@ def test_the_video_verifier_ranks_the_clip_that_moves_as_its_caption_says_above_
     summary = run_mine("preset:shapes", frames=FRAMES, reward="shapes_video_partial", prompts=_prompts(tmp_path, moving),
                        samples=3, out_dir=tmp_path / "pairs", device="cpu")  # fmt: skip
     assert summary["pairs"] == 2 and summary["ties_dropped"] == 0
-    pairs = TarShardPairs(summary["shards"], 32, FRAMES)
+    pairs = TarShardPairs(summary["shards"], MediaSpec(FRAMES, 32, 32))
     for index, meta in enumerate(_metas(summary["shards"][0])):
         assert (meta["winner_sample"], meta["winner_score"], meta["strict"][1]) == (1, 1.0, 1.0)
         assert meta["loser_score"] < 1.0 and meta["loser_sample"] == 0 and meta["task"] == motion_task_of(meta["prompt"])

@@ -12,6 +12,7 @@ from transformers import CLIPModel, CLIPProcessor
 from typer.testing import CliRunner
 
 from _reward_models import head_state, tiny_aesthetic_folder, tiny_clip_folder
+from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.cli import app
 from cosmos_rl.core.errors import UserError
 from cosmos_rl.rewards.client import RewardClient
@@ -19,6 +20,7 @@ from cosmos_rl.rewards.models import ClipRewardModel, convert_head, head_layers
 from cosmos_rl.rewards.registry import parse_model_specs
 from cosmos_rl.rewards.server import RewardServer
 
+IMAGE_RUN = MediaSpec.image(32)  # what a run makes; check_revision asks only images or clips
 PROMPTS = ["a red cube", "blue sky", "green"]
 
 
@@ -154,11 +156,11 @@ def test_served_with_its_revision_and_pinned_by_it(clip_dir):
     direct = ClipRewardModel("pickscore", clip_dir)
     with RewardServer(revision="m-1", models={"pickscore": str(clip_dir)}) as server:
         pin = RewardClient(server.url, "pickscore", "m-1", 10, 0, 0.0, expected_reward_revision=direct.revision)
-        info = pin.check_revision()
+        info = pin.check_revision(IMAGE_RUN)
         assert info["revisions"]["pickscore"] == direct.revision
         assert info["revisions"]["brightness"] == "brightness:builtin-1"
         assert pin.score(images, PROMPTS[:2]) == pytest.approx(direct(images, PROMPTS[:2]), rel=1e-6)
         stale = RewardClient(server.url, "pickscore", "m-1", 10, 0, 0.0, key="rl.rewards[0]",
                              expected_reward_revision="pickscore:sha256-0000000000000000")  # fmt: skip
         with pytest.raises(UserError, match=r"rl.rewards\[0\].reward_revision .*weights changed"):
-            stale.check_revision()
+            stale.check_revision(IMAGE_RUN)

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from _reward_models import tiny_clip_folder
+from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.planning import plan
 from cosmos_rl.algorithms.nft import group_advantages
 from cosmos_rl.algorithms.multi_reward import combined_advantages, reward_metric_names, reward_metrics, weighted_reward
@@ -19,6 +20,7 @@ from cosmos_rl.rewards.models import ClipRewardModel
 from cosmos_rl.rewards.multi import MultiRewardClient, reward_terms, start_reward_services
 from cosmos_rl.rewards.server import RewardServer
 
+IMAGE_RUN = MediaSpec.image(32)  # what a run makes; check_revision asks only images or clips
 ROOT = Path(__file__).resolve().parent.parent
 NFT = ROOT / "manifests" / "nft_t2i_smoke.toml"
 
@@ -85,7 +87,7 @@ def test_two_builtin_rewards_scored_together():
     config = _config('{name="brightness", revision="b-1", weight=2.0}', '{name="prompt_colour", revision="p-1"}')
     services = start_reward_services(config.rl)
     try:
-        info = services.check_revisions()
+        info = services.check_revisions(IMAGE_RUN)
         assert {n: i["revision"] for n, i in info.items()} == {"brightness": "b-1", "prompt_colour": "p-1"}
         client = MultiRewardClient.from_config(config.rl, services.urls, services.tokens)
         assert client.weights == {"brightness": 2.0, "prompt_colour": 1.0}
@@ -109,7 +111,7 @@ def test_model_reward_on_the_builtin_service_and_its_pins(tmp_path):
         services = start_reward_services(config.rl)
         try:
             with pytest.raises(UserError, match=r"rl.rewards\[1\].revision is 'wrong'.*'elsewhere-1'"):
-                services.check_revisions()
+                services.check_revisions(IMAGE_RUN)
             assert services.urls["brightness"] == other.url
             assert services.urls["clipscore"].startswith("http://127.0.0.1:")
         finally:
@@ -118,7 +120,7 @@ def test_model_reward_on_the_builtin_service_and_its_pins(tmp_path):
     services = start_reward_services(stale.rl)
     try:
         with pytest.raises(UserError, match=r"rl.rewards\[0\].reward_revision"):
-            services.check_revisions()
+            services.check_revisions(IMAGE_RUN)
     finally:
         services.stop()
 
@@ -129,7 +131,7 @@ def test_a_service_that_is_down_at_start_names_the_entry():
     config = _config(f'{{name="brightness", revision="gone", url="{url}", max_retries=0}}')
     services = start_reward_services(config.rl)
     with pytest.raises(UserError, match=r"rl.rewards\[0\].url: the reward service at http://127.0.0.1:\d+ cannot be reached before training .*connection failed"):
-        services.check_revisions()
+        services.check_revisions(IMAGE_RUN)
 
 
 def test_a_missing_token_names_the_entry_before_any_service_starts():

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from _reward_models import tiny_clip_folder
+from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.dist.addresses import free_loopback_port
 from cosmos_rl.rewards.client import RewardClient
 from cosmos_rl.rewards.functions import brightness
@@ -17,6 +18,7 @@ from cosmos_rl.rewards.serve_ray import APP_NAME, RayServeService
 
 pytestmark = pytest.mark.slow
 
+IMAGE_RUN = MediaSpec.image(32)  # what a run makes; check_revision asks only images or clips
 REVISION = "ray-serve-1"
 
 
@@ -38,7 +40,7 @@ def test_two_replicas_serve_a_model_reward_and_a_weight_free_one(ray_cluster, tm
             RewardTerm("rl.rewards[1]", "brightness", 0.5, url, REVISION, "", "", 30.0, 1, 0.1, "RS_TOKEN"),
         ]
         client = MultiRewardClient(terms, [client_for(t, url, "t0k") for t in terms])
-        info = client.check_revisions()
+        info = client.check_revisions(IMAGE_RUN)
         assert info["pickscore"]["revisions"]["pickscore"] == local.revision  # the weights' hash, from a replica
         images = np.random.default_rng(0).integers(0, 256, (2, 24, 24, 3), dtype=np.uint8)
         prompts = ["a red cube", "blue"]
@@ -60,7 +62,7 @@ def test_two_replicas_serve_a_model_reward_and_a_weight_free_one(ray_cluster, tm
             assert got["pickscore"] == pytest.approx(local(images, prompts), rel=1e-5)
             assert got["brightness"] == brightness(images, prompts)
         with pytest.raises(Exception, match="bearer token"):
-            RewardClient(url, "brightness", REVISION, 10, 0, 0.0).check_revision()
+            RewardClient(url, "brightness", REVISION, 10, 0, 0.0).check_revision(IMAGE_RUN)
         client.close()
         _assert_the_documented_connection_limits(service)
     finally:

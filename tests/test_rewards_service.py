@@ -11,6 +11,7 @@ import urllib.request
 import numpy as np
 import pytest
 
+from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.core.errors import UserError
 from cosmos_rl.rewards.client import RewardClient, RewardServiceError
 from cosmos_rl.rewards.functions import jpeg_compressibility, prompt_colour
@@ -18,6 +19,7 @@ from cosmos_rl.rewards.server import RewardServer, serve_forever_cli
 
 from _reward_faults import FaultyRewardServer
 
+IMAGE_RUN = MediaSpec.image(32)  # what a run makes; check_revision asks only images or clips
 REVISION = "builtin-rev-1"
 
 
@@ -47,7 +49,7 @@ def test_binds_loopback_on_a_free_port(server):
 def test_info_and_scoring_match_the_reward_functions(server):
     images = _images()
     client = _client(server.url)
-    info = client.check_revision()
+    info = client.check_revision(IMAGE_RUN)
     assert info["revision"] == REVISION
     assert "jpeg_compressibility" in info["rewards"]
     scores = client.score(images, ["a", "b"])
@@ -68,14 +70,14 @@ def test_prompts_travel_with_their_images(server):
 def test_missing_revision_is_refused():
     with RewardServer(revision=None) as srv:
         with pytest.raises(UserError, match="declares no revision") as err:
-            _client(srv.url).check_revision()
+            _client(srv.url).check_revision(IMAGE_RUN)
     assert "rl.reward.revision" in str(err.value)
     assert REVISION in str(err.value)
 
 
 def test_wrong_revision_is_refused_naming_both(server):
     with pytest.raises(UserError) as err:
-        _client(server.url, revision="builtin-rev-0").check_revision()
+        _client(server.url, revision="builtin-rev-0").check_revision(IMAGE_RUN)
     message = str(err.value)
     assert "rl.reward.revision" in message
     assert "'builtin-rev-0'" in message and f"'{REVISION}'" in message
@@ -83,12 +85,12 @@ def test_wrong_revision_is_refused_naming_both(server):
 
 def test_empty_pin_is_refused(server):
     with pytest.raises(UserError, match="rl.reward.revision is empty"):
-        _client(server.url, revision="").check_revision()
+        _client(server.url, revision="").check_revision(IMAGE_RUN)
 
 
 def test_unknown_reward_is_refused_at_check(server):
     with pytest.raises(UserError, match="rl.reward.name"):
-        _client(server.url, reward="aesthetics").check_revision()
+        _client(server.url, reward="aesthetics").check_revision(IMAGE_RUN)
 
 
 def test_unknown_reward_at_score_is_not_retried(server):
@@ -103,12 +105,12 @@ def test_bearer_token():
             urllib.request.urlopen(srv.url + "/info", timeout=5)
         assert raw.value.code == 401
         with pytest.raises(UserError, match="token"):
-            _client(srv.url).check_revision()
+            _client(srv.url).check_revision(IMAGE_RUN)
         with pytest.raises(UserError, match="token"):
             _client(srv.url, token="wrong").score(_images(), ["a", "b"])
         assert srv.score_requests == 0  # refused before scoring
         client = _client(srv.url, token="s3cret")
-        client.check_revision()
+        client.check_revision(IMAGE_RUN)
         assert len(client.score(_images(), ["a", "b"])) == 2
 
 
@@ -165,7 +167,7 @@ def test_service_down_raises_after_retries():
     url = srv.start()
     srv.stop()
     with pytest.raises(RewardServiceError, match="connection failed"):
-        _client(url, max_retries=1).check_revision()
+        _client(url, max_retries=1).check_revision(IMAGE_RUN)
 
 
 def test_server_rejects_malformed_requests(server):
@@ -201,7 +203,7 @@ def test_cli_serves_until_sigterm():
         line = proc.stdout.readline()
         url = line.split("listening on ")[1].split()[0]
         assert url.startswith("http://127.0.0.1:")
-        assert _client(url, revision="cli-rev").check_revision()["revision"] == "cli-rev"
+        assert _client(url, revision="cli-rev").check_revision(IMAGE_RUN)["revision"] == "cli-rev"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
     finally:

@@ -20,6 +20,7 @@ import pytest
 import requests
 from PIL import Image
 
+from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.planning import plan
 from cosmos_rl.config import load
 from cosmos_rl.config.preflight.rewards import VIDEO_REWARDS
@@ -42,6 +43,7 @@ from cosmos_rl.shapes.spec import BACKGROUND, RGB
 ROOT = Path(__file__).resolve().parent.parent
 NFT = ROOT / "manifests" / "nft_t2i_smoke.toml"
 REVISION = "video-1"
+IMAGE_RUN, CLIP_RUN = MediaSpec.image(4), MediaSpec(3, 4, 4)  # what a run makes; check_revision asks only images or clips
 STANDIN = "_video_scorer_standin:score_clips"
 
 
@@ -157,7 +159,7 @@ def test_the_scorer_is_imported_on_first_use():
 # ----------------------------------------------------------------------------------- scoring
 def test_a_clip_reward_gets_the_clips_as_they_are(server):
     client = _client(server.url, "shapes_video_partial")
-    client.check_revision(video=True)
+    client.check_revision(CLIP_RUN)
     assert "scores whole clips" in client.clip_scoring()
     clips = np.stack([_clip(51, 102, 153), _clip(51, 153, 102)])
     before = server.score_requests
@@ -272,7 +274,7 @@ def test_several_rewards_score_the_same_clips(server):
     ]
     multi = MultiRewardClient(terms, [client_for(t, t.url, None) for t in terms])
     try:
-        multi.check_revisions(video=True)
+        multi.check_revisions(CLIP_RUN)
         got = multi.score(np.stack([_clip(51, 153, 102)]), ["a"], per_frame_prompts=["a"])
     finally:
         multi.close()
@@ -282,11 +284,11 @@ def test_several_rewards_score_the_same_clips(server):
 # ------------------------------------------------------------------ what a run may ask for
 def test_modalities_decide_what_a_run_may_ask(server, caplog):
     with pytest.raises(UserError, match=r"scores as whole clips only \(modalities \['video'\]\), but this run makes images"):
-        _client(server.url, "shapes_video_strict").check_revision()
+        _client(server.url, "shapes_video_strict").check_revision(IMAGE_RUN)
     with pytest.raises(UserError, match="rl.reward.frame_reduce / rl.reward.frame_stride play no part"):
-        _client(server.url, "shapes_video_strict", frame_reduce="min").check_revision(video=True)
+        _client(server.url, "shapes_video_strict", frame_reduce="min").check_revision(CLIP_RUN)
     with caplog.at_level(logging.WARNING, logger="cosmos_rl.rewards.client"):
-        _client(server.url, "brightness", frame_stride=2).check_revision(video=True)
+        _client(server.url, "brightness", frame_stride=2).check_revision(CLIP_RUN)
     assert "'brightness'" in caplog.text and "is an image reward (its modalities are ['image'])" in caplog.text
     assert "frames 0, 2, 4, ..." in caplog.text
     with pytest.raises(UserError, match="rl.reward: frame_reduce must be one of"):
@@ -310,7 +312,7 @@ def test_a_service_without_modalities_counts_as_image_only(caplog):
     with _OldServer(revision=REVISION) as old:
         client = _client(old.url, "brightness")
         with caplog.at_level(logging.WARNING, logger="cosmos_rl.rewards.client"):
-            client.check_revision(video=True)
+            client.check_revision(CLIP_RUN)
         assert "its /info lists no modalities, so it counts as image-only" in caplog.text
         clip = _clip(51, 102, 255)[None]
         assert client.score(clip, ["a"]) == pytest.approx([1.6 / 3])

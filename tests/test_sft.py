@@ -98,7 +98,7 @@ def test_the_prompt_template_travels_with_a_saved_model(tmp_path):
 # ------------------------------------------------------------------------------------- data
 def test_caption_shards_read_what_the_shapes_world_writes(tmp_path):
     write_shards(tmp_path, SPECS, seed=5, per_shard=2)
-    source = CaptionShards(str(tmp_path / "shapes-{000000..000001}.tar"), 32)
+    source = CaptionShards(str(tmp_path / "shapes-{000000..000001}.tar"), MediaSpec.image(32))
     assert len(source) == 3
     sample = source[1]
     assert sample.caption == "two blue squares" and sample.id == "shapes-000000.tar/00000001"
@@ -116,7 +116,7 @@ def test_caption_jsonl_rows_and_errors_name_the_row(tmp_path):
     _png(tmp_path / "a.png")
     good = tmp_path / "good.jsonl"
     good.write_text('{"image": "a.png", "caption": "a circle"}\n\n{"image": "a.png", "prompt": "a square", "id": "x"}\n')
-    source = CaptionJsonl(good, 32)
+    source = CaptionJsonl(good, MediaSpec.image(32))
     assert [source[0].caption, source[1].caption, source[1].id] == ["a circle", "a square", "x"]
     for text, message in [
         ('{"image": "nope.png", "caption": "c"}', r"bad.jsonl:1: image .*nope.png does not exist"),
@@ -127,7 +127,7 @@ def test_caption_jsonl_rows_and_errors_name_the_row(tmp_path):
         bad = tmp_path / "bad.jsonl"
         bad.write_text(text + "\n")
         with pytest.raises(UserError, match=message):
-            CaptionJsonl(bad, 32)
+            CaptionJsonl(bad, MediaSpec.image(32))
 
 
 # ---------------------------------------------------------------------------------- trainer

@@ -73,7 +73,7 @@ def test_the_rebuild_command_runs_and_improves_the_model(tmp_path):
     assert code == 0
     built = load_shapes_base(tmp_path / "out")  # the float16 files, checked against the manifest
     init = load_parts(tmp_path / "work" / "init")
-    source = CaptionShards(sorted(str(p) for p in (tmp_path / "work" / "shards").glob("*.tar")), 32)
+    source = CaptionShards(sorted(str(p) for p in (tmp_path / "work" / "shards").glob("*.tar")), MediaSpec.image(32))
     images = torch.stack([source[i].image for i in range(16)])
     captions = [source.caption(i) for i in range(16)]
     assert _reconstruction(built.vae, images) < 0.5 * _reconstruction(init.vae, images)

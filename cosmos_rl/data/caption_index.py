@@ -2,8 +2,10 @@
 clip; torch-free.
 
 The one reader of the layouts :mod:`cosmos_rl.data.captions` documents: the run's source stops at
-the first problem these return, ``validate`` lists all of them. ``frames`` is the run's frame count:
-at 1 a sample's media is its image (or, with no image, a one-frame clip), above 1 it must be a clip.
+the first problem these return, ``validate`` lists all of them. ``frames`` is the run's frame count
+(``MediaSpec.frames``): at 1 a sample's media is its image (or, with no image, a one-frame clip),
+above 1 it must be a clip. These read metadata only, so they take the count alone: ``validate``
+reads them (:mod:`cosmos_rl.data.scan`) even when the manifest's frame size is incomplete.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ def _media_member(members: dict, origin: str, frames: int) -> tuple[str, Blob]:
     return "image", side_blob(members, "", origin)
 
 
-def _shard_entry(archive: tarfile.TarFile, key: str, members: dict, shard: Path, frames: int = 1) -> ShardEntry:
+def _shard_entry(archive: tarfile.TarFile, key: str, members: dict, shard: Path, frames: int) -> ShardEntry:
     origin = f"{shard} sample {key!r}"
     row: dict = {}
     if "json" in members:
@@ -94,7 +96,7 @@ def _shard_entry(archive: tarfile.TarFile, key: str, members: dict, shard: Path,
     return ShardEntry(shard, key, str(row.get("id", f"{shard.name}/{key}")), caption, media, kind)
 
 
-def index_caption_shards(shards: Sequence[Path], frames: int = 1) -> tuple[list[ShardEntry], list[UserError]]:
+def index_caption_shards(shards: Sequence[Path], frames: int) -> tuple[list[ShardEntry], list[UserError]]:
     """Every shard's good samples in order (ids unique across shards) and every problem found."""
     entries: list[ShardEntry] = []
     problems: list[UserError] = []
@@ -122,7 +124,7 @@ def _media_file(row: dict, origin: str, frames: int) -> tuple[str, str]:
     return ("clip", "video") if "video" in row and "image" not in row else ("image", "image")
 
 
-def _row(text: str, line: int, path: Path, frames: int = 1) -> CaptionRow:
+def _row(text: str, line: int, path: Path, frames: int) -> CaptionRow:
     origin = f"{path}:{line}"
     try:
         row = json.loads(text)
@@ -143,7 +145,7 @@ def _row(text: str, line: int, path: Path, frames: int = 1) -> CaptionRow:
     return CaptionRow(line, str(row.get("id", line)), _caption_of(row, origin), media_path, kind)
 
 
-def read_caption_rows(path: Path, frames: int = 1) -> tuple[list[CaptionRow], list[UserError]]:
+def read_caption_rows(path: Path, frames: int) -> tuple[list[CaptionRow], list[UserError]]:
     """Every good row in file order and every problem (bad rows, duplicate ids, an empty file)."""
     rows: list[CaptionRow] = []
     problems: list[UserError] = []

@@ -11,7 +11,7 @@ Blank lines are allowed (they hold no row). The whole file is validated when the
 source is built - JSON, fields, unique ids, image files present, winner != loser (rows are
 read by :mod:`cosmos_rl.data.jsonl_rows`) - and images are decoded only when a pair is read.
 
-Clips: with ``frames`` > 1 (a video run) ``winner`` and ``loser`` name mp4 files, each decoded to
+Clips: with ``media.frames`` > 1 (a video run) ``winner`` and ``loser`` name mp4 files, each decoded to
 [3, F, H, W] by :mod:`cosmos_rl.data.clips` (exactly F frames of the run's size, never resized or cut).
 """
 
@@ -21,19 +21,19 @@ from pathlib import Path
 from typing import Union
 
 from cosmos_rl.data.clips import load_clip
-from cosmos_rl.data.images import ImageSize, as_height_width, load_image
+from cosmos_rl.data.images import load_image
 from cosmos_rl.data.jsonl_rows import read_pair_rows
 from cosmos_rl.data.pair_record import PreferencePair, PromptSides
+from cosmos_rl.core.media import MediaSpec
 
 
 class JsonlPairs:
-    """Preference pairs from a JSONL file; see the module docstring for the format."""
+    """Preference pairs from a JSONL file, each side of `media`; see the module docstring for the format."""
 
-    def __init__(self, path: Union[str, Path], size: ImageSize, frames: int = 1):
+    def __init__(self, path: Union[str, Path], media: MediaSpec):
         self.path = Path(path)
-        self.size = as_height_width(size)
-        self.frames = frames
-        rows, problems = read_pair_rows(self.path, frames)
+        self.media = media
+        rows, problems = read_pair_rows(self.path, media.frames)
         if problems:
             raise problems[0]
         self._rows = rows
@@ -54,9 +54,9 @@ class JsonlPairs:
         )
 
     def _load(self, path: Path, origin: str):
-        if self.frames > 1:
-            return load_clip(path, self.frames, *self.size, origin)
-        return load_image(path, self.size, origin)
+        if self.media.is_video:
+            return load_clip(path, self.media.frames, *self.media.size, origin)
+        return load_image(path, self.media.size, origin)
 
     def membership_ids(self) -> list[str]:
         return [row.id for row in self._rows]

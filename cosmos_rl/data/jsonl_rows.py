@@ -2,9 +2,10 @@
 
 The one parser of the format (see :mod:`cosmos_rl.data.jsonl_pairs`): the run's source stops at
 the first problem it returns, ``validate`` lists all of them. Each problem is a ``UserError``
-whose message starts with ``file:line``. ``frames`` is the run's frame count: above 1 the
-``winner`` and ``loser`` paths name mp4 clips, at 1 images; a path whose extension says the other
-kind is refused here, before anything is opened.
+whose message starts with ``file:line``. ``frames`` is the run's frame count (``MediaSpec.frames``):
+above 1 the ``winner`` and ``loser`` paths name mp4 clips, at 1 images; a path whose extension says
+the other kind is refused here, before anything is opened. The count alone, not the media: ``validate``
+reads rows (:mod:`cosmos_rl.data.scan`) even when the manifest's frame size is incomplete.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def _kind_problem(path: Path, key: str, frames: int) -> Optional[str]:
     return None
 
 
-def _image_path(row: dict, key: str, folder: Path, origin: str, frames: int = 1) -> tuple[Path, os.stat_result]:
+def _image_path(row: dict, key: str, folder: Path, origin: str, frames: int) -> tuple[Path, os.stat_result]:
     what = "a clip (mp4)" if frames > 1 else "an image"
     if key not in row:
         raise UserError(f"{origin}: missing field {key!r}; every row needs 'winner' and 'loser' paths ({what} each)")
@@ -69,7 +70,7 @@ def _image_path(row: dict, key: str, folder: Path, origin: str, frames: int = 1)
     return image, found
 
 
-def parse_row(text: str, line: int, path: Path, frames: int = 1) -> PairRow:
+def parse_row(text: str, line: int, path: Path, frames: int) -> PairRow:
     origin = f"{path}:{line}"
     try:
         row = json.loads(text)
@@ -86,7 +87,7 @@ def parse_row(text: str, line: int, path: Path, frames: int = 1) -> PairRow:
     return PairRow(line, pair_id, prompt, winner, loser, winner_prompt, loser_prompt)
 
 
-def read_pair_rows(path: Path, frames: int = 1) -> tuple[list[PairRow], list[UserError]]:
+def read_pair_rows(path: Path, frames: int) -> tuple[list[PairRow], list[UserError]]:
     """Every good row in file order, and every problem (bad rows, duplicate ids, an empty file).
 
     A file that cannot be read at all is raised, not returned: there are no rows to go on with.

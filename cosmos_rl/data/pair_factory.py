@@ -14,18 +14,19 @@ from typing import Any
 from cosmos_rl.data.factory_spec import resolve_factory
 from cosmos_rl.data.pair_record import PreferencePair, PromptSides, check_pair
 from cosmos_rl.core.errors import UserError
+from cosmos_rl.core.media import MediaSpec
 
 _WHAT = "rl.data.factory"
 
 
 class CheckedFactorySource:
     """Wraps a factory's source so that a malformed record fails naming the factory and index
-    (`frames`: the run's frame count; above 1 every side must be a clip of exactly that many)."""
+    (`media`: the run's; at `media.frames` > 1 every side must be a clip of exactly that many frames)."""
 
-    def __init__(self, source: Any, spec: str, frames: int = 1):
+    def __init__(self, source: Any, spec: str, media: MediaSpec):
         self._source = source
         self.spec = spec
-        self.frames = frames
+        self.media = media
 
     def __len__(self) -> int:
         length = len(self._source)
@@ -34,7 +35,7 @@ class CheckedFactorySource:
         return length
 
     def __getitem__(self, index: int) -> PreferencePair:
-        return check_pair(self._source[index], f"{_WHAT} {self.spec!r} index {index}", self.frames)
+        return check_pair(self._source[index], f"{_WHAT} {self.spec!r} index {index}", self.media.frames)
 
     def membership_ids(self) -> list[str]:
         hook = getattr(self._source, "membership_ids", None)
@@ -55,9 +56,9 @@ class CheckedFactorySource:
         return list(hook()) if hook is not None else []
 
 
-def factory_source(spec: str, frames: int = 1, /, **kwargs: Any) -> CheckedFactorySource:
+def factory_source(spec: str, media: MediaSpec, /, **kwargs: Any) -> CheckedFactorySource:
     """Import ``module:function``, call it with ``kwargs``, and check what it returns (and each
-    record against the run's ``frames``; positional only, so a factory may take a ``frames`` keyword of its own)."""
+    record against the run's ``media``; positional only, so a factory may take a ``media`` keyword of its own)."""
     source = resolve_factory(spec, _WHAT)(**kwargs)
     missing = [name for name in ("__len__", "__getitem__") if not hasattr(source, name)]
     if missing:
@@ -65,4 +66,4 @@ def factory_source(spec: str, frames: int = 1, /, **kwargs: Any) -> CheckedFacto
             f"{_WHAT}: {spec!r} returned {type(source).__name__}, which lacks {', '.join(missing)}; "
             "a pair source needs __len__ and __getitem__(i) -> PreferencePair"
         )
-    return CheckedFactorySource(source, spec, frames)
+    return CheckedFactorySource(source, spec, media)

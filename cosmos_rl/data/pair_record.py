@@ -102,7 +102,7 @@ def _layout_problem(image: Any, frames: int) -> Optional[str]:
     return None
 
 
-def check_pair(pair: Any, origin: str, frames: int = 1) -> PreferencePair:
+def check_pair(pair: Any, origin: str, frames: int) -> PreferencePair:
     """Check that a record from an untrusted source has the documented shape and range: images at
     `frames` = 1, clips of exactly `frames` frames above."""
     if not isinstance(pair, PreferencePair):

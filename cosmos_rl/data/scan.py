@@ -258,7 +258,9 @@ def check_captions(
 
 
 def run_media(config: schema.RunConfig) -> tuple[int, int, int]:
-    """(frames, height, width) of what the run trains on, as models/media.MediaSpec reads the manifest."""
+    """(frames, height, width) of what the run trains on, as `core.media.MediaSpec.from_model_config`
+    reads the manifest, except that a size the manifest leaves incomplete is 0 (preflight reports it;
+    validate still reads the rows): not a MediaSpec, which refuses it."""
     model = config.model
     frames = int(model.num_frames)
     height = model.height if model.height is not None else model.image_size

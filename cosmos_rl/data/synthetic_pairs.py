@@ -19,10 +19,10 @@ Since a pair is a pure function of ``(seed, index)``, generated pairs are rememb
 the first) returns fresh copies of the remembered tensors instead of painting them again: the same
 values, and a caller that writes into a pair's tensors cannot change what a later read returns.
 
-Clips (``frames`` > 1, a video run): both sides are [3, F, H, W]; frame k is the image pair's
+Clips (``media.frames`` > 1, a video run): both sides are [3, F, H, W]; frame k is the image pair's
 layout with the shape moved right by k x :data:`CLIP_STEP_FRACTION` of the width (wrapping round;
 the background gradient is vertical, so only the shape moves), and the loser's noise is drawn for
-every frame. An image run's pairs (``frames`` = 1) are the same values as before clips existed.
+every frame. An image run's pairs (``media.frames`` = 1) are the same values as before clips existed.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from collections import OrderedDict
 
 import torch
 
-from cosmos_rl.data.images import ImageSize, as_height_width
+from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.data.pair_record import PreferencePair
 from cosmos_rl.data.vocab import COLOUR_RGB, SHAPES
 
@@ -73,19 +73,17 @@ def _paint(mask: torch.Tensor, background: torch.Tensor, colour: str) -> torch.T
 
 
 class SyntheticPairs:
-    """``n`` generated pairs of ``size`` pixels (a side or (height, width)); see the module docstring for the rule."""
+    """``n`` generated pairs of ``media`` (its frame size; clips of its frames when a video); see the
+    module docstring for the rule."""
 
-    def __init__(self, n: int, size: ImageSize, seed: int, frames: int = 1):
-        if frames < 1:
-            raise ValueError(f"SyntheticPairs needs frames >= 1, got {frames}")
+    def __init__(self, n: int, media: MediaSpec, seed: int):
         if n <= 0:
             raise ValueError(f"SyntheticPairs needs n > 0, got {n}")
         if seed < 0:
             raise ValueError(f"SyntheticPairs needs seed >= 0, got {seed}")
         self.n = n
-        self.size = as_height_width(size)
+        self.media = media
         self.seed = seed
-        self.frames = frames
         self._memo: OrderedDict[int, PreferencePair] = OrderedDict()
         self._memo_bytes = 0
 
@@ -125,12 +123,12 @@ class SyntheticPairs:
         colour = _COLOURS[_pick(generator, len(_COLOURS))]
         shape = SHAPES[_pick(generator, len(SHAPES))]
         other = [c for c in _COLOURS if c != colour][_pick(generator, len(_COLOURS) - 1)]
-        height, width = self.size
+        height, width = self.media.size
         mask = _shape_mask(shape, height, width, generator)
         gradient = torch.linspace(0.35, 0.65, height).view(1, height, 1).expand(3, height, width)
         winner = _paint(mask, gradient, colour)
         prompt = f"a {colour} {shape}"
-        if self.frames > 1:
+        if self.media.is_video:
             return PreferencePair(self._id(index), prompt, *self._clips(mask, gradient, colour, other, generator))
         noise = torch.randn(3, height, width, generator=generator) * LOSER_NOISE_STD
         loser = (_paint(mask, gradient, other) + noise).clamp(0.0, 1.0)
@@ -138,11 +136,12 @@ class SyntheticPairs:
 
     def _clips(self, mask, gradient, colour: str, other: str, generator) -> tuple[torch.Tensor, torch.Tensor]:
         """(winner, loser) clips [3, F, H, W]: the shape moving right, the loser noisy in every frame."""
-        height, width = self.size
+        height, width = self.media.size
+        frames = self.media.frames
         step = max(1, round(width * CLIP_STEP_FRACTION))
-        masks = torch.stack([torch.roll(mask, k * step, dims=1) for k in range(self.frames)])  # [F, H, W]
+        masks = torch.stack([torch.roll(mask, k * step, dims=1) for k in range(frames)])  # [F, H, W]
         winner = torch.stack([_paint(m, gradient, colour) for m in masks], dim=1)
-        noise = torch.randn(3, self.frames, height, width, generator=generator) * LOSER_NOISE_STD
+        noise = torch.randn(3, frames, height, width, generator=generator) * LOSER_NOISE_STD
         loser = (torch.stack([_paint(m, gradient, other) for m in masks], dim=1) + noise).clamp(0.0, 1.0)
         return winner.contiguous(), loser.contiguous()
 

@@ -265,7 +265,7 @@ def _side_of(members: dict[str, tarfile.TarInfo], side: str, origin: str, frames
 
 
 def _sample_of(
-    archive: tarfile.TarFile, key: str, members: dict[str, tarfile.TarInfo], shard: Path, frames: int = 1
+    archive: tarfile.TarFile, key: str, members: dict[str, tarfile.TarInfo], shard: Path, frames: int
 ) -> TarSample:
     origin = f"{shard} sample {key!r}"
     if "json" not in members:
@@ -283,9 +283,10 @@ def _sample_of(
     return TarSample(shard, key, pair_id, prompt, winner, loser, winner_prompt, loser_prompt)
 
 
-def index_shard(shard: Path, frames: int = 1) -> tuple[list[TarSample], list[UserError]]:
+def index_shard(shard: Path, frames: int) -> tuple[list[TarSample], list[UserError]]:
     """The shard's good samples and every sample's problem; damage to the shard itself is one problem.
-    ``frames`` is the run's frame count: above 1 each side is an mp4 clip (``winner.mp4``)."""
+    ``frames`` is the run's frame count (``MediaSpec.frames``): above 1 each side is an mp4 clip
+    (``winner.mp4``). The count alone: ``validate`` indexes shards even when the frame size is incomplete."""
     return index_members(shard, partial(_sample_of, frames=frames))
 
 
@@ -317,7 +318,7 @@ def index_members(shard: Path, sample_of) -> tuple[list, list[UserError]]:
     return samples, problems
 
 
-def index_shards(shards: Sequence[Path], frames: int = 1) -> tuple[list[TarSample], list[UserError]]:
+def index_shards(shards: Sequence[Path], frames: int) -> tuple[list[TarSample], list[UserError]]:
     """Every shard's samples in order, ids unique across shards, and every problem found (``frames``:
     as :func:`index_shard`)."""
     samples: list[TarSample] = []

@@ -7,7 +7,7 @@ file name's first dot). Each sample needs:
 - ``json``: ``{"id": ..., "prompt": ...}`` plus optional ``winner_prompt`` /
   ``loser_prompt``; tie markers are rejected as in the JSONL format;
 - exactly one ``winner.<ext>`` and one ``loser.<ext>``, ``<ext>`` one of
-  ``png``, ``jpg``, ``jpeg``, ``webp``; in a video run (``frames`` > 1) ``winner.mp4`` and
+  ``png``, ``jpg``, ``jpeg``, ``webp``; in a video run (``media.frames`` > 1) ``winner.mp4`` and
   ``loser.mp4``, each decoded to [3, F, H, W] by :mod:`cosmos_rl.data.clips` (exactly F frames of
   the run's size, never resized or cut).
 
@@ -25,21 +25,21 @@ from pathlib import Path
 from typing import Sequence, Union
 
 from cosmos_rl.data.clips import decode_clip
-from cosmos_rl.data.images import ImageSize, as_height_width, decode_image
+from cosmos_rl.data.images import decode_image
 from cosmos_rl.data.pair_record import PreferencePair, PromptSides
 from cosmos_rl.data.tar_index import IMAGE_EXTENSIONS, Blob, TarSample, index_shards, read_blob, shard_paths
+from cosmos_rl.core.media import MediaSpec
 
 __all__ = ["IMAGE_EXTENSIONS", "TarShardPairs"]
 
 
 class TarShardPairs:
-    """Preference pairs from webdataset tar shards; see the module docstring for the layout."""
+    """Preference pairs from webdataset tar shards, each side of `media`; see the module docstring for the layout."""
 
-    def __init__(self, urls_or_paths: Union[str, Path, Sequence[Union[str, Path]]], size: ImageSize, frames: int = 1):
-        self.size = as_height_width(size)
-        self.frames = frames
+    def __init__(self, urls_or_paths: Union[str, Path, Sequence[Union[str, Path]]], media: MediaSpec):
+        self.media = media
         self.shards = shard_paths(urls_or_paths)
-        samples, problems = index_shards(self.shards, frames)
+        samples, problems = index_shards(self.shards, media.frames)
         if problems:
             raise problems[0]
         self._samples = samples
@@ -50,9 +50,9 @@ class TarShardPairs:
     def _read(self, sample: TarSample, blob: Blob, side: str):
         origin = f"{sample.origin} (id {sample.id!r}) {side}"
         data = read_blob(sample, blob, origin)
-        if self.frames > 1:
-            return decode_clip(data, self.frames, *self.size, origin)
-        return decode_image(data, self.size, origin)
+        if self.media.is_video:
+            return decode_clip(data, self.media.frames, *self.media.size, origin)
+        return decode_image(data, self.media.size, origin)
 
     def __getitem__(self, index: int) -> PreferencePair:
         if not 0 <= index < len(self._samples):

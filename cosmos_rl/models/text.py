@@ -44,9 +44,9 @@ def _duration_sentence(media: MediaSpec, negated: bool) -> str:
     return f"The video is {media.seconds:.1f} seconds long and is of {media.fps:.0f} FPS."
 
 
-def _encode(tokenizer: PreTrainedTokenizerBase, text: str, use_system_prompt: bool, video: bool = False) -> list[int]:
-    system_prompt = _SYSTEM_PROMPT_VIDEO if video else _SYSTEM_PROMPT_IMAGE
-    turns = [{"role": "system", "content": system_prompt}] if use_system_prompt else []
+def _encode(tokenizer: PreTrainedTokenizerBase, text: str, system_prompt: str | None) -> list[int]:
+    """The chat ids of `text`, after a system turn of `system_prompt` (None: no system turn)."""
+    turns = [{"role": "system", "content": system_prompt}] if system_prompt is not None else []
     turns.append({"role": "user", "content": text})
     encoded = tokenizer.apply_chat_template(
         turns, tokenize=True, add_generation_prompt=True, add_vision_id=False, return_dict=True
@@ -100,13 +100,14 @@ def tokenize_prompts(
     if isinstance(prompts, str):
         raise TypeError("prompts must be a list of strings, got a single string")
     cond, uncond = [], []
+    system_prompt = _SYSTEM_PROMPT_IMAGE if use_system_prompt else None
     for prompt in prompts:
         cond_text, uncond_text = prompt, negative_prompt
         if resolution is not None:
             cond_text = _with_sentence(cond_text, _resolution_sentence(resolution, negated=False))
             uncond_text = _with_sentence(uncond_text, _resolution_sentence(resolution, negated=True))
-        cond.append(torch.tensor(_encode(tokenizer, cond_text, use_system_prompt), dtype=torch.long))
-        uncond.append(torch.tensor(_encode(tokenizer, uncond_text, use_system_prompt), dtype=torch.long))
+        cond.append(torch.tensor(_encode(tokenizer, cond_text, system_prompt), dtype=torch.long))
+        uncond.append(torch.tensor(_encode(tokenizer, uncond_text, system_prompt), dtype=torch.long))
     return cond, uncond
 
 
@@ -130,9 +131,7 @@ def tokenize_video_prompts(
         text = _with_sentence(text, _duration_sentence(media, negated))
         return _with_sentence(text, _resolution_sentence(media.size, negated, noun="video"))
 
-    uncond_ids = _encode(tokenizer, with_sentences(negative_prompt, True), use_system_prompt, video=True)
-    cond = [
-        torch.tensor(_encode(tokenizer, with_sentences(prompt, False), use_system_prompt, video=True), dtype=torch.long)
-        for prompt in prompts
-    ]
+    system_prompt = _SYSTEM_PROMPT_VIDEO if use_system_prompt else None
+    uncond_ids = _encode(tokenizer, with_sentences(negative_prompt, True), system_prompt)
+    cond = [torch.tensor(_encode(tokenizer, with_sentences(prompt, False), system_prompt), dtype=torch.long) for prompt in prompts]
     return cond, [torch.tensor(uncond_ids, dtype=torch.long) for _ in prompts]

@@ -18,6 +18,7 @@ from cosmos_rl.config.preflight.grid import RDZV_ENV
 from cosmos_rl.config.preflight.online import nft_shapes
 from cosmos_rl.config.preflight.rewards import VIDEO_REWARDS
 from cosmos_rl.core import schema
+from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.core.paths import resolve_path
 from cosmos_rl.models import layout, towers
 from cosmos_rl.planning.media_cost import media_section, sample_costs
@@ -82,18 +83,20 @@ def _frames_scored(t, frames: int) -> str:
     return how + ("" if not t.url else " (if the service scores images; a clip reward gets whole clips)")
 
 
-def _reward_summary(rl: schema.NFTConfig, frames: int = 1) -> dict:
+def _reward_summary(rl: schema.OnlineRLBase, media: MediaSpec) -> dict:
+    """The rewards of an online run (NFT, GRPO) that makes `media`; for clips, which frames each scores."""
     builtin = "built-in service, started on a free 127.0.0.1 port"
+    frames = media.frames
     if not rl.rewards:
         out = {"endpoint": rl.reward.url or builtin, "name": rl.reward.name, "revision": rl.reward.revision}
-        return {**out, "frames": _frames_scored(rl.reward, frames)} if frames > 1 else out
+        return {**out, "frames": _frames_scored(rl.reward, frames)} if media.is_video else out
     return {
         "endpoint": ", ".join(r.url or builtin for r in rl.rewards),
         "name": " + ".join(f"{r.weight:g} x {r.name}" for r in rl.rewards) + f" ({rl.reward_combine})",
         "revision": ", ".join(r.revision for r in rl.rewards),
         "terms": [{"name": r.name, "weight": r.weight, "endpoint": r.url or builtin, "revision": r.revision,
                    "reward_revision": r.reward_revision, "model": r.model,
-                   **({"frames": _frames_scored(r, frames)} if frames > 1 else {})} for r in rl.rewards],
+                   **({"frames": _frames_scored(r, frames)} if media.is_video else {})} for r in rl.rewards],
     }  # fmt: skip
 
 
@@ -214,7 +217,7 @@ def online_section(config: schema.RunConfig, base_dir: Path) -> dict:
             "guidance_semantics": GUIDANCE_SEMANTICS,
             "seed_clock": rl.rollout_seed_clock,
         },
-        "reward": _reward_summary(rl, config.model.num_frames),
+        "reward": _reward_summary(rl, MediaSpec.from_model_config(config.model)),
         "ray": _ray_layout(config, rl.group_size),
     }
 

@@ -26,6 +26,7 @@ import requests
 from PIL import Image
 
 from cosmos_rl.core.errors import UserError
+from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.rewards import frames
 from cosmos_rl.rewards.functions import check_images
 from cosmos_rl.rewards.limits import Limits, chunks_within
@@ -111,11 +112,11 @@ class RewardClient:
         """GET /info (with retries)."""
         return self._call("GET", "/info", None, _check_info)
 
-    def check_revision(self, video: bool = False) -> dict:
+    def check_revision(self, media: MediaSpec) -> dict:
         """Refuse a service whose declared revision is missing or differs from the pin.
 
         Also refuses a service that does not offer `reward`, one whose reward has another revision
-        when that is pinned, and one whose reward cannot score what the run makes (`video`: clips):
+        when that is pinned, and one whose reward cannot score what the run makes (`media`, the run's):
         an image run needs a reward that takes images; a video run scores clips with an image-only
         reward frame by frame, and says so in the log. Returns the /info answer.
         """
@@ -153,7 +154,7 @@ class RewardClient:
                     "point the run at the pinned model or update the pin"
                 )
         self._learn(info)
-        self._check_modality(video)
+        self._check_modality(media)
         return info
 
     def clip_scoring(self) -> str:
@@ -181,9 +182,9 @@ class RewardClient:
         self._uses_prompt = not (isinstance(uses, dict) and uses.get(self.reward) is False)
         self._modalities = tuple(own)
 
-    def _check_modality(self, video: bool) -> None:
+    def _check_modality(self, media: MediaSpec) -> None:
         mods = list(self._modalities)
-        if not video:
+        if not media.is_video:
             if "image" not in mods:
                 raise UserError(f"{self.key}.name is {self.reward!r}, which the service at {self.url} scores as whole clips only "
                                 f"(modalities {mods}), but this run makes images (model.num_frames = 1); pick an image reward")

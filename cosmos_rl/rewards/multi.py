@@ -5,14 +5,14 @@ turns either into the same list. The driver, before Ray starts:
 
     services = start_reward_services(config.rl)   # tokens read once; built-in services for no-url rewards
     try:
-        services.check_revisions()                 # every pin; UserError naming the table's key
+        services.check_revisions(media)            # every pin, and the run's media; UserError naming the table's key
         ... each worker gets services.urls and services.tokens ...
     finally:
         services.stop()
 
 and each worker scores with `MultiRewardClient.from_config(config.rl, urls, tokens)`, getting one
-score list per reward name (the requests to the services go out in parallel). A video run passes
-`video=True` to `check_revisions` and scores clips, each image reward frame by frame
+score list per reward name (the requests to the services go out in parallel). `check_revisions`
+takes the run's media (`core.media.MediaSpec`); a video run scores clips, each image reward frame by frame
 (`RewardClient.score`); the built-in shapes image verifier scores a clip's frames against the
 static part of its moving-shapes caption (`frame_prompt_rule`), the only caption it can parse.
 """
@@ -27,6 +27,7 @@ import attrs
 import numpy as np
 
 from cosmos_rl.core.errors import UserError
+from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.rewards.client import RewardClient, RewardServiceError
 from cosmos_rl.rewards.frames import CAPTION_GRAMMAR_REWARDS, PerFramePrompts, builtin_frame_prompts
 
@@ -96,8 +97,8 @@ class RewardServices:
     def __init__(self, terms: list[RewardTerm], urls: dict[str, str], tokens: dict[str, str | None], servers: list):
         self.terms, self.urls, self.tokens, self._servers = terms, urls, tokens, servers
 
-    def check_revisions(self, video: bool = False) -> dict[str, dict]:
-        """Every service's /info against its pins and against what the run makes (`video`: clips,
+    def check_revisions(self, media: MediaSpec) -> dict[str, dict]:
+        """Every service's /info against its pins and against what the run makes (`media`, the run's;
         see RewardClient.check_revision); /info answers by reward name.
 
         A mismatch, or a service that cannot be reached at all, is a UserError naming the table's
@@ -107,7 +108,7 @@ class RewardServices:
         for t in self.terms:
             client = client_for(t, self.urls[t.name], self.tokens[t.name])
             try:
-                answers[t.name] = client.check_revision(video)
+                answers[t.name] = client.check_revision(media)
             except RewardServiceError as exc:
                 raise UserError(
                     f"{t.key}.url: the reward service at {self.urls[t.name]} cannot be reached before training ({exc}); "
@@ -166,8 +167,8 @@ class MultiRewardClient:
     def weights(self) -> dict[str, float]:
         return {t.name: t.weight for t in self.terms}
 
-    def check_revisions(self, video: bool = False) -> dict[str, dict]:
-        return {c.reward: c.check_revision(video) for c in self.clients}
+    def check_revisions(self, media: MediaSpec) -> dict[str, dict]:
+        return {c.reward: c.check_revision(media) for c in self.clients}
 
     def score(
         self, images_or_clips: np.ndarray, prompts: Sequence[str], per_frame_prompts: PerFramePrompts = None

@@ -80,11 +80,10 @@ class DPOTrainer(SPMDTrainer):
         config = self.config
         if not isinstance(config.rl, schema.DPOConfig):
             raise TypeError("DPOTrainer needs a DPO config")
-        frames = self.media.frames
-        self.train_source = build_source(self.rl.data, self.media.size, config.job.seed, "rl.data", frames)
+        self.train_source = build_source(self.rl.data, self.media, config.job.seed, "rl.data")
         self.val_source = None
         if self.rl.validation.every > 0:
-            self.val_source = build_source(self.rl.validation.data, self.media.size, config.job.seed, "rl.validation.data", frames)
+            self.val_source = build_source(self.rl.validation.data, self.media, config.job.seed, "rl.validation.data")
 
         self.model: TrainableModel = build_trainable(config, self.device)
         self.timing = frame_timing(self.media, self.model.vae.config)  # {} for images

@@ -27,8 +27,7 @@ class DPODataActor:
 
         rl = config.rl
         self.world_size = world_size
-        media = MediaSpec.from_model_config(config.model)
-        self.source = build_source(rl.data, media.size, config.job.seed, "rl.data", media.frames)
+        self.source = build_source(rl.data, MediaSpec.from_model_config(config.model), config.job.seed, "rl.data")
         # world 1: the whole step's indices, which next_batch splits exactly as PairCursor does.
         self.cursor = PairCursor(len(self.source), rl.pairs_per_step, config.job.seed, 1, 0, shuffle=rl.data.shuffle)
         self._cached: tuple[int, list] | None = None

@@ -215,7 +215,7 @@ def _start_services(config: schema.RunConfig, run_dir: Path, resume: bool):
         # a video run's rewards must take clips (a clip reward, or an image reward frame by frame)
         from cosmos_rl.core.media import MediaSpec
 
-        services.check_revisions(video=MediaSpec.from_model_config(config.model).is_video)
+        services.check_revisions(MediaSpec.from_model_config(config.model))
     except BaseException:
         services.stop()
         raise

@@ -54,7 +54,7 @@ class SFTTrainer(SPMDTrainer):
         if not isinstance(config.rl, schema.SFTConfig):
             raise TypeError("SFTTrainer needs an SFT config")
         device = self.device
-        self.source = caption_source(self.rl.data.shards, self.rl.data.jsonl, self.media.size, frames=self.media.frames)
+        self.source = caption_source(self.rl.data.shards, self.rl.data.jsonl, self.media)
         self.cursor = PairCursor(
             len(self.source), self.rl.samples_per_step, config.job.seed, self.world, self.rank, shuffle=self.rl.data.shuffle
         )

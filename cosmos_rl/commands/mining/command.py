@@ -76,7 +76,7 @@ def run_mine(
     video = t.media.is_video
     from cosmos_rl.commands.mining.scoring import CLIP_REWARDS, check_reward, unscorable_rows
 
-    check_reward(reward, t.media.frames, frame_reduce, f"TARGET {target!r}")
+    check_reward(reward, t.media, frame_reduce, f"TARGET {target!r}")
     from cosmos_rl.data.prompt_file import load_prompts
     from cosmos_rl.evaluation.prompts import held_out_captions, overlap
     from cosmos_rl.evaluation.scores import caption_groups, uses_verifier
@@ -87,7 +87,7 @@ def run_mine(
     # Clips judged by the image verifier frame by frame still carry clip captions: their tasks are the video world's.
     grouped_by = CLIP_REWARDS[0] if video and uses_verifier(reward) else reward
     groups = caption_groups(captions, grouped_by, f"--prompts {prompts}")
-    skipped = unscorable_rows(reward, t.media.frames, frame_reduce, captions)
+    skipped = unscorable_rows(reward, t.media, frame_reduce, captions)
     if skipped:
         warn(f"{len(skipped)} of the {len(captions)} prompt rows are colour changes (e.g. {captions[skipped[0]]!r}), which have no "
              f"static part for {reward} to score each frame against; they are skipped")  # fmt: skip

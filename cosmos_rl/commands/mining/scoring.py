@@ -24,19 +24,20 @@ import numpy as np
 from cosmos_rl.config.preflight.rewards import I2V_REWARDS, VIDEO_REWARDS
 from cosmos_rl.rewards.frames import CAPTION_GRAMMAR_REWARDS, builtin_frame_prompts
 from cosmos_rl.core.errors import UserError
+from cosmos_rl.core.media import MediaSpec
 
 CLIP_REWARDS = tuple(name for name in VIDEO_REWARDS if name not in I2V_REWARDS)  # text to video, whole clips
 
 
-def check_reward(reward: str, frames: int, frame_reduce: Optional[str], target: str) -> None:
-    """UserError unless `reward` (with `frame_reduce`) can rank `target`'s samples of `frames` frames."""
+def check_reward(reward: str, media: MediaSpec, frame_reduce: Optional[str], target: str) -> None:
+    """UserError unless `reward` (with `frame_reduce`) can rank `target`'s samples of `media`."""
     from cosmos_rl.commands.evaluate import check_sampling_options
     from cosmos_rl.evaluation.scores import reward_names
     from cosmos_rl.rewards.frames import FRAME_REDUCERS
 
     if frame_reduce is not None and frame_reduce not in FRAME_REDUCERS:
         raise UserError(f"--frame-reduce: {frame_reduce!r} is not a reducer; use one of {', '.join(FRAME_REDUCERS)}")
-    if frames == 1:
+    if not media.is_video:
         if reward in VIDEO_REWARDS:
             raise UserError(f"--reward {reward}: scores whole clips, and {target} makes images (1 frame); use "
                             f"{reward.replace('_video', '').replace('_i2v', '')} for images, or --frames 9 for a bare model")  # fmt: skip
@@ -45,7 +46,7 @@ def check_reward(reward: str, frames: int, frame_reduce: Optional[str], target: 
                             "frame by frame; drop --frame-reduce")  # fmt: skip
         check_sampling_options(reward, 1)
         return
-    clip = f"{target} makes {frames}-frame clips"
+    clip = f"{target} makes {media.frames}-frame clips"
     if reward in I2V_REWARDS:
         raise UserError(f"--reward {reward}: judges image-to-video clips, and pairs mine samples text to video; "
                         f"use {reward.replace('_i2v', '')}")  # fmt: skip
@@ -87,9 +88,9 @@ def score_samples(
     return [float(s) for s in scores], ([float(p) for p in partials] if partials is not None else None)
 
 
-def unscorable_rows(reward: str, frames: int, frame_reduce: Optional[str], captions: Sequence[str]) -> list[int]:
+def unscorable_rows(reward: str, media: MediaSpec, frame_reduce: Optional[str], captions: Sequence[str]) -> list[int]:
     """The rows an image verifier reward cannot score frame by frame: colour changes, whose captions
     have no static part (`builtin_frame_prompts` gives None). Empty for any other reward or media."""
-    if frames == 1 or frame_reduce is None or reward not in CAPTION_GRAMMAR_REWARDS:
+    if not media.is_video or frame_reduce is None or reward not in CAPTION_GRAMMAR_REWARDS:
         return []
     return [row for row, text in enumerate(builtin_frame_prompts(reward, captions)) if text is None]
