@@ -231,8 +231,7 @@ def test_the_disk_cache_keeps_clip_latents_and_serves_them_back(tmp_path, folder
 
     with safe_open(str(entries[0]), framework="pt") as handle:
         assert json.loads(handle.metadata()["shape"]) == [4, 2, 8, 8]  # [C, T, h, w]: the clip's two latent frames
-    for name in ("encode_images", "encode_clips"):
-        monkeypatch.setattr(lc, name, lambda *a: pytest.fail("the VAE ran on cached clips"))
+    monkeypatch.setattr(lc, "encode_pixels", lambda *a: pytest.fail("the VAE ran on cached clips"))
     fresh = lc.LatentCache(trainer.model.vae, tmp_path / ".cache" / "latents")
     clips = torch.stack([p.winner for p in pairs] + [p.loser for p in pairs])
     assert torch.equal(fresh.encode(clips), latents) and fresh.hits == 4

@@ -54,7 +54,7 @@ def test_a_new_process_reads_the_disk_cache_without_the_vae(vae, tmp_path, monke
     images = _images(2)
     expected = lc.LatentCache(vae, tmp_path).encode(images)
     fresh = lc.LatentCache(vae, tmp_path)
-    monkeypatch.setattr(lc, "encode_images", lambda *a: pytest.fail("the VAE ran on cached images"))
+    monkeypatch.setattr(lc, "encode_pixels", lambda *a: pytest.fail("the VAE ran on cached images"))
     assert torch.equal(fresh.encode(images), expected) and fresh.hits == 4
 
 
@@ -159,7 +159,7 @@ def test_a_hostile_entry_is_encoded_again_rewritten_and_warned_once(vae, tmp_pat
 
     # rewritten as a whole entry: it verifies, and a new process serves it without the VAE
     assert torch.equal(latent_entry.read_entry(path, key, writer.identity, (4, 1, 8, 8), torch.float32), expected[0])
-    monkeypatch.setattr(lc, "encode_images", lambda *a: pytest.fail("the VAE ran on a rewritten entry"))
+    monkeypatch.setattr(lc, "encode_pixels", lambda *a: pytest.fail("the VAE ran on a rewritten entry"))
     fresh = lc.LatentCache(vae, tmp_path)
     assert torch.equal(fresh.encode(images), expected) and fresh.hits == 2
 
@@ -167,7 +167,7 @@ def test_a_hostile_entry_is_encoded_again_rewritten_and_warned_once(vae, tmp_pat
 def test_a_non_finite_encode_is_never_cached(vae, tmp_path, monkeypatch):
     images = _images(6, 1)
     nan = torch.full((1, 4, 1, 8, 8), float("nan"))
-    monkeypatch.setattr(lc, "encode_images", lambda *a: nan)
+    monkeypatch.setattr(lc, "encode_pixels", lambda *a: nan)
     cache = lc.LatentCache(vae, tmp_path)
     assert cache.encode(images).isnan().all() and cache.encode(images).isnan().all()
     assert cache.misses == 2 and not list(tmp_path.rglob("*.safetensors"))
@@ -263,8 +263,7 @@ def test_clips_are_encoded_as_clips_and_served_from_disk(vae, tmp_path, monkeypa
     expected = encode_clips(vae, clips)
     assert expected.shape == (2, 4, 5, 8, 8)
     assert torch.equal(lc.LatentCache(vae, tmp_path).encode(clips), expected)
-    for name in ("encode_images", "encode_clips"):
-        monkeypatch.setattr(lc, name, lambda *a: pytest.fail("the VAE ran on cached clips"))
+    monkeypatch.setattr(lc, "encode_pixels", lambda *a: pytest.fail("the VAE ran on cached clips"))
     fresh = lc.LatentCache(vae, tmp_path)
     assert torch.equal(fresh.encode(clips), expected) and fresh.hits == 2
     assert fresh.latent_shape((3, 5, 32, 32)) == (4, 5, 8, 8) and fresh.latent_shape((3, 32, 32)) == (4, 1, 8, 8)

@@ -123,10 +123,13 @@ def encode_pixels(vae: torch.nn.Module, media: MediaSpec, pixels: torch.Tensor) 
     it, so what a sample is decides how it is encoded in one place."""
     from cosmos_rl.models.vae import encode_clips, encode_images
 
-    expected = (3, media.frames, *media.size) if media.is_video else (3, *media.size)
-    if tuple(pixels.shape[1:]) != expected:
-        raise ValueError(f"pixels of {media} must be [B, {', '.join(map(str, expected))}], got {tuple(pixels.shape)}")
-    return encode_clips(vae, pixels) if media.is_video else encode_images(vae, pixels)
+    # A one-frame sample may come as an image [B, 3, H, W] or as a clip of one frame [B, 3, 1, H, W]
+    # (the latent cache keeps the two apart); either way the VAE sees the same one frame.
+    clip = pixels.dim() == 5
+    expected = (3, media.frames, *media.size) if clip else (3, *media.size)
+    if tuple(pixels.shape[1:]) != expected or (not clip and media.is_video):
+        raise ValueError(f"pixels of {media} must be [B, {', '.join(map(str, (3, media.frames, *media.size) if media.is_video else expected))}], got {tuple(pixels.shape)}")
+    return encode_clips(vae, pixels) if clip else encode_images(vae, pixels)
 
 
 @torch.no_grad()
