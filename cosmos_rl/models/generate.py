@@ -171,17 +171,21 @@ def condition_latents(vae: torch.nn.Module, first_frames: torch.Tensor) -> torch
 
 @torch.no_grad()
 def clip_condition_latents(vae: torch.nn.Module, clips: torch.Tensor, latent_frames: int) -> torch.Tensor:
-    """Video-to-video (and inverse-dynamics) conditions: uint8 clips [B, F, H, W, 3] -> the clean
-    latents [B, C, k, h, w] of their first k = `latent_frames` latent frames.
+    """World-model conditions (video-to-video, the action modes): uint8 clips [B, F, H, W, 3] -> the
+    clean latents [B, C, k, h, w] of their first k = `latent_frames` latent frames (k = 1: frame 0,
+    as forward dynamics and policy hold it; every latent frame: inverse dynamics).
 
-    The pipeline's `video=` path encodes the whole clip (its tail repeat-padded with the last
-    conditioning frame) and keeps the leading latent frames. The Wan encoder is causal in time
-    (frame 0 alone, then chunks of `temporal factor` frames), so those latents are the latents of the
-    clip's first 4 (k - 1) + 1 frames by themselves, which is what this encodes."""
+    The pipeline's `video=` and `action=` paths encode a whole clip (its tail repeat-padded with the
+    last conditioning frame) and keep the leading latent frames. The Wan encoder is causal in time
+    (frame 0 alone, then chunks of 4 frames), so those latents are the latents of the clip's first
+    4 (k - 1) + 1 frames by themselves, which is what this encodes, one clip at a time (as the
+    pipeline does: a batched convolution rounds differently, by up to 4e-7) and with the pipeline's
+    own arithmetic (pixels / 255 * 2 - 1, then (latent - mean) * (1 / std)), so the latents are
+    the pipeline's to the bit. (`condition_latents`, image-to-video, encodes a batch and divides by
+    std: within a few ulps of the pipeline.)"""
     if clips.dim() != 5 or clips.shape[-1] != 3 or clips.dtype != torch.uint8:
         raise ValueError(f"clips must be uint8 [B, F, H, W, 3], got {clips.dtype} {tuple(clips.shape)}")
     from cosmos_rl.core.media import is_wan_frame_count, vae_temporal_factor
-    from cosmos_rl.models.vae import normalised_latents
 
     frames = (latent_frames - 1) * vae_temporal_factor(vae.config) + 1
     if latent_frames < 1 or clips.shape[1] < frames:
@@ -190,5 +194,11 @@ def clip_condition_latents(vae: torch.nn.Module, clips: torch.Tensor, latent_fra
         # The encoder reads whole chunks of 4 frames: a chunk that straddles the conditioning
         # frames would mix in the pipeline's padding frames.
         raise ValueError(f"{latent_frames} latent frames span {frames} frames, not the 4k + 1 the Wan encoder reads whole")
-    pixels = clips[:, :frames].permute(0, 4, 1, 2, 3).to(torch.float32) / 127.5 - 1.0  # [B, 3, F, H, W]
-    return normalised_latents(vae, pixels.to(next(vae.parameters()).dtype)).float()
+    dtype = next(vae.parameters()).dtype
+    # VideoProcessor: float32 pixels / 255, then 2 x - 1; [B, 3, F, H, W].
+    pixels = (clips[:, :frames].to(torch.float32) / 255.0 * 2.0 - 1.0).permute(0, 4, 1, 2, 3)
+    raw = torch.cat([vae.encode(clip[None].to(dtype)).latent_dist.mode() for clip in pixels])
+    shape = (1, -1, 1, 1, 1)
+    mean = torch.tensor(vae.config.latents_mean, dtype=dtype, device=raw.device).view(shape)
+    inverse_std = (1.0 / torch.tensor(vae.config.latents_std, dtype=dtype)).to(raw.device).view(shape)
+    return ((raw - mean) * inverse_std).float()
