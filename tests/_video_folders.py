@@ -31,7 +31,7 @@ def temporal_vae() -> AutoencoderKLWan:
     )
 
 
-def nano_transformer(vocab_size: int) -> Cosmos3OmniTransformer:
+def nano_transformer(vocab_size: int, *, action_dim: int = 6, embodiment_domains: int = 4) -> Cosmos3OmniTransformer:
     return Cosmos3OmniTransformer(
         hidden_size=64,
         intermediate_size=128,
@@ -48,8 +48,8 @@ def nano_transformer(vocab_size: int) -> Cosmos3OmniTransformer:
         sound_gen=True,
         sound_dim=8,
         action_gen=True,
-        action_dim=6,
-        num_embodiment_domains=4,
+        action_dim=action_dim,
+        num_embodiment_domains=embodiment_domains,
     )
 
 
@@ -60,8 +60,21 @@ def video_nano_folder(folder: Path, *, seed: int = 0) -> Path:
 
     torch.manual_seed(seed)
     tokenizer = build_tiny_tokenizer()
+    return _save(folder, tokenizer, temporal_vae(), nano_transformer(len(tokenizer)))
+
+
+def world_nano_folder(folder: Path, *, seed: int = 0, action_dim: int = 6) -> Path:
+    """The video folder with action heads an action run can use: 21 embodiment domains, as
+    Cosmos3-Nano has (`pusht` is domain 4), `action_dim` columns."""
+    import torch
+
+    torch.manual_seed(seed)
+    tokenizer = build_tiny_tokenizer()
     vae = temporal_vae()
-    transformer = nano_transformer(len(tokenizer))
+    return _save(folder, tokenizer, vae, nano_transformer(len(tokenizer), action_dim=action_dim, embodiment_domains=21))
+
+
+def _save(folder: Path, tokenizer, vae: AutoencoderKLWan, transformer: Cosmos3OmniTransformer) -> Path:
     pipe = Cosmos3OmniPipeline(
         transformer=transformer,
         text_tokenizer=tokenizer,

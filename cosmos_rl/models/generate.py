@@ -13,13 +13,16 @@ and row; an evaluation's seed and caption), never on the batch it lands in.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import torch
 
 from cosmos_rl.models.sampler_settings import SamplerSettings
 from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.core.seeds import derive_seed
+
+if TYPE_CHECKING:
+    from cosmos_rl.models.actions import ActionLayout
 
 # record(index, sigma, latents, velocity): after the sampler's step `index` at noise level `sigma`
 # ([] float32), with the latents the step started from and the guided velocity it applied.
@@ -53,7 +56,10 @@ def generate(
     *,
     condition: torch.Tensor | None = None,
     record: StepRecord | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    actions: torch.Tensor | None = None,
+    action_layout: "ActionLayout | None" = None,
+    record_actions: StepRecord | None = None,
+) -> tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Sample a batch: returns (latents [B, C, T, h, w] in `noise`'s dtype, uint8 pixels): images
     [B, H, W, 3] for one frame, clips [B, F, H, W, 3] for video.
 
@@ -73,6 +79,12 @@ def generate(
       pipeline's video-to-video is larger k.
     - `record`: called after every sampler step (see `StepRecord`), e.g. for the sigmas a rollout
       trains at or an SDE algorithm's per-step log-probabilities.
+    - `actions`: the action rows [B, rows, action_dim] a world-model sample starts from
+      (`models.actions.start_rows`: clean rows given, noisy rows noise, padding columns zero) with
+      their `action_layout`, denoised beside the latents as the pipeline's action modes do
+      (`sampling.sample_latents`); the return is then (latents, pixels, rows [B, rows, action_dim]),
+      the clean rows exactly as given. With every latent frame a condition (inverse dynamics) only
+      the rows are generated. `record_actions` sees the rows' steps as `record` sees the latents'.
     """
     from cosmos_rl.core.media import frame_timing
     from cosmos_rl.models.packing import velocity
@@ -91,15 +103,41 @@ def generate(
         clean_frames = int(condition.shape[2])
         start = noise.clone()
         start[:, :, :clean_frames] = condition.to(noise.dtype)
-    latents, _ = sample_latents(
-        lambda x, sigma, ids: velocity(transformer, x, sigma, ids, clean_frames=clean_frames, **timing),
-        start, cond, uncond, settings.steps, settings.shift, settings.guidance, parts=parts, record=record,
-    )
+    if actions is None:
+        if action_layout is not None or record_actions is not None:
+            raise ValueError("an action layout or record_actions needs the action rows (actions=)")
+        latents, _ = sample_latents(
+            lambda x, sigma, ids: velocity(transformer, x, sigma, ids, clean_frames=clean_frames, **timing),
+            start, cond, uncond, settings.steps, settings.shift, settings.guidance, parts=parts, record=record,
+        )  # fmt: skip
+    else:
+        if action_layout is None:
+            raise ValueError("action rows need their action_layout (models.actions.ActionLayout)")
+        action_layout.check(transformer.config, actions)
+        _check_padding(actions, action_layout)
+        latents, _, rows = sample_latents(
+            lambda x, sigma, ids, a, layout: velocity(
+                transformer, x, sigma, ids, clean_frames=clean_frames, actions=a, action_layout=layout, **timing
+            ),
+            start, cond, uncond, settings.steps, settings.shift, settings.guidance, parts=parts, record=record,
+            actions=actions, action_layout=action_layout, record_actions=record_actions,
+        )  # fmt: skip
     if clean_frames:
         # Velocity 0 keeps them only up to the multistep update's rounding (~1e-6): written back, so
         # the latents returned (an I2V rollout's x0, which NFT trains on) hold the condition itself.
         latents[:, :, :clean_frames] = start[:, :, :clean_frames]
-    return latents, decode_pixels(parts.vae, media, latents)
+    pixels = decode_pixels(parts.vae, media, latents)
+    return (latents, pixels) if actions is None else (latents, pixels, rows)
+
+
+def _check_padding(rows: torch.Tensor, layout: "ActionLayout") -> None:
+    # The pipeline's rows are zero past the embodiment's width from the start; a nonzero one would
+    # enter the first forward (later steps zero it), so it is refused, not repaired.
+    for index, width in enumerate(layout.widths):
+        if rows[index, :, width:].any():
+            raise ValueError(
+                f"action rows of sample {index} are nonzero past its width {width}: build them with models.actions.start_rows"
+            )
 
 
 @torch.no_grad()
@@ -151,3 +189,38 @@ def condition_latents(vae: torch.nn.Module, given: torch.Tensor) -> torch.Tensor
     else:
         pixels = given.permute(0, 4, 1, 2, 3).to(torch.float32) / 127.5 - 1.0  # [B, 3, k, H, W]
     return normalised_latents(vae, pixels.to(next(vae.parameters()).dtype)).float()
+
+
+@torch.no_grad()
+def clip_condition_latents(vae: torch.nn.Module, clips: torch.Tensor, latent_frames: int) -> torch.Tensor:
+    """World-model conditions (video-to-video, the action modes): uint8 clips [B, F, H, W, 3] -> the
+    clean latents [B, C, k, h, w] of their first k = `latent_frames` latent frames (k = 1: frame 0,
+    as forward dynamics and policy hold it; every latent frame: inverse dynamics).
+
+    The pipeline's `video=` and `action=` paths encode a whole clip (its tail repeat-padded with the
+    last conditioning frame) and keep the leading latent frames. The Wan encoder is causal in time
+    (frame 0 alone, then chunks of 4 frames), so those latents are the latents of the clip's first
+    4 (k - 1) + 1 frames by themselves, which is what this encodes, one clip at a time (as the
+    pipeline does: a batched convolution rounds differently, by up to 4e-7) and with the pipeline's
+    own arithmetic (pixels / 255 * 2 - 1, then (latent - mean) * (1 / std)), so the latents are
+    the pipeline's to the bit. (`condition_latents`, image-to-video, encodes a batch and divides by
+    std: within a few ulps of the pipeline.)"""
+    if clips.dim() != 5 or clips.shape[-1] != 3 or clips.dtype != torch.uint8:
+        raise ValueError(f"clips must be uint8 [B, F, H, W, 3], got {clips.dtype} {tuple(clips.shape)}")
+    from cosmos_rl.core.media import is_wan_frame_count, vae_temporal_factor
+
+    frames = (latent_frames - 1) * vae_temporal_factor(vae.config) + 1
+    if latent_frames < 1 or clips.shape[1] < frames:
+        raise ValueError(f"{latent_frames} latent frames need the clip's first {frames} frames, the clips have {clips.shape[1]}")
+    if not is_wan_frame_count(frames):
+        # The encoder reads whole chunks of 4 frames: a chunk that straddles the conditioning
+        # frames would mix in the pipeline's padding frames.
+        raise ValueError(f"{latent_frames} latent frames span {frames} frames, not the 4k + 1 the Wan encoder reads whole")
+    dtype = next(vae.parameters()).dtype
+    # VideoProcessor: float32 pixels / 255, then 2 x - 1; [B, 3, F, H, W].
+    pixels = (clips[:, :frames].to(torch.float32) / 255.0 * 2.0 - 1.0).permute(0, 4, 1, 2, 3)
+    raw = torch.cat([vae.encode(clip[None].to(dtype)).latent_dist.mode() for clip in pixels])
+    shape = (1, -1, 1, 1, 1)
+    mean = torch.tensor(vae.config.latents_mean, dtype=dtype, device=raw.device).view(shape)
+    inverse_std = (1.0 / torch.tensor(vae.config.latents_std, dtype=dtype)).to(raw.device).view(shape)
+    return ((raw - mean) * inverse_std).float()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from functools import lru_cache, partial
-from typing import Iterator, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Iterator, NamedTuple, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +32,9 @@ from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import (
 
 from cosmos_rl.core.flow import model_timesteps
 from cosmos_rl.models import text_kv
+
+if TYPE_CHECKING:
+    from cosmos_rl.models.actions import ActionLayout
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -172,9 +175,10 @@ def _layout(
     reset_spatial_ids: bool,
     timing: _Timing,
     device: torch.device,
+    action_rows: int = 0,
 ) -> _Layout:
     grid_t, grid_h, grid_w = grid
-    tokens_per_sample = grid_t * grid_h * grid_w
+    tokens_per_sample = grid_t * grid_h * grid_w + action_rows
     text_positions, vision_positions = [], []
     for length in lengths:
         # What Cosmos3OmniPipeline._prepare_text_segment / _prepare_vision_segment build per prompt.
@@ -193,6 +197,22 @@ def _layout(
         )
         text_positions.append(text)
         vision_positions.append(vision)
+        if action_rows:
+            # _prepare_action_segment: the rows share the vision offset; row i sits at pixel frame
+            # i + 1 (one frame per latent step of compression 1, on the VAE's time base).
+            actions, _ = get_3d_mrope_ids_vae_tokens(
+                grid_t=action_rows,
+                grid_h=1,
+                grid_w=1,
+                temporal_offset=next_offset + modality_margin,
+                reset_spatial_indices=reset_spatial_ids,
+                fps=timing.fps,
+                base_fps=timing.base_fps,
+                temporal_compression_factor=1,
+                base_temporal_compression_factor=timing.temporal_factor,
+                start_frame_offset=1,
+            )
+            vision_positions.append(actions)  # a sample's generation block: its vision, then its actions
     position_ids = torch.cat(text_positions + vision_positions, dim=1).to(device=device)
 
     groups: list[list[int]] = []  # runs of adjacent samples with equal text length
@@ -283,6 +303,8 @@ def packed_inputs(
     fps: float | None = None,
     temporal_factor: int | None = None,
     clean_frames: int | Sequence[int] = 0,
+    actions: torch.Tensor | None = None,
+    action_layout: "ActionLayout | None" = None,
 ) -> tuple[dict, _Layout]:
     """The transformer's keyword arguments for the samples in the order given, and their layout.
 
@@ -291,10 +313,20 @@ def packed_inputs(
     grid, positions modulated by `fps` (see `velocity`). The first `clean_frames` latent frames (one
     count for the batch, or one per sample) are clean conditions (the pipeline's image-to-video
     frame 0, or its video-to-video frames): no timestep embedding and no prediction; every later
-    frame is noisy and predicted.
+    frame is noisy and predicted. `actions` [B, rows, action_dim] with their `action_layout`
+    (`models.actions`) follow each sample's vision tokens as `_prepare_action_segment` lays them out;
+    a sample whose every frame is clean must then generate action rows (inverse dynamics).
     """
     patch = config.latent_patch_size
     grid = (int(x_t.shape[2]), -(-x_t.shape[3] // patch), -(-x_t.shape[4] // patch))
+    batch = x_t.shape[0]
+    if (actions is None) != (action_layout is None):
+        raise ValueError("give action rows and their action_layout together")
+    if action_layout is not None:
+        if action_layout.batch != batch:
+            raise ValueError(f"action layout has {action_layout.batch} samples, the latents {batch}")
+        action_layout.check(config, actions)
+    action_rows = action_layout.rows if action_layout is not None else 0
     layout = _layout(
         tuple(int(ids.numel()) for ids in prompt_ids),
         grid,
@@ -302,37 +334,53 @@ def packed_inputs(
         bool(config.unified_3d_mrope_reset_spatial_ids),
         _timing(config, fps, temporal_factor),
         x_t.device,
+        action_rows=action_rows,
     )
-    batch, per_sample = x_t.shape[0], layout.segments.tokens_per_sample
-    vision_len = batch * per_sample
-    vision_indexes = torch.arange(layout.und_len, layout.und_len + vision_len, device=x_t.device)
+    per_sample = layout.segments.tokens_per_sample  # a sample's generation block: vision, then actions
+    vision_tokens = per_sample - action_rows
+    gen_len = batch * per_sample
+    block_starts = layout.und_len + per_sample * torch.arange(batch, device=x_t.device)
+    if action_rows:
+        vision_indexes = (block_starts[:, None] + torch.arange(vision_tokens, device=x_t.device)).flatten()
+    else:
+        vision_indexes = torch.arange(layout.und_len, layout.und_len + gen_len, device=x_t.device)
     clean = [int(clean_frames)] * batch if isinstance(clean_frames, int) else [int(k) for k in clean_frames]
-    if len(clean) != batch or not all(0 <= k < grid[0] for k in clean):
+    # Every sample needs something to predict: a noisy latent frame, or (with actions) a noisy row.
+    generates_rows = [clean_rows < action_rows for clean_rows in action_layout.clean_rows] if action_rows else [False] * batch
+    if len(clean) != batch or not all(0 <= k < grid[0] or (k == grid[0] and rows) for k, rows in zip(clean, generates_rows)):
         raise ValueError(f"clean_frames must leave each of {batch} samples a noisy latent frame of {grid[0]}: {clean_frames}")
     frame_tokens = grid[1] * grid[2]  # frames are the grid's slowest axis
     noisy_frames = [torch.arange(k, grid[0], device=x_t.device) for k in clean]
     predicted = vision_indexes
     if any(clean):
-        per_sample_indexes = vision_indexes.view(batch, per_sample)
+        per_sample_indexes = vision_indexes.view(batch, vision_tokens)
         predicted = torch.cat([per_sample_indexes[b, k * frame_tokens :] for b, k in enumerate(clean)])
     # Integer timesteps, as the stock pipeline passes them (the model multiplies by timestep_scale),
     # one per noisy token. Integers also pass FSDP2's mixed-precision input cast untouched.
-    noisy_tokens = torch.tensor([per_sample - k * frame_tokens for k in clean], device=x_t.device)
-    timesteps = model_timesteps(sigma, timesteps_per_unit(config))
-    timesteps = timesteps.repeat_interleave(per_sample) if not any(clean) else timesteps.repeat_interleave(noisy_tokens)
-    return dict(
+    noisy_tokens = torch.tensor([vision_tokens - k * frame_tokens for k in clean], device=x_t.device)
+    sample_timesteps = model_timesteps(sigma, timesteps_per_unit(config))
+    if not any(clean):
+        timesteps = sample_timesteps.repeat_interleave(vision_tokens)
+    else:
+        timesteps = sample_timesteps.repeat_interleave(noisy_tokens)
+    inputs = dict(
         input_ids=torch.cat([ids.to(x_t.device) for ids in prompt_ids]),
         text_indexes=torch.arange(layout.und_len, device=x_t.device),
         position_ids=layout.position_ids,
         und_len=layout.und_len,
-        sequence_length=layout.und_len + vision_len,
+        sequence_length=layout.und_len + gen_len,
         vision_tokens=[sample[None] for sample in x_t],  # [1, C, T, h, w] each
         vision_token_shapes=[grid] * batch,
         vision_sequence_indexes=vision_indexes,
         vision_mse_loss_indexes=predicted,
         vision_timesteps=timesteps,
         vision_noisy_frame_indexes=noisy_frames,
-    ), layout
+    )
+    if action_rows:
+        from cosmos_rl.models.actions import action_inputs
+
+        inputs.update(action_inputs(actions, action_layout, block_starts + vision_tokens, sample_timesteps))
+    return inputs, layout
 
 
 def velocity(
@@ -344,7 +392,9 @@ def velocity(
     fps: float | None = None,
     temporal_factor: int | None = None,
     clean_frames: int | Sequence[int] = 0,
-) -> torch.Tensor:
+    actions: torch.Tensor | None = None,
+    action_layout: "ActionLayout | None" = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Predicted flow velocity v = noise - x0 for each sample, in one forward.
 
     x_t: [B, C, T, h, w] noisy latents (T = 1 for images); sigma: [B] flow times in [0, 1]
@@ -356,6 +406,9 @@ def velocity(
     frame k at k * base_fps / fps; None = one step per frame, and a single frame is never modulated.
     `clean_frames`: leading latent frames that are clean conditions (image-to-video: 1), for the
     batch or per sample; their velocity is exactly 0, as the model leaves unpredicted frames. Returns [B, C, T, h, w].
+    `actions` [B, rows, action_dim] (noisy and clean rows, `models.actions`) with their
+    `action_layout`: each sample's action rows join its forward, and the return is then
+    (v [B, C, T, h, w], action velocity [B, rows, action_dim], 0 at clean rows and padding columns).
     """
     config = transformer.config
     sigma = torch.as_tensor(sigma, device=x_t.device)
@@ -367,20 +420,41 @@ def velocity(
     lengths = [int(ids.numel()) for ids in prompt_ids]
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
     reordered = order != list(range(len(lengths)))
+    caller_layout = action_layout
     if reordered:
         x_t, sigma, prompt_ids = x_t[order], sigma[order], [prompt_ids[index] for index in order]
         if not isinstance(clean_frames, int):
             clean_frames = [clean_frames[index] for index in order]
+        if actions is not None:
+            actions = actions[order]
+        if action_layout is not None:
+            action_layout = action_layout.take(order)
     inputs, layout = packed_inputs(
-        config, x_t, sigma, prompt_ids, fps=fps, temporal_factor=temporal_factor, clean_frames=clean_frames
-    )
+        config, x_t, sigma, prompt_ids, fps=fps, temporal_factor=temporal_factor, clean_frames=clean_frames,
+        actions=actions, action_layout=action_layout,
+    )  # fmt: skip
     plan = text_kv.plan_for(transformer, prompt_ids)
     with _segments_in_rotary_tuple(transformer, layout, plan):
-        predictions = transformer(**inputs, return_dict=False)[0]
+        predictions, _, action_predictions = transformer(**inputs, return_dict=False)
     text_kv.finish(plan)
     if reordered:
-        restored = [None] * len(order)
-        for position, index in enumerate(order):
-            restored[index] = predictions[position]
-        predictions = restored
-    return torch.cat(predictions).to(x_t.dtype)
+        predictions = _restored(predictions, order)
+        if action_predictions is not None:
+            action_predictions = _restored(action_predictions, order)
+    if actions is None:
+        return torch.cat(predictions).to(x_t.dtype)
+    from cosmos_rl.models.actions import action_velocity
+
+    return torch.cat(predictions).to(x_t.dtype), action_velocity(action_predictions, caller_layout).to(actions.dtype)
+
+
+def _inverse(order: list[int]) -> list[int]:
+    inverse = [0] * len(order)
+    for position, index in enumerate(order):
+        inverse[index] = position
+    return inverse
+
+
+def _restored(values: list, order: list[int]) -> list:
+    # Packed position p holds sample order[p]: put each back at its caller's index.
+    return [values[position] for position in _inverse(order)]

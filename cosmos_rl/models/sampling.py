@@ -16,9 +16,11 @@ import torch
 from diffusers import UniPCMultistepScheduler
 
 from cosmos_rl.core.flow import model_timesteps
+from cosmos_rl.models.actions import hold_rows
 from cosmos_rl.models.build import flow_scheduler
 
 if TYPE_CHECKING:
+    from cosmos_rl.models.actions import ActionLayout
     from cosmos_rl.models.build import ModelParts
 
 VelocityFn = Callable[[torch.Tensor, torch.Tensor, list[torch.Tensor]], torch.Tensor]
@@ -100,7 +102,10 @@ def sample_latents(
     *,
     parts: "ModelParts | None" = None,
     record: Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], None] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    actions: torch.Tensor | None = None,
+    action_layout: "ActionLayout | None" = None,
+    record_actions: Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], None] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Integrate from `noise` (sigma = 1) to clean latents; returns (x0 [B, C, T, h, w], sigmas [steps]).
 
     `velocity_fn(x_t, sigma[B], ids)` is e.g. `functools.partial(velocity, transformer)`.
@@ -110,6 +115,14 @@ def sample_latents(
     are those the model was evaluated at, in order (the final sigma 0 is not one of them); a
     forward at one of them sees the scheduler's integer timestep for that step. `record(index,
     sigma, latents, v)`, when given, sees each step's starting latents and guided velocity.
+
+    `actions` [B, rows, action_dim] (from `models.actions.start_rows`) with their `action_layout`:
+    action rows are denoised beside the latents, as the pipeline does it: `velocity_fn(x_t, sigma,
+    ids, rows, layout)` returns (v, action v), guidance applies to both, a second scheduler of the
+    same settings (the pipeline's copy) steps the rows when some sample generates them, and after
+    every step each sample's clean rows are written back and its padding columns zeroed
+    (`hold_rows`). The return is then (x0, sigmas, rows [B, rows, action_dim]); `record_actions(index,
+    sigma, rows, action v)` sees the rows as `record` sees the latents.
     """
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
@@ -119,19 +132,43 @@ def sample_latents(
             f"need one cond (and uncond) prompt per noise sample: {batch} samples, "
             f"{len(cond_ids)} cond, {len(uncond_ids)} uncond"
         )
+    if (actions is None) != (action_layout is None):
+        raise ValueError("give action rows and their action_layout together")
+    if actions is None and record_actions is not None:
+        raise ValueError("record_actions needs action rows to record")
     scheduler = rollout_scheduler(steps, shift, parts, device=noise.device)
     sigmas = _evaluated_sigmas(scheduler, steps, noise.device)
 
     latents = noise.float()
+    if actions is not None:
+        rows = start = actions.float()
+        # The pipeline steps its action rows with a copy of the scheduler (UniPC keeps history).
+        action_scheduler = rollout_scheduler(steps, shift, parts, device=noise.device)
     for index, timestep in enumerate(scheduler.timesteps):
         sigma = sigmas[index].expand(batch)
         if guidance == 1.0:
-            v = velocity_fn(latents, sigma, cond_ids).float()
+            if actions is None:
+                v = velocity_fn(latents, sigma, cond_ids).float()
+            else:
+                v, v_rows = (out.float() for out in velocity_fn(latents, sigma, cond_ids, rows, action_layout))
         else:
-            both = velocity_fn(torch.cat([latents, latents]), torch.cat([sigma, sigma]), cond_ids + uncond_ids)
+            doubled = (torch.cat([latents, latents]), torch.cat([sigma, sigma]), cond_ids + uncond_ids)
+            if actions is None:
+                both = velocity_fn(*doubled).float()
+            else:
+                both, rows_both = velocity_fn(*doubled, torch.cat([rows, rows]), action_layout.twice())
+                rows_cond, rows_uncond = rows_both.float().chunk(2)
+                v_rows = rows_uncond + guidance * (rows_cond - rows_uncond)
             v_cond, v_uncond = both.float().chunk(2)
             v = v_uncond + guidance * (v_cond - v_uncond)
         if record is not None:
             record(index, sigmas[index], latents, v)
+        if record_actions is not None:
+            record_actions(index, sigmas[index], rows, v_rows)
         latents = scheduler.step(v, timestep, latents, return_dict=False)[0]
+        if actions is not None and action_layout.any_noisy:
+            rows = action_scheduler.step(v_rows, timestep, rows, return_dict=False)[0]
+            rows = hold_rows(rows, start, action_layout)
+    if actions is not None:
+        return latents.to(noise.dtype), sigmas, rows.to(actions.dtype)
     return latents.to(noise.dtype), sigmas

@@ -55,6 +55,12 @@ def _encode(tokenizer: PreTrainedTokenizerBase, text: str, system_prompt: str | 
     return list(encoded["input_ids"]) + [tokenizer.eos_token_id, vision_start]
 
 
+def chat_ids(tokenizer: PreTrainedTokenizerBase, text: str, *, video: bool, use_system_prompt: bool = True) -> list[int]:
+    """`text` as the pipeline's user turn, as it is (no sentence appended): the chat turns, the
+    image or video system prompt, then EOS and `<|vision_start|>` (its action captions go this way)."""
+    return _encode(tokenizer, text, use_system_prompt, video=video)
+
+
 def _minimal(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
     ids = tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
     return list(ids) + [tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids(VISION_START_TOKEN)]
