@@ -167,6 +167,12 @@ def plan(
     render_plan(out, resolved)
 
 
+def _summary_line(line: str) -> None:
+    """A closing summary line on stdout, plain (paths and metric names are outside text), flushed:
+    a log written while the run goes on shows it at once."""
+    print(line, flush=True)
+
+
 def _run(action) -> None:
     """Run a training action, mapping failures to exit codes with one clear line."""
     from cosmos_rl.core.errors import Preempted, RunFailed
@@ -201,7 +207,7 @@ def train(
     _print_warnings(warnings)
     from cosmos_rl.commands import launch
 
-    _run(lambda: launch.train(config, manifest, console=err))
+    _run(lambda: launch.train(config, manifest, console=err, summary=_summary_line))
 
 
 @app.command()
@@ -213,7 +219,7 @@ def resume(
     """Continue a run from its newest committed checkpoint."""
     from cosmos_rl.commands import launch
 
-    _run(lambda: launch.resume(run_dir, overrides or [], exact=exact, console=err))
+    _run(lambda: launch.resume(run_dir, overrides or [], exact=exact, console=err, summary=_summary_line))
 
 
 @app.command()
