@@ -41,7 +41,10 @@ def _json(value) -> None:
     print(json.dumps(value, indent=2, allow_nan=False))
 
 
-OVERRIDES = typer.Argument(None, help="KEY=VALUE overrides with TOML values, e.g. rl.max_steps=5 job.name=\"x\".", show_default=False)
+OVERRIDES = typer.Argument(
+    None, help="KEY=VALUE overrides with TOML values, e.g. rl.max_steps=5 'job.name=\"x\"' (a string's TOML quotes inside shell quotes).",
+    show_default=False,
+)
 
 
 class DataCheck(str, enum.Enum):
