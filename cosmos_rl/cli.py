@@ -35,6 +35,21 @@ app.add_typer(pairs_app, name="pairs")
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        from cosmos_rl import __version__
+
+        print(f"cosmos-rl {__version__}")
+        raise typer.Exit(EXIT_OK)
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    pass  # the options of `cosmos-rl` itself; every command is a subcommand
+
 def _json(value) -> None:
     """Print JSON output; allow_nan=False because `Infinity`/`NaN` are not JSON (every number the
     commands print is finite by their checks, so a non-finite one is a bug, not a user's mistake)."""
@@ -255,8 +270,8 @@ def _check_device(device: str) -> None:
 def compare(
     run_dirs: List[Path] = typer.Argument(..., help="Run directories (each holds manifest.toml and metrics.jsonl) of runs from one base."),
     out_dir: Path = typer.Option(Path("compare"), "--out", help="Folder for compare.json and compare.png."),
-    base_eval: Optional[Path] = typer.Option(None, "--base-eval", help="The eval.json of `cosmos-rl eval BASE` with the runs' [rl.eval] settings (checked): its score is the base of 'first step to base + margin'."),
-    base_score: Optional[float] = typer.Option(None, "--base-score", help="Instead of --base-eval: the base's score under the runs' [rl.eval] settings, taken as given."),
+    base_eval: Optional[Path] = typer.Option(None, "--base-eval", help="The eval.json of `cosmos-rl eval BASE` with the runs' \\[rl.eval] settings (checked): its score is the base of 'first step to base + margin'."),
+    base_score: Optional[float] = typer.Option(None, "--base-score", help="Instead of --base-eval: the base's score under the runs' \\[rl.eval] settings, taken as given."),
     margin: float = typer.Option(0.1, "--margin", help="The gain over --base-score whose first evaluated step is reported."),
 ) -> None:
     """Put runs side by side: held-out eval/score against steps, images and wall-clock, and eval.json's paired changes per task."""
@@ -283,8 +298,8 @@ def evaluate(
     image_size: Optional[int] = typer.Option(None, "--image-size", help="Image side for a bare model (default 32); a run uses its model.image_size."),
     out_dir: Optional[str] = typer.Option(None, "--out", help="Folder for the grid and eval.json; default RUN_DIR/eval, or eval/NAME for a model."),
     device: str = typer.Option("auto", "--device", help="auto (CUDA when available), cpu or cuda."),
-    sample_steps: Optional[int] = typer.Option(None, "--sample-steps", help="Sampler steps instead of the target's own (a run's rl.sample_steps, else 20)."),
-    guidance: Optional[float] = typer.Option(None, "--guidance", parser=finite_float, help="Guidance instead of the target's own (a run's rl.guidance, else 3.0)."),
+    sample_steps: Optional[int] = typer.Option(None, "--sample-steps", help="Sampler steps instead of the target's own (a run's \\[rl.eval] or rl.sample_steps, an exported folder's cosmos_rl.json, else 20)."),
+    guidance: Optional[float] = typer.Option(None, "--guidance", parser=finite_float, help="Guidance instead of the target's own (a run's \\[rl.eval] or rl.guidance, an exported folder's cosmos_rl.json, else 3.0)."),
     step: Optional[int] = typer.Option(None, "--step", help="A run's committed checkpoint step to use (default: the newest)."),
     frames: Optional[int] = typer.Option(None, "--frames", help="Frames per clip for a bare model (4k + 1; default: a preset's own, else 1 = images); a run uses its model.num_frames."),
     i2v: bool = typer.Option(False, "--i2v", help="Video: condition every clip on the first frame of its caption's ground-truth clip (image-to-video)."),
@@ -396,8 +411,8 @@ def pairs_mine(
     per_shard: int = typer.Option(1000, "--per-shard", help="Pairs per shard."),
     device: str = typer.Option("auto", "--device", help="auto (CUDA when available), cpu or cuda."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object."),
-    sample_steps: Optional[int] = typer.Option(None, "--sample-steps", help="Sampler steps instead of the target's own (a run's [rl.eval] or rl.sample_steps, else 20)."),
-    guidance: Optional[float] = typer.Option(None, "--guidance", parser=finite_float, help="Guidance instead of the target's own (a run's [rl.eval] or rl.guidance, else 3.0)."),
+    sample_steps: Optional[int] = typer.Option(None, "--sample-steps", help="Sampler steps instead of the target's own (a run's \\[rl.eval] or rl.sample_steps, an exported folder's cosmos_rl.json, else 20)."),
+    guidance: Optional[float] = typer.Option(None, "--guidance", parser=finite_float, help="Guidance instead of the target's own (a run's \\[rl.eval] or rl.guidance, an exported folder's cosmos_rl.json, else 3.0)."),
     step: Optional[int] = typer.Option(None, "--step", help="A run's committed checkpoint step to use (default: the newest)."),
     frames: Optional[int] = typer.Option(None, "--frames", help="Frames per clip for a bare model (4k + 1; default: a preset's own, else 1 = images): mine clip pairs; a run uses its model.num_frames."),
     frame_reduce: Optional[str] = typer.Option(None, "--frame-reduce", help="Clips ranked by an image reward: score every frame and reduce (mean, min, first, last)."),

@@ -260,3 +260,45 @@ def test_validate_prints_the_identity_the_run_then_records(tmp_path):
     assert shown == recorded
     elsewhere = cli("plan", str(manifest), "--json", cwd=tmp_path)
     assert json.loads(elsewhere.stdout)["identity"] == recorded
+
+
+def _every_help_text():
+    """(command path, parameter or "help", text) of every command and parameter of `cosmos-rl`."""
+    import inspect
+
+    import typer
+
+    from cosmos_rl.cli import app
+
+    def walk(command, path):
+        yield path, "help", inspect.cleandoc(command.help or "")
+        for param in command.params:
+            yield path, param.name, inspect.cleandoc(getattr(param, "help", None) or "")
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from walk(sub, f"{path} {name}")
+
+    return list(walk(typer.main.get_command(app), "cosmos-rl"))
+
+
+def test_no_help_text_loses_words_to_rich_markup():
+    """Typer renders help through rich markup, which swallows a bracketed word ("a run's [rl.eval] or
+    rl.sample_steps" printed as "a run's  or rl.sample_steps"): every `[` in a help text is escaped."""
+    from rich.text import Text
+
+    texts = _every_help_text()
+    assert len(texts) > 50
+    damaged = [(path, name, text) for path, name, text in texts if Text.from_markup(text).plain != text.replace("\\[", "[")]
+    assert damaged == []
+    shown = cli("pairs", "mine", "--help", cwd=ROOT).stdout
+    assert "[rl.eval] or rl.sample_steps" in " ".join(shown.replace("│", " ").split())
+
+
+def test_version_prints_the_packages_version():
+    import tomllib
+
+    import cosmos_rl
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert cosmos_rl.__version__ == declared
+    result = cli("--version")
+    assert result.returncode == 0 and result.stdout == f"cosmos-rl {declared}\n"
