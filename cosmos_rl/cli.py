@@ -335,14 +335,20 @@ def export(
     """Write a run's committed checkpoint (the newest by default) as a diffusers model folder (LoRA merged in)."""
     from cosmos_rl.commands.export import export_run
 
+    started = time.monotonic()
+
+    def progress(line: str) -> None:  # each stage, with the seconds so far: a log shows where the time goes
+        err.print(f"export: {line} ({time.monotonic() - started:.0f} s)", markup=False, highlight=False)
+
     try:
-        summary = export_run(run_dir, out_path(out_dir), step=step, progress=lambda line: err.print(line, markup=False, highlight=False))
+        summary = export_run(run_dir, out_path(out_dir), step=step, progress=progress)
     except UserError as exc:
         _fail(exc)
     if as_json:
         _json(summary)
         return
-    out.print(f"[bold green]exported[/] step {summary['step']} of {escape(run_dir)} ({summary['trained']}) to {escape(out_dir)}", highlight=False)
+    out.print(f"[bold green]exported[/] step {summary['step']} of {escape(run_dir)} ({summary['trained']}) to {escape(out_dir)} "
+              f"in {time.monotonic() - started:.0f} s", highlight=False)  # fmt: skip
     out.print(f"  use it with: model.path = \"{escape(out_dir)}\"  or  cosmos-rl eval {escape(out_dir)}", highlight=False)
 
 

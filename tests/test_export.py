@@ -147,8 +147,9 @@ def test_export_refuses_what_it_cannot_write_and_leaves_nothing(dpo_lora_run, tm
     assert [p.name for p in taken.iterdir()] == ["keep.txt"]
     with pytest.raises(UserError, match="not a run directory"):
         export_run(str(tmp_path), tmp_path / "new")
-    with pytest.raises(UserError, match="parent folder does not exist"):
-        export_run(str(run_dir), tmp_path / "no" / "such")
+    (tmp_path / "a_file").write_text("not a folder")
+    with pytest.raises(UserError, match="a_file' is a file, not a folder"):
+        export_run(str(run_dir), tmp_path / "a_file" / "deeper" / "model")
     fresh = tmp_path / "fresh"
     fresh.mkdir()
     (fresh / "manifest.toml").write_text((run_dir / "manifest.toml").read_text())
@@ -158,7 +159,7 @@ def test_export_refuses_what_it_cannot_write_and_leaves_nothing(dpo_lora_run, tm
     done = subprocess.run([sys.executable, "-m", "cosmos_rl.cli", "export", str(run_dir), "--out", str(taken)],
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 2 and "Traceback" not in done.stderr and "already exists" in done.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]  # no staging folder left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "taken"]  # no staging folder left behind
 
 
 def test_a_run_on_a_nano_layout_folder_exports_a_folder_the_stock_pipeline_loads(tmp_path):
@@ -302,3 +303,14 @@ def test_a_folders_recorded_sampler_is_read_or_refused_naming_the_file(tmp_path,
         return
     settings = folder_settings(tmp_path)
     assert (settings.steps, settings.guidance, settings.shift) == (*found, None)
+
+
+def test_export_makes_the_missing_parent_folders_of_out(dpo_lora_run, tmp_path, monkeypatch):
+    """`cosmos-rl export RUN --out models/x`, as the docs and the closing summary print it, in a
+    folder with no models/ yet; the summary says what to run next."""
+    run_dir, _ = dpo_lora_run
+    done = subprocess.run([sys.executable, "-m", "cosmos_rl.cli", "export", str(run_dir), "--out", "models/x"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "models" / "x" / "transformer").is_dir() and sorted(p.name for p in (tmp_path / "models").iterdir()) == ["x"]
+    assert "exported step 2 of" in done.stdout and "cosmos-rl eval models/x" in done.stdout
