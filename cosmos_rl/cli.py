@@ -261,6 +261,52 @@ def warn(line: str) -> None:
     err.print(line, markup=False, highlight=False)
 
 
+PROGRESS_EVERY_S = 30.0  # a long command's log gets a progress line at least this often, as training's does
+
+
+class _CommandProgress:
+    """Progress of a long command (eval, pairs mine) on stderr, so `--json` keeps stdout to itself:
+    a transient rich bar on a terminal; in a log (not a terminal) a plain line at the first and the
+    last count of each phase and whenever PROGRESS_EVERY_S seconds passed, with the count, the time
+    the phase took so far and its ETA. Call it as `progress(what, done, total)`."""
+
+    def __init__(self, command: str, unit: str):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.command, self.unit = command, unit
+        columns = (TextColumn(f"{command} {{task.description}}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit), TimeRemainingColumn())
+        self._bar = Progress(*columns, console=err, transient=True, disable=not err.is_terminal)
+        self._task = None
+        self._what: str | None = None
+        self._began = self._last = 0.0
+
+    def __enter__(self) -> "_CommandProgress":
+        self._bar.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._bar.__exit__(*exc)
+
+    def __call__(self, what: str, done: int, total: int) -> None:
+        from cosmos_rl.commands.run_summary import clock
+
+        now = time.monotonic()
+        if what != self._what:  # a new phase (the checkpoint, then its base): its own count and clock
+            self._what, self._began, self._last = what, now, now
+            self._task = self._bar.add_task(what, total=total)
+            first = True
+        else:
+            first = False
+        self._bar.update(self._task, completed=done, total=total)
+        if err.is_terminal or not (first or done >= total or now - self._last >= PROGRESS_EVERY_S):
+            return
+        self._last = now
+        elapsed = now - self._began
+        eta = clock(elapsed / done * (total - done)) if done else "?"
+        label = f"{what}: " if what else ""
+        err.print(f"{self.command}: {label}{done} of {total} {self.unit} ({clock(elapsed)} so far, eta {eta})", markup=False, highlight=False)
+
+
 def _check_device(device: str) -> None:
     if device not in ("auto", "cpu", "cuda"):
         _fail(UserError(f"--device: {device!r} is not one of auto, cpu, cuda"))
@@ -309,12 +355,14 @@ def evaluate(
 
     _check_device(device)
     notes: list[str] = []
+    started = time.monotonic()
     try:
-        result = run_eval(
-            target, prompts=prompts, seeds=seeds, per_task=per_task, reward=reward, batch_size=batch_size,
-            image_size=image_size, out_dir=out_path(out_dir), device=device, warn=warn, sample_steps=sample_steps, guidance=guidance,
-            step=step, frames=frames, i2v=i2v, note=notes.append,
-        )
+        with _CommandProgress("eval", "images") as progress:
+            result = run_eval(
+                target, prompts=prompts, seeds=seeds, per_task=per_task, reward=reward, batch_size=batch_size,
+                image_size=image_size, out_dir=out_path(out_dir), device=device, warn=warn, sample_steps=sample_steps, guidance=guidance,
+                step=step, frames=frames, i2v=i2v, note=notes.append, progress=progress,
+            )
     except UserError as exc:
         _fail(exc)
     if as_json:
@@ -323,6 +371,11 @@ def evaluate(
         render(out, result)
     for line in notes:  # images sampled and reused: on stderr, so --json's stdout stays one object
         err.print(line, markup=False, highlight=False)
+    if not as_json:
+        from cosmos_rl.commands.evaluate import closing_lines
+
+        for line in closing_lines(target, result, time.monotonic() - started):
+            out.print(line, markup=False, highlight=False)
 
 
 @app.command("export")
@@ -424,26 +477,17 @@ def pairs_mine(
     frame_reduce: Optional[str] = typer.Option(None, "--frame-reduce", help="Clips ranked by an image reward: score every frame and reduce (mean, min, first, last)."),
 ) -> None:
     """Sample K images (or clips) per prompt, score them, write best-vs-worst pairs (ties dropped) as webdataset shards for rl.data.shards."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
     from cosmos_rl.commands.mining.command import run_mine
+    from cosmos_rl.commands.run_summary import clock
 
     _check_device(device)
-    columns = (TextColumn("mining"), BarColumn(), MofNCompleteColumn(), TextColumn("prompt rows"), TimeRemainingColumn())
+    started = time.monotonic()
     try:
-        with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as bar:
-            task = bar.add_task("mine", total=None)
-            started = time.perf_counter()
-
-            def progress(done: int, total: int) -> None:
-                bar.update(task, completed=done, total=total)
-                if not err.is_terminal and done:  # a log file gets no bar: one line per round of rows instead
-                    err.print(f"mining: {done} of {total} prompt rows ({time.perf_counter() - started:.0f} s)", highlight=False)
-
+        with _CommandProgress("mining", "prompt rows") as rows:
             summary = run_mine(
                 target, reward=reward, prompts=prompts, samples=samples, out_dir=out_path(out_dir), seed=seed,
                 batch_size=batch_size, per_shard=per_shard, device=device, warn=warn, sample_steps=sample_steps, guidance=guidance, step=step,
-                frames=frames, frame_reduce=frame_reduce, progress=progress,
+                frames=frames, frame_reduce=frame_reduce, progress=lambda done, total: rows("", done, total),
             )
     except UserError as exc:
         _fail(exc)
@@ -452,7 +496,8 @@ def pairs_mine(
         return
     out.print(
         f"[bold green]wrote[/] {summary['pairs']} pairs from {summary['rows']} prompt rows "
-        f"({summary['ties_dropped']} tied and dropped) to {len(summary['shards'])} shard(s) in {escape(out_dir)}",
+        f"({summary['ties_dropped']} tied and dropped) to {len(summary['shards'])} shard(s) in {escape(out_dir)} "
+        f"in {clock(time.monotonic() - started)}",
         highlight=False,
     )
     out.print(f"  use them with: rl.data.shards = [\"{escape(out_dir)}/pairs-{{000000..{len(summary['shards']) - 1:06d}}}.tar\"]", highlight=False)

@@ -48,6 +48,9 @@ class Evaluator:
         if i2v and not media.is_video:
             raise ValueError("image-to-video evaluation needs clips (media with more than one frame)")
         self.i2v = i2v
+        # Called after every sampler call of `sample` with (items sampled, items asked for): the
+        # progress of `cosmos-rl eval`; None elsewhere (training's evaluations).
+        self.on_batch: Callable[[int, int], None] | None = None
 
     @classmethod
     def for_run(cls, config, parts, device: torch.device) -> "Evaluator":
@@ -141,6 +144,8 @@ class Evaluator:
                     torch.cat([self.noise(item) for item in batch]), self.settings, condition=self.condition(batch),
                 )  # fmt: skip
                 out.append(pixels.numpy())
+                if self.on_batch is not None:
+                    self.on_batch(start + len(batch), len(items))
         return np.concatenate(out)
 
     def scored(
