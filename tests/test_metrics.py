@@ -112,17 +112,17 @@ def test_a_long_step_gets_a_heartbeat_line_so_a_log_never_goes_quiet_longer_than
     clock.now += 29.0
     assert progress.heartbeat() is None  # not yet 30 s since the header line
     clock.now += 2.0
-    assert progress.heartbeat() == "step 1/10 running: 31 s into the step  elapsed 0:00:31  eta ?"
+    assert progress.heartbeat() == "step 1/10 running: 31 s since training started  elapsed 0:00:31  eta ?"
     assert progress.heartbeat() is None  # the beat itself counts as a line
     clock.now += 9.0
     progress.update(1, {"train/loss": 1.0}, 1)  # 40 s after the start, 9 s after the beat: no line
     # step 2's ETA: step 1 took 40 s, so 9 steps take 360 s, 30 of which step 2 has run
     clock.now += 30.0
-    assert progress.heartbeat() == "step 2/10 running: 30 s into the step  elapsed 0:01:10  eta 0:05:30"
+    assert progress.heartbeat() == "step 2/10 running: 30 s since step 1 finished  elapsed 0:01:10  eta 0:05:30"
     progress.close()
     assert capsys.readouterr().out.splitlines()[1:] == [
-        "step 1/10 running: 31 s into the step  elapsed 0:00:31  eta ?",
-        "step 2/10 running: 30 s into the step  elapsed 0:01:10  eta 0:05:30",
+        "step 1/10 running: 31 s since training started  elapsed 0:00:31  eta ?",
+        "step 2/10 running: 30 s since step 1 finished  elapsed 0:01:10  eta 0:05:30",
     ]
 
 

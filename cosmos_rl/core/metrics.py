@@ -127,7 +127,7 @@ class Progress:
     lines on stdout, never wrapped or cut, each with the step, the `fields` metrics, the rate and the
     ETA: one every `every_steps` steps (the manifest's `job.log_every`), at the last step, and
     whenever `every_s` seconds (`job.progress_every_s`) passed since the last line; a step that runs
-    longer than that gets a line saying so from a heartbeat thread, so a log never goes quiet for
+    longer than that (or a checkpoint, an evaluation) gets a line saying so from a heartbeat thread, so a log never goes quiet for
     more than `every_s` seconds while training. (stdout a log but stderr a terminal: both.)
     """
 
@@ -205,7 +205,7 @@ class Progress:
         """`step 12/40 (30%)  train/loss 0.1234  ...  2.31 pairs/s  elapsed 0:00:31  eta 0:01:13`."""
         shown = [k for k in self.fields if k in metrics] + [k for k in SCORE_KEYS if k in metrics and k not in self.fields]
         stats = "".join(f"  {k} {_number(metrics[k])}" for k in shown)
-        percent = 100 * step // max(self.total, 1)
+        percent = round(100 * step / max(self.total, 1))
         return f"step {step}/{self.total} ({percent}%){stats}  {rate:.3g} {self.unit}/s  {self._times(now)}"
 
     def heartbeat(self) -> str | None:
@@ -215,8 +215,10 @@ class Progress:
             now = self._clock()
             if self._last_step >= self.total or now - self._last_line < self.every_s:
                 return None
-            line = (f"step {self._last_step + 1}/{self.total} running: {now - self._step_began:.0f} s into the step  "
-                    f"{self._times(now)}")  # fmt: skip
+            # Since the last finished step, not "into the step": a checkpoint or an evaluation after
+            # that step may be what is running.
+            since = f"step {self._last_step} finished" if self._last_step > self.start else "training started"
+            line = f"step {self._last_step + 1}/{self.total} running: {now - self._step_began:.0f} s since {since}  {self._times(now)}"
             self._line_locked(now, line)
             return line
 

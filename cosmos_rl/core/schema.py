@@ -24,7 +24,7 @@ class JobConfig:
     log_every: int = knob(1, "Write a `metrics.jsonl` row every this many optimizer steps.")
     tensorboard: bool = knob(False, "Also write TensorBoard event files (needs the `tensorboard` package).")
     progress: bool = knob(True, "Show progress on rank 0 while training: a rich bar on a terminal; when stdout is not one (a log file, `nohup`, a batch job) plain lines on stdout instead, each with the step, the key metrics and the ETA, every `log_every` steps or `progress_every_s` seconds, whichever comes first.")
-    progress_every_s: float = knob(30.0, "With `progress` and stdout not a terminal: a progress line at least this often (seconds), also while one step runs longer (`running: N s into the step`). Changes nothing a run computes.")
+    progress_every_s: float = knob(30.0, "With `progress` and stdout not a terminal: a progress line at least this often (seconds), also while a step (or a checkpoint, an evaluation) runs longer (`running: N s since step K finished`). Changes nothing a run computes.")
     wandb_project: str = knob("", "Also log metrics to this Weights & Biases project (needs the `wandb` package); empty = off.")
     wandb_entity: str = knob("", "Weights & Biases entity (team or user) for `wandb_project`; empty = your default.")
 
