@@ -150,3 +150,31 @@ def test_a_terminal_keeps_the_rich_bar_and_gets_no_lines(monkeypatch, capsys):
     progress.update(3, {"train/loss": 1.0}, 1)
     progress.close()
     assert capsys.readouterr().out == ""
+
+
+def test_with_a_terminal_bar_on_stderr_the_lines_still_reach_a_piped_stdout(tmp_path):
+    """`cosmos-rl train M | tee log` at a terminal: the bar draws on stderr (a terminal) and rich then
+    routes sys.stdout onto that terminal; the plain lines must still go down the pipe."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    script = (
+        "from cosmos_rl.core.metrics import Progress\n"
+        "p = Progress(enabled=True, total=3, start=0, unit='x', fields=('train/loss',), heartbeat=False)\n"
+        "assert p._bar is not None and p.lines\n"
+        "for step in (1, 2, 3):\n"
+        "    p.update(step, {'train/loss': 0.5}, 1)\n"
+        "p.close()\n"
+    )
+    leader, follower = pty.openpty()
+    try:
+        done = subprocess.run([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=follower, text=True, timeout=120,
+                              env={**os.environ, "TERM": "xterm"})  # fmt: skip
+    finally:
+        os.close(follower)
+        os.close(leader)
+    assert done.returncode == 0
+    assert [line.split("  ")[0] for line in done.stdout.splitlines()] == [
+        "step 0/3: training steps 1 to 3; a line every 1 step(s) or 30 s", "step 1/3 (33%)", "step 2/3 (67%)", "step 3/3 (100%)"]

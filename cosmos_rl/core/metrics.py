@@ -155,6 +155,9 @@ class Progress:
         if not enabled:
             self.lines = False
             return
+        # The real stdout, taken before the bar starts: a rich bar on a terminal stderr replaces
+        # sys.stdout with a proxy onto that terminal, and the lines belong in the pipe or file.
+        self._out = sys.stdout
         if bar is None:
             bar = sys.stderr.isatty()
         self.lines = (not bar or not sys.stdout.isatty()) if lines is None else lines
@@ -242,12 +245,9 @@ class Progress:
         self._last_line = now
         self._print(line)
 
-    @staticmethod
-    def _print(line: str) -> None:
-        import sys
-
+    def _print(self, line: str) -> None:
         # flush: stdout to a file is block-buffered, and a log is read while the run goes on
-        print(line, file=sys.stdout, flush=True)
+        print(line, file=self._out, flush=True)
 
 
 # Held-out scores shown on a progress line whenever a step logged them (besides the trainer's fields).
