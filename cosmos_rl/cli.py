@@ -50,6 +50,7 @@ def _options(
 ) -> None:
     pass  # the options of `cosmos-rl` itself; every command is a subcommand
 
+
 def _json(value) -> None:
     """Print JSON output; allow_nan=False because `Infinity`/`NaN` are not JSON (every number the
     commands print is finite by their checks, so a non-finite one is a bug, not a user's mistake)."""

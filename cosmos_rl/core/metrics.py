@@ -126,9 +126,10 @@ class Progress:
     bar on stderr. Otherwise (`nohup ... > log`, a batch scheduler's output file, a pipe): plain
     lines on stdout, never wrapped or cut, each with the step, the `fields` metrics, the rate and the
     ETA: one every `every_steps` steps (the manifest's `job.log_every`), at the last step, and
-    whenever `every_s` seconds (`job.progress_every_s`) passed since the last line; a step that runs
-    longer than that (or a checkpoint, an evaluation) gets a line saying so from a heartbeat thread, so a log never goes quiet for
-    more than `every_s` seconds while training. (stdout a log but stderr a terminal: both.)
+    whenever `every_s` seconds (`job.progress_every_s`) passed since the last line; a step (or a
+    checkpoint, an evaluation) that runs longer than that gets a line saying so from a heartbeat
+    thread, so a log never goes quiet for more than `every_s` seconds while training. (stdout a log
+    but stderr a terminal: both.)
     """
 
     def __init__(
@@ -148,8 +149,8 @@ class Progress:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._beat = None
-        self._began = clock()  # the loop's start, and the current step's
-        self._step_began = self._began
+        self._began = clock()  # the loop's start
+        self._step_began = self._began  # when the last step finished: the running one began
         self._last_line = self._began
         self._last_step, self._printed_step = start, start
         if not enabled:
