@@ -35,13 +35,32 @@ app.add_typer(pairs_app, name="pairs")
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        from cosmos_rl import __version__
+
+        print(f"cosmos-rl {__version__}")
+        raise typer.Exit(EXIT_OK)
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    pass  # the options of `cosmos-rl` itself; every command is a subcommand
+
+
 def _json(value) -> None:
     """Print JSON output; allow_nan=False because `Infinity`/`NaN` are not JSON (every number the
     commands print is finite by their checks, so a non-finite one is a bug, not a user's mistake)."""
     print(json.dumps(value, indent=2, allow_nan=False))
 
 
-OVERRIDES = typer.Argument(None, help="KEY=VALUE overrides with TOML values, e.g. rl.max_steps=5 job.name=\"x\".", show_default=False)
+OVERRIDES = typer.Argument(
+    None, help="KEY=VALUE overrides with TOML values, e.g. rl.max_steps=5 'job.name=\"x\"' (a string's TOML quotes inside shell quotes).",
+    show_default=False,
+)
 
 
 class DataCheck(str, enum.Enum):
@@ -167,6 +186,12 @@ def plan(
     render_plan(out, resolved)
 
 
+def _summary_line(line: str) -> None:
+    """A closing summary line on stdout, plain (paths and metric names are outside text), flushed:
+    a log written while the run goes on shows it at once."""
+    print(line, flush=True)
+
+
 def _run(action) -> None:
     """Run a training action, mapping failures to exit codes with one clear line."""
     from cosmos_rl.core.errors import Preempted, RunFailed
@@ -201,7 +226,7 @@ def train(
     _print_warnings(warnings)
     from cosmos_rl.commands import launch
 
-    _run(lambda: launch.train(config, manifest, console=err))
+    _run(lambda: launch.train(config, manifest, console=err, summary=_summary_line))
 
 
 @app.command()
@@ -213,7 +238,7 @@ def resume(
     """Continue a run (DPO, NFT, GRPO or SFT) from its newest committed checkpoint."""
     from cosmos_rl.commands import launch
 
-    _run(lambda: launch.resume(run_dir, overrides or [], exact=exact, console=err))
+    _run(lambda: launch.resume(run_dir, overrides or [], exact=exact, console=err, summary=_summary_line))
 
 
 @app.command()
@@ -237,6 +262,52 @@ def warn(line: str) -> None:
     err.print(line, markup=False, highlight=False)
 
 
+PROGRESS_EVERY_S = 30.0  # a long command's log gets a progress line at least this often, as training's does
+
+
+class _CommandProgress:
+    """Progress of a long command (eval, pairs mine) on stderr, so `--json` keeps stdout to itself:
+    a transient rich bar on a terminal; in a log (not a terminal) a plain line at the first and the
+    last count of each phase and whenever PROGRESS_EVERY_S seconds passed, with the count, the time
+    the phase took so far and its ETA. Call it as `progress(what, done, total)`."""
+
+    def __init__(self, command: str, unit: str):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.command, self.unit = command, unit
+        columns = (TextColumn(f"{command} {{task.description}}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit), TimeRemainingColumn())
+        self._bar = Progress(*columns, console=err, transient=True, disable=not err.is_terminal)
+        self._task = None
+        self._what: str | None = None
+        self._began = self._last = 0.0
+
+    def __enter__(self) -> "_CommandProgress":
+        self._bar.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._bar.__exit__(*exc)
+
+    def __call__(self, what: str, done: int, total: int) -> None:
+        from cosmos_rl.commands.run_summary import clock
+
+        now = time.monotonic()
+        if what != self._what:  # a new phase (the checkpoint, then its base): its own count and clock
+            self._what, self._began, self._last = what, now, now
+            self._task = self._bar.add_task(what, total=total)
+            first = True
+        else:
+            first = False
+        self._bar.update(self._task, completed=done, total=total)
+        if err.is_terminal or not (first or done >= total or now - self._last >= PROGRESS_EVERY_S):
+            return
+        self._last = now
+        elapsed = now - self._began
+        eta = clock(elapsed / done * (total - done)) if done else "?"
+        label = f"{what}: " if what else ""
+        err.print(f"{self.command}: {label}{done} of {total} {self.unit} ({clock(elapsed)} so far, eta {eta})", markup=False, highlight=False)
+
+
 def _check_device(device: str) -> None:
     if device not in ("auto", "cpu", "cuda"):
         _fail(UserError(f"--device: {device!r} is not one of auto, cpu, cuda"))
@@ -246,8 +317,8 @@ def _check_device(device: str) -> None:
 def compare(
     run_dirs: List[Path] = typer.Argument(..., help="Run directories (each holds manifest.toml and metrics.jsonl) of runs from one base."),
     out_dir: Path = typer.Option(Path("compare"), "--out", help="Folder for compare.json and compare.png."),
-    base_eval: Optional[Path] = typer.Option(None, "--base-eval", help="The eval.json of `cosmos-rl eval BASE` with the runs' [rl.eval] settings (checked): its score is the base of 'first step to base + margin'."),
-    base_score: Optional[float] = typer.Option(None, "--base-score", help="Instead of --base-eval: the base's score under the runs' [rl.eval] settings, taken as given."),
+    base_eval: Optional[Path] = typer.Option(None, "--base-eval", help="The eval.json of `cosmos-rl eval BASE` with the runs' \\[rl.eval] settings (checked): its score is the base of 'first step to base + margin'."),
+    base_score: Optional[float] = typer.Option(None, "--base-score", help="Instead of --base-eval: the base's score under the runs' \\[rl.eval] settings, taken as given."),
     margin: float = typer.Option(0.1, "--margin", help="The gain over --base-score whose first evaluated step is reported."),
 ) -> None:
     """Put runs side by side: held-out eval/score against steps, images and wall-clock, and eval.json's paired changes per task."""
@@ -284,8 +355,8 @@ def evaluate(
     image_size: Optional[int] = typer.Option(None, "--image-size", help="Image side for a bare model (default 32); a run uses its model.image_size."),
     out_dir: Optional[str] = typer.Option(None, "--out", help="Folder for the grid and eval.json; default RUN_DIR/eval, or eval/NAME for a model."),
     device: str = typer.Option("auto", "--device", help="auto (CUDA when available), cpu or cuda."),
-    sample_steps: Optional[int] = typer.Option(None, "--sample-steps", help="Sampler steps instead of the target's own (a run's rl.sample_steps, else 20)."),
-    guidance: Optional[float] = typer.Option(None, "--guidance", parser=finite_float, help="Guidance instead of the target's own (a run's rl.guidance, else 3.0)."),
+    sample_steps: Optional[int] = typer.Option(None, "--sample-steps", help="Sampler steps instead of the target's own (a run's \\[rl.eval] or rl.sample_steps, an exported folder's cosmos_rl.json, else 20)."),
+    guidance: Optional[float] = typer.Option(None, "--guidance", parser=finite_float, help="Guidance instead of the target's own (a run's \\[rl.eval] or rl.guidance, an exported folder's cosmos_rl.json, else 3.0)."),
     step: Optional[int] = typer.Option(None, "--step", help="A run's committed checkpoint step to use (default: the newest)."),
     frames: Optional[int] = typer.Option(None, "--frames", help="Frames per clip for a bare model (4k + 1; default: a preset's own, else 1 = images); a run uses its model.num_frames."),
     condition: Optional[str] = typer.Option(None, "--condition", help="Video: what every clip is given: first_frame (the first frame of its caption's ground-truth clip: image to video) or none; default: a run's [model.condition], a model's none."),
@@ -296,12 +367,14 @@ def evaluate(
 
     _check_device(device)
     notes: list[str] = []
+    started = time.monotonic()
     try:
-        result = run_eval(
-            target, prompts=prompts, seeds=seeds, per_task=per_task, reward=reward, batch_size=batch_size,
-            image_size=image_size, out_dir=out_path(out_dir), device=device, warn=warn, sample_steps=sample_steps, guidance=guidance,
-            step=step, frames=frames, condition=_eval_condition(condition, i2v), note=notes.append,
-        )
+        with _CommandProgress("eval", "images") as progress:
+            result = run_eval(
+                target, prompts=prompts, seeds=seeds, per_task=per_task, reward=reward, batch_size=batch_size,
+                image_size=image_size, out_dir=out_path(out_dir), device=device, warn=warn, sample_steps=sample_steps, guidance=guidance,
+                step=step, frames=frames, condition=_eval_condition(condition, i2v), note=notes.append, progress=progress,
+            )
     except UserError as exc:
         _fail(exc)
     if as_json:
@@ -310,6 +383,11 @@ def evaluate(
         render(out, result)
     for line in notes:  # images sampled and reused: on stderr, so --json's stdout stays one object
         err.print(line, markup=False, highlight=False)
+    if not as_json:
+        from cosmos_rl.commands.evaluate import closing_lines
+
+        for line in closing_lines(target, result, time.monotonic() - started):
+            out.print(line, markup=False, highlight=False)
 
 
 @app.command("export")
@@ -322,14 +400,20 @@ def export(
     """Write a run's committed checkpoint (the newest by default) as a diffusers model folder (LoRA merged in)."""
     from cosmos_rl.commands.export import export_run
 
+    started = time.monotonic()
+
+    def progress(line: str) -> None:  # each stage, with the seconds so far: a log shows where the time goes
+        err.print(f"export: {line} ({time.monotonic() - started:.0f} s)", markup=False, highlight=False)
+
     try:
-        summary = export_run(run_dir, out_path(out_dir), step=step, progress=lambda line: err.print(line, markup=False, highlight=False))
+        summary = export_run(run_dir, out_path(out_dir), step=step, progress=progress)
     except UserError as exc:
         _fail(exc)
     if as_json:
         _json(summary)
         return
-    out.print(f"[bold green]exported[/] step {summary['step']} of {escape(run_dir)} ({summary['trained']}) to {escape(out_dir)}", highlight=False)
+    out.print(f"[bold green]exported[/] step {summary['step']} of {escape(run_dir)} ({summary['trained']}) to {escape(out_dir)} "
+              f"in {time.monotonic() - started:.0f} s", highlight=False)  # fmt: skip
     out.print(f"  use it with: model.path = \"{escape(out_dir)}\"  or  cosmos-rl eval {escape(out_dir)}", highlight=False)
 
 
@@ -398,33 +482,24 @@ def pairs_mine(
     per_shard: int = typer.Option(1000, "--per-shard", help="Pairs per shard."),
     device: str = typer.Option("auto", "--device", help="auto (CUDA when available), cpu or cuda."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object."),
-    sample_steps: Optional[int] = typer.Option(None, "--sample-steps", help="Sampler steps instead of the target's own (a run's [rl.eval] or rl.sample_steps, else 20)."),
-    guidance: Optional[float] = typer.Option(None, "--guidance", parser=finite_float, help="Guidance instead of the target's own (a run's [rl.eval] or rl.guidance, else 3.0)."),
+    sample_steps: Optional[int] = typer.Option(None, "--sample-steps", help="Sampler steps instead of the target's own (a run's \\[rl.eval] or rl.sample_steps, an exported folder's cosmos_rl.json, else 20)."),
+    guidance: Optional[float] = typer.Option(None, "--guidance", parser=finite_float, help="Guidance instead of the target's own (a run's \\[rl.eval] or rl.guidance, an exported folder's cosmos_rl.json, else 3.0)."),
     step: Optional[int] = typer.Option(None, "--step", help="A run's committed checkpoint step to use (default: the newest)."),
     frames: Optional[int] = typer.Option(None, "--frames", help="Frames per clip for a bare model (4k + 1; default: a preset's own, else 1 = images): mine clip pairs; a run uses its model.num_frames."),
     frame_reduce: Optional[str] = typer.Option(None, "--frame-reduce", help="Clips ranked by an image reward: score every frame and reduce (mean, min, first, last)."),
 ) -> None:
     """Sample K images (or clips) per prompt, score them, write best-vs-worst pairs (ties dropped) as webdataset shards for rl.data.shards."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
     from cosmos_rl.commands.mining.command import run_mine
+    from cosmos_rl.commands.run_summary import clock
 
     _check_device(device)
-    columns = (TextColumn("mining"), BarColumn(), MofNCompleteColumn(), TextColumn("prompt rows"), TimeRemainingColumn())
+    started = time.monotonic()
     try:
-        with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as bar:
-            task = bar.add_task("mine", total=None)
-            started = time.perf_counter()
-
-            def progress(done: int, total: int) -> None:
-                bar.update(task, completed=done, total=total)
-                if not err.is_terminal and done:  # a log file gets no bar: one line per round of rows instead
-                    err.print(f"mining: {done} of {total} prompt rows ({time.perf_counter() - started:.0f} s)", highlight=False)
-
+        with _CommandProgress("mining", "prompt rows") as rows:
             summary = run_mine(
                 target, reward=reward, prompts=prompts, samples=samples, out_dir=out_path(out_dir), seed=seed,
                 batch_size=batch_size, per_shard=per_shard, device=device, warn=warn, sample_steps=sample_steps, guidance=guidance, step=step,
-                frames=frames, frame_reduce=frame_reduce, progress=progress,
+                frames=frames, frame_reduce=frame_reduce, progress=lambda done, total: rows("", done, total),
             )
     except UserError as exc:
         _fail(exc)
@@ -433,7 +508,8 @@ def pairs_mine(
         return
     out.print(
         f"[bold green]wrote[/] {summary['pairs']} pairs from {summary['rows']} prompt rows "
-        f"({summary['ties_dropped']} tied and dropped) to {len(summary['shards'])} shard(s) in {escape(out_dir)}",
+        f"({summary['ties_dropped']} tied and dropped) to {len(summary['shards'])} shard(s) in {escape(out_dir)} "
+        f"in {clock(time.monotonic() - started)}",
         highlight=False,
     )
     out.print(f"  use them with: rl.data.shards = [\"{escape(out_dir)}/pairs-{{000000..{len(summary['shards']) - 1:06d}}}.tar\"]", highlight=False)

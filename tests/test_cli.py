@@ -243,3 +243,62 @@ def test_an_unreachable_reward_service_at_start_is_exit_2_naming_the_url(tmp_pat
     assert "rl.reward.url: the reward service at http://127.0.0.1:1 cannot be reached" in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
     assert not (tmp_path / "nft_t2i_smoke" / "placement.json").exists()  # no actor group was started
+
+
+def test_validate_prints_the_identity_the_run_then_records(tmp_path):
+    """nft_shapes_cpu names its prompt file relatively (rl.prompts.file = "shapes_train.txt"); the run
+    records the identity of the manifest.toml `train` writes (paths made absolute), and validate
+    and plan print that same identity, whatever the working directory."""
+    from cosmos_rl.config import load
+    from cosmos_rl.planning import plan, run_dir as run
+
+    manifest = ROOT / "manifests" / "nft_shapes_cpu.toml"
+    config, run_dir = run.pin_paths(load.load(manifest, [f'job.output_dir="{tmp_path}"']), manifest)
+    run.prepare_new(config, run_dir)  # what `cosmos-rl train` writes before the backend starts
+    recorded = plan.run_identity(load.load(run_dir / "manifest.toml", saved_run=True))  # what the trainers put in meta.json
+    shown = json.loads(cli("validate", "manifests/nft_shapes_cpu.toml", "--json", "--data", "none").stdout)["summary"]["identity"]
+    assert shown == recorded
+    elsewhere = cli("plan", str(manifest), "--json", cwd=tmp_path)
+    assert json.loads(elsewhere.stdout)["identity"] == recorded
+
+
+def _every_help_text():
+    """(command path, parameter or "help", text) of every command and parameter of `cosmos-rl`."""
+    import inspect
+
+    import typer
+
+    from cosmos_rl.cli import app
+
+    def walk(command, path):
+        yield path, "help", inspect.cleandoc(command.help or "")
+        for param in command.params:
+            yield path, param.name, inspect.cleandoc(getattr(param, "help", None) or "")
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from walk(sub, f"{path} {name}")
+
+    return list(walk(typer.main.get_command(app), "cosmos-rl"))
+
+
+def test_no_help_text_loses_words_to_rich_markup():
+    """Typer renders help through rich markup, which swallows a bracketed word ("a run's [rl.eval] or
+    rl.sample_steps" printed as "a run's  or rl.sample_steps"): every `[` in a help text is escaped."""
+    from rich.text import Text
+
+    texts = _every_help_text()
+    assert len(texts) > 50
+    damaged = [(path, name, text) for path, name, text in texts if Text.from_markup(text).plain != text.replace("\\[", "[")]
+    assert damaged == []
+    shown = cli("pairs", "mine", "--help", cwd=ROOT).stdout
+    assert "[rl.eval] or rl.sample_steps" in " ".join(shown.replace("│", " ").split())
+
+
+def test_version_prints_the_packages_version():
+    import tomllib
+
+    import cosmos_rl
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert cosmos_rl.__version__ == declared
+    result = cli("--version")
+    assert result.returncode == 0 and result.stdout == f"cosmos-rl {declared}\n"

@@ -115,10 +115,42 @@ def test_overrides_are_toml_values():
     assert raw["rl"]["data"]["shards"] == ["a.tar"] and raw["grid"]["shapes"] == {"policy": [1, 2]}
 
 
-def test_bare_string_override_is_an_error_with_a_quoting_hint():
+def _hint(item: str) -> str:
     with pytest.raises(ManifestError) as info:
-        load.apply_overrides({}, ["job.name=x"])
-    assert 'quote strings: job.name="x"' in info.value.problems[0].render()
+        load.apply_overrides({}, [item])
+    return info.value.problems[0].fix
+
+
+def _through_bash(words: str) -> list[str]:
+    """The arguments bash passes on for `words` typed on a command line."""
+    import subprocess
+
+    return subprocess.run(["bash", "-c", f"printf '%s\\n' {words}"], capture_output=True, text=True, check=True).stdout.splitlines()
+
+
+def test_bare_string_override_is_an_error_with_a_hint_a_shell_keeps():
+    """`job.name="try2"` typed in bash arrives as job.name=try2 and loops; the hint quotes the TOML
+    quotes for the shell, and what bash passes on is the override meant."""
+    fix = _hint("job.name=try2")
+    assert fix == "quote strings, with shell quotes around the TOML quotes: 'job.name=\"try2\"'"
+    typed = fix.rsplit(": ", 1)[1]
+    assert [load.parse_override(arg) for arg in _through_bash(typed)] == [("job.name", "try2")]
+    typed = _hint("model.path=/data/it's here").rsplit(": ", 1)[1]  # a quote and a space in the value
+    assert [load.parse_override(arg) for arg in _through_bash(typed)] == [("model.path", "/data/it's here")]
+
+
+@pytest.mark.parametrize("item, fix, typed, means", [
+    ("job.tensorboard=yes", "write true or false: job.tensorboard=true or job.tensorboard=false", "job.tensorboard=true", ("job.tensorboard", True)),
+    ("rl.max_steps=ten", "write an integer, e.g. rl.max_steps=10", "rl.max_steps=10", ("rl.max_steps", 10)),
+    ("grid.backend=ray", "write 'grid.backend=\"ray\"' (the TOML quotes inside shell quotes)", "'grid.backend=\"ray\"'", ("grid.backend", "ray")),
+    ("rl.data.shards=a.tar", "write a TOML array inside shell quotes: 'rl.data.shards=[\"a.tar\"]'", "'rl.data.shards=[\"a.tar\"]'",
+     ("rl.data.shards", ["a.tar"])),
+])  # fmt: skip
+def test_the_hint_follows_the_keys_type(item, fix, typed, means):
+    """A bool key gets true/false (never the string "yes"), a number key a number, an option its
+    choice, a list a TOML array; what the hint shows survives bash as a valid override."""
+    assert _hint(item) == fix and typed in fix
+    assert [load.parse_override(arg) for arg in _through_bash(typed)] == [means]
 
 
 @pytest.mark.parametrize("item", ["rl.max_steps", "=5", "rl..beta=1"])

@@ -282,6 +282,27 @@ def test_eval_of_the_finished_run_matches_its_last_eval_row_and_differs_from_its
         assert grid.width > 6 * 128 and grid.height > 2 * 128
 
 
+def test_eval_into_a_log_prints_progress_lines_and_a_closing_summary(nft_run, tmp_path):
+    """Output to files (no terminal): stderr gets a plain progress line at the first and the last
+    sampler call of the checkpoint's images, stdout the tables and the closing summary (scores,
+    files written, what to run next)."""
+    run_dir, _ = nft_run
+    out = tmp_path / "eval"
+    result = subprocess.run(
+        [sys.executable, "-m", "cosmos_rl.cli", "eval", str(run_dir), "--reward", "brightness", "--per-task", "1", "--seeds", "1",
+         "--batch-size", "2", "--device", "cpu", "--out", str(out)],
+        capture_output=True, text=True, cwd=ROOT, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("eval: checkpoint step 2: ")]
+    assert lines[0].startswith("eval: checkpoint step 2: 2 of 6 images (") and lines[-1].startswith("eval: checkpoint step 2: 6 of 6 images (")
+    assert "eta 0:00:00)" in lines[-1]
+    summary = result.stdout[result.stdout.index("done: eval of"):].splitlines()
+    assert summary[0].startswith(f"done: eval of {run_dir} in ") and ", base " in summary[0] and ", change " in summary[0]
+    assert summary[1] == f"  wrote: {out / 'eval.json'}, {out / 'before_after.png'}"
+    assert summary[3].startswith(f"    cosmos-rl report {run_dir}    #") and summary[4].startswith(f"    cosmos-rl export {run_dir} --out models/run")
+
+
 def test_an_exported_nft_run_samples_what_its_checkpoint_samples(nft_run, tmp_path):
     """The folder carries the run's rollout shift (the smoke manifest's 3.0) and the merged adapter."""
     from cosmos_rl.commands.evaluate import run_eval

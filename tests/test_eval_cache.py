@@ -293,7 +293,9 @@ def test_the_command_prints_images_sampled_and_reused_on_stderr(tmp_path):
     second = runner.invoke(app, [*args, "--out", str(tmp_path / "b")])
     assert first.exit_code == 0 and second.exit_code == 0, first.output + second.output
     cache = tmp_path / ".cache" / "eval"
-    assert first.stderr.strip() == f"images: {ITEMS} sampled, 0 reused from the evaluation cache {cache}"
-    assert second.stderr.strip() == f"images: 0 sampled, {ITEMS} reused from the evaluation cache {cache}"
+    # Not a terminal: the sampling's progress line (one sampler call: the first is the last), then the count.
+    assert first.stderr.splitlines()[0].startswith(f"eval: model: {ITEMS} of {ITEMS} images (")
+    assert first.stderr.splitlines()[1:] == [f"images: {ITEMS} sampled, 0 reused from the evaluation cache {cache}"]
+    assert second.stderr.splitlines() == [f"images: 0 sampled, {ITEMS} reused from the evaluation cache {cache}"]  # nothing sampled
     results = [json.loads(r.stdout) for r in (first, second)]  # stdout stays one JSON object
     assert [{k: v for k, v in r.items() if k != "grid"} for r in results][0] == {k: v for k, v in results[1].items() if k != "grid"}

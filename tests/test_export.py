@@ -147,8 +147,9 @@ def test_export_refuses_what_it_cannot_write_and_leaves_nothing(dpo_lora_run, tm
     assert [p.name for p in taken.iterdir()] == ["keep.txt"]
     with pytest.raises(UserError, match="not a run directory"):
         export_run(str(tmp_path), tmp_path / "new")
-    with pytest.raises(UserError, match="parent folder does not exist"):
-        export_run(str(run_dir), tmp_path / "no" / "such")
+    (tmp_path / "a_file").write_text("not a folder")
+    with pytest.raises(UserError, match="a_file' is a file, not a folder"):
+        export_run(str(run_dir), tmp_path / "a_file" / "deeper" / "model")
     fresh = tmp_path / "fresh"
     fresh.mkdir()
     (fresh / "manifest.toml").write_text((run_dir / "manifest.toml").read_text())
@@ -158,7 +159,7 @@ def test_export_refuses_what_it_cannot_write_and_leaves_nothing(dpo_lora_run, tm
     done = subprocess.run([sys.executable, "-m", "cosmos_rl.cli", "export", str(run_dir), "--out", str(taken)],
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 2 and "Traceback" not in done.stderr and "already exists" in done.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]  # no staging folder left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "taken"]  # no staging folder left behind
 
 
 def test_a_run_on_a_nano_layout_folder_exports_a_folder_the_stock_pipeline_loads(tmp_path):
@@ -261,3 +262,55 @@ def test_export_refuses_a_symlinked_out_before_it_opens_the_run(dpo_lora_run, tm
     with pytest.raises(UserError, match="is a symbolic link"):
         export_run(str(run_dir), dangling)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "link", "real"] and not any(real.iterdir())
+
+
+def test_eval_of_an_exported_folder_samples_as_its_run_was_evaluated(dpo_lora_run, tmp_path):
+    """The folder's cosmos_rl.json records the run's evaluation sampler ([rl.eval] here: 4 steps,
+    guidance 1); `eval FOLDER` uses it (not the bare-model default of 20 steps at guidance 3), so it
+    scores what `eval RUN_DIR` scores; --sample-steps / --guidance still override it."""
+    run_dir, _ = dpo_lora_run
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    config = load.load(run / "manifest.toml", saved_run=True)
+    config = attrs.evolve(config, rl=attrs.evolve(config.rl, eval=attrs.evolve(config.rl.eval, sample_steps=4, guidance=1.0)))
+    (run / "manifest.toml").write_text(load.to_toml(config), encoding="utf-8")  # [rl.eval] is no part of the identity
+    export_run(str(run), tmp_path / "model")
+    recorded = json.loads((tmp_path / "model" / "cosmos_rl.json").read_text())["exported_from"]["sampler"]
+    assert (recorded["steps"], recorded["guidance"]) == (4, 1.0)
+    exported = run_eval(str(tmp_path / "model"), out_dir=tmp_path / "e1", image_size=32, **SMALL)
+    checkpoint = run_eval(str(run), out_dir=tmp_path / "e2", **SMALL)
+    assert (exported["sampler"]["steps"], exported["sampler"]["guidance"]) == (4, 1.0) == (checkpoint["sampler"]["steps"], checkpoint["sampler"]["guidance"])
+    assert exported["score"] == pytest.approx(checkpoint["score"], abs=1e-3)
+    overridden = run_eval(str(tmp_path / "model"), out_dir=tmp_path / "e3", image_size=32, sample_steps=2, **SMALL)
+    assert (overridden["sampler"]["steps"], overridden["sampler"]["guidance"]) == (2, 1.0)
+
+
+@pytest.mark.parametrize("info, found", [
+    ({"prompt_template": "minimal"}, (20, 3.0)),  # save_parts' folder: no run, the defaults
+    ({"exported_from": {"sampler": {"steps": 7, "shift": 3.0, "guidance": 0.0}}}, (7, 0.0)),
+    ({"exported_from": {"sampler": {"steps": 0, "guidance": 1.0}}}, "exported_from.sampler must hold steps"),
+    ({"exported_from": {"sampler": {"steps": 4, "guidance": "high"}}}, "exported_from.sampler must hold steps"),
+    ("[1, 2", "not readable as JSON"),
+])  # fmt: skip
+def test_a_folders_recorded_sampler_is_read_or_refused_naming_the_file(tmp_path, info, found):
+    from cosmos_rl.config.sampler import folder_settings
+
+    (tmp_path / "cosmos_rl.json").write_text(info if isinstance(info, str) else json.dumps(info))
+    if isinstance(found, str):
+        with pytest.raises(UserError, match=found) as refused:
+            folder_settings(tmp_path)
+        assert str(tmp_path / "cosmos_rl.json") in str(refused.value)
+        return
+    settings = folder_settings(tmp_path)
+    assert (settings.steps, settings.guidance, settings.shift) == (*found, None)
+
+
+def test_export_makes_the_missing_parent_folders_of_out(dpo_lora_run, tmp_path, monkeypatch):
+    """`cosmos-rl export RUN --out models/x`, as the docs and the closing summary print it, in a
+    folder with no models/ yet; the summary says what to run next."""
+    run_dir, _ = dpo_lora_run
+    done = subprocess.run([sys.executable, "-m", "cosmos_rl.cli", "export", str(run_dir), "--out", "models/x"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "models" / "x" / "transformer").is_dir() and sorted(p.name for p in (tmp_path / "models").iterdir()) == ["x"]
+    assert "exported step 2 of" in done.stdout and "cosmos-rl eval models/x" in done.stdout

@@ -273,3 +273,9 @@ def test_a_hand_edited_non_finite_value_in_a_saved_run_is_refused_by_eval(tmp_pa
     assert "beta = inf" in (run_dir / "manifest.toml").read_text()
     refused(invoke("eval", str(run_dir), "--device", "cpu"), "rl.beta: must be a finite number (got inf)")
     refused(invoke("export", str(run_dir), "--out", str(tmp_path / "model")), "rl.beta: must be a finite number")
+
+
+def test_eval_of_a_missing_folder_names_the_folders_export_writes(tmp_path):
+    """A model folder holds what `cosmos-rl export` writes: text_tokenizer/ (diffusers' name), not tokenizer/."""
+    text = refused(invoke("eval", str(tmp_path / "no_such_model")), "no such folder")
+    assert "transformer/, vae/, text_tokenizer/, scheduler/" in " ".join(text.split())

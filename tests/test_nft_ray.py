@@ -107,8 +107,8 @@ def test_short_run_writes_every_metric_and_a_sample_grid(runs):
     from PIL import Image
 
     grid = Image.open(runs["straight"] / "samples" / "step_2.png")
-    # 2 prompt rows x 4 ranks of 32x32 images with 2-pixel gaps.
-    assert grid.size == (4 * 32 + 3 * 2, 2 * 32 + 2)
+    # 2 prompt rows x 4 ranks of 32x32 images, each shown at 128 px with its prompt and reward under it.
+    assert grid.width > 4 * 128 and grid.height > 2 * 128
     assert (runs["straight"] / "checkpoints" / f"step_{STEPS}" / "COMMITTED").is_file()
 
 

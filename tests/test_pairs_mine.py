@@ -56,7 +56,7 @@ def test_mined_pairs_are_read_by_the_dpo_reader_and_their_scores_hold(mined):
     tmp, summary = mined
     assert summary["rows"] == len(PROMPTS) and summary["pairs"] + summary["ties_dropped"] == len(PROMPTS)
     assert summary["pairs"] >= 1 and summary["ranked_by"] == "partial" and summary["sampler"]["guidance"] == 3.0
-    # Not a terminal (captured): no bar, one plain progress line per round of rows instead.
+    # Not a terminal (captured): no bar; plain progress lines instead (the first count, the last, and every 30 s).
     assert f"mining: {len(PROMPTS)} of {len(PROMPTS)} prompt rows" in (tmp / "a.stderr").read_text()
     pairs = TarShardPairs(summary["shards"], MediaSpec.image(32))
     assert len(pairs) == summary["pairs"]

@@ -239,7 +239,7 @@ def test_task_panels_pair_each_tasks_score_with_its_partial():
 
 def test_the_online_sample_grid_of_clips_is_a_gif_and_strips_that_the_report_embeds(tmp_path):
     """save_sample_grid, the online trainers' writer: clips [G=2, rows=1, F, H, W, 3] become
-    step_<N>.png (frame strips) and step_<N>.gif; images [G, rows, H, W, 3] stay one PNG grid."""
+    step_<N>.png (frame strips) and step_<N>.gif; images [G, rows, H, W, 3] one labelled PNG sheet."""
     import torch
 
     from cosmos_rl.trainers.online import save_sample_grid
@@ -252,13 +252,85 @@ def test_the_online_sample_grid_of_clips_is_a_gif_and_strips_that_the_report_emb
         gif.seek(2)
         assert FRAME_COLOURS[2] in colours_of(gif) and FRAME_COLOURS[0] not in colours_of(gif)
     images = torch.zeros(2, 1, 4, 4, 3, dtype=torch.uint8)
-    images[1] = 255  # rank 1's sample white: one row, rank 0 then rank 1, a 2 px black gap
+    images[0] = torch.tensor([255, 0, 0], dtype=torch.uint8)  # rank 0's sample red, rank 1's green
+    images[1] = torch.tensor([0, 255, 0], dtype=torch.uint8)
     save_sample_grid(run / "samples" / "step_40.png", images, ["a red square"], torch.tensor([[1.0, 0.0]]))
     assert not (run / "samples" / "step_40.gif").exists()
     with Image.open(run / "samples" / "step_40.png") as grid:
         pixels = np.asarray(grid.convert("RGB"))
-    assert pixels.shape == (4, 10, 3) and (pixels[:, :6] == 0).all() and (pixels[:, 6:] == 255).all()
+    # The two samples side by side, each a 128 px tile (4 px upscaled 32x), red left of green ...
+    red, green = [np.argwhere((pixels == colour).all(axis=2)) for colour in ((255, 0, 0), (0, 255, 0))]
+    assert len(red) == len(green) == 128 * 128 and red[:, 1].max() < green[:, 1].min()
+    # ... with the prompt label on the left and the prompt and reward written under each tile (dark ink).
+    ink = (pixels.max(axis=2) < 100)
+    assert ink[: red[:, 0].min() + 128, : red[:, 1].min()].any()  # "prompt 1" left of the tiles
+    assert ink[red[:, 0].max() + 1 :, red[:, 1].min() : red[:, 1].max() + 1].sum() > 50  # text under the red tile
+    assert ink[green[:, 0].max() + 1 :, green[:, 1].min() : green[:, 1].max() + 1].sum() > 50
     text = report.write_report(run).read_text()
     assert "![samples at step 30 (animated)](../samples/step_30.gif)" in text and "![samples at step 30](../samples/step_30.png)" in text
     assert "step 40 (animated)" not in text and "![samples at step 40](../samples/step_40.png)" in text
     assert "each clip plays in the GIF" in text
+
+
+# ------------------------------------------------------------------- plot order, labels, base line
+def test_figures_come_in_reading_order_eval_and_reward_first():
+    """Not alphabetical (a flat advantage_mean first): the held-out score, the reward, the losses,
+    the other curves by name, then the optimizer's and the timings."""
+    nft = ["train/advantage_mean", "train/reward_mean", "train/reward_std", "train/policy_loss", "train/kl_loss", "train/lr",
+           "train/grad_norm", "time/rollout_s", "time/train_s", "eval/score", "eval/score_lo", "eval/score_hi",
+           "eval/task/counting", "train/optimality_mean", "train/brightness/reward_mean", "train/brightness/reward_std"]  # fmt: skip
+    assert list(report.families(nft)) == ["eval", "eval/task", "reward", "train/brightness", "loss_terms", "advantage_mean",
+                                          "optimality", "grad_norm", "lr", "time"]  # fmt: skip
+    dpo = ["train/loss", "val/loss", "train/dpo_accuracy", "val/dpo_accuracy", "train/dpo_reward_margin", "time/step_s", "train/lr"]
+    assert list(report.families(dpo)) == ["loss", "dpo_accuracy", "dpo_reward_margin", "lr", "time"]
+
+
+@pytest.mark.parametrize("family, label", [
+    ("eval", "held-out score"), ("reward", "reward per sample"), ("time", "seconds per step"),
+    ("advantage_mean", "advantage mean"), ("train/brightness", "brightness"),
+])  # fmt: skip
+def test_every_plot_labels_its_y_axis(family, label):
+    figure = report.family_figure(family, [report.Series("train/x", (1, 2), (0.5, 0.25))])
+    assert figure.axes[0].get_ylabel() == label and figure.axes[0].get_xlabel() == "step"
+
+
+def _run_with_eval_curve(tmp_path: Path, seeds: int) -> Path:
+    """An NFT smoke run evaluated every 10 steps ([rl.eval] defaults: 8 held-out prompts per task,
+    2 seeds, shapes_strict, the run's own 8 steps at guidance 1 and shift 3) and the eval.json of
+    `cosmos-rl eval RUN_DIR` measured with `seeds` seeds."""
+    from cosmos_rl.config import load
+    from cosmos_rl.evaluation.prompts import eval_captions
+
+    run = tmp_path / "run"
+    (run / "eval").mkdir(parents=True)
+    config = load.load(ROOT / "manifests" / "nft_t2i_smoke.toml", ["rl.eval.every=10"])
+    (run / "manifest.toml").write_text(load.to_toml(config))
+    write_rows(run / "metrics.jsonl", [{"step": s, "train/reward_mean": 0.1 * s, **({"eval/score": 0.3 + 0.01 * s} if s % 10 == 0 else {})}
+                                       for s in range(1, 21)])  # fmt: skip
+    captions, described = eval_captions(None, 8, False)
+    (run / "eval" / "eval.json").write_text(json.dumps({
+        "kind": "run", "step": 20, "reward": "shapes_strict", "prompts": described, "n_prompts": len(captions),
+        "seeds": list(range(seeds)), "image_size": 32, "sampler": {"steps": 8, "shift": 3.0, "guidance": 1.0},
+        "score": 0.5, "tasks": {"counting": 0.5}, "base_score": 0.2, "base_tasks": {"counting": 0.2},
+    }))  # fmt: skip
+    return run
+
+
+def test_the_base_score_is_a_dashed_line_on_the_eval_curve_when_measured_alike(tmp_path):
+    run = _run_with_eval_curve(tmp_path, seeds=2)
+    (base, label), note = report.base_line(report.load_run(run))
+    assert base == 0.2 and label == "base 0.200 (eval/eval.json)"
+    figure = report.family_figure("eval", [report.load_run(run).series["eval/score"]], (base, label))
+    dashed = [line for line in figure.axes[0].get_lines() if line.get_linestyle() == "--"]
+    assert len(dashed) == 1 and set(dashed[0].get_ydata()) == {0.2} and dashed[0].get_label() == label
+    text = report.write_report(run).read_text()
+    assert "The dashed line is the base's score, 0.200, from eval/eval.json" in text
+    assert text.index("### eval") < text.index("### reward")
+
+
+def test_a_base_score_measured_otherwise_is_not_drawn_and_the_report_says_why(tmp_path):
+    run = _run_with_eval_curve(tmp_path, seeds=4)
+    assert report.base_line(report.load_run(run)) == (
+        None, "The base's score in eval/eval.json is not drawn: it was measured otherwise than eval/score "
+              "(seeds: [0, 1, 2, 3], the run's [rl.eval] [0, 1]).")
+    assert "is not drawn: it was measured otherwise than eval/score" in report.write_report(run).read_text()

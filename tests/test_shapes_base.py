@@ -60,7 +60,7 @@ def _reconstruction(vae, images) -> float:
         return float(reconstruction_loss(vae.decode(vae.encode(video).latent_dist.mode()).sample, video))
 
 
-def test_the_rebuild_command_runs_and_improves_the_model(tmp_path):
+def test_the_rebuild_command_runs_and_improves_the_model(tmp_path, capsys):
     threads = torch.get_num_threads()
     try:
         code = base_build.main([
@@ -71,6 +71,14 @@ def test_the_rebuild_command_runs_and_improves_the_model(tmp_path):
     finally:
         torch.set_num_threads(threads)
     assert code == 0
+    # Into a log (captured, no terminal): each stage's progress lines, then the closing summary.
+    printed = capsys.readouterr()
+    steps = [line.split(" (")[0] for line in printed.out.splitlines() if line.startswith("step ") and "%)" in line]
+    # the VAE stage, then the transformer's: a line every 10 steps (job.log_every; a slow machine may add timed ones)
+    assert [s for s in steps if s in ("step 10/30", "step 20/30", "step 30/30")] == ["step 10/30", "step 20/30", "step 30/30"] * 2
+    summary = printed.err.splitlines()
+    assert summary[0].startswith("done: built shapes in ") and summary[0].endswith(f"; weights and manifest.json in {tmp_path / 'out'}")
+    assert "(stages: vae 0:" in summary[0] and summary[-1].startswith("  next: cosmos-rl eval preset:shapes")
     built = load_shapes_base(tmp_path / "out")  # the float16 files, checked against the manifest
     init = load_parts(tmp_path / "work" / "init")
     source = CaptionShards(sorted(str(p) for p in (tmp_path / "work" / "shards").glob("*.tar")), MediaSpec.image(32))

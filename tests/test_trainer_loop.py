@@ -120,3 +120,27 @@ def test_a_rows_time_metrics_are_the_mean_over_the_steps_it_covers(tmp_path):
     assert [(r["step"], r["train/loss"], r["time/x"], r.get("time/y")) for r in rows] == [
         (3, 3.0, 2.0, 2.0), (6, 6.0, 5.0, 5.0), (7, 7.0, 7.0, None)]
     assert [r["time/x"] for r in _rows(tmp_path / "run")] == [2.0, 5.0, 7.0]
+
+
+def test_a_loop_writing_to_a_log_prints_a_line_per_logged_step_and_the_same_rows(tmp_path, capsys):
+    """stdout not a terminal (captured): a plain line at every job.log_every-th step and the last;
+    the metrics rows are those of a run with progress off."""
+    def step_fn(step):
+        return {"train/loss": 1.0 / step, "train/grad_norm": 1.0}
+
+    rows = {}
+    for progress in ("true", "false"):
+        config = _config(tmp_path, "rl.max_steps=5", "job.log_every=2", f"job.progress={progress}", f'job.name="p{progress}"')
+        run_steps(config, _spec(tmp_path / progress), step_fn, lambda s: None, lambda: None)
+        rows[progress] = _rows(tmp_path / progress)
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[1] for line in lines] == ["0/5:", "2/5", "4/5", "5/5"]
+    assert "train/loss 0.25" in lines[2] and "eta" in lines[2]
+    assert rows["true"] == rows["false"]
+
+
+def test_the_progress_cadence_is_checked_and_is_not_part_of_the_run_identity():
+    _, problems = load.load_all_problems(SMOKE, ["job.progress_every_s=0"])
+    assert [p.render() for p in problems if p.path == "job.progress_every_s"] == [
+        "job.progress_every_s: must be > 0 (got 0.0); set job.progress_every_s to a positive number"]
+    assert plan.run_identity(load.load(SMOKE, ["job.progress_every_s=5.0"])) == plan.run_identity(load.load(SMOKE))

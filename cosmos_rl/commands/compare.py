@@ -41,6 +41,7 @@ import attrs
 from cosmos_rl.config import algorithms
 from cosmos_rl.core import schema
 from cosmos_rl.core.errors import UserError
+from cosmos_rl.commands.measurement import base_of, differences, held_out_of
 from cosmos_rl.commands.report import EVAL_DIR, EVAL_RESULT, MANIFEST, load_run
 
 SCORE = "eval/score"
@@ -150,32 +151,6 @@ def _mined_images(rl) -> int | None:
     return total
 
 
-def base_of(config) -> dict:
-    """What a run starts from: the architecture (preset or folder), the base weights and the media."""
-    from cosmos_rl.core.media import MediaSpec
-
-    model, weights = config.model, config.rl.init_from
-    architecture = f"preset:{model.preset}" if model.preset else model.path
-    if not weights or weights == model.path:
-        weights = architecture  # "" = model.* 's own weights
-    media = MediaSpec.from_model_config(model)
-    return {"model": architecture, "init_from": weights, "frames": media.frames, "size": media.size_json()}
-
-
-def held_out_of(config) -> dict | None:
-    """The in-training held-out evaluation of a run ([rl.eval], its sampler resolved); None without one."""
-    from cosmos_rl.config.sampler import run_settings
-
-    e = config.rl.eval
-    if e.every <= 0:
-        return None
-    settings = run_settings(config)
-    return {
-        "prompts": e.prompts, "per_task": e.per_task, "seeds": e.seeds, "reward": e.reward,  # prompts "": the held-out default
-        "sample_steps": settings.steps, "sampler_shift": settings.shift, "guidance": settings.guidance,
-    }  # fmt: skip
-
-
 def final_settings(result: dict) -> dict:
     """The eval.json keys that make two evaluations the same measurement."""
     return {k: result.get(k) for k in ("reward", "prompts", "n_prompts", "seeds", "sampler", "image_size")}
@@ -186,8 +161,6 @@ def base_from_eval(path: Path, held_out: dict | None, base: dict) -> float:
     runs' base (its target names their `rl.init_from` or model) measured as their [rl.eval] measures:
     the same prompts, seeds, reward, sampler steps and guidance (and shift, where the runs set one)
     and image size."""
-    from cosmos_rl.evaluation.prompts import eval_captions
-
     where = f"--base-eval {path}"
     try:
         result = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -199,17 +172,7 @@ def base_from_eval(path: Path, held_out: dict | None, base: dict) -> float:
         raise UserError(f"{where}: evaluates {result.get('target')!r}, but the runs start from {base['init_from']!r}; evaluate that base")
     if held_out is None:
         raise UserError(f"{where}: no run has in-training eval/score rows for this base score to be the base of; drop --base-eval")
-    captions, described = eval_captions(held_out["prompts"] or None, held_out["per_task"], base["frames"] > 1)
-    sampler = result.get("sampler") if isinstance(result.get("sampler"), dict) else {}
-    expected = {
-        "prompts": described, "n_prompts": len(captions), "seeds": list(range(held_out["seeds"])), "reward": held_out["reward"],
-        "sampler steps": held_out["sample_steps"], "sampler guidance": held_out["guidance"], "image_size": base["size"],
-    }  # fmt: skip
-    found = {**{k: result.get(k) for k in ("prompts", "n_prompts", "seeds", "reward", "image_size")},
-             "sampler steps": sampler.get("steps"), "sampler guidance": sampler.get("guidance")}  # fmt: skip
-    if held_out["sampler_shift"] is not None:  # unset: the model's own, which eval.json records resolved
-        expected["sampler shift"], found["sampler shift"] = held_out["sampler_shift"], sampler.get("shift")
-    differ = [f"{k}: {found[k]!r}, the runs' [rl.eval] {expected[k]!r}" for k in expected if found[k] != expected[k]]
+    differ = differences(result, held_out, base, "the runs'")
     if differ:
         raise UserError(f"{where}: not measured as the runs' [rl.eval] measures ({'; '.join(differ)}); run `cosmos-rl eval` "
                         "on the base with their --prompts, --per-task, --seeds, --reward, --sample-steps and --guidance")  # fmt: skip

@@ -18,7 +18,8 @@ HEADER = """# Manifest reference
 
 Generated from `cosmos_rl/core/schema.py` by `python -m cosmos_rl.commands.docs_gen`; do not edit by hand.
 Every key is a dotted path usable in a manifest table or as a `KEY=VALUE` override (values are TOML:
-`rl.max_steps=5`, `job.name="x"`). Unknown keys and wrong types are errors.
+`rl.max_steps=5`, `'job.name="x"'`: on a command line a string's TOML quotes go inside shell quotes).
+Unknown keys and wrong types are errors.
 `rl.algorithm` selects which `rl` table applies.
 """
 

@@ -116,6 +116,7 @@ def run_eval(
     out_dir: Path | None = None, device: str = "auto", warn: Callable[[str], None] = lambda line: None,
     sample_steps: int | None = None, guidance: float | None = None, step: int | None = None,
     frames: int | None = None, condition: str | None = None, note: Callable[[str], None] = lambda line: None,
+    progress: Callable[[str, int, int], None] = lambda what, done, total: None,
 ) -> dict:  # fmt: skip
     """Evaluate `target` and return the result object (see docs/eval.md); `warn` gets warning lines,
     `note` the line of images sampled and reused (the base's, or a bare model's, verdicts are kept
@@ -125,7 +126,9 @@ def run_eval(
     different runs under one sampler); None keeps them. `reward` None is the verifier's strict score
     of what the target makes (images or clips); `frames` a bare model's clip length; `condition` a
     condition kind (`first_frame`: every clip given the first frame of its caption's ground-truth
-    clip), None = the run's own `[model.condition]` (a bare model: none)."""
+    clip), None = the run's own `[model.condition]` (a bare model: none).
+    `progress(what, done, total)` follows the sampling: `what` the model sampled ("checkpoint step N",
+    "base", "model"), after every sampler call."""
     if image_size is not None and not 1 <= image_size <= IMAGE_SIZE_MAX:
         raise UserError(f"--image-size: must be in [1, {IMAGE_SIZE_MAX}] (got {image_size}): one {IMAGE_SIZE_MAX} x {IMAGE_SIZE_MAX} "
                         "sample is 16.8 M pixels, and Cosmos3 models are trained at 256 to 1024; use e.g. 32 or 512")
@@ -169,11 +172,14 @@ def run_eval(
     from cosmos_rl.evaluation.verdict_cache import VerdictCache, folder_for
 
     cache = VerdictCache(*folder_for(t), warn)  # a checkpoint is sampled every time; its base (or a bare model) once
+    sampled = f"checkpoint step {t.step}" if model.base is not None else "model"
+    evaluator.on_batch = lambda done, total: progress(sampled, done, total)
     with model.policy() as network:
         policy_done = evaluator.scored(network, keep=keep) if model.base is not None else cache.scored(evaluator, network, keep)
     scores = evaluator.scores(policy_done.totals, policy_done.prompts)
     base, diff, rows = None, None, [("model", policy_done.kept)]
     if model.base is not None:
+        evaluator.on_batch = lambda done, total: progress("base", done, total)
         with model.base() as network:
             base_done = cache.scored(evaluator, network, keep)
         base = evaluator.scores(base_done.totals, base_done.prompts)
@@ -300,3 +306,28 @@ def render(console, result: dict) -> None:
            + ("; change: checkpoint minus base, paired per prompt" if has_base else "") if boot else ""),
         highlight=False,
     )  # fmt: skip
+
+
+def closing_lines(target: str, result: dict, seconds: float) -> list[str]:
+    """The closing summary of `cosmos-rl eval`: the headline scores, the time, the files written
+    and what to run next, one plain line each (a log reads them after the tables)."""
+    import shlex
+
+    from cosmos_rl.commands.run_summary import clock
+
+    def scored(prefix: str) -> str:
+        return cell(result[f"{prefix}score"], result.get(f"{prefix}score_interval"), signed=prefix == "diff_")
+
+    folder = Path(result["grid"]).parent
+    head = f"done: eval of {target} in {clock(seconds)}: {result['n_images']} images per model, score {scored('')}"
+    if result.get("base_score") is not None:
+        head += f", base {scored('base_')}, change {scored('diff_')}"
+    files = [str(folder / RESULT_FILE), result["grid"], *([result["grid_gif"]] if result.get("grid_gif") else [])]
+    lines = [head, f"  wrote: {', '.join(files)}"]
+    if result["kind"] == "run":
+        run = shlex.quote(target)
+        lines += ["  next:", f"    cosmos-rl report {run}    # the run's curves with these scores and this grid",
+                  f"    cosmos-rl export {run} --out {shlex.quote('models/' + Path(target).resolve().name)}    # the checkpoint as a model folder"]  # fmt: skip
+    else:
+        lines += ["  next:", f"    cosmos-rl compare RUN_DIR ... --base-eval {shlex.quote(str(folder / RESULT_FILE))}    # when this model is the runs' base"]
+    return lines

@@ -41,16 +41,28 @@ _STAGING_RE = re.compile(r"^\.(?P<name>.+)\.export-(?P<pid>[0-9]+)-[A-Za-z0-9_]+
 
 
 def check_out_folder(out: Path) -> None:
-    """--out must be a new (or empty) folder whose parent exists: an export never overwrites a model.
-    Judged before anything loads."""
+    """--out must be a new (or empty) folder: an export never overwrites a model. Missing parent
+    folders are made (`make_parent`, once the model is loaded), so the nearest one that exists must
+    be a folder. Judged before anything loads."""
     if out.is_symlink():
         # The finished folder is renamed onto --out, which would replace the link itself rather
         # than fill the folder it points to: name that folder instead.
         raise UserError(f"--out {str(out)!r}: is a symbolic link (to {os.readlink(out)!r}); pass the folder it points to, or a new folder")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"--out {str(out)!r}: already exists and is not an empty folder; pick a new folder or delete it")
-    if not out.parent.is_dir():
-        raise UserError(f"--out {str(out)!r}: its parent folder does not exist; create it first")
+    ancestor = out.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise UserError(f"--out {str(out)!r}: {str(ancestor)!r} is a file, not a folder; pass a folder path")
+
+
+def make_parent(out: Path) -> None:
+    """Make --out's missing parent folders (the folder itself is renamed into place when complete)."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--out {str(out)!r}: cannot create its parent folder ({exc.strerror}); pass a writable path") from None
 
 
 def export_run(
@@ -86,6 +98,7 @@ def export_run(
         "run": str(Path(run_dir).resolve()), "step": target.step, "algorithm": config.rl.algorithm, "run_identity": plan.run_identity(config),
         "lora_merged": merged, "trained": _trained(config), "sampler": sampler.as_json(), "out": str(out),
     }  # fmt: skip
+    make_parent(out)
     for stale in remove_stale_staging(out):
         progress(f"removed {stale}, left by an export that was killed")
     staging = Path(tempfile.mkdtemp(prefix=STAGING.format(name=out.name, pid=os.getpid()), dir=out.parent))

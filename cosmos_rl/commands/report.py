@@ -46,6 +46,19 @@ JOINT_FAMILIES = {
     "policy_mse_winner": "mse", "policy_mse_loser": "mse", "ref_mse_winner": "mse", "ref_mse_loser": "mse",
 }
 
+# The figures in reading order: the held-out score and the reward first (what a run is for), then
+# the losses and the pair metrics, the other curves by name, the optimizer's and the timings last
+# (alphabetical order put a flat advantage_mean first).
+FIRST_FIGURES = ("eval", TASK_FIGURE, "reward", "loss", "loss_terms", "dpo_accuracy", "dpo_reward_margin")
+LAST_FIGURES = ("grad_norm", "lr", "time")
+
+# Each figure's y axis: what its values are; any other figure is labelled with its name.
+Y_LABELS = {
+    "eval": "held-out score", TASK_FIGURE: "held-out score", "reward": "reward per sample", "loss": "loss", "loss_terms": "loss",
+    "time": "seconds per step", "lr": "learning rate", "grad_norm": "gradient norm", "mse": "mean squared error",
+    "dpo_accuracy": "fraction of pairs ranked right", "dpo_reward_margin": "implicit reward margin",
+}  # fmt: skip
+
 # Which way is better, by the end of the metric name; the rest (reward_std, advantage_mean, the
 # branch errors, lr, grad_norm) have no better direction, so the report shows no "best" for them.
 HIGHER_IS_BETTER = ("accuracy", "reward_mean", "reward_margin")
@@ -182,7 +195,23 @@ def families(names) -> dict[str, list[str]]:
         else:
             key = prefix or suffix  # time/* -> "time"; an unprefixed metric stands alone
         groups[key].append(name)
-    return dict(sorted(groups.items()))
+    return dict(sorted(groups.items(), key=lambda item: figure_rank(*item)))
+
+
+def figure_rank(family: str, names: list[str]) -> tuple:
+    """Where a figure goes (FIRST_FIGURES, then the others by name, LAST_FIGURES): a figure of one
+    reward's own curves (several rewards: `train/<name>/reward_mean`) goes with the reward's."""
+    if family in FIRST_FIGURES:
+        return (0, FIRST_FIGURES.index(family), family)
+    if all(name.rsplit("/", 1)[-1].startswith("reward_") for name in names):
+        return (0, FIRST_FIGURES.index("reward"), family)
+    if family in LAST_FIGURES:
+        return (2, LAST_FIGURES.index(family), family)
+    return (1, 0, family)
+
+
+def y_label(family: str) -> str:
+    return Y_LABELS.get(family, family.rsplit("/", 1)[-1].replace("_", " "))
 
 
 def direction(name: str) -> str:
@@ -204,18 +233,27 @@ def final_and_best(series: Series) -> tuple[tuple[int, float], tuple[int, float]
 
 
 # --------------------------------------------------------------------------------------- plots
-def plot_family(title: str, members: list[Series], path: Path) -> None:
+def family_figure(title: str, members: list[Series], base: tuple[float, str] | None = None):
+    """The matplotlib Figure of one family: its curves against steps, the y axis labelled
+    (`y_label`), and `base` (score, label), when given, as a dashed horizontal line."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=FIG_SIZE_IN, dpi=FIG_DPI)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
+    if base is not None:
+        ax.axhline(base[0], linestyle="--", linewidth=1.2, color="0.35", label=base[1])
     draw_series(ax, members)
     ax.set_title(title)
     ax.set_xlabel("step")
+    ax.set_ylabel(y_label(title))
     fig.tight_layout()  # re-lays out axes inside the fixed canvas; the pixel size stays FIG_SIZE_IN x FIG_DPI
-    fig.savefig(path, dpi=FIG_DPI)
+    return fig
+
+
+def plot_family(title: str, members: list[Series], path: Path, base: tuple[float, str] | None = None) -> None:
+    family_figure(title, members, base).savefig(path, dpi=FIG_DPI)
 
 
 def task_panels(members: list[Series]) -> dict[str, list[Series]]:
@@ -254,6 +292,7 @@ def plot_tasks(members: list[Series], path: Path) -> None:
         ax.set_visible(False)  # the last row's unused panels
     fig.suptitle("eval/ per task", fontsize=10)
     fig.supxlabel("step", fontsize=8)
+    fig.supylabel(y_label(TASK_FIGURE), fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=FIG_DPI)
 
@@ -297,17 +336,44 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> Path:
     except OSError as exc:
         raise UserError(f"{out}: cannot create the report folder ({exc.strerror}); pass a writable --out") from None
     written = []
+    base, base_note = base_line(run)
     for family, names in families(run.series).items():
         png = plots / f"{_safe(family)}.png"
         members = [run.series[n] for n in names]
         if family == TASK_FIGURE:
             plot_tasks(members, png)
         else:
-            plot_family(family, members, png)
+            plot_family(family, members, png, base if family == "eval" and "eval/score" in names else None)
         written.append((family, png))
     report = out / "report.md"
-    report.write_text(render_markdown(run, written, out), encoding="utf-8")
+    report.write_text(render_markdown(run, written, out, base_note), encoding="utf-8")
     return report
+
+
+def base_line(run: Run) -> tuple[tuple[float, str] | None, str]:
+    """(the base's score and its legend label, the note report.md puts under the eval figure): from
+    `eval/eval.json` (`cosmos-rl eval RUN_DIR`) when it measured the base as the run's [rl.eval]
+    measures eval/score (`measurement.differences`), so the line is the level the curve started
+    from; else no line, and the note says why."""
+    result = run.eval_result
+    if result is None or result.get("base_score") is None or "eval/score" not in run.series:
+        return None, ""
+    from cosmos_rl.commands.measurement import base_of, differences, held_out_of
+    from cosmos_rl.config import load
+
+    try:
+        config = load.load(run.path / MANIFEST, saved_run=True)
+    except UserError as exc:
+        return None, f"The base's score is not drawn: the manifest does not load ({' '.join(str(exc).split())})."
+    held_out = held_out_of(config)
+    differ = differences(result, held_out, base_of(config)) if held_out is not None else ["no [rl.eval]"]
+    if differ:
+        return None, (f"The base's score in {EVAL_DIR}/{EVAL_RESULT} is not drawn: it was measured otherwise than eval/score "
+                      f"({'; '.join(differ)}).")  # fmt: skip
+    score = float(result["base_score"])
+    return (score, f"base {score:.3f} ({EVAL_DIR}/{EVAL_RESULT})"), (
+        f"The dashed line is the base's score, {score:.3f}, from {EVAL_DIR}/{EVAL_RESULT}: the same prompts, seeds, reward and "
+        "sampler as eval/score, so it is where the curve starts from.")
 
 
 def _safe(name: str) -> str:
@@ -327,7 +393,7 @@ def _link(target: Path, base: Path) -> str:
     return Path(os.path.relpath(target.resolve(), base.resolve())).as_posix()
 
 
-def render_markdown(run: Run, plots: list[tuple[str, Path]], out: Path) -> str:
+def render_markdown(run: Run, plots: list[tuple[str, Path]], out: Path, base_note: str = "") -> str:
     lines = [f"# Run report: {run.path.resolve().name}", "", f"Run directory: `{run.path.resolve()}`", ""]
     lines += ["## Final values", "", "| metric | last (step) | best (step) |", "| --- | --- | --- |"]
     for name, series in run.series.items():
@@ -339,6 +405,8 @@ def render_markdown(run: Run, plots: list[tuple[str, Path]], out: Path) -> str:
     lines += ["## Curves", ""]
     for family, png in plots:
         note = ["One panel per task: its held-out score and partial score against steps.", ""] if family == TASK_FIGURE else []
+        if family == "eval" and base_note:
+            note = [base_note, ""]
         lines += [f"### {family}", "", *note, f"![{family}]({_link(png, out)})", ""]
     if run.samples:
         clips = any(gif_of(png) for _, png in run.samples)

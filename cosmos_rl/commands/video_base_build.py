@@ -146,7 +146,7 @@ def build(args) -> dict:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    return run_main(_parser(), build, argv)
+    return run_main(_parser(), build, argv, preset="shapes_video")
 
 
 if __name__ == "__main__":

@@ -236,7 +236,7 @@ def parse_override(item: str) -> tuple[str, Any]:
         value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         raise ManifestError(
-            [Problem(key, "override value is not a TOML value", text, fix=f'quote strings: {key}="{text}"')]
+            [Problem(key, "override value is not a TOML value", text, fix=key_hints.override_fix(key, text))]
         ) from None
     return key, value
 

@@ -120,32 +120,154 @@ def _plain(value):
 
 
 class Progress:
-    """A rich progress bar on rank 0: step, chosen metrics, items/s and ETA; a no-op elsewhere."""
+    """Progress of the step loop on the main process; a no-op elsewhere or with `job.progress` off.
 
-    def __init__(self, *, enabled: bool, total: int, start: int, unit: str, fields: tuple[str, ...]):
+    Where it goes depends on who reads it. On a terminal (stderr and stdout both are one): the rich
+    bar on stderr. Otherwise (`nohup ... > log`, a batch scheduler's output file, a pipe): plain
+    lines on stdout, never wrapped or cut, each with the step, the `fields` metrics, the rate and the
+    ETA: one every `every_steps` steps (the manifest's `job.log_every`), at the last step, and
+    whenever `every_s` seconds (`job.progress_every_s`) passed since the last line; a step (or a
+    checkpoint, an evaluation) that runs longer than that gets a line saying so from a heartbeat
+    thread, so a log never goes quiet for more than `every_s` seconds while training. (stdout a log
+    but stderr a terminal: both.)
+    """
+
+    def __init__(
+        self, *, enabled: bool, total: int, start: int, unit: str, fields: tuple[str, ...],
+        every_steps: int = 1, every_s: float = 30.0, bar: bool | None = None, lines: bool | None = None,
+        clock=time.monotonic, heartbeat: bool = True,
+    ):  # fmt: skip
+        import sys
+        import threading
+
         self.enabled, self.unit, self.fields = enabled, unit, fields
+        self.total, self.start = total, start
+        self.every_steps, self.every_s = max(1, int(every_steps)), float(every_s)
+        self._clock = clock
         self._bar = None
         self._t0, self._items = time.perf_counter(), 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._beat = None
+        self._began = clock()  # the loop's start
+        self._step_began = self._began  # when the last step finished: the running one began
+        self._last_line = self._began
+        self._last_step, self._printed_step = start, start
         if not enabled:
+            self.lines = False
             return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeRemainingColumn
-        from rich.console import Console
+        # The real stdout, taken before the bar starts: a rich bar on a terminal stderr replaces
+        # sys.stdout with a proxy onto that terminal, and the lines belong in the pipe or file.
+        self._out = sys.stdout
+        if bar is None:
+            bar = sys.stderr.isatty()
+        self.lines = (not bar or not sys.stdout.isatty()) if lines is None else lines
+        if bar:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeRemainingColumn
+            from rich.console import Console
 
-        self._bar = RichProgress(
-            TextColumn("[bold]step"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[stats]}", markup=False),
-            TimeRemainingColumn(), console=Console(stderr=True), transient=False, refresh_per_second=4,
-        )
-        self._task = self._bar.add_task("train", total=total, completed=start, stats="")
-        self._bar.start()
+            self._bar = RichProgress(
+                TextColumn("[bold]step"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[stats]}", markup=False),
+                TimeRemainingColumn(), console=Console(stderr=True), transient=False, refresh_per_second=4,
+            )
+            self._task = self._bar.add_task("train", total=total, completed=start, stats="")
+            self._bar.start()
+        if self.lines:
+            self._print(f"step {start}/{total}: training steps {start + 1} to {total}; a line every {self.every_steps} "
+                        f"step(s) or {self.every_s:g} s")  # fmt: skip
+            if heartbeat:
+                self._beat = threading.Thread(target=self._heartbeat_loop, name="cosmos-rl-progress", daemon=True)
+                self._beat.start()
 
+    # ------------------------------------------------------------------ what the loop calls
     def update(self, step: int, metrics: dict[str, float], items: int) -> None:
-        if not self._bar:
+        if not self.enabled:
             return
         self._items += items
         rate = self._items / max(time.perf_counter() - self._t0, 1e-9)
-        stats = "  ".join(f"{k.split('/')[-1]} {float(metrics[k]):.4g}" for k in self.fields if k in metrics)
-        self._bar.update(self._task, completed=step, stats=f"{stats}  {rate:.2f} {self.unit}/s")
+        if self._bar:
+            stats = "  ".join(f"{k.split('/')[-1]} {float(metrics[k]):.4g}" for k in self.fields if k in metrics)
+            self._bar.update(self._task, completed=step, stats=f"{stats}  {rate:.2f} {self.unit}/s")
+        if self.lines:
+            with self._lock:
+                now = self._clock()
+                self._last_step, self._step_began = step, now
+                due = step - self._printed_step >= self.every_steps or now - self._last_line >= self.every_s or step >= self.total
+                if due:
+                    self._printed_step = step
+                    self._line_locked(now, self.step_line(step, metrics, rate, now))
 
     def close(self) -> None:
+        self._stop.set()
+        if self._beat is not None:
+            self._beat.join(timeout=5)
         if self._bar:
             self._bar.stop()
+
+    # ------------------------------------------------------------------ the plain lines
+    def step_line(self, step: int, metrics: dict[str, float], rate: float, now: float) -> str:
+        """`step 12/40 (30%)  train/loss 0.1234  ...  2.31 pairs/s  elapsed 0:00:31  eta 0:01:13`."""
+        shown = [k for k in self.fields if k in metrics] + [k for k in SCORE_KEYS if k in metrics and k not in self.fields]
+        stats = "".join(f"  {k} {_number(metrics[k])}" for k in shown)
+        percent = round(100 * step / max(self.total, 1))
+        return f"step {step}/{self.total} ({percent}%){stats}  {rate:.3g} {self.unit}/s  {self._times(now)}"
+
+    def heartbeat(self) -> str | None:
+        """The heartbeat thread's check: a line when `every_s` seconds passed since the last one
+        (a step, or an evaluation inside it, running long), else None. Returns what it printed."""
+        with self._lock:
+            now = self._clock()
+            if self._last_step >= self.total or now - self._last_line < self.every_s:
+                return None
+            # Since the last finished step, not "into the step": a checkpoint or an evaluation after
+            # that step may be what is running.
+            since = f"step {self._last_step} finished" if self._last_step > self.start else "training started"
+            line = f"step {self._last_step + 1}/{self.total} running: {now - self._step_began:.0f} s since {since}  {self._times(now)}"
+            self._line_locked(now, line)
+            return line
+
+    def _heartbeat_loop(self) -> None:
+        # Checks a few times per interval, so a line is at most a fraction of every_s late.
+        while not self._stop.wait(max(self.every_s / 4, 0.05)):
+            self.heartbeat()
+
+    def _times(self, now: float) -> str:
+        """Elapsed, and the ETA: the mean step so far times the steps left, less what the running
+        step has already taken."""
+        done = self._last_step - self.start
+        if done > 0:
+            per_step = (self._step_began - self._began) / done
+            eta = _clock_text(max(per_step * (self.total - self._last_step) - (now - self._step_began), 0.0))
+        else:
+            eta = "?"
+        return f"elapsed {_clock_text(now - self._began)}  eta {eta}"
+
+    def _line_locked(self, now: float, line: str) -> None:
+        self._last_line = now
+        self._print(line)
+
+    def _print(self, line: str) -> None:
+        # flush: stdout to a file is block-buffered, and a log is read while the run goes on
+        print(line, file=self._out, flush=True)
+
+
+# Held-out scores shown on a progress line whenever a step logged them (besides the trainer's fields).
+SCORE_KEYS = ("eval/score", "val/loss")
+
+
+def _number(value) -> str:
+    try:
+        return f"{float(value):.4g}"
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _clock_text(seconds: float) -> str:
+    """Seconds as H:MM:SS (a day or more as `Nd H:MM:SS`)."""
+    if not math.isfinite(seconds):
+        return "?"
+    whole = int(round(max(seconds, 0.0)))
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    return (f"{days}d " if days else "") + f"{hours}:{minutes:02d}:{secs:02d}"

@@ -23,7 +23,8 @@ class JobConfig:
     seed: int = knob(0, "Root seed (0 to 2**63 - 1): model init, data order and every rollout seed derive from it.")
     log_every: int = knob(1, "Write a `metrics.jsonl` row every this many optimizer steps.")
     tensorboard: bool = knob(False, "Also write TensorBoard event files (needs the `tensorboard` package).")
-    progress: bool = knob(True, "Show a rich progress bar on rank 0 while training.")
+    progress: bool = knob(True, "Show progress on rank 0 while training: a rich bar on a terminal; when stdout is not one (a log file, `nohup`, a batch job) plain lines on stdout instead, each with the step, the key metrics and the ETA, every `log_every` steps or `progress_every_s` seconds, whichever comes first.")
+    progress_every_s: float = knob(30.0, "With `progress` and stdout not a terminal: a progress line at least this often (seconds), also while a step (or a checkpoint, an evaluation) runs longer (`running: N s since step K finished`). Changes nothing a run computes.")
     wandb_project: str = knob("", "Also log metrics to this Weights & Biases project (needs the `wandb` package); empty = off.")
     wandb_entity: str = knob("", "Weights & Biases entity (team or user) for `wandb_project`; empty = your default.")
 
@@ -288,6 +289,7 @@ NON_IDENTITY_FIELDS = frozenset(
         "job.log_every",
         "job.tensorboard",
         "job.progress",
+        "job.progress_every_s",
         "job.wandb_project",
         "job.wandb_entity",
         "job.output_dir",

@@ -51,6 +51,9 @@ class Evaluator:
             raise ValueError("a conditioned evaluation needs clips (media with more than one frame)")
         self.condition_value = condition
         self.i2v = condition.is_conditioned  # the name eval.json and the verdict cache keep
+        # Called after every sampler call of `sample` with (items sampled, items asked for): the
+        # progress of `cosmos-rl eval`; None elsewhere (training's evaluations).
+        self.on_batch: Callable[[int, int], None] | None = None
 
     @classmethod
     def for_run(cls, config, parts, device: torch.device) -> "Evaluator":
@@ -153,6 +156,8 @@ class Evaluator:
                     torch.cat([self.noise(item) for item in batch]), self.settings, condition=self.condition(batch),
                 )  # fmt: skip
                 out.append(pixels.numpy())
+                if self.on_batch is not None:
+                    self.on_batch(start + len(batch), len(items))
         return np.concatenate(out)
 
     def scored(

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
-from cosmos_rl.config.sampler import default_settings, run_settings
+from cosmos_rl.config.sampler import default_settings, folder_settings, run_settings
 from cosmos_rl.core.errors import UserError
 from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.models.sampler_settings import SamplerSettings
@@ -119,7 +119,7 @@ def open_target(
     if not path.is_dir():
         raise UserError(
             f"TARGET {text!r}: no such folder; pass a run directory (holds manifest.toml), a diffusers "
-            "model folder (holds transformer/, vae/, tokenizer/, scheduler/) or preset:NAME"
+            "model folder (holds transformer/, vae/, text_tokenizer/, scheduler/, as `cosmos-rl export` writes it) or preset:NAME"
         )
     if not (path / "transformer").is_dir():
         raise UserError(
@@ -140,8 +140,10 @@ def _model_target(text: str, step: int | None, media: MediaSpec | None, out_dir:
     if step is not None:
         raise UserError(f"--step {step}: TARGET {text!r} is a model, which has no checkpoints; drop --step (it is for run directories)")
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", label)
+    # A folder `cosmos-rl export` wrote samples as its run was evaluated (its cosmos_rl.json).
+    settings = default_settings() if text.startswith(PRESET) else folder_settings(Path(text))
     return Target(
-        label=text, kind="model", settings=default_settings(), media=media or DEFAULT_MEDIA,
+        label=text, kind="model", settings=settings, media=media or DEFAULT_MEDIA,
         out_dir=Path(out_dir) if out_dir is not None else Path("eval") / safe,
     )
 

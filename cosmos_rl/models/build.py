@@ -30,12 +30,11 @@ from cosmos_rl.checkpoint.weight_files import FolderProblem, read_config
 from cosmos_rl.core.errors import UserError, library_text
 from cosmos_rl.models import folder_check
 from cosmos_rl.models.architectures import TINY_TRANSFORMER, TINY_VAE
-from cosmos_rl.models.layout import PIPELINE_INDEX, PRESET_FLOW_SHIFT, scheduler_problem
+from cosmos_rl.models.layout import MODEL_INFO, PIPELINE_INDEX, PRESET_FLOW_SHIFT, scheduler_problem
 from cosmos_rl.models.text import PROMPT_TEMPLATES
 from cosmos_rl.models.tokenizer import build_tiny_tokenizer
 
 COMPONENTS = ("transformer", "vae", "tokenizer", "scheduler")
-MODEL_INFO = "cosmos_rl.json"  # {"prompt_template": ...}, written by save_parts
 
 # Key prefixes of the heads a Cosmos3-Nano checkpoint carries beyond what text-to-image builds.
 SOUND_HEAD_PREFIXES = ("audio_proj_in.", "audio_proj_out.", "audio_modality_embed")

@@ -14,6 +14,9 @@ import json
 from pathlib import Path
 
 PIPELINE_INDEX = "model_index.json"
+# What cosmos-rl adds to a model folder: {"prompt_template": ...} (models.build.save_parts), and in an
+# exported one {"exported_from": {run, step, algorithm, run_identity, sampler}} (commands/export.py).
+MODEL_INFO = "cosmos_rl.json"
 SCHEDULER_CONFIG = Path("scheduler") / "scheduler_config.json"
 S3_SCHEME = "s3://"
 PRESET_SCHEME = "preset:"

@@ -182,7 +182,9 @@ def build(config: schema.RunConfig, manifest_path: str = "MANIFEST", overrides: 
         "run_dir": str(run_dir(config)),
         "max_steps": rl.max_steps,
         "checkpoint": {"every": config.checkpoint.every, "keep": config.checkpoint.keep, "contents": checkpoint_contents(config)},
-        "identity": run_identity(config),
+        # The run records the identity of its manifest with every path made absolute (run_dir.pin_paths
+        # writes that manifest.toml), so a relative rl.prompts.file would otherwise hash differently here.
+        "identity": run_identity(load.with_absolute_paths(config, _base_dir(manifest_path))),
         "seed_contract": seed_contract(config),
         "launch": launch_argv(config, manifest_path, list(overrides)),
     }

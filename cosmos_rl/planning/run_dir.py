@@ -79,8 +79,10 @@ def load_for_resume(run_dir: Path, overrides: list[str], *, exact: bool) -> tupl
     config, problems = load.load_all_problems(manifest, overrides, saved_run=True)
     if config is None or any(p.severity == "error" for p in problems):
         raise ManifestError(problems, f"{manifest} with overrides")
-    # The run directory stays where it is even when the run was moved or job.* changed.
-    config = attrs.evolve(config, job=attrs.evolve(config.job, output_dir=str(run_dir.resolve().parent), name=run_dir.resolve().name))
+    # The run directory stays where it is even when the run was moved or job.* changed. The saved
+    # manifest is placed the same way before the two are compared, so a relative job.output_dir
+    # ("runs") made absolute here is not reported as a change the user made.
+    config, saved = (_placed(c, run_dir) for c in (config, saved))
     identity, other = identity_diff(saved, config)
     world_changes = [line for line in identity if line.split(":", 1)[0] in WORLD_FIELDS]
     blocking = [line for line in identity if line not in world_changes]
@@ -106,6 +108,35 @@ def load_for_resume(run_dir: Path, overrides: list[str], *, exact: bool) -> tupl
         (run_dir / MANIFEST).write_text(load.to_toml(config), encoding="utf-8")
     problems = [p for p in problems if p.severity != "error"]
     return config, notices + [p.render() for p in problems]
+
+
+def _placed(config: schema.RunConfig, run_dir: Path) -> schema.RunConfig:
+    """`config` with job.output_dir and job.name naming where `run_dir` is."""
+    where = Path(run_dir).resolve()
+    return attrs.evolve(config, job=attrs.evolve(config.job, output_dir=str(where.parent), name=where.name))
+
+
+def nothing_left(run_dir: Path, config: schema.RunConfig) -> int | None:
+    """The step of the newest committed checkpoint when it is `rl.max_steps` and intact as this
+    run's (meta.json readable, its algorithm and run identity this config's, every file present
+    with its recorded size and checksum): a resume then has no step to train and starts no
+    backend. None otherwise; the backend then opens the checkpoint and, should it not load, sets
+    it aside and trains that step again."""
+    from cosmos_rl.checkpoint import integrity
+
+    root = layout.checkpoints_root(run_dir)
+    done = layout.latest_committed(root)
+    if done is None or done != config.rl.max_steps:
+        return None
+    try:
+        meta = layout.read_meta(root, done)
+    except layout.CheckpointError:
+        return None
+    if meta.get("algorithm") != config.rl.algorithm or meta.get("run_identity") != plan.run_identity(config):
+        return None
+    if integrity.damaged_files(layout.step_dir(root, done), meta, 0, 1):
+        return None
+    return done
 
 
 def _refuse_done(run_dir: Path, config: schema.RunConfig) -> None:

@@ -8,7 +8,8 @@ is not one of its steps). The loop owns the rest, the same way for every algorit
   main process only (sinks from `[job]`); a resumed run truncates rows past its checkpoint; a row's
   `time/*` seconds are the mean over the steps it covers (since the row before), every other key
   the logged step's own;
-- progress: the rich bar on the main process;
+- progress: on the main process, the rich bar on a terminal, plain lines on stdout when it is not
+  one (a log: one every `job.log_every` steps or `job.progress_every_s` seconds, core.metrics.Progress);
 - a step whose `train/loss` or `train/grad_norm` is not finite stops the run (RunFailed);
 - checkpoints at `checkpoint_due` steps, and before stopping on SIGTERM/SIGUSR1 (then `Preempted`).
 
@@ -73,7 +74,7 @@ def run_steps(
     )
     progress = Progress(
         enabled=spec.main and job.progress, total=max_steps, start=spec.start_step, unit=spec.unit,
-        fields=spec.progress_fields,
+        fields=spec.progress_fields, every_steps=job.log_every, every_s=job.progress_every_s,
     )
     rows: list[dict] = []
     # Seconds per time/* key, summed over the steps since the last row, and how many steps had it: a

@@ -342,22 +342,17 @@ class OnlineTrainer:
 
 def save_sample_grid(path: Path, everyone: torch.Tensor, texts: Sequence[str], rewards: torch.Tensor) -> Path:
     """A step's samples, uint8 `everyone` [G, rows, H, W, 3] (clips: [G, rows, F, H, W, 3]) with the
-    [rows, G] weighted rewards. Images: one PNG grid at `path`, a prompt per line, its G samples side
-    by side, unlabelled (as before clips existed). Clips: the frame strips at `path` and the animated
-    GIF beside it (`evaluation.grid.save_clips`), each clip labelled with its prompt and reward."""
-    if everyone.dim() == 5:
-        from cosmos_rl.data.images import save_image_grid
-        from cosmos_rl.data.pixels import to_unit_float
-
-        grid = everyone.transpose(0, 1).reshape(-1, *everyone.shape[2:])  # row-major: one prompt per line
-        images = torch.from_numpy(to_unit_float(grid.numpy())).permute(0, 3, 1, 2)
-        return save_image_grid(images, path, nrow=everyone.shape[0])
-    from cosmos_rl.evaluation.grid import Tile, save_clips
+    [rows, G] weighted rewards, as a labelled sheet (`evaluation.grid`): a row per prompt, its G
+    samples side by side, each with its prompt and its reward under it. Images: one PNG at `path`;
+    clips: the frame strips at `path` and the animated GIF beside it (`save_clips`)."""
+    from cosmos_rl.evaluation.grid import Tile, save_clips, save_sheet
 
     group, rows = everyone.shape[:2]
     sheet = [(f"prompt {r + 1}", [Tile(everyone[g, r].numpy(), texts[r], f"reward {float(rewards[r, g]):.3f}") for g in range(group)])
              for r in range(rows)]  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)
+    if everyone.dim() == 5:
+        return save_sheet(path, sheet)
     return save_clips(path, sheet)[0]
 
 

@@ -15,6 +15,7 @@ def job_rules(c: schema.RunConfig, r: Rules) -> None:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", c.job.name):
         r.error("job.name", "must be a plain folder name (letters, digits, '.', '_', '-')", c.job.name, "rename the run")
     r.at_least("job.log_every", c.job.log_every, 1)
+    r.positive("job.progress_every_s", c.job.progress_every_s)
     # find_spec looks the logger up without importing it (validate stays fast).
     if c.job.tensorboard and importlib.util.find_spec("tensorboard") is None:
         r.error("job.tensorboard", "the tensorboard package is not installed", True, "pip install tensorboard, or set job.tensorboard = false")
