@@ -1,6 +1,6 @@
 """The numbers the code computed before the one-house redesign (tests/fixtures/house_before/), kept.
 
-The whole comparison (five runs and their `cosmos-rl eval`, about 20 minutes) is
+The whole comparison (ten runs and their `cosmos-rl eval`, about 35 minutes on 2 cores) is
 `bench/house_parity.py`; the suite reruns the first steps of the two smoke runs, one per launch
 path: 20 DPO steps under torchrun (its first validation pass included) and 6 NFT steps on the Ray
 actor group. Their rows equal the fixture's first rows (floats to FLOAT_REL, below): nothing in a
