@@ -84,7 +84,7 @@ RUNS: dict[str, Run] = {
     "nft_video_shapes_cpu": Run("nft_video_shapes_cpu.toml", ["rl.max_steps=5", "rl.eval.every=5", "rl.eval.per_task=2", "rl.eval.seeds=1"],
                                 [], SMALL_EVAL),  # fmt: skip
     "nft_i2v_shapes_cpu": Run("nft_i2v_shapes_cpu.toml", ["rl.max_steps=5", "rl.eval.every=5", "rl.eval.per_task=2", "rl.eval.seeds=1"],
-                              [], [*SMALL_EVAL, "--i2v"]),  # fmt: skip
+                              [], [*SMALL_EVAL, "--condition", "first_frame"]),  # fmt: skip
     "dpo_video_shapes_cpu": Run("dpo_video_shapes_cpu.toml",
                                 ["rl.max_steps=20", 'rl.data.shards=["../shapes/video_pairs_small/pairs-000000.tar"]',
                                  "rl.eval.every=20", "rl.eval.per_task=2", "rl.eval.seeds=1"],
