@@ -161,6 +161,7 @@ def base_of(config) -> dict:
 
 def held_out_of(config) -> dict | None:
     """The in-training held-out evaluation of a run ([rl.eval], its sampler resolved); None without one."""
+    from cosmos_rl.config.run_suite import run_suite
     from cosmos_rl.config.sampler import run_settings
 
     e = config.rl.eval
@@ -170,6 +171,7 @@ def held_out_of(config) -> dict | None:
     return {
         "prompts": e.prompts, "per_task": e.per_task, "seeds": e.seeds, "reward": e.reward,  # prompts "": the held-out default
         "sample_steps": settings.steps, "sampler_shift": settings.shift, "guidance": settings.guidance,
+        "suite": run_suite(config).name,  # whose held-out prompts and verifier
     }  # fmt: skip
 
 
@@ -196,7 +198,9 @@ def base_from_eval(path: Path, held_out: dict | None, base: dict) -> float:
         raise UserError(f"{where}: evaluates {result.get('target')!r}, but the runs start from {base['init_from']!r}; evaluate that base")
     if held_out is None:
         raise UserError(f"{where}: no run has in-training eval/score rows for this base score to be the base of; drop --base-eval")
-    captions, described = eval_captions(held_out["prompts"] or None, held_out["per_task"], base["frames"] > 1)
+    from cosmos_rl.suites import registry as suites
+
+    captions, described = eval_captions(held_out["prompts"] or None, held_out["per_task"], suites.get(held_out["suite"]))
     sampler = result.get("sampler") if isinstance(result.get("sampler"), dict) else {}
     expected = {
         "prompts": described, "n_prompts": len(captions), "seeds": list(range(held_out["seeds"])), "reward": held_out["reward"],

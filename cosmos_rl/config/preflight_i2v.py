@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from cosmos_rl.core import schema
-from cosmos_rl.config.preflight_rewards import I2V_REWARDS
+from cosmos_rl.config.preflight_rewards import owner
+from cosmos_rl.config.run_suite import FIRST_FRAME_SUITES
 from cosmos_rl.config.preflight_rules import Rules
 
 
@@ -25,10 +26,16 @@ def _reward_names(rl: schema.NFTConfig) -> list[tuple[str, str]]:
 def first_frame_rules(c: schema.RunConfig, rl: schema.NFTConfig, r: Rules) -> None:
     source = rl.first_frame
     for key, name in _reward_names(rl):
-        if name in I2V_REWARDS and source != "shapes_world":
-            r.error(key, "judges frame 0 against the moving-shapes world's first frame of the caption, and this run's rollouts "
-                    f"are not conditioned on it (rl.first_frame = {source!r})", name,
-                    f'set rl.first_frame = "shapes_world", or use {name.replace("_i2v", "")!r}')  # fmt: skip
+        suite = owner(name)
+        if suite is None or not suite.reward(name).given_frame or FIRST_FRAME_SUITES.get(source) == suite.name:
+            continue
+        # The suite's reward that judges the same score without the given frame, for the fix.
+        part = suite.reward(name).part
+        plain = next((x.name for x in suite.rewards if x.part == part and not x.given_frame), None)
+        sources = [k for k, v in FIRST_FRAME_SUITES.items() if v == suite.name]
+        fixes = [f'set rl.first_frame = "{sources[0]}"'] * bool(sources) + [f"use {plain!r}"] * bool(plain)
+        r.error(key, f"judges frame 0 against the {suite.title} world's first frame of the caption, and this run's rollouts "
+                f"are not conditioned on it (rl.first_frame = {source!r})", name, ", or ".join(fixes) or "use a reward without a given frame")  # fmt: skip
     if source == "none":
         return
     if rl.modality != "video" or c.model.num_frames == 1:

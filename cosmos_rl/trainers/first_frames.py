@@ -2,8 +2,8 @@
 
 Built with the run's prompts, so a bad row stops the run before step 1, naming ``file:line``:
 `image` rows are each opened and checked (header and size, `data.first_frame_files`; pixels are
-decoded when the row is first sampled), `shapes_world` captions each parsed as video captions. A
-row's frame is then encoded once (`models.generate.condition_latents`) and kept: the same clean
+decoded when the row is first sampled), `shapes_world` captions each read by the suite whose given
+first frames that source is (`config.run_suite.FIRST_FRAME_SUITES`: `shapes_video`). A row's frame is then encoded once (`models.generate.condition_latents`) and kept: the same clean
 latent frame every time the row is drawn, on every rank. Nothing here draws a random number, so
 the seed contract (and `resume --exact`) is that of a text-to-video run.
 """
@@ -18,6 +18,8 @@ import torch
 from cosmos_rl.data import first_frame_files
 from cosmos_rl.data.prompt_file import PromptRow, read_prompt_rows
 from cosmos_rl.core.errors import UserError
+from cosmos_rl.config.run_suite import FIRST_FRAME_SUITES
+from cosmos_rl.suites import registry as suites
 
 
 class FirstFrames:
@@ -31,6 +33,7 @@ class FirstFrames:
             raise problems[0]
         self.rows: list[PromptRow] = rows
         height, width = media.height, media.width
+        self.suite = suites.get(FIRST_FRAME_SUITES[source]) if source != "image" else None
         for row in rows:
             origin = f"{self.path}:{row.line}"
             if source == "image":
@@ -38,13 +41,11 @@ class FirstFrames:
                     raise first_frame_files.missing(self.path, row.line)
                 first_frame_files.check_first_frame(row.image, origin, height, width)
             else:
-                from cosmos_rl.shapes.motion_caption import parse_motion_caption
-
                 try:
-                    parse_motion_caption(row.prompt)
+                    self.suite.task_of(row.prompt)
                 except ValueError as exc:
-                    raise UserError(f'{origin}: rl.first_frame = "shapes_world" needs a moving-shapes video caption ({exc}); '
-                                    "use prompts from python -m cosmos_rl.shapes video-prompts") from None  # fmt: skip
+                    raise UserError(f'{origin}: rl.first_frame = "{source}" needs a {self.suite.title} video caption ({exc}); '
+                                    f"use prompts from {self.suite.prompt_source}") from None  # fmt: skip
         self._latents: dict[int, torch.Tensor] = {}
 
     def __len__(self) -> int:
@@ -55,10 +56,8 @@ class FirstFrames:
         entry, media = self.rows[row], self.media
         if self.source == "image":
             return first_frame_files.read_first_frame(entry.image, f"{self.path}:{entry.line}", media.height, media.width)
-        # The frame the shapes_video_i2v_* rewards judge frame 0 against: one function draws both.
-        from cosmos_rl.shapes.first_frame_check import world_first_frames
-
-        return world_first_frames([entry.prompt], media.height, media.width, media.frames)[0]
+        # The suite's own given frame: the one its I2V rewards judge frame 0 against.
+        return self.suite.given_frames([entry.prompt], media)[0]
 
     def latents(self, vae: torch.nn.Module, rows: list[int], device: torch.device) -> torch.Tensor:
         """Clean latents [len(rows), C, 1, h, w] of the rows' frames (each row encoded once)."""
