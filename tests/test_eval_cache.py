@@ -147,8 +147,9 @@ def _evaluator(parts, **changes) -> Evaluator:
     from cosmos_rl.evaluation.prompts import held_out_captions
     from cosmos_rl.core.media import MediaSpec
     from cosmos_rl.models.sampler_settings import SamplerSettings
+    from cosmos_rl.suites import registry as suites
 
-    options = {"captions": held_out_captions(1), "seeds": 1, "reward": "shapes_strict",
+    options = {"captions": held_out_captions(suites.get("shapes"), 1), "seeds": 1, "reward": "shapes_strict",
                "settings": SamplerSettings(4, None, 1.0), "media": MediaSpec.image(32), "batch_size": 32, **changes}  # fmt: skip
     media = options["media"]
     return Evaluator(
