@@ -187,6 +187,31 @@ def test_preflight_holds_rl_eval_suite_to_a_known_suite_of_the_runs_media():
     assert "rl.reward.name" not in _problems(f'rl.reward.name="{STANDIN}/colour_fraction"')
 
 
+# ------------------------------------------------------------------------------------ pairs mine
+def test_pairs_mine_asks_the_rewards_suite_what_it_may_rank():
+    from cosmos_rl.commands.mining.command import _finer
+    from cosmos_rl.commands.mining.scoring import check_reward, clip_rewards, ranks_by, scoring_suite
+    from cosmos_rl.core.errors import UserError
+
+    assert clip_rewards() == ["shapes_video_strict", "shapes_video_partial"]  # text to video: no given frame
+    assert [ranks_by(r) for r in ("shapes_strict", "shapes_video_partial", "brightness", f"{STANDIN}/colour_fraction")] == [
+        "score", "partial", "score", "partial"]  # fmt: skip
+    # An image suite's reward on clips counts under its clip suite's tasks; a weight-free one under the image suite's.
+    assert [scoring_suite(r, 9).name for r in ("shapes_partial", "shapes_video_strict", "brightness")] == ["shapes_video", "shapes_video", "shapes"]
+    check_reward(f"{STANDIN}/colour_match", 1, None, "TARGET 'x'")  # an outside image suite's reward ranks images
+    with pytest.raises(UserError, match=f"--reward {STANDIN}/colour_match: scores images, and TARGET 'x' makes 5-frame clips; pass --frame-reduce"):
+        check_reward(f"{STANDIN}/colour_match", 5, None, "TARGET 'x'")
+    with pytest.raises(UserError, match="--reward shapes_video_i2v_partial: judges image-to-video clips, .* use shapes_video_partial"):
+        check_reward("shapes_video_i2v_partial", 5, None, "TARGET 'x'")
+    # The hint when every row tied, as it read before suites had names (and a partial reward of the suite otherwise).
+    assert _finer("shapes_strict", False, None) == "use a finer reward (e.g. shapes_partial)"
+    assert _finer("shapes_partial", False, None) == "mine a model whose samples it tells apart"
+    assert _finer("brightness", True, "mean") == "use a finer reward (e.g. shapes_partial --frame-reduce mean)"
+    assert _finer("shapes_video_strict", True, None) == "use shapes_video_partial, or score frame by frame (--reward shapes_partial --frame-reduce mean)"
+    assert _finer("shapes_video_partial", True, None) == "score frame by frame (--reward shapes_partial --frame-reduce mean)"
+    assert _finer(f"{STANDIN}/colour_match", False, None) == f"use a finer reward (e.g. {STANDIN}/colour_fraction)"
+
+
 # ----------------------------------------------------------------------------- the stand-in suite
 def test_the_stand_in_suite_scores_an_evaluation_exactly():
     """Seed 0 draws each caption's colour exactly (verifier: 1), seed 1 a grey image (0)."""

@@ -96,6 +96,16 @@ def reads_frame_captions(reward: str) -> bool:
     return frame_suite_of(reward) is not None
 
 
+def clip_twin(reward: str) -> str | None:
+    """The whole-clip reward with the same score (strict or partial) as the image suite's `reward`:
+    its clip suite's (`shapes_strict` -> `shapes_video_strict`); None for any other reward."""
+    clip_suite = frame_suite_of(reward)
+    if clip_suite is None:
+        return None
+    part = suites.reward_owner(reward).reward(reward).part
+    return next((r.name for r in clip_suite.rewards if r.part == part and not r.given_frame), None)
+
+
 def builtin_frame_prompts(reward: str, captions: Sequence[str]) -> list[typing.Optional[str]]:
     """What the built-in reward `reward` scores each clip's frames against: for an image suite's
     reward the per-frame caption its clip suite gives (the shapes verifier: the caption's static

@@ -157,13 +157,26 @@ def run_mine(
 
 
 def _finer(reward: str, video: bool, frame_reduce: str | None) -> str:
-    """What to rank by when every row tied: partial credit, and for clips the verifier frame by frame
-    (the video verifier gives 0 to every clip of a model that does not yet draw the motion)."""
-    frame_by_frame = "score frame by frame (--reward shapes_partial --frame-reduce mean)"
+    """What to rank by when every row tied: partial credit (the reward's suite's partial reward; the
+    shapes suite's for a weight-free one), and for clips the image verifier frame by frame (the video
+    verifier gives 0 to every clip of a model that does not yet draw the motion)."""
+    from cosmos_rl.commands.mining.scoring import reward_suite
+    from cosmos_rl.suites import registry as suites
+
+    def partial_of(suite) -> str | None:
+        return next((r.name for r in suite.rewards if r.part == "partial" and not r.given_frame), None)
+
+    owner = reward_suite(reward)
+    image_suite = owner if owner is not None and not owner.judges_clips else None
+    if image_suite is None:
+        image_suite = suites.get(owner.frame_suite) if owner is not None and owner.frame_suite else suites.for_media(clips=False)
+    image_partial = partial_of(image_suite)
+    frame_by_frame = f"score frame by frame (--reward {image_partial} --frame-reduce mean)"
     if not video or frame_reduce is not None:
-        finer = "shapes_partial" + (f" --frame-reduce {frame_reduce}" if frame_reduce else "")
-        return f"use a finer reward (e.g. {finer})" if reward != "shapes_partial" else "mine a model whose samples it tells apart"
-    return ("use shapes_video_partial, or " if reward == "shapes_video_strict" else "") + frame_by_frame
+        finer = f"{image_partial}" + (f" --frame-reduce {frame_reduce}" if frame_reduce else "")
+        return f"use a finer reward (e.g. {finer})" if reward != image_partial else "mine a model whose samples it tells apart"
+    clip_partial = partial_of(owner) if owner is not None and owner.judges_clips else None
+    return (f"use {clip_partial}, or " if clip_partial and reward != clip_partial else "") + frame_by_frame
 
 
 def _best_vs_worst(scores):
