@@ -143,8 +143,8 @@ def _wall_clock(key: str) -> bool:
 
 def _added_since_capture(key: str) -> bool:
     """Keys the code writes beside the captured ones since the capture (new numbers, none replaced):
-    the bootstrap intervals and paired differences of eval.json, and the eval/ interval metrics."""
-    return key.endswith(("_interval", "_lo", "_hi")) or key.startswith("diff_") or key == "bootstrap"
+    the bootstrap intervals and paired differences of eval.json, its suite, and the eval/ interval metrics."""
+    return key.endswith(("_interval", "_lo", "_hi")) or key.startswith("diff_") or key in ("bootstrap", "suite")
 
 
 def _rows(path: Path) -> list[dict]:

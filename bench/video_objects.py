@@ -73,6 +73,7 @@ def main() -> None:
 
     from cosmos_rl.evaluation.evaluator import Evaluator
     from cosmos_rl.evaluation.prompts import held_out_captions
+    from cosmos_rl.suites import registry as suites
     from cosmos_rl.evaluation.target import open_target, target_media
     from cosmos_rl.data.pixels import to_unit_float
     from cosmos_rl.models.generate import decode_pixels, encode_pixels
@@ -86,7 +87,7 @@ def main() -> None:
     cpu = torch.device("cpu")
     model = target.load(cpu)
     settings = target.settings.replaced(args.sample_steps, args.guidance)
-    captions = held_out_captions(args.per_task, video=True)
+    captions = held_out_captions(suites.get("shapes_video"), args.per_task)
     evaluator = Evaluator(
         captions, args.seeds, "shapes_video_strict", settings, tokenizer=model.parts.tokenizer, vae=model.parts.vae,
         media=target.media, latent_shape=latent_shape(target.media, model.parts.vae.config, model.parts.transformer.config),

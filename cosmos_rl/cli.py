@@ -347,10 +347,11 @@ def _eval_condition(condition: Optional[str], i2v: bool) -> Optional[str]:
 def evaluate(
     target: str = typer.Argument(..., help="A run directory (its newest checkpoint, or --step, vs its base), a diffusers model folder, or preset:NAME."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
-    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt file (.txt or .jsonl), every prompt in order; default: the shapes world's held-out prompts."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt file (.txt or .jsonl), every prompt in order; default: the suite's held-out prompts."),
     seeds: int = typer.Option(2, "--seeds", help="Seeds per prompt (0 .. N-1), the same on every call."),
-    per_task: int = typer.Option(8, "--per-task", help="Held-out default only: at most this many prompts per task, evenly spread; 0 = all 319."),
-    reward: Optional[str] = typer.Option(None, "--reward", help="Built-in weight-free reward; shapes_strict or shapes_partial = the shapes verifier (both scores); for video shapes_video_strict or shapes_video_partial. Default: the verifier's strict score of what the target makes."),
+    per_task: int = typer.Option(8, "--per-task", help="Held-out default only: at most this many prompts per task, evenly spread; 0 = all (319 for shapes)."),
+    suite: Optional[str] = typer.Option(None, "--suite", help="The suite (world) to evaluate in: shapes, shapes_video, or package.module:SUITE. Default: the one --reward names, else the run's (rl.eval.suite, else the suite of its rewards), else a preset's own; a model folder needs --suite or --reward."),
+    reward: Optional[str] = typer.Option(None, "--reward", help="One of the suite's rewards (its verifier, both scores: shapes_strict or shapes_partial; for video shapes_video_strict or shapes_video_partial; an outside suite's package.module:SUITE/NAME), or for images a built-in weight-free one. Default: the suite's verifier's strict score."),
     batch_size: int = typer.Option(32, "--batch-size", help="Samples per sampler call."),
     image_size: Optional[int] = typer.Option(None, "--image-size", help="Image side for a bare model (default 32); a run uses its model.image_size."),
     out_dir: Optional[str] = typer.Option(None, "--out", help="Folder for the grid and eval.json; default RUN_DIR/eval, or eval/NAME for a model."),
@@ -373,7 +374,7 @@ def evaluate(
             result = run_eval(
                 target, prompts=prompts, seeds=seeds, per_task=per_task, reward=reward, batch_size=batch_size,
                 image_size=image_size, out_dir=out_path(out_dir), device=device, warn=warn, sample_steps=sample_steps, guidance=guidance,
-                step=step, frames=frames, condition=_eval_condition(condition, i2v), note=notes.append, progress=progress,
+                step=step, frames=frames, condition=_eval_condition(condition, i2v), note=notes.append, progress=progress, suite=suite,
             )
     except UserError as exc:
         _fail(exc)

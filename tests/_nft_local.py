@@ -46,17 +46,16 @@ class LocalCollectives:
 def local_trainer(config: schema.RunConfig, run_dir: Path, device: torch.device | None = None) -> OnlineTrainer:
     """The run's unbuilt online rank trainer (NFTTrainer, GRPOTrainer) playing all `rl.group_size`
     ranks, scoring with the built-in reward in-process."""
-    from cosmos_rl.rewards.functions import REWARDS
     from cosmos_rl.rewards.multi import reward_terms
-    from cosmos_rl.rewards.video import video_rewards
+    from cosmos_rl.rewards.registry import builtin_rewards
 
     assert isinstance(config.rl, schema.OnlineRLBase), "an online algorithm's config"
     trainer_cls = algorithms.of(config).resolve("trainer")
     # built-in rewards only; on a video run a clip reward takes whole clips and an image reward
     # scores each clip frame by frame as the client does (rewards/frames.py: stride, reducer)
-    clip_rewards = video_rewards()
+    builtin = builtin_rewards()
     terms = reward_terms(config.rl)
-    rewards = {t.name: clip_rewards[t.name] if t.name in clip_rewards else _per_frame(REWARDS[t.name], t) for t in terms}
+    rewards = {t.name: builtin[t.name].fn if "video" in builtin[t.name].modalities else _per_frame(builtin[t.name].fn, t) for t in terms}
 
     def score(rank: int, pixels: np.ndarray, prompts: Sequence[str]) -> dict[str, list[float]]:
         return {name: [float(v) for v in fn(pixels, list(prompts))] for name, fn in rewards.items()}

@@ -303,8 +303,9 @@ def base_eval(tmp_path: Path, **changes) -> Path:
     """The eval.json `cosmos-rl eval preset:shapes --per-task 8 --seeds 4 --sample-steps 10 --guidance 1`
     writes (the keys compare checks), measured as NFT_MANIFEST's [rl.eval] measures."""
     from cosmos_rl.evaluation.prompts import eval_captions
+    from cosmos_rl.suites import registry as suites
 
-    captions, described = eval_captions(None, 8)
+    captions, described = eval_captions(None, 8, suites.get("shapes"))
     assert len(captions) == 31  # docs/eval.md: up to 8 per task is 31 held-out prompts
     result = {
         "target": "preset:shapes", "kind": "model", "step": None, "reward": "shapes_strict", "score": 0.2,

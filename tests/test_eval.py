@@ -24,8 +24,12 @@ from cosmos_rl.models.build import build_preset
 from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.evaluation.hacking import HackingWatch, hacking
 from cosmos_rl.evaluation.prompts import held_out_captions, make_items, overlap, rank_share, spread
-from cosmos_rl.evaluation.scores import Totals, caption_groups
+from cosmos_rl.evaluation.scores import Totals, caption_groups, groups_of
 from cosmos_rl.shapes import TASKS, parse_caption, render, split_prompts
+from cosmos_rl.suites import registry as suites
+
+SHAPES = suites.get("shapes")
+GROUPS = groups_of(SHAPES)
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ROOT / "manifests" / "nft_t2i_smoke.toml"
@@ -45,30 +49,30 @@ def test_spread_items_and_rank_shares_follow_the_worked_examples():
 
 
 def test_the_default_prompts_are_a_fixed_balanced_held_out_subset():
-    captions = held_out_captions(8)
-    assert captions == held_out_captions(8)
+    captions = held_out_captions(SHAPES, 8)
+    assert captions == held_out_captions(SHAPES, 8)
     per_task = {task: sum(parse_caption(c).task == task for c in captions) for task in TASKS}
     # Seed 0 holds out 1, 2, 8, 4, 250 and 54 prompts of the six tasks (docs/shapes.md).
     assert per_task == {"single_object": 1, "two_objects": 2, "counting": 8, "colours": 4, "position": 8, "colour_attribution": 8}
-    assert len(held_out_captions(0)) == 319
-    assert not overlap(split_prompts(0).train_captions(), held_out_captions(0))
+    assert len(held_out_captions(SHAPES, 0)) == 319
+    assert not overlap(split_prompts(0).train_captions(), held_out_captions(SHAPES, 0), SHAPES)
     # A rewording of a training prompt counts as seen.
-    assert overlap(["a square and a circle"], ["a circle and a square", "a red circle"]) == ["a circle and a square"]
+    assert overlap(["a square and a circle"], ["a circle and a square", "a red circle"], SHAPES) == ["a circle and a square"]
 
 
 def test_a_shapes_reward_refuses_a_caption_outside_the_world_naming_the_prompt():
     with pytest.raises(UserError, match=r"--prompts p.txt: prompt 2: caption 'a cat'"):
-        caption_groups(["a red circle", "a cat"], "shapes_strict", "--prompts p.txt")
-    assert caption_groups(["a red circle", "a cat"], "brightness", "x") == {"a red circle": "colours", "a cat": "other"}
+        caption_groups(["a red circle", "a cat"], "shapes_strict", "--prompts p.txt", SHAPES)
+    assert caption_groups(["a red circle", "a cat"], "brightness", "x", SHAPES) == {"a red circle": "colours", "a cat": "other"}
 
 
 # ----------------------------------------------------------------------------------- scores
 def test_totals_give_the_worked_example_and_add_across_ranks():
-    rank0, rank1 = Totals(), Totals()
+    rank0, rank1 = Totals.empty(GROUPS), Totals.empty(GROUPS)
     rank0.add("single_object", 1.0, 1.0)  # "a circle"
     rank1.add("single_object", 0.0, 0.5)  # "a square"
     rank1.add("counting", 1.0, 1.0)  # "two circles"
-    both = Totals.from_dict({k: a + b for (k, a), b in zip(rank0.as_dict().items(), rank1.as_dict().values())})
+    both = Totals.from_dict({k: a + b for (k, a), b in zip(rank0.as_dict().items(), rank1.as_dict().values())}, GROUPS)
     assert both == rank0 + rank1
     scores = both.scores("shapes_strict")
     assert scores.tasks == {"single_object": 0.5, "counting": 1.0} and scores.score == 0.75
@@ -89,7 +93,7 @@ class _GroundTruth:
         from cosmos_rl.config.sampler import default_settings
 
         vae = SimpleNamespace(config=SimpleNamespace(scale_factor_spatial=4))
-        self.evaluator = Evaluator(held_out_captions(1), 2, "shapes_strict", default_settings(), tokenizer=None, vae=vae,
+        self.evaluator = Evaluator(held_out_captions(SHAPES, 1), 2, "shapes_strict", default_settings(), tokenizer=None, vae=vae,
                                    media=MediaSpec.image(32), latent_shape=(4, 1, 8, 8), device=None)  # fmt: skip
         self.evaluator.sample = self.sample
         self.calls: list[int] = []
@@ -108,7 +112,7 @@ def test_ranks_sharing_the_items_give_the_scores_of_one_process():
     assert whole.scores("shapes_strict").tasks == expected and whole.scores("shapes_strict").tasks_partial == expected
     shares = [truth.evaluator.totals(None, rank, 5)[0] for rank in range(5)]
     assert truth.calls[1:] == [3] * 5  # 12 items over 5 ranks: every rank samples 3 (padded), so FSDP forwards line up
-    assert sum(shares, Totals()) == whole
+    assert sum(shares, Totals.empty(GROUPS)) == whole
     # Per prompt too: each prompt's two seeds (one drawn right, one blank) average 0.5, on any rank split.
     prompt_shares = [truth.evaluator.scored(None, rank, 5).prompts for rank in range(5)]
     summed = prompt_shares[0]
@@ -148,7 +152,7 @@ def test_training_eval_adds_eval_rows_on_its_steps_and_warns_once():
 # ---------------------------------------------------------------------------------- command
 def test_eval_preset_json_prints_the_documented_object(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "cosmos_rl.cli", "eval", "preset:tiny", "--json", "--per-task", "1", "--seeds", "1", "--out", str(tmp_path)],
+        [sys.executable, "-m", "cosmos_rl.cli", "eval", "preset:tiny", "--suite", "shapes", "--json", "--per-task", "1", "--seeds", "1", "--out", str(tmp_path)],
         capture_output=True, text=True, cwd=ROOT, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -171,8 +175,8 @@ def test_eval_preset_json_prints_the_documented_object(tmp_path):
 def test_eval_sampler_flags_replace_the_targets_own_settings(tmp_path):
     from cosmos_rl.commands.evaluate import run_eval
 
-    own = run_eval("preset:tiny", per_task=1, seeds=1, out_dir=tmp_path / "own")
-    other = run_eval("preset:tiny", per_task=1, seeds=1, out_dir=tmp_path / "other", sample_steps=4, guidance=1.0)
+    own = run_eval("preset:tiny", suite="shapes", per_task=1, seeds=1, out_dir=tmp_path / "own")
+    other = run_eval("preset:tiny", suite="shapes", per_task=1, seeds=1, out_dir=tmp_path / "other", sample_steps=4, guidance=1.0)
     assert other["sampler"] == {**own["sampler"], "steps": 4, "guidance": 1.0}
     assert other["score_partial"] != own["score_partial"] or other["tasks_partial"] != own["tasks_partial"] or \
         (tmp_path / "other" / "samples.png").read_bytes() != (tmp_path / "own" / "samples.png").read_bytes()
@@ -188,7 +192,15 @@ def test_eval_refuses_bad_options_and_targets_naming_them(tmp_path):
     with pytest.raises(UserError, match="--seeds: must be >= 1"):
         run_eval("preset:tiny", seeds=0)
     with pytest.raises(UserError, match="--reward: 'pickscore' is not a built-in"):
-        run_eval("preset:tiny", reward="pickscore")
+        run_eval("preset:tiny", suite="shapes", reward="pickscore")
+    with pytest.raises(UserError, match="TARGET 'preset:tiny': a model that names no suite to evaluate in; pass --suite NAME"):
+        run_eval("preset:tiny", out_dir=tmp_path)
+    with pytest.raises(UserError, match="--suite 'nope': unknown suite 'nope'; use one of shapes, shapes_video"):
+        run_eval("preset:tiny", suite="nope", out_dir=tmp_path)
+    with pytest.raises(UserError, match="--reward shapes_video_strict: a reward of the suite shapes_video, and --suite names shapes"):
+        run_eval("preset:tiny", suite="shapes", reward="shapes_video_strict", out_dir=tmp_path)
+    with pytest.raises(UserError, match=r"suite shapes_video: judges clips \(9 frames\), and preset:tiny makes images \(1 frame\)"):
+        run_eval("preset:tiny", suite="shapes_video", out_dir=tmp_path)
     with pytest.raises(UserError, match="unknown preset 'huge'"):
         run_eval("preset:huge", out_dir=tmp_path)
     with pytest.raises(UserError, match="neither a run directory"):
@@ -313,7 +325,7 @@ def test_an_exported_nft_run_samples_what_its_checkpoint_samples(nft_run, tmp_pa
     assert summary["sampler"] == {"steps": 6, "shift": 3.0, "guidance": 1.0} and summary["lora_merged"]
     scheduler = json.loads((tmp_path / "model" / "scheduler" / "scheduler_config.json").read_text())
     assert scheduler["flow_shift"] == 3.0
-    exported = run_eval(str(tmp_path / "model"), reward="brightness", image_size=32, sample_steps=6, guidance=1.0,
+    exported = run_eval(str(tmp_path / "model"), suite="shapes", reward="brightness", image_size=32, sample_steps=6, guidance=1.0,
                         out_dir=tmp_path / "e", device="cpu", **SMALL)  # fmt: skip
     assert exported["sampler"] == summary["sampler"]
     assert exported["score"] == pytest.approx(nft_run[1][-1]["eval/score"], abs=1e-3)

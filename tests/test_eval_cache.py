@@ -93,7 +93,7 @@ def test_a_second_eval_of_a_run_sharing_the_base_samples_only_the_checkpoint_and
 
 def _eval_tiny(out: Path, notes: list[str], warnings: list[str] | None = None, **options) -> dict:
     """A bare preset:tiny (its own verdicts are cached, beside --out), 2 sampler steps."""
-    return _eval("preset:tiny", out, notes, warnings, **{"sample_steps": 2, **options})
+    return _eval("preset:tiny", out, notes, warnings, **{"sample_steps": 2, "suite": "shapes", **options})
 
 
 def test_a_damaged_entry_is_sampled_again_with_a_warning_naming_it_and_rewritten(tmp_path, sampled):
@@ -147,8 +147,9 @@ def _evaluator(parts, **changes) -> Evaluator:
     from cosmos_rl.evaluation.prompts import held_out_captions
     from cosmos_rl.core.media import MediaSpec
     from cosmos_rl.models.sampler_settings import SamplerSettings
+    from cosmos_rl.suites import registry as suites
 
-    options = {"captions": held_out_captions(1), "seeds": 1, "reward": "shapes_strict",
+    options = {"captions": held_out_captions(suites.get("shapes"), 1), "seeds": 1, "reward": "shapes_strict",
                "settings": SamplerSettings(4, None, 1.0), "media": MediaSpec.image(32), "batch_size": 32, **changes}  # fmt: skip
     media = options["media"]
     return Evaluator(
@@ -288,7 +289,7 @@ def test_the_command_prints_images_sampled_and_reused_on_stderr(tmp_path):
     from cosmos_rl.cli import app
 
     runner = CliRunner()
-    args = ["eval", "preset:tiny", "--json", "--per-task", "1", "--seeds", "1", "--sample-steps", "2", "--device", "cpu"]
+    args = ["eval", "preset:tiny", "--suite", "shapes", "--json", "--per-task", "1", "--seeds", "1", "--sample-steps", "2", "--device", "cpu"]
     first = runner.invoke(app, [*args, "--out", str(tmp_path / "a")])
     second = runner.invoke(app, [*args, "--out", str(tmp_path / "b")])
     assert first.exit_code == 0 and second.exit_code == 0, first.output + second.output

@@ -26,7 +26,7 @@ def folder(tmp_path_factory):
 
 @pytest.mark.parametrize("i2v", [False, True])
 def test_a_video_model_is_scored_per_motion_task_with_strips_and_a_gif(folder, tmp_path, i2v):
-    result = run_eval(folder, frames=5, out_dir=tmp_path, condition="first_frame" if i2v else None, **FAST)
+    result = run_eval(folder, suite="shapes_video", frames=5, out_dir=tmp_path, condition="first_frame" if i2v else None, **FAST)
     assert result["reward"] == "shapes_video_strict" and result["frames"] == 5 and result["i2v"] is i2v
     assert set(result["tasks"]) == set(MOTION_TASKS) and result["n_images"] == len(MOTION_TASKS)
     assert result["score_interval"] is not None and result["tasks_partial"] is not None
@@ -53,7 +53,8 @@ def test_image_to_video_holds_the_ground_truth_first_frame(folder):
                           vae=parts.vae, media=media, latent_shape=latent_shape(media, parts.vae.config, parts.transformer.config),
                           device=torch.device("cpu"), model_parts=parts, condition=Condition(kind=FIRST_FRAME, source="shapes_video"))  # fmt: skip
     item = evaluator.items[3]  # the second caption under seed 1
-    assert np.array_equal(evaluator.first_frame(item), render_clip(item.caption, 1, (32, 32), 5)[0])
+    assert evaluator.suite.name == "shapes_video"  # the reward's own suite gives the frames
+    assert np.array_equal(evaluator.first_frames([item])[0], render_clip(item.caption, 1, (32, 32), 5)[0])
     expected = condition_latents(parts.vae, torch.from_numpy(render_clip(item.caption, 1, (32, 32), 5)[:1]))
     assert torch.equal(evaluator.condition([item]), expected)
 
@@ -62,8 +63,13 @@ def test_video_options_that_cannot_be_honoured_are_refused(folder, tmp_path):
     with pytest.raises(UserError, match="--frames: a clip has 4k \\+ 1 frames"):
         run_eval(folder, frames=8, out_dir=tmp_path, **FAST)
     with pytest.raises(UserError, match="--condition first_frame: .* makes images"):
-        run_eval("preset:tiny", condition="first_frame", out_dir=tmp_path, **FAST)
+        run_eval("preset:tiny", suite="shapes", condition="first_frame", out_dir=tmp_path, **FAST)
     with pytest.raises(UserError, match="--condition: unknown condition 'last_frame'"):
-        run_eval(folder, frames=5, condition="last_frame", out_dir=tmp_path, **FAST)
+        run_eval(folder, suite="shapes_video", frames=5, condition="last_frame", out_dir=tmp_path, **FAST)
     with pytest.raises(UserError, match="not a built-in clip reward"):
+        run_eval(folder, suite="shapes_video", frames=5, reward="brightness", out_dir=tmp_path, **FAST)
+    with pytest.raises(UserError, match=r"suite shapes: judges images, and .* makes 5-frame clips"):
         run_eval(folder, frames=5, reward="shapes_strict", out_dir=tmp_path, **FAST)
+    # A model folder names no suite; given one, its size and frames are the suite's unless flags say otherwise.
+    with pytest.raises(UserError, match="a model that names no suite"):
+        run_eval(folder, frames=5, out_dir=tmp_path, **FAST)

@@ -88,11 +88,14 @@ def test_inputs_are_checked():
 
 
 def test_registry_names_and_signature():
-    # 32 px and colour-naming shapes captions: inputs every built-in reward accepts
+    from cosmos_rl.rewards.registry import builtin_rewards
+
+    # 32 px and colour-naming shapes captions: inputs every built-in image reward accepts
     images = np.zeros((2, 32, 32, 3), np.uint8)
-    assert {"jpeg_compressibility", "jpeg_incompressibility", "brightness",
-            "prompt_colour", "shapes_strict", "shapes_partial"} <= set(REWARDS)
-    for name, fn in REWARDS.items():
+    assert set(REWARDS) == {"jpeg_compressibility", "jpeg_incompressibility", "brightness", "prompt_colour"}  # weight-free
+    image_rewards = {name: r.fn for name, r in builtin_rewards().items() if r.modalities == ("image",)}
+    assert set(image_rewards) == {*REWARDS, "shapes_strict", "shapes_partial"}  # and the shapes suite's, through the suite
+    for name, fn in image_rewards.items():
         scores = fn(images, ["a red circle", "two blue squares"])
         assert len(scores) == 2 and all(isinstance(s, float) for s in scores), name
 

@@ -23,7 +23,6 @@ from PIL import Image
 from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.planning import plan
 from cosmos_rl.config import load
-from cosmos_rl.config.preflight.rewards import VIDEO_REWARDS
 from cosmos_rl.config.saved_runs import with_later_knobs
 from cosmos_rl.core.errors import UserError
 from cosmos_rl.rewards import client as client_module
@@ -33,9 +32,9 @@ from cosmos_rl.core.schema import RewardClientConfig
 from cosmos_rl.rewards.frames import DEFAULT_SETTINGS, FRAME_REDUCERS, check_frame_settings, frame_prompts, reduce_scores, scored_frames
 from cosmos_rl.rewards.limits import Limits, chunks_within
 from cosmos_rl.rewards.multi import MultiRewardClient, RewardTerm, client_for
-from cosmos_rl.rewards.registry import Reward, builtin_rewards
+from cosmos_rl.rewards.registry import ImportedScorer, Reward, builtin_rewards
 from cosmos_rl.rewards.server import RewardServer
-from cosmos_rl.rewards.video import SHAPES_VIDEO_SCORER, ImportedScorer, video_rewards
+from cosmos_rl.suites import registry as suites
 from cosmos_rl.shapes.caption import parse_caption
 from cosmos_rl.shapes.scene import render
 from cosmos_rl.shapes.spec import BACKGROUND, RGB
@@ -45,6 +44,12 @@ NFT = ROOT / "manifests" / "nft_t2i_smoke.toml"
 REVISION = "video-1"
 IMAGE_RUN, CLIP_RUN = MediaSpec.image(4), MediaSpec(3, 4, 4)  # what a run makes; check_revision asks only images or clips
 STANDIN = "_video_scorer_standin:score_clips"
+VIDEO_SUITE = suites.get("shapes_video")
+
+
+def video_rewards(scorer: str) -> dict[str, ImportedScorer]:
+    """The shapes_video suite's clip rewards, each scored by `scorer` in its mode."""
+    return {r.name: ImportedScorer(scorer, r.part) for r in VIDEO_SUITE.rewards}
 
 
 def _registry() -> dict[str, Reward]:
@@ -130,12 +135,13 @@ def test_the_builtin_clip_rewards_name_their_scorer_by_one_import_string():
     registry = builtin_rewards()
     for name, mode in [("shapes_video_strict", "strict"), ("shapes_video_partial", "partial")]:
         reward = registry[name]
-        assert reward.modalities == ("video",)
-        assert (reward.fn.target, reward.fn.mode) == (SHAPES_VIDEO_SCORER, mode)
+        assert reward.modalities == ("video",) and reward.max_batch == 32
+        assert (reward.fn.target, reward.fn.mode) == ("cosmos_rl.shapes:score_clips", mode)
         assert reward.fn._function is None  # not imported by building the registry
-    assert set(VIDEO_REWARDS) == set(video_rewards())  # preflight accepts exactly the clip rewards served
-    module, _, function = SHAPES_VIDEO_SCORER.partition(":")
-    assert module.startswith("cosmos_rl.shapes.") and function == "score_clips"
+    for name, mode in [("shapes_video_i2v_strict", "strict"), ("shapes_video_i2v_partial", "partial")]:
+        assert (registry[name].fn.target, registry[name].fn.mode) == ("cosmos_rl.shapes.first_frame_check:score_i2v_clips", mode)
+    clip_rewards = {name for name, reward in registry.items() if reward.modalities == ("video",)}
+    assert clip_rewards == set(suites.builtin_reward_names(clips=True)) == set(VIDEO_SUITE.reward_names())  # the suite's, all served
     with pytest.raises(ValueError, match="modalities"):
         Reward("x", lambda i, p: [], "x:1", modalities=("audio",))
 
@@ -152,7 +158,7 @@ def test_the_scorer_is_imported_on_first_use():
     assert "_video_scorer_standin" in sys.modules
     with pytest.raises(ValueError, match=r"\[N, F, H, W, 3\]"):
         rewards["shapes_video_strict"](clips[0], ["a", "b", "c"])
-    with pytest.raises(RuntimeError, match="no_such_module_xyz:f cannot be loaded"):
+    with pytest.raises(RuntimeError, match="the scorer no_such_module_xyz:f cannot be loaded"):
         ImportedScorer("no_such_module_xyz:f", "strict")(clips, ["a", "b"])
 
 

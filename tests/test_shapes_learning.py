@@ -45,10 +45,12 @@ def test_the_shipped_training_prompts_are_what_the_documented_command_writes(tmp
     import sys
 
     from cosmos_rl.evaluation.prompts import held_out_captions, overlap
+    from cosmos_rl.suites import registry as suites
 
     done = subprocess.run([sys.executable, "-m", "cosmos_rl.shapes", "prompts", str(tmp_path), "--seed", "0", "--balanced", "1200"],
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
     shipped = (ROOT / "manifests" / "shapes_train.txt").read_text()
     assert (tmp_path / "train.txt").read_text() == shipped
-    assert overlap(shipped.splitlines(), held_out_captions(0)) == []
+    shapes = suites.get("shapes")
+    assert overlap(shipped.splitlines(), held_out_captions(shapes, 0), shapes) == []

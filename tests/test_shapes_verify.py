@@ -6,8 +6,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from cosmos_rl.config.preflight.rewards import BUILTIN_REWARDS
-from cosmos_rl.rewards.functions import REWARDS
+from cosmos_rl.config.preflight.rewards import builtin_rewards as preflight_builtin
+from cosmos_rl.rewards.registry import builtin_rewards
 from cosmos_rl.shapes import (
     TASKS,
     CaptionError,
@@ -246,10 +246,14 @@ def test_empty_and_noise_images():
 
 # ------------------------------------------------------------------- rewards and tasks
 def test_registered_as_built_in_rewards():
-    assert REWARDS["shapes_strict"] is shapes_strict and REWARDS["shapes_partial"] is shapes_partial
-    assert set(BUILTIN_REWARDS) == set(REWARDS)  # preflight accepts exactly what the service serves
+    served = builtin_rewards()  # the shapes suite's rewards, registered through the suite
+    assert set(preflight_builtin()) == set(served)  # preflight accepts exactly what the service serves
     images, captions = _truth(all_specs("colours")[:3], seeds=[0])
-    assert REWARDS["shapes_strict"](images, captions) == [1.0, 1.0, 1.0]
+    assert served["shapes_strict"].fn(images, captions) == [1.0, 1.0, 1.0] == shapes_strict(images, captions)
+    perturbed = images.copy()
+    perturbed[:, :16] = 0  # the left half blacked out: objects lost, partial credit below 1 somewhere
+    assert served["shapes_partial"].fn(perturbed, captions) == shapes_partial(perturbed, captions)
+    assert served["shapes_strict"].fn(perturbed, captions) == shapes_strict(perturbed, captions)
 
 
 def test_bad_input_is_refused_before_any_work():

@@ -1,8 +1,10 @@
-"""`cosmos-rl eval TARGET`: score a run's newest checkpoint against its base (or a bare model) on
-held-out prompts x fixed seeds, print the scores, write the sample grid and `eval.json`.
+"""`cosmos-rl eval TARGET`: score a run's newest checkpoint against its base (or a bare model) on a
+suite's held-out prompts x fixed seeds, print the scores, write the sample grid and `eval.json`.
 
-The result object (printed by `--json`, written to `<out>/eval.json`) is documented in
-docs/eval.md; `score` is the headline (strict with the shapes verifier).
+The suite (`cosmos_rl.suites`) is `--suite`, else the one that registers `--reward`, else the run's
+(`config.run_suite`), else the one whose base a `preset:NAME` is; a model folder names none, so it
+needs one of the two flags. The result object (printed by `--json`, written to `<out>/eval.json`)
+is documented in docs/eval.md; `score` is the headline (strict with the suite's verifier).
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from cosmos_rl.core.condition import Condition, UnknownCondition, kind_named
 from cosmos_rl.core.errors import UserError
 from cosmos_rl.evaluation.prompts import DEFAULT_PER_TASK, DEFAULT_SEEDS, eval_captions, overlap, spread
 from cosmos_rl.evaluation.intervals import cell, settings as bootstrap_settings
-from cosmos_rl.evaluation.scores import EvalScores, caption_groups, default_reward, difference, reward_names
+from cosmos_rl.evaluation.scores import EvalScores, caption_groups, difference, reward_names
+from cosmos_rl.config.run_suite import run_suite
 from cosmos_rl.config.sampler import DEFAULT_BATCH
-
-DEFAULT_REWARD = "shapes_strict"  # of images; a video target's default is shapes_video_strict (scores.default_reward)
+from cosmos_rl.suites import registry as suites
+from cosmos_rl.suites.base import Suite
 GRID_COLUMNS = 8  # prompts shown in the grid (seed 0), evenly spread over the evaluation's prompts
 RESULT_FILE = "eval.json"
 
@@ -32,8 +35,8 @@ SAMPLE_STEPS_MAX = 1000  # the flow sampler converges in tens of steps (rollouts
 FRAMES_MAX = 257  # 4k + 1: Cosmos3 clips are 93 to 121 frames; every latent frame adds a full frame's tokens
 
 
-def check_options(seeds: int, per_task: int, reward: str | None, batch_size: int, video: bool = False) -> None:
-    """The counts, and the reward unless it is None (not known yet: it follows the target's media)."""
+def check_options(seeds: int, per_task: int, reward: str | None, batch_size: int, suite: Suite | None = None) -> None:
+    """The counts, and the reward unless it is None (not known yet: it follows the target's suite)."""
     if seeds < 1:
         raise UserError(f"--seeds: must be >= 1 (got {seeds}); seeds 0 .. N-1 are used on every call")
     if seeds > SEEDS_MAX:
@@ -45,16 +48,59 @@ def check_options(seeds: int, per_task: int, reward: str | None, batch_size: int
         if batch_size < 1:
             raise UserError(f"--batch-size: must be >= 1 (got {batch_size})")
         return
-    check_sampling_options(reward, batch_size, video)
+    check_sampling_options(reward, batch_size, suite)
 
 
-def check_sampling_options(reward: str, batch_size: int, video: bool = False) -> None:
-    """The options every command that samples and scores with a built-in reward shares (eval, pairs mine)."""
+def check_sampling_options(reward: str, batch_size: int, suite: Suite) -> None:
+    """The options every command that samples and scores with a built-in reward shares (eval, pairs
+    mine): the reward is one `suite` evaluates with (its own, or a weight-free one for images)."""
     if batch_size < 1:
         raise UserError(f"--batch-size: must be >= 1 (got {batch_size})")
-    if reward not in reward_names(video):
-        what = "clip reward (the target makes video)" if video else "weight-free reward"
-        raise UserError(f"--reward: {reward!r} is not a built-in {what}; use one of {', '.join(reward_names(video))}")
+    if reward not in reward_names(suite):
+        what = "clip reward (the target makes video)" if suite.judges_clips else "weight-free reward"
+        raise UserError(f"--reward: {reward!r} is not a built-in {what} of the suite {suite.name}; use one of {', '.join(reward_names(suite))}")
+
+
+def named_suite(suite: str | None, reward: str | None) -> Suite | None:
+    """The suite `--suite` names, else the one that registers `--reward`; None when neither names one."""
+    try:
+        named = suites.get(suite) if suite else None
+    except suites.UnknownSuite as exc:
+        raise UserError(f"--suite {suite!r}: {exc}") from None
+    try:
+        owner = suites.reward_owner(reward) if reward else None
+    except suites.UnknownSuite as exc:
+        raise UserError(f"--reward {reward!r}: {exc}") from None
+    if named is not None and owner is not None and owner.name != named.name:
+        raise UserError(f"--reward {reward}: a reward of the suite {owner.name}, and --suite names {named.name}; "
+                        f"use one of {', '.join(reward_names(named))}, or drop --suite")  # fmt: skip
+    return named or owner
+
+
+def target_suite(t, named: Suite | None) -> Suite:
+    """The suite an evaluation of target `t` scores in: the one named (`named_suite`), else a run's
+    own (`config.run_suite`), else a preset's (`suites.registry.of_preset`); a UserError for a model
+    that names none, or a suite that judges other media than the target makes."""
+    from cosmos_rl.evaluation.target import PRESET
+
+    suite = named
+    if suite is None and t.kind == "run":
+        try:
+            suite = run_suite(t.config)
+        except suites.UnknownSuite as exc:
+            raise UserError(f"{t.label}: its manifest's rl.eval.suite or reward: {exc}; pass --suite") from None
+    if suite is None and t.label.startswith(PRESET):
+        suite = suites.of_preset(t.label[len(PRESET):])
+    if suite is None:
+        raise UserError(f"TARGET {t.label!r}: a model that names no suite to evaluate in; pass --suite NAME (one of {suites.known()}) "
+                        "or --reward naming a suite's reward")  # fmt: skip
+    if suite.judges_clips != t.media.is_video:
+        makes = f"{t.media.frames}-frame clips" if t.media.is_video else "images (1 frame)"
+        judges = f"clips ({suite.media.frames} frames)" if suite.judges_clips else "images"
+        fix = f"--frames {suite.media.frames}" if suite.judges_clips else "--frames 1"
+        raise UserError(f"suite {suite.name}: judges {judges}, and {t.label} makes {makes}; "
+                        f"evaluate it in a suite of what it makes, or pass {fix} for a bare model")  # fmt: skip
+    return suite
 
 
 def check_frames(frames: int | None) -> None:
@@ -117,18 +163,19 @@ def run_eval(
     sample_steps: int | None = None, guidance: float | None = None, step: int | None = None,
     frames: int | None = None, condition: str | None = None, note: Callable[[str], None] = lambda line: None,
     progress: Callable[[str, int, int], None] = lambda what, done, total: None,
+    suite: str | None = None,
 ) -> dict:  # fmt: skip
     """Evaluate `target` and return the result object (see docs/eval.md); `warn` gets warning lines,
     `note` the line of images sampled and reused (the base's, or a bare model's, verdicts are kept
     in `evaluation.verdict_cache`).
 
     `sample_steps` / `guidance` replace the target's own sampler settings (to compare models of
-    different runs under one sampler); None keeps them. `reward` None is the verifier's strict score
-    of what the target makes (images or clips); `frames` a bare model's clip length; `condition` a
-    condition kind (`first_frame`: every clip given the first frame of its caption's ground-truth
-    clip), None = the run's own `[model.condition]` (a bare model: none).
-    `progress(what, done, total)` follows the sampling: `what` the model sampled ("checkpoint step N",
-    "base", "model"), after every sampler call."""
+    different runs under one sampler); None keeps them. `suite` names the suite (module docstring);
+    `reward` None is its verifier's strict score (its first reward); `frames` a bare model's clip
+    length; `condition` a condition kind (`first_frame`: every clip given the suite's first frame of
+    its caption), None = the run's own `[model.condition]` when every sample of it is conditioned
+    (a bare model: none). `progress(what, done, total)` follows the sampling: `what` the model
+    sampled ("checkpoint step N", "base", "model"), after every sampler call."""
     if image_size is not None and not 1 <= image_size <= IMAGE_SIZE_MAX:
         raise UserError(f"--image-size: must be in [1, {IMAGE_SIZE_MAX}] (got {image_size}): one {IMAGE_SIZE_MAX} x {IMAGE_SIZE_MAX} "
                         "sample is 16.8 M pixels, and Cosmos3 models are trained at 256 to 1024; use e.g. 32 or 512")
@@ -137,17 +184,23 @@ def run_eval(
     check_sampler_overrides(sample_steps, guidance)
     check_out_dir(out_dir)
     check_prompts_file(prompts)
+    named = named_suite(suite, reward)
     from cosmos_rl.evaluation.target import open_target, target_media
 
     media = target_media(target, image_size, frames)
     t = open_target(target, step=step, media=media, out_dir=out_dir, frames=frames)  # refuses before anything loads
+    if t.kind == "model" and media is None and named is not None:
+        t.media = named.media  # a model folder given no size samples what the suite judges
+    chosen = target_suite(t, named)
     video = t.media.is_video
-    reward = default_reward(video) if reward is None else reward
-    check_sampling_options(reward, batch_size, video)
+    reward = chosen.default_reward if reward is None else reward
+    check_sampling_options(reward, batch_size, chosen)
     given = eval_condition(condition, t, target)
-    captions, described = eval_captions(prompts, per_task, video)
+    if given.is_conditioned and not chosen.gives_frames:
+        raise UserError(f"--condition: the suite {chosen.name} gives no first frames to condition clips on; use --condition none")
+    captions, described = eval_captions(prompts, per_task, chosen)
     origin = f"--prompts {prompts}" if prompts else "the held-out prompts"
-    caption_groups(captions, reward, origin)  # a bad prompt fails before torch is even imported
+    caption_groups(captions, reward, origin, chosen)  # a bad prompt fails before torch is even imported
     from cosmos_rl.core.media import latent_shape
 
     from cosmos_rl.dist.world import pick_device
@@ -158,14 +211,14 @@ def run_eval(
     t.settings = t.settings.replaced(sample_steps, guidance)
     train_prompts = t.train_prompts()
     if train_prompts is not None:
-        seen = overlap(train_prompts, captions)
+        seen = overlap(train_prompts, captions, chosen)
         if seen:
             warn(f"{len(seen)} of the {len(captions)} evaluation prompts are training prompts of the run (e.g. {seen[0]!r}): "
                  "their scores measure memory, not generalisation")  # fmt: skip
     evaluator = Evaluator(
         captions, seeds, reward, t.settings, tokenizer=model.parts.tokenizer, vae=model.parts.vae, media=t.media,
         latent_shape=latent_shape(t.media, model.parts.vae.config, model.parts.transformer.config), device=where, batch_size=batch_size, origin=origin,
-        model_parts=model.model_parts, condition=given,
+        model_parts=model.model_parts, condition=given, suite=chosen,
     )  # fmt: skip
     columns = [item.index for item in spread(evaluator.items[: len(captions)], GRID_COLUMNS)]
     keep = frozenset(columns)
@@ -203,6 +256,7 @@ def run_eval(
         **clip_extra,
         # Added after the intervals: what `cosmos-rl compare` pairs two runs' checkpoints on.
         **_prompt_scores_json(scores, ""), **_prompt_scores_json(base, "base_"),
+        "suite": chosen.name,  # added with suites: the world whose prompts and verifier made these numbers
     }  # fmt: skip
     # allow_nan=False: `Infinity` is not JSON; every number here is finite by the checks above.
     (t.out_dir / RESULT_FILE).write_text(json.dumps(result, indent=1, allow_nan=False) + "\n", encoding="utf-8")

@@ -20,6 +20,7 @@ def base_of(config) -> dict:
 
 def held_out_of(config) -> dict | None:
     """The in-training held-out evaluation of a run ([rl.eval], its sampler resolved); None without one."""
+    from cosmos_rl.config.run_suite import run_suite
     from cosmos_rl.config.sampler import run_settings
 
     e = config.rl.eval
@@ -29,6 +30,7 @@ def held_out_of(config) -> dict | None:
     return {
         "prompts": e.prompts, "per_task": e.per_task, "seeds": e.seeds, "reward": e.reward,  # prompts "": the held-out default
         "sample_steps": settings.steps, "sampler_shift": settings.shift, "guidance": settings.guidance,
+        "suite": run_suite(config).name,  # whose held-out prompts and verifier
     }  # fmt: skip
 
 
@@ -37,8 +39,9 @@ def differences(result: dict, held_out: dict, base: dict, whose: str = "the run'
     (`held_out_of`) of a run on `base` (`base_of`), one `what: found, expected` line each; empty
     when they are one measurement."""
     from cosmos_rl.evaluation.prompts import eval_captions
+    from cosmos_rl.suites import registry as suites
 
-    captions, described = eval_captions(held_out["prompts"] or None, held_out["per_task"], base["frames"] > 1)
+    captions, described = eval_captions(held_out["prompts"] or None, held_out["per_task"], suites.get(held_out["suite"]))
     sampler = result.get("sampler") if isinstance(result.get("sampler"), dict) else {}
     expected = {
         "prompts": described, "n_prompts": len(captions), "seeds": list(range(held_out["seeds"])), "reward": held_out["reward"],

@@ -20,10 +20,12 @@ def held_out_video_scores(parts: ModelParts, *, seeds: int = 4, frames: int = 9,
     from cosmos_rl.config.sampler import default_settings
     from cosmos_rl.evaluation.evaluator import Evaluator
     from cosmos_rl.evaluation.prompts import held_out_captions
+    from cosmos_rl.suites import registry as suites
     from cosmos_rl.core.media import MediaSpec, latent_shape
 
     media = MediaSpec(frames=frames, height=side, width=side)
-    captions = held_out_captions(0, video=True)
+    suite = suites.get("shapes_video")
+    captions = held_out_captions(suite, 0)
     settings = default_settings().resolved(parts)
     out = {}
     parts.transformer.eval()
@@ -32,7 +34,7 @@ def held_out_video_scores(parts: ModelParts, *, seeds: int = 4, frames: int = 9,
         evaluator = Evaluator(
             captions, seeds, "shapes_video_strict", settings, tokenizer=parts.tokenizer, vae=parts.vae, media=media,
             latent_shape=latent_shape(media, parts.vae.config, parts.transformer.config), device=torch.device("cpu"),
-            model_parts=parts, condition=Condition(kind=FIRST_FRAME, source="shapes_video") if mode == "i2v" else Condition(),
+            model_parts=parts, condition=Condition(kind=FIRST_FRAME, source="shapes_video") if mode == "i2v" else Condition(), suite=suite,
         )  # fmt: skip
         scores = evaluator.evaluate(parts.transformer)
         out[mode] = {

@@ -54,10 +54,11 @@ class OptimizerConfig:
 @frozen
 class EvalConfig:
     every: int = knob(0, "Evaluate the policy on held-out prompts every this many steps (`eval/` metrics); 0 = never. A multiple of job.log_every.")
-    prompts: str = knob("", "Prompt file (text or JSONL, every prompt in file order); empty = the shapes world's held-out prompts (docs/eval.md).")
-    per_task: int = knob(8, "With the shapes held-out default: at most this many prompts per task, evenly spread; 0 = all 319.")
+    prompts: str = knob("", "Prompt file (text or JSONL, every prompt in file order); empty = the suite's held-out prompts (docs/eval.md).")
+    per_task: int = knob(8, "With the suite's held-out default: at most this many prompts per task, evenly spread; 0 = all (319 for the shapes suite).")
     seeds: int = knob(2, "Sampling seeds per prompt (seeds 0 .. N-1, the same noise for every run and call).")
-    reward: str = knob("shapes_strict", "Built-in weight-free reward that scores the images; `shapes_strict` or `shapes_partial` = the shapes verifier (both scores); a video run (model.num_frames > 1) names `shapes_video_strict` or `shapes_video_partial`, the moving-shapes verifier.")
+    reward: str = knob("shapes_strict", "Built-in reward that scores the images: one of the suite's (its verifier, both scores: `shapes_strict` or `shapes_partial` of the shapes suite; a video run (model.num_frames > 1) names a clip suite's, `shapes_video_strict` or `shapes_video_partial`; a suite outside the package's is `package.module:SUITE/REWARD`) or, for images, a weight-free one (one score).")
+    suite: str = knob("", "The suite (world) the evaluation scores in: its held-out prompts, its verifier, its first frames for an image-to-video run (docs/eval.md, \"Suites\"): `shapes`, `shapes_video`, or `package.module:SUITE` for a suite outside the package (importable by every process); empty = the suite that registers rl.eval.reward, else one that registers the training reward, else `shapes` (`shapes_video` for a video run).")
     hacking_window: int = knob(3, "Warn of reward hacking when over the last this many evaluations the training reward rose while `eval/score` fell.")
     sample_steps: int = knob(0, "Sampler steps of the evaluation (and of `cosmos-rl eval RUN_DIR`); 0 = the run's own (NFT and GRPO: rl.sample_steps; DPO and SFT: 20).")
     guidance: Optional[float] = knob(None, "Guidance of the evaluation (and of `cosmos-rl eval RUN_DIR`); unset = the run's own (NFT and GRPO: rl.guidance; DPO and SFT: 3.0).")

@@ -86,6 +86,7 @@ def with_eval(
 def overlap_note(config: schema.RunConfig) -> str | None:
     """A warning when a run's training prompts (an online run's: NFT's) include evaluation prompts
     (rewordings count)."""
+    from cosmos_rl.config.run_suite import run_suite
     from cosmos_rl.evaluation.prompts import eval_captions, overlap
 
     rl = config.rl
@@ -93,8 +94,9 @@ def overlap_note(config: schema.RunConfig) -> str | None:
     if prompts_of is None:
         return None
     train = prompts_of(rl)
-    captions, _ = eval_captions(rl.eval.prompts, rl.eval.per_task)
-    seen = overlap(train, captions)
+    suite = run_suite(config)  # the run's evaluation prompts: a video run's are its clip suite's
+    captions, _ = eval_captions(rl.eval.prompts, rl.eval.per_task, suite)
+    seen = overlap(train, captions, suite)
     if not seen:
         return None
     return (f"rl.eval: {len(seen)} of the {len(captions)} evaluation prompts are training prompts (e.g. {seen[0]!r}); "

@@ -4,8 +4,8 @@ Each item's starting noise comes from its own generator, seeded by (the label "e
 index, the caption) on the CPU (`models.generate.noise`): it does not depend on the run's job.seed,
 the device, the batch an item lands in or the rank that samples it, so two runs (and a run and its
 base) are compared on identical noise. Items are sampled in batches of `batch_size` by
-`models.generate.generate` (as the NFT rollout is) and scored in-process by a built-in reward
-(`evaluation.scores`).
+`models.generate.generate` (as the NFT rollout is) and scored in-process by the suite's verifier or
+a built-in weight-free reward (`evaluation.scores`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,11 @@ import numpy as np
 import torch
 
 from cosmos_rl.evaluation.prompts import Item, eval_captions, make_items, rank_share
-from cosmos_rl.evaluation.scores import EvalScores, PromptTotals, Totals, caption_groups, score_images, with_intervals
+from cosmos_rl.evaluation.scores import EvalScores, PromptTotals, Totals, caption_groups, groups_of, score_images, with_intervals
+from cosmos_rl.config.run_suite import run_suite
 from cosmos_rl.config.sampler import DEFAULT_BATCH, run_settings
+from cosmos_rl.suites import registry as suites
+from cosmos_rl.suites.base import Suite
 from cosmos_rl.models.sampler_settings import SamplerSettings
 from cosmos_rl.core.condition import Condition
 from cosmos_rl.core.media import MediaSpec, latent_shape
@@ -32,9 +35,14 @@ class Evaluator:
         self, captions: Sequence[str], seeds: int, reward: str, settings: SamplerSettings, *,
         tokenizer, vae, media: MediaSpec, latent_shape: tuple[int, ...], device: torch.device,
         batch_size: int = DEFAULT_BATCH, origin: str = "the evaluation prompts", model_parts=None,
-        condition: Condition = Condition(),
+        condition: Condition = Condition(), suite: Suite | None = None,
     ):  # fmt: skip
-        self.groups = caption_groups(captions, reward, origin)
+        # The suite whose tasks (and verifier, with its reward) count the images: the reward's own by default.
+        suite = suite if suite is not None else suites.reward_owner(reward)
+        if suite is None:
+            raise ValueError(f"reward {reward!r} is no suite's: name the suite whose prompts the evaluation scores")
+        self.suite = suite
+        self.groups = caption_groups(captions, reward, origin, suite)
         self.captions = list(captions)
         self.items = make_items(self.captions, seeds)
         self.seeds = seeds
@@ -45,7 +53,8 @@ class Evaluator:
         self.latent_shape = tuple(latent_shape)  # one sample's (C, T, h, w), from models.media.latent_shape
         self._tokens: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         # A conditioned evaluation (image to video): every clip starts from the first frame of the
-        # world's ground-truth clip of its caption and seed (`shapes.clips.render_clip`), held clean
+        # suite's given first frame of its caption at its seed (the shapes world's: frame 0 of the
+        # ground-truth clip), held clean
         # as the pipeline holds it, whatever source the run trained from.
         if condition.is_conditioned and not media.is_video:
             raise ValueError("a conditioned evaluation needs clips (media with more than one frame)")
@@ -54,20 +63,24 @@ class Evaluator:
         # Called after every sampler call of `sample` with (items sampled, items asked for): the
         # progress of `cosmos-rl eval`; None elsewhere (training's evaluations).
         self.on_batch: Callable[[int, int], None] | None = None
+        if condition.is_conditioned and not suite.gives_frames:
+            raise ValueError(f"a conditioned evaluation needs given frames, and the suite {suite.name!r} gives none")
 
     @classmethod
     def for_run(cls, config, parts, device: torch.device) -> "Evaluator":
         """The `[rl.eval]` evaluation of a run, sampling with `parts` (anything with .transformer,
-        .vae and .tokenizer, e.g. a TrainableModel). A conditioned run (`[model.condition]`, e.g.
-        I2V NFT) evaluates conditioned, as `cosmos-rl eval` of its run directory does: the task it trains."""
+        .vae and .tokenizer, e.g. a TrainableModel) in the run's suite (`config.run_suite`). A
+        conditioned run (`[model.condition]`, e.g. I2V NFT) evaluates conditioned, as `cosmos-rl eval`
+        of its run directory does: the task it trains."""
         cfg = config.rl.eval
         media = MediaSpec.from_model_config(config.model)
-        captions, _ = eval_captions(cfg.prompts, cfg.per_task, video=media.is_video)
+        suite = run_suite(config)
+        captions, _ = eval_captions(cfg.prompts, cfg.per_task, suite)
         return cls(
             captions, cfg.seeds, cfg.reward, run_settings(config), tokenizer=parts.tokenizer, vae=parts.vae,
             media=media, latent_shape=latent_shape(media, parts.vae.config, parts.transformer.config),
             device=device, origin=f"rl.eval.prompts {cfg.prompts}" if cfg.prompts else "rl.eval",
-            model_parts=getattr(parts, "parts", parts), condition=Condition.from_model_config(config.model).evaluated(),
+            model_parts=getattr(parts, "parts", parts), condition=Condition.from_model_config(config.model).evaluated(), suite=suite,
         )
 
     def identity(self) -> dict:
@@ -95,6 +108,7 @@ class Evaluator:
             "native_flow_schedule": bool(mp.native_flow_schedule), "prompt_template": getattr(mp, "prompt_template", "chat"),
             "token_ids": tokens.hexdigest(), "media": [media.frames, media.height, media.width, media.fps],
             "latent_shape": list(self.latent_shape), "batch_size": self.batch_size, "i2v": self.i2v, "device": device,
+            "suite": self.suite.name,
         }  # fmt: skip
 
     # ------------------------------------------------------------------------------ sampling
@@ -113,13 +127,18 @@ class Evaluator:
             self._tokens[caption] = (cond[0].to(self.device), uncond[0].to(self.device))
         return self._tokens[caption]
 
+    def first_frames(self, batch: Sequence[Item]) -> np.ndarray:
+        """uint8 [N, H, W, 3]: the suite's given first frame of each item's caption at its seed."""
+        return self.suite.given_frames([item.caption for item in batch], self.media, [item.seed for item in batch])
+
     def first_frame(self, item: Item) -> np.ndarray:
-        """uint8 [H, W, 3]: frame 0 of the ground-truth clip of the item's caption and seed."""
-        return self.given_frames(item)[0]
+        """uint8 [H, W, 3]: the suite's given first frame of the item's caption at its seed."""
+        return self.first_frames([item])[0]
 
     def given_frames(self, item: Item) -> np.ndarray:
-        """uint8 [k, H, W, 3]: the condition's leading frames of the ground-truth clip of the item's
-        caption and seed."""
+        """uint8 [k, H, W, 3]: a condition's k > 1 leading frames of the ground-truth clip of the
+        item's caption and seed. Suites give first frames; leading frames are the shapes worlds'
+        ground-truth clips (a suite-level source of k frames is the world-model work's)."""
         from cosmos_rl.shapes.clips import render_clip
 
         clip = render_clip(item.caption, item.seed, self.media.size, self.media.frames)
@@ -131,7 +150,7 @@ class Evaluator:
         from cosmos_rl.models.generate import condition_latents
 
         if self.condition_value.kind.given_frames == 1:  # first frames [B, H, W, 3], as image to video gives them
-            frames = torch.from_numpy(np.stack([self.first_frame(item) for item in batch]))
+            frames = torch.from_numpy(self.first_frames(batch))
         else:
             frames = torch.from_numpy(np.stack([self.given_frames(item) for item in batch]))
         return condition_latents(self.vae, frames.to(self.device))
@@ -171,7 +190,7 @@ class Evaluator:
         scores, partials = [], None
         if counted:
             captions = [item.caption for item, _ in counted]
-            scores, partials = score_images(self.reward, np.stack([image for _, image in counted]), captions)
+            scores, partials = score_images(self.reward, np.stack([image for _, image in counted]), captions, self.suite)
         kept = {item.index: image for item, image in counted if item.index in keep}
         return self.tally([item for item, _ in counted], scores, partials, kept)
 
@@ -181,7 +200,7 @@ class Evaluator:
         """The totals of `items` scored `scores` (and `partials`), added in item order, and the items
         of `images` (by item index) kept with their scores: what `scored` returns, also when the
         verdicts come from the evaluation cache (`evaluation.verdict_cache`), so both add alike."""
-        totals, prompts, kept = Totals(), PromptTotals.empty(len(self.captions)), {}
+        totals, prompts, kept = Totals.empty(groups_of(self.suite)), PromptTotals.empty(len(self.captions)), {}
         for index, item in enumerate(items):
             partial = partials[index] if partials else None
             totals.add(self.groups[item.caption], scores[index], partial)
@@ -239,7 +258,7 @@ def evaluate_ranks(
     (the group's metric mean, e.g. an NFT collectives' `mean`) averages the totals over the group;
     times `world` that is their sum."""
     done = [evaluator.scored(transformer, rank, world) for rank in ranks]
-    total = Totals.from_dict({key: value * world for key, value in mean([d.totals.as_dict() for d in done]).items()})
+    total = Totals.from_dict({key: value * world for key, value in mean([d.totals.as_dict() for d in done]).items()}, groups_of(evaluator.suite))
     # The prompt sums in a second mean, so the task sums above are reduced exactly as before they existed.
     summed = {key: value * world for key, value in mean([d.prompts.as_dict() for d in done]).items()}
     return evaluator.scores(total, PromptTotals.from_dict(summed, len(evaluator.captions))).metrics()
@@ -251,7 +270,7 @@ def evaluate_all_reduce(evaluator: Evaluator, transformer: torch.nn.Module, rank
     reduces CUDA tensors only)."""
     done = evaluator.scored(transformer, rank, world)
     # Two all-reduces: the task sums alone, exactly as before the prompt sums existed, then the prompt sums.
-    totals = Totals.from_dict(_summed(done.totals.as_dict(), evaluator.device))
+    totals = Totals.from_dict(_summed(done.totals.as_dict(), evaluator.device), groups_of(evaluator.suite))
     prompts = PromptTotals.from_dict(_summed(done.prompts.as_dict(), evaluator.device), len(evaluator.captions))
     return evaluator.scores(totals, prompts).metrics()
 

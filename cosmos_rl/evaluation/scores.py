@@ -1,14 +1,17 @@
 """Scoring an evaluation's images, and the totals that add up across ranks. Torch-free.
 
-With a shapes reward (`shapes_strict` or `shapes_partial`) the shapes verifier gives both scores
-of every image: the headline `score` is strict (GenEval's rule), `score_partial` the fraction of
-constraints met. Any other built-in reward gives one score per image (its value) and no partial.
+An evaluation scores with one suite (`cosmos_rl.suites`). With one of the suite's rewards (the
+shapes suite's `shapes_strict` or `shapes_partial`) the suite's verifier gives both scores of every
+image (or clip, for a suite of clips): the headline `score` is strict (GenEval's rule),
+`score_partial` the fraction of constraints met. A built-in weight-free reward gives one score per
+image (its value) and no partial.
 
 A task's score is the mean over its images; the overall score is the unweighted mean of the task
-scores (as GenEval averages). Prompts outside the shapes grammar (possible with a non-shapes
-reward) form one task, `other`. Worked example, captions ["a circle", "a square", "two circles"]
-scored strict [1, 0, 1] and partial [1, 0.5, 1]: tasks {single_object: 0.5, counting: 1.0},
-score 0.75; partial tasks {single_object: 0.75, counting: 1.0}, score_partial 0.875.
+scores (as GenEval averages). Prompts outside the suite's grammar (possible with a weight-free
+reward) form one task, `other`. Worked example with the shapes suite, captions ["a circle", "a
+square", "two circles"] scored strict [1, 0, 1] and partial [1, 0.5, 1]: tasks {single_object:
+0.5, counting: 1.0}, score 0.75; partial tasks {single_object: 0.75, counting: 1.0}, score_partial
+0.875.
 
 Ranks hold `Totals` (per task: images, score sum, partial sum); totals add, so the ranks' shares
 give the numbers one process scoring everything gives. Beside them, `PromptTotals` (the same sums
@@ -20,86 +23,73 @@ task score by a bit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
 
-from cosmos_rl.config.preflight.rewards import VIDEO_REWARDS  # the moving-shapes verifier's, on clips
 from cosmos_rl.evaluation.intervals import Intervals, bootstrap, paired
-from cosmos_rl.shapes import TASKS, CaptionError, task_of, verify
-from cosmos_rl.shapes.motion_caption import motion_task_of
-from cosmos_rl.shapes.motion_spec import MOTION_TASKS
+from cosmos_rl.suites import registry as suites
+from cosmos_rl.suites.base import Suite
 
-SHAPES_REWARDS = ("shapes_strict", "shapes_partial")
-OTHER = "other"  # the task of a prompt outside the shapes grammar (non-shapes rewards only)
-GROUPS = (*TASKS, *MOTION_TASKS, OTHER)
+OTHER = "other"  # the task of a prompt outside the suite's grammar (weight-free rewards only)
 _PARTS = ("n", "score", "partial")
 
 
 def uses_verifier(reward: str) -> bool:
-    return reward in SHAPES_REWARDS or reward in VIDEO_REWARDS
+    """Whether `reward` is a suite's (its verifier gives both scores), not a weight-free one."""
+    return suites.reward_owner(reward) is not None
 
 
-def scores_clips(reward: str) -> bool:
-    return reward in VIDEO_REWARDS
+def groups_of(suite: Suite) -> tuple[str, ...]:
+    """The tasks an evaluation of `suite` counts images under, in report order."""
+    return (*suite.tasks, OTHER)
 
 
-def default_reward(video: bool) -> str:
-    """The verifier's strict score of the media: shapes_strict for images, shapes_video_strict for clips."""
-    return VIDEO_REWARDS[0] if video else SHAPES_REWARDS[0]
-
-
-def reward_names(video: bool = False) -> list[str]:
-    """The rewards an evaluation may use: the built-in weight-free ones (of clips, for video)."""
-    if video:
-        return list(VIDEO_REWARDS)
+def reward_names(suite: Suite) -> list[str]:
+    """The rewards an evaluation of `suite` may use: its own, and the built-in weight-free ones when
+    it judges images."""
+    if suite.judges_clips:
+        return suite.reward_names()
+    # The weight-free rewards import PIL: only when an evaluation asks.
     from cosmos_rl.rewards.functions import REWARDS
 
-    return sorted(REWARDS)
+    return sorted([*REWARDS, *suite.reward_names()])
 
 
-def group_of(caption: str, reward: str) -> str:
-    """The task a caption's images count under; with a shapes reward a caption must parse."""
-    if scores_clips(reward):
-        return motion_task_of(caption)
+def group_of(caption: str, reward: str, suite: Suite) -> str:
+    """The task a caption's images count under; with a suite's reward a caption must parse."""
     if uses_verifier(reward):
-        return task_of(caption)
+        return suite.task_of(caption)
     try:
-        return task_of(caption)
-    except CaptionError:
+        return suite.task_of(caption)
+    except ValueError:
         return OTHER
 
 
-def caption_groups(captions: Sequence[str], reward: str, origin: str) -> dict[str, str]:
+def caption_groups(captions: Sequence[str], reward: str, origin: str, suite: Suite) -> dict[str, str]:
     """{caption: task} for every caption, or a UserError naming `origin` and the prompt's number
-    when a shapes reward meets a caption outside the shapes grammar."""
+    when a suite's reward meets a caption outside the suite's grammar."""
     from cosmos_rl.core.errors import UserError
 
     groups = {}
     for number, caption in enumerate(captions, start=1):
         try:
-            groups[caption] = group_of(caption, reward)
-        except CaptionError as exc:
-            command = "video-prompts" if scores_clips(reward) else "prompts"
+            groups[caption] = group_of(caption, reward, suite)
+        except ValueError as exc:
+            source = f" ({suite.prompt_source})" if suite.prompt_source else ""
             raise UserError(
-                f"{origin}: prompt {number}: {exc}; the shapes verifier ({reward}) scores shapes captions only: "
-                f"use a shapes prompt file (python -m cosmos_rl.shapes {command} DIR) or another reward"
+                f"{origin}: prompt {number}: {exc}; the {suite.title} verifier ({reward}) scores {suite.title} captions only: "
+                f"use a {suite.title} prompt file{source} or another reward"
             ) from None
     return groups
 
 
-def score_images(reward: str, images: np.ndarray, captions: Sequence[str]) -> tuple[list[float], list[float] | None]:
+def score_images(reward: str, images: np.ndarray, captions: Sequence[str], suite: Suite) -> tuple[list[float], list[float] | None]:
     """(score, partial or None) per uint8 [N, H, W, 3] image, or per [N, F, H, W, 3] clip with a
-    video reward."""
-    if scores_clips(reward):
-        from cosmos_rl.shapes.motion_verifier import verify_clips
-
-        verdicts = verify_clips(images, captions)
-        return [v.strict for v in verdicts], [v.partial for v in verdicts]
+    suite of clips."""
     if uses_verifier(reward):
-        verdicts = verify(images, captions)
-        return [v.strict for v in verdicts], [v.partial for v in verdicts]
+        return suite.verify(images, captions)
     from cosmos_rl.rewards.functions import REWARDS
 
     return [float(v) for v in REWARDS[reward](images, list(captions))], None
@@ -142,9 +132,13 @@ class EvalScores:
 
 @dataclass
 class Totals:
-    """Per task: [images, score sum, partial sum]."""
+    """Per task (`groups_of(suite)`, in order): [images, score sum, partial sum]."""
 
-    sums: dict[str, list[float]] = field(default_factory=lambda: {g: [0.0, 0.0, 0.0] for g in GROUPS})
+    sums: dict[str, list[float]]
+
+    @classmethod
+    def empty(cls, groups: Sequence[str]) -> "Totals":
+        return cls({g: [0.0, 0.0, 0.0] for g in groups})
 
     def add(self, group: str, score: float, partial: float | None) -> None:
         entry = self.sums[group]
@@ -154,17 +148,18 @@ class Totals:
 
     def as_dict(self) -> dict[str, float]:
         """Flat `{task/n, task/score, task/partial}` with every task present (the same keys on every rank)."""
-        return {f"{g}/{part}": self.sums[g][i] for g in GROUPS for i, part in enumerate(_PARTS)}
+        return {f"{g}/{part}": row[i] for g, row in self.sums.items() for i, part in enumerate(_PARTS)}
 
     @classmethod
-    def from_dict(cls, flat: dict[str, float]) -> "Totals":
-        return cls({g: [float(flat[f"{g}/{part}"]) for part in _PARTS] for g in GROUPS})
+    def from_dict(cls, flat: dict[str, float], groups: Sequence[str]) -> "Totals":
+        return cls({g: [float(flat[f"{g}/{part}"]) for part in _PARTS] for g in groups})
 
     def __add__(self, other: "Totals") -> "Totals":
-        return Totals({g: [a + b for a, b in zip(self.sums[g], other.sums[g])] for g in GROUPS})
+        assert list(self.sums) == list(other.sums), "totals of different evaluations"
+        return Totals({g: [a + b for a, b in zip(row, other.sums[g])] for g, row in self.sums.items()})
 
     def scores(self, reward: str) -> EvalScores:
-        present = [g for g in GROUPS if self.sums[g][0] > 0]
+        present = [g for g, row in self.sums.items() if row[0] > 0]
         if not present:
             raise ValueError("no images were scored")
         # Counts are whole numbers carried as floats (rank means times the world size): round them.

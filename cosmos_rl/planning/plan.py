@@ -16,10 +16,10 @@ from pathlib import Path
 from cosmos_rl.config import algorithms, legacy_keys, load
 from cosmos_rl.config.preflight.grid import RDZV_ENV
 from cosmos_rl.config.preflight.online import nft_shapes
-from cosmos_rl.config.preflight.rewards import VIDEO_REWARDS
 from cosmos_rl.core import schema
 from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.core.paths import resolve_path
+from cosmos_rl.config.preflight.rewards import scores_clips
 from cosmos_rl.models import layout, towers
 from cosmos_rl.planning.media_cost import media_section, sample_costs
 
@@ -76,7 +76,7 @@ def run_identity(config: schema.RunConfig) -> str:
 
 def _frames_scored(t, frames: int) -> str:
     """How a video run's reward `t` scores a clip of `frames` frames (docs/rewards.md, "Video")."""
-    if not t.url and t.name in VIDEO_REWARDS:
+    if not t.url and scores_clips(t.name):
         return "whole clips (a clip reward)"
     picked = {"first": [0], "last": [frames - 1]}.get(t.frame_reduce, list(range(0, frames, t.frame_stride)))
     how = f"frames {', '.join(map(str, picked))} of each clip, their {t.frame_reduce}" if len(picked) > 1 else f"frame {picked[0]} of each clip alone"

@@ -12,12 +12,10 @@ import typing
 from collections.abc import Callable, Sequence
 
 from cosmos_rl.core.schema import FrameReduce
+from cosmos_rl.suites import registry as suites
 
 FRAME_REDUCERS: tuple[str, ...] = typing.get_args(FrameReduce)
 # (frame_reduce, frame_stride) of a reward table left alone: the schema's defaults.
-# The built-in image rewards that parse the shapes world's image captions: on a clip they score each
-# frame against the caption's static part (`rewards.multi.frame_prompt_rule`), the only form they read.
-CAPTION_GRAMMAR_REWARDS = ("shapes_strict", "shapes_partial")
 DEFAULT_SETTINGS = ("mean", 1)
 # Reducers that score one frame, so a stride plays no part.
 ONE_FRAME = ("first", "last")
@@ -84,13 +82,37 @@ def frame_prompts(prompts: Sequence[str], per_frame: PerFramePrompts) -> list[ty
     return out
 
 
-def builtin_frame_prompts(reward: str, captions: Sequence[str]) -> list[typing.Optional[str]]:
-    """What the built-in reward `reward` scores each clip's frames against: for the shapes image
-    verifier the caption's static part (None for a colour change, which has none), since its parser
-    reads image captions only; the caption itself for every other reward. The one rule behind
-    `multi.frame_prompt_rule`, the online data check and `pairs mine`."""
-    if reward not in CAPTION_GRAMMAR_REWARDS:
-        return list(captions)
-    from cosmos_rl.shapes.motion_verifier import frame_captions
+def frame_suite_of(reward: str):
+    """The clip suite whose clips the image suite registering `reward` scores frame by frame (each
+    frame against the clip caption's per-frame caption, the only form its parser reads: the shapes
+    image verifier's rewards and the moving-shapes suite); None for any other reward."""
+    owner = suites.reward_owner(reward)
+    return suites.frame_by_frame(owner) if owner is not None and not owner.judges_clips else None
 
-    return frame_captions(captions)
+
+def reads_frame_captions(reward: str) -> bool:
+    """Whether the built-in reward `reward` scores a clip's frames against per-frame captions
+    (`builtin_frame_prompts`) rather than against the clip's own prompt."""
+    return frame_suite_of(reward) is not None
+
+
+def clip_twin(reward: str) -> str | None:
+    """The whole-clip reward with the same score (strict or partial) as the image suite's `reward`:
+    its clip suite's (`shapes_strict` -> `shapes_video_strict`); None for any other reward."""
+    clip_suite = frame_suite_of(reward)
+    if clip_suite is None:
+        return None
+    part = suites.reward_owner(reward).reward(reward).part
+    return next((r.name for r in clip_suite.rewards if r.part == part and not r.given_frame), None)
+
+
+def builtin_frame_prompts(reward: str, captions: Sequence[str]) -> list[typing.Optional[str]]:
+    """What the built-in reward `reward` scores each clip's frames against: for an image suite's
+    reward the per-frame caption its clip suite gives (the shapes verifier: the caption's static
+    part, None for a colour change, which has none), since its parser reads image captions only;
+    the caption itself for every other reward. The one rule behind `multi.frame_prompt_rule`, the
+    online data check and `pairs mine`."""
+    clip_suite = frame_suite_of(reward)
+    if clip_suite is None:
+        return list(captions)
+    return list(clip_suite.resolve("frame_captions")(list(captions)))

@@ -1,4 +1,5 @@
-"""Weight-free reward functions served by the built-in reward service.
+"""Weight-free reward functions served by the built-in reward service (a suite's rewards register
+through the suite: `rewards.registry`, `cosmos_rl.suites`).
 
 Every function has the signature fn(images, prompts) -> list[float], where `images` is a uint8
 numpy array [N, H, W, 3] (RGB) and `prompts` holds the N prompts the images were made from.
@@ -16,7 +17,6 @@ from PIL import Image
 
 from cosmos_rl.data.pixels import to_uint8  # noqa: F401  (the conversion reward authors are pointed to)
 from cosmos_rl.data.vocab import COLOUR_RGB255
-from cosmos_rl.shapes.verifier import shapes_partial, shapes_strict
 
 RewardFn = Callable[[np.ndarray, Sequence[str]], list[float]]
 
@@ -97,6 +97,4 @@ REWARDS: dict[str, RewardFn] = {
     "jpeg_incompressibility": jpeg_incompressibility,
     "brightness": brightness,
     "prompt_colour": prompt_colour,
-    "shapes_strict": shapes_strict,  # the shapes world's verifier: all constraints met (GenEval's rule)
-    "shapes_partial": shapes_partial,  # ... the fraction met, extra objects counting as failures
 }

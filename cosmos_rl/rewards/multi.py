@@ -29,7 +29,8 @@ import numpy as np
 from cosmos_rl.core.errors import UserError
 from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.rewards.client import RewardClient, RewardServiceError
-from cosmos_rl.rewards.frames import CAPTION_GRAMMAR_REWARDS, PerFramePrompts, builtin_frame_prompts
+from cosmos_rl.rewards.frames import PerFramePrompts, builtin_frame_prompts, reads_frame_captions
+from cosmos_rl.suites import registry as suites
 
 
 @attrs.frozen
@@ -78,7 +79,7 @@ def frame_prompt_rule(term: RewardTerm) -> Callable[[str], str | None] | None:
     shapes image verifier (no url), each moving-shapes caption's static part ("a red circle moving
     left" -> "a red circle"; None for a colour change, which the client then refuses by name), since
     its parser reads image captions only; None (the clip's own prompt) for every other reward."""
-    if term.url or term.name not in CAPTION_GRAMMAR_REWARDS:
+    if term.url or not reads_frame_captions(term.name):
         return None
     return lambda caption: builtin_frame_prompts(term.name, [caption])[0]
 
@@ -139,7 +140,11 @@ def start_reward_services(rl, environ: Mapping[str, str] = os.environ) -> Reward
             if term.url:
                 urls[term.name] = term.url
                 continue
-            server = RewardServer("127.0.0.1", 0, revision=term.revision or None, models={term.name: term.model} if term.model else None)
+            # A reward of a suite outside the package is served by importing that suite.
+            owner = suites.reward_owner(term.name)
+            outside = (owner.name,) if owner is not None and owner.name not in suites.BUILT_IN else ()
+            server = RewardServer("127.0.0.1", 0, revision=term.revision or None, models={term.name: term.model} if term.model else None,
+                                  outside_suites=outside)  # fmt: skip
             urls[term.name] = server.start()
             servers.append(server)
     except BaseException:

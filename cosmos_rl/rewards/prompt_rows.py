@@ -15,6 +15,7 @@ from cosmos_rl.core import schema
 from cosmos_rl.core.problems import Problem
 from cosmos_rl.data import scan
 from cosmos_rl.core.errors import UserError
+from cosmos_rl.rewards.frames import clip_twin, frame_suite_of
 from cosmos_rl.rewards.multi import frame_prompt_rule, reward_terms
 
 
@@ -32,17 +33,18 @@ def frame_caption_problems(config: schema.RunConfig, path: Path, rows) -> list[s
         rule = frame_prompt_rule(term)
         if rule is None:
             continue
+        world, twin = frame_suite_of(term.name).title, clip_twin(term.name)
         for row in rows:
             try:
                 part = rule(row.prompt)
             except (UserError, ValueError) as exc:
-                part, why = None, f"is no moving-shapes caption ({exc})"
+                part, why = None, f"is no {world} caption ({exc})"
             else:
                 why = "is a colour change, which has no static part"
             if part is None:
                 problems.append(
                     f"{path}:{row.line}: {term.key}.name = {term.name!r} scores each frame of a clip against its caption's "
                     f"static part, and {row.prompt!r} {why}; remove the row, or score whole clips with "
-                    f"{term.name.replace('shapes_', 'shapes_video_')!r}"
+                    + (repr(twin) if twin else "a clip reward")
                 )
     return problems

@@ -1,20 +1,29 @@
-"""The rewards one service offers: the weight-free functions plus model rewards from local folders.
+"""The rewards one service offers: the weight-free functions, the rewards of the built-in suites
+(and of the outside suites it is told of), plus model rewards from local folders.
 
-The shapes world's verifiers (of images and of clips) and any later reward register here too; each
-declares what it scores (`modalities`) and whether it reads its prompt. The service (uvicorn or
-Ray Serve) holds one registry and batches requests per reward.
+A suite's rewards register through the suite (`cosmos_rl.suites.registry`): each is the suite's
+`scorer(samples, prompts, mode=part)`, named by an import string and imported on its first call, so
+the service starts (and serves every other reward) without importing a world; it scores images, or
+whole clips when the suite judges clips. Each reward declares what it scores (`modalities`) and
+whether it reads its prompt. The service (uvicorn or Ray Serve) holds one registry and batches
+requests per reward.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import importlib
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import attrs
+import numpy as np
 
 from cosmos_rl.core.errors import UserError
-from cosmos_rl.rewards.functions import REWARDS, RewardFn
-from cosmos_rl.rewards.video import video_rewards
+from cosmos_rl.rewards.functions import REWARDS, RewardFn, check_images
+from cosmos_rl.rewards.video import check_clips
+from cosmos_rl.suites import registry as suites
+from cosmos_rl.suites.base import Suite, SuiteReward
 
 # Bumped when a weight-free function's definition changes, so its revision changes with it.
 BUILTIN_VERSION = "builtin-1"
@@ -39,14 +48,59 @@ class Reward:
             raise ValueError(f"reward {self.name!r}: modalities must be a non-empty subset of {MODALITIES}, got {self.modalities}")
 
 
-def builtin_rewards() -> dict[str, Reward]:
+class ImportedScorer:
+    """A suite's reward: its scorer (`module:function`, imported on the first call, or the function
+    itself) called as scorer(samples, prompts, mode=mode) after `check` has judged the input."""
+
+    def __init__(self, target: str | Callable, mode: str, check: Callable = check_clips):
+        if isinstance(target, str):
+            module, sep, function = target.partition(":")
+            if not (module and sep and function):
+                raise ValueError(f"scorer {target!r} must be 'module:function'")
+        self.target, self.mode, self.check = target, mode, check
+        self._function = None if isinstance(target, str) else target
+        self._lock = threading.Lock()
+
+    def resolve(self) -> Callable:
+        with self._lock:
+            if self._function is None:
+                module, _, name = self.target.partition(":")
+                try:
+                    self._function = getattr(importlib.import_module(module), name)
+                except (ImportError, AttributeError) as exc:
+                    # A service built without the scorer: a fault of the service, never of the request.
+                    raise RuntimeError(f"the scorer {self.target} cannot be loaded ({exc})") from None
+            return self._function
+
+    def __call__(self, samples: np.ndarray, prompts: Sequence[str]) -> list[float]:
+        self.check(samples, prompts)
+        return [float(s) for s in self.resolve()(samples, list(prompts), mode=self.mode)]
+
+
+def suite_reward(suite: Suite, reward: SuiteReward) -> Reward:
+    """One reward of `suite` as the service registers it (whole clips when the suite judges clips)."""
+    clips = suite.judges_clips
+    fn = ImportedScorer(reward.scorer, reward.part, check_clips if clips else check_images)
+    return Reward(reward.name, fn, f"{reward.name}:{BUILTIN_VERSION}", max_batch=32 if clips else 256,
+                  modalities=("video",) if clips else ("image",))  # fmt: skip
+
+
+def builtin_rewards(outside_suites: Sequence[str] = ()) -> dict[str, Reward]:
+    """The weight-free rewards and every reward of the built-in suites, and of the `outside_suites`
+    (import strings, `package.module:SUITE`: an UnknownSuite when one cannot be imported)."""
     registry = {
         name: Reward(name, fn, f"{name}:{BUILTIN_VERSION}", max_batch=256, uses_prompt=name not in PROMPT_FREE)
         for name, fn in REWARDS.items()
     }
-    for name, fn in video_rewards().items():
-        registry[name] = Reward(name, fn, f"{name}:{BUILTIN_VERSION}", max_batch=32, modalities=("video",))
+    for suite in [*suites.builtin_suites(), *(suites.get(name) for name in outside_suites)]:
+        for reward in suite.rewards:
+            registry[reward.name] = suite_reward(suite, reward)
     return registry
+
+
+def reward_fns() -> dict[str, RewardFn]:
+    """{name: fn} of every built-in reward, called in-process (evaluation, the local trainer of tests)."""
+    return {name: reward.fn for name, reward in builtin_rewards().items()}
 
 
 def parse_model_specs(specs: list[str]) -> dict[str, str]:
@@ -66,9 +120,12 @@ def parse_model_specs(specs: list[str]) -> dict[str, str]:
     return out
 
 
-def build_registry(models: Mapping[str, str | Path] | None = None, device: str = "auto") -> dict[str, Reward]:
-    """The weight-free rewards plus one model reward per {kind: folder} entry (loaded now)."""
-    registry = builtin_rewards()
+def build_registry(
+    models: Mapping[str, str | Path] | None = None, device: str = "auto", outside_suites: Sequence[str] = ()
+) -> dict[str, Reward]:
+    """The built-in rewards (and those of `outside_suites`) plus one model reward per {kind: folder}
+    entry (loaded now)."""
+    registry = builtin_rewards(outside_suites)
     for kind, folder in (models or {}).items():
         from cosmos_rl.rewards.models import ClipRewardModel
 

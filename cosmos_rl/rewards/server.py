@@ -88,13 +88,14 @@ class RewardServer:
         models: dict[str, str] | None = None,
         limits: Limits | None = None,
         registry: dict[str, Reward] | None = None,
+        outside_suites: tuple[str, ...] = (),
     ):
         self.host = host
         self.port = port
         self.revision = revision
         self.token = token or None
         self.limits = limits or Limits()
-        self._registry = registry if registry is not None else build_registry(models)
+        self._registry = registry if registry is not None else build_registry(models, outside_suites=outside_suites)
         self._state = ServiceState()
         self._app: RewardApp | None = None
         self._uvicorn = None

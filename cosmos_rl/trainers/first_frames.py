@@ -3,10 +3,10 @@
 Built with the run's prompts, so a bad row stops the run before step 1, naming ``file:line``:
 with source `image` each row's image is opened and checked (header and size,
 `data.first_frame_files`; pixels are decoded when the row is first sampled); with a suite as the
-source each caption is parsed as that suite's caption. A row's frames are then encoded once
-(`models.generate.condition_latents`) and kept: the same clean latent frames every time the row is
-drawn, on every rank. Nothing here draws a random number, so the seed contract (and
-`resume --exact`) is that of an unconditioned run.
+source each caption is read by that suite (`suites.registry`), whose ground truth gives the
+frames. A row's frames are then encoded once (`models.generate.condition_latents`) and kept: the
+same clean latent frames every time the row is drawn, on every rank. Nothing here draws a random
+number, so the seed contract (and `resume --exact`) is that of an unconditioned run.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.data import first_frame_files
 from cosmos_rl.data.prompt_file import PromptRow, read_prompt_rows
 from cosmos_rl.models.generate import condition_latents
+from cosmos_rl.suites import registry as suites
 
 
 class FirstFrames:
@@ -32,14 +33,15 @@ class FirstFrames:
             raise UserError(f'model.condition.source = "image": a prompt row\'s image is one frame, and condition '
                             f"{condition.kind.name!r} gives {condition.kind.given_frames}; use a suite as the source")
         self.condition, self.media = condition, media
-        self.count = condition.kind.given_frames
         self.source = condition.source
+        self.count = condition.kind.given_frames
         self.path = Path(prompt_file)
         rows, problems = read_prompt_rows(self.path)
         if problems:
             raise problems[0]
         self.rows: list[PromptRow] = rows
         height, width = media.height, media.width
+        self.suite = suites.get(self.source) if self.source != "image" else None
         for row in rows:
             origin = f"{self.path}:{row.line}"
             if self.source == "image":
@@ -47,14 +49,11 @@ class FirstFrames:
                     raise first_frame_files.missing(self.path, row.line)
                 first_frame_files.check_first_frame(row.image, origin, height, width)
             else:
-                # Lazy: the shapes world is only needed by a run conditioned on it.
-                from cosmos_rl.shapes.motion_caption import parse_motion_caption
-
                 try:
-                    parse_motion_caption(row.prompt)
+                    self.suite.task_of(row.prompt)
                 except ValueError as exc:
-                    raise UserError(f'{origin}: model.condition.source = "{self.source}" needs a moving-shapes video caption ({exc}); '
-                                    "use prompts from python -m cosmos_rl.shapes video-prompts") from None  # fmt: skip
+                    raise UserError(f'{origin}: model.condition.source = "{self.source}" needs a {self.suite.title} video caption ({exc}); '
+                                    f"use prompts from {self.suite.prompt_source}") from None  # fmt: skip
         self._latents: dict[int, torch.Tensor] = {}
 
     def __len__(self) -> int:
@@ -70,10 +69,10 @@ class FirstFrames:
         if self.source == "image":
             return first_frame_files.read_first_frame(entry.image, f"{self.path}:{entry.line}", media.height, media.width)[None]
         if self.count == 1:
-            # The frame the shapes_video_i2v_* rewards judge frame 0 against: one function draws both.
-            from cosmos_rl.shapes.first_frame_check import world_first_frames
-
-            return world_first_frames([entry.prompt], media.height, media.width, media.frames)
+            # The suite's own given frame: the one its I2V rewards judge frame 0 against.
+            return self.suite.given_frames([entry.prompt], media)
+        # k > 1 leading frames: suites give first frames, so these are the shapes worlds' ground
+        # truth at the seed the suites' first frames use (a suite-level source is the world-model work's).
         from cosmos_rl.shapes.clips import render_clip
         from cosmos_rl.shapes.first_frame_check import WORLD_SEED
 

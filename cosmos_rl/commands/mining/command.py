@@ -45,11 +45,6 @@ def check_options(samples: int, batch_size: int, per_shard: int) -> None:
         raise UserError(f"--batch-size: must be >= 1 (got {batch_size})")
 
 
-def _score_key(reward: str) -> str:
-    """Which number ranks the samples: the named reward's (the partial rewards rank by partial credit)."""
-    return "partial" if reward in ("shapes_partial", "shapes_video_partial") else "score"
-
-
 def run_mine(
     target: str, *, reward: str, prompts: Path, samples: int, out_dir: Path, seed: int = 0,
     batch_size: int = 32, per_shard: int = 1000, device: str = "auto",
@@ -74,7 +69,7 @@ def run_mine(
 
     t = open_target(target, step=step, media=target_media(target, None, frames), out_dir=out_dir, frames=frames)
     video = t.media.is_video
-    from cosmos_rl.commands.mining.scoring import CLIP_REWARDS, check_reward, unscorable_rows
+    from cosmos_rl.commands.mining.scoring import check_reward, ranks_by, scoring_suite, unscorable_rows
 
     check_reward(reward, t.media, frame_reduce, f"TARGET {target!r}")
     from cosmos_rl.data.prompt_file import load_prompts
@@ -84,20 +79,21 @@ def run_mine(
     captions = load_prompts(prompts)
     if not captions:
         raise UserError(f"--prompts {prompts}: the file holds no prompt; pass a file with at least one")
-    # Clips judged by the image verifier frame by frame still carry clip captions: their tasks are the video world's.
-    grouped_by = CLIP_REWARDS[0] if video and uses_verifier(reward) else reward
-    groups = caption_groups(captions, grouped_by, f"--prompts {prompts}")
+    # Clips judged by an image suite's verifier frame by frame still carry clip captions: their tasks are the clip suite's.
+    suite = scoring_suite(reward, t.media.frames)
+    grouped_by = suite.default_reward if uses_verifier(reward) else reward
+    groups = caption_groups(captions, grouped_by, f"--prompts {prompts}", suite)
     skipped = unscorable_rows(reward, t.media, frame_reduce, captions)
     if skipped:
         warn(f"{len(skipped)} of the {len(captions)} prompt rows are colour changes (e.g. {captions[skipped[0]]!r}), which have no "
              f"static part for {reward} to score each frame against; they are skipped")  # fmt: skip
         if len(skipped) == len(captions):
             raise UserError(f"--prompts {prompts}: every row is a colour change, which {reward} cannot score frame by frame; "
-                            f"use {CLIP_REWARDS[1]}, or other prompts")  # fmt: skip
+                            f"use {next(r.name for r in suite.rewards if r.part == 'partial' and not r.given_frame)}, or other prompts")  # fmt: skip
     rows_of = sorted(set(range(len(captions))) - set(skipped))  # the file's row of each mined caption
     captions = [captions[row] for row in rows_of]
     if uses_verifier(reward):
-        seen = overlap(held_out_captions(0, video), captions)
+        seen = overlap(held_out_captions(suite, 0), captions, suite)
         if seen:
             warn(f"{len(seen)} of the prompt rows are held-out evaluation prompts (e.g. {seen[0]!r}): a model trained on "
                  "these pairs is then evaluated on what it trained on")  # fmt: skip
@@ -112,8 +108,8 @@ def run_mine(
     where = pick_device(device)
     model = t.load(where)
     t.settings = t.settings.replaced(sample_steps, guidance)
-    sampler = _sampler(t, model, captions, samples, grouped_by, seed, where, batch_size)
-    key = _score_key(reward)
+    sampler = _sampler(t, model, captions, samples, grouped_by, seed, where, batch_size, suite)
+    key = ranks_by(reward)
     n, ties, kept = len(captions), 0, []
     progress(0, n)
     with model.policy() as network:
@@ -161,13 +157,26 @@ def run_mine(
 
 
 def _finer(reward: str, video: bool, frame_reduce: str | None) -> str:
-    """What to rank by when every row tied: partial credit, and for clips the verifier frame by frame
-    (the video verifier gives 0 to every clip of a model that does not yet draw the motion)."""
-    frame_by_frame = "score frame by frame (--reward shapes_partial --frame-reduce mean)"
+    """What to rank by when every row tied: partial credit (the reward's suite's partial reward; the
+    shapes suite's for a weight-free one), and for clips the image verifier frame by frame (the video
+    verifier gives 0 to every clip of a model that does not yet draw the motion)."""
+    from cosmos_rl.commands.mining.scoring import reward_suite
+    from cosmos_rl.suites import registry as suites
+
+    def partial_of(suite) -> str | None:
+        return next((r.name for r in suite.rewards if r.part == "partial" and not r.given_frame), None)
+
+    owner = reward_suite(reward)
+    image_suite = owner if owner is not None and not owner.judges_clips else None
+    if image_suite is None:
+        image_suite = suites.get(owner.frame_suite) if owner is not None and owner.frame_suite else suites.for_media(clips=False)
+    image_partial = partial_of(image_suite)
+    frame_by_frame = f"score frame by frame (--reward {image_partial} --frame-reduce mean)"
     if not video or frame_reduce is not None:
-        finer = "shapes_partial" + (f" --frame-reduce {frame_reduce}" if frame_reduce else "")
-        return f"use a finer reward (e.g. {finer})" if reward != "shapes_partial" else "mine a model whose samples it tells apart"
-    return ("use shapes_video_partial, or " if reward == "shapes_video_strict" else "") + frame_by_frame
+        finer = f"{image_partial}" + (f" --frame-reduce {frame_reduce}" if frame_reduce else "")
+        return f"use a finer reward (e.g. {finer})" if reward != image_partial else "mine a model whose samples it tells apart"
+    clip_partial = partial_of(owner) if owner is not None and owner.judges_clips else None
+    return (f"use {clip_partial}, or " if clip_partial and reward != clip_partial else "") + frame_by_frame
 
 
 def _best_vs_worst(scores):
@@ -182,7 +191,7 @@ def _scores(reward: str, samples, captions, frame_reduce: str | None):
     return score_samples(reward, samples, captions, frame_reduce)
 
 
-def _sampler(t, model, captions, samples: int, grouped_by: str, seed: int, device, batch_size: int):
+def _sampler(t, model, captions, samples: int, grouped_by: str, seed: int, device, batch_size: int, suite):
     from cosmos_rl.evaluation.evaluator import Evaluator
     from cosmos_rl.models.generate import noise
     from cosmos_rl.core.media import latent_shape
@@ -194,5 +203,5 @@ def _sampler(t, model, captions, samples: int, grouped_by: str, seed: int, devic
     return MineSampler(
         captions, samples, grouped_by, t.settings, tokenizer=model.parts.tokenizer, vae=model.parts.vae, media=t.media,
         latent_shape=latent_shape(t.media, model.parts.vae.config, model.parts.transformer.config), device=device, batch_size=batch_size,
-        origin="--prompts", model_parts=model.model_parts,
+        origin="--prompts", model_parts=model.model_parts, suite=suite,
     )  # fmt: skip

@@ -12,15 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from cosmos_rl.config import algorithms
-from cosmos_rl.config.preflight.rewards import I2V_REWARDS
+from cosmos_rl.config.preflight.rewards import owner
 from cosmos_rl.config.preflight.rules import Rules
 from cosmos_rl.core import schema
 from cosmos_rl.core.condition import FILE_SOURCES, UnknownCondition, kind_named
+from cosmos_rl.suites import registry as suites
 
-# The suite whose ground truth the I2V rewards judge frame 0 against (rewards/video.py).
-I2V_REWARD_SUITE = "shapes_video"
-# Suites that can give a conditioned sample its frames, besides an import string (suites/).
-FRAME_SUITES = ("shapes_video",)
 
 
 def _reward_names(rl) -> list[tuple[str, str]]:
@@ -35,10 +32,14 @@ def _reward_names(rl) -> list[tuple[str, str]]:
 def condition_rules(c: schema.RunConfig, r: Rules) -> None:
     table, entry = c.model.condition, algorithms.of(c)
     for key, name in _reward_names(c.rl):
-        if name in I2V_REWARDS and table.source != I2V_REWARD_SUITE:
-            r.error(key, "judges frame 0 against the moving-shapes world's first frame of the caption, and this run's rollouts "
-                    f"are not conditioned on it (model.condition.source = {table.source!r})", name,
-                    f'set [model.condition] kind = "first_frame", source = "{I2V_REWARD_SUITE}", or use {name.replace("_i2v", "")!r}')  # fmt: skip
+        suite = owner(name)  # a reward judging frame 0 against its suite's given first frame
+        if suite is None or not suite.reward(name).given_frame or table.source == suite.name:
+            continue
+        part = suite.reward(name).part
+        plain = next((x.name for x in suite.rewards if x.part == part and not x.given_frame), None)
+        r.error(key, f"judges frame 0 against the {suite.title} world's first frame of the caption, and this run's rollouts "
+                f"are not conditioned on it (model.condition.source = {table.source!r})", name,
+                f'set [model.condition] kind = "first_frame", source = "{suite.name}"' + (f", or use {plain!r}" if plain else ""))  # fmt: skip
     try:
         kind = kind_named(table.kind)
     except UnknownCondition as exc:
@@ -86,10 +87,20 @@ def condition_rules(c: schema.RunConfig, r: Rules) -> None:
         r.error("model.condition.source", 'takes each prompt row\'s "image", so it needs a JSONL rl.prompts.file', prompts or "(built-in prompts)",
                 'set rl.prompts.file to a .jsonl file of {"prompt": ..., "image": "frames/0.png"} rows (paths relative to it)')
     elif table.source not in FILE_SOURCES:
-        if table.source not in FRAME_SUITES and ":" not in table.source:
-            r.error("model.condition.source", "names no source of given frames", table.source,
-                    f'use "image", a suite ({", ".join(FRAME_SUITES)}) or an import string package.module:SUITE')
+        try:
+            suite = suites.get(table.source)
+        except suites.UnknownSuite as exc:
+            r.error("model.condition.source", f"names no source of given frames: {exc.problem}", table.source,
+                    f'use "image", or a suite that gives frames ({", ".join(_frame_suites())}); {exc.fix}')
+            return
+        if not suite.gives_frames:
+            r.error("model.condition.source", f"names the suite {suite.name!r}, which gives no frames", table.source,
+                    f'use "image", or a suite that gives frames ({", ".join(_frame_suites())})')
         elif not prompts:
             r.error("model.condition.source", "renders the suite's ground truth of each caption, and the built-in prompts "
                     "are image captions, not the suite's captions", "(built-in prompts)",
-                    "set rl.prompts.file, e.g. shapes_video_train.txt (python -m cosmos_rl.shapes video-prompts DIR)")  # fmt: skip
+                    f"set rl.prompts.file, e.g. shapes_video_train.txt ({suite.prompt_source or 'prompts of the suite'})")  # fmt: skip
+
+
+def _frame_suites() -> list[str]:
+    return [s.name for s in suites.builtin_suites() if s.gives_frames]

@@ -1,16 +1,19 @@
-"""Preflight rules of `[rl.eval]`, evaluation during training (every algorithm; docs/eval.md)."""
+"""Preflight rules of `[rl.eval]`, evaluation during training (every algorithm; docs/eval.md): its
+cadence and sampler, its suite (`rl.eval.suite`) and the reward that scores it."""
 
 from __future__ import annotations
 
-from cosmos_rl.config.preflight.rewards import BUILTIN_REWARDS, VIDEO_REWARDS
+from cosmos_rl.config.preflight.rewards import WEIGHT_FREE_REWARDS
 from cosmos_rl.config.preflight.rules import Rules
 from cosmos_rl.core import schema
 from cosmos_rl.core.problems import show
+from cosmos_rl.suites import registry as suites
 
 
 def eval_rules(c: schema.RunConfig, e: schema.EvalConfig, r: Rules) -> None:
     """[rl.eval] (every algorithm): evaluation during training (docs/eval.md)."""
     r.at_least("rl.eval.every", e.every, 0, "set rl.eval.every to 0 (off) or a number of steps")
+    suite = eval_suite(c, e, r)  # also names the suite `cosmos-rl eval RUN_DIR` evaluates
     if e.every <= 0:
         return
     if c.job.log_every >= 1 and e.every % c.job.log_every:
@@ -24,14 +27,53 @@ def eval_rules(c: schema.RunConfig, e: schema.EvalConfig, r: Rules) -> None:
     r.at_least("rl.eval.sample_steps", e.sample_steps, 0, "set rl.eval.sample_steps to 0 (the run's own) or a number of sampler steps")
     if e.guidance is not None:
         r.at_least("rl.eval.guidance", e.guidance, 0, "set rl.eval.guidance to 1 (conditional only) or more, or remove it")
-    if c.model.num_frames > 1:
-        if e.reward not in VIDEO_REWARDS:
-            r.error("rl.eval.reward", "a video run's evaluation scores clips with the moving-shapes verifier", e.reward,
-                    f"set rl.eval.reward = {show(VIDEO_REWARDS[0])} (or {show(VIDEO_REWARDS[1])})")
-    elif e.reward not in BUILTIN_REWARDS:
-        r.error("rl.eval.reward", "not a built-in weight-free reward (evaluation scores in-process)", e.reward,
-                f"use one of {', '.join(show(n) for n in BUILTIN_REWARDS)}")
+    eval_reward_rule(c, e, suite, r)
     if e.prompts:
         r.local_path("rl.eval.prompts", e.prompts, kind="file")
         if e.per_task != schema.EvalConfig().per_task:
             r.warn("rl.eval.per_task", "has no effect with rl.eval.prompts (every prompt of the file is used)", e.per_task, "remove it")
+
+
+def eval_suite(c: schema.RunConfig, e: schema.EvalConfig, r: Rules):
+    """rl.eval.suite: a known suite judging what the run makes (clips or images); the suite itself, or
+    None when it is named wrongly (the reward rules then have no suite to hold to)."""
+    if not e.suite:
+        return None
+    try:
+        suite = suites.get(e.suite)
+    except suites.UnknownSuite as exc:
+        r.error("rl.eval.suite", exc.problem, e.suite, exc.fix)
+        return None
+    clips = c.model.num_frames > 1
+    if suite.judges_clips != clips:
+        makes, judges = ("clips", "images") if clips else ("images", "clips")
+        others = [n for n in suites.BUILT_IN if suites.get(n).judges_clips == clips]
+        r.error("rl.eval.suite", f"judges {judges}, and this run makes {makes} (model.num_frames = {c.model.num_frames})", e.suite,
+                f"name a suite of {makes} ({', '.join(others)}), or leave rl.eval.suite empty")  # fmt: skip
+        return None
+    return suite
+
+
+def eval_reward_rule(c: schema.RunConfig, e: schema.EvalConfig, suite, r: Rules) -> None:
+    """rl.eval.reward: one of the evaluation suite's rewards (its verifier), or for images a weight-free one."""
+    try:
+        owner = suites.reward_owner(e.reward)
+    except suites.UnknownSuite as exc:
+        r.error("rl.eval.reward", exc.problem, e.reward, exc.fix)
+        return
+    if c.model.num_frames > 1:
+        if owner is None or not owner.judges_clips:
+            clip_suite = suite or suites.for_media(clips=True)
+            names = clip_suite.reward_names()
+            r.error("rl.eval.reward", f"a video run's evaluation scores clips with the {clip_suite.title} verifier", e.reward,
+                    f"set rl.eval.reward = {show(names[0])} (or {show(names[1])})" if len(names) > 1 else f"set rl.eval.reward = {show(names[0])}")  # fmt: skip
+            return
+    elif (owner is None and e.reward not in WEIGHT_FREE_REWARDS) or (owner is not None and owner.judges_clips):
+        names = [*WEIGHT_FREE_REWARDS, *(suite.reward_names() if suite else suites.builtin_reward_names(clips=False))]
+        r.error("rl.eval.reward", "not a built-in weight-free reward (evaluation scores in-process)", e.reward,
+                f"use one of {', '.join(show(n) for n in names)}")
+        return
+    if suite is not None and owner is not None and owner.name != suite.name:
+        r.error("rl.eval.reward", f"is a reward of the suite {owner.name!r}, and rl.eval.suite names {suite.name!r}", e.reward,
+                f"set rl.eval.reward to one of {', '.join(show(n) for n in suite.reward_names())}"
+                + ("" if suite.judges_clips else " or a weight-free reward"))  # fmt: skip

@@ -11,12 +11,60 @@ import re
 from cosmos_rl.core import schema
 from cosmos_rl.config.preflight.rules import Rules
 from cosmos_rl.core.problems import show
+from cosmos_rl.suites import registry as suites
+from cosmos_rl.suites.base import Suite
 
-BUILTIN_REWARDS = ("jpeg_compressibility", "jpeg_incompressibility", "brightness", "prompt_colour",
-                   "shapes_strict", "shapes_partial")
+WEIGHT_FREE_REWARDS = ("jpeg_compressibility", "jpeg_incompressibility", "brightness", "prompt_colour")  # cosmos_rl.rewards.functions.REWARDS, torch-free
 MODEL_REWARDS = ("pickscore", "clipscore", "aesthetic")  # cosmos_rl.rewards.models.MODEL_KINDS, torch-free
-VIDEO_REWARDS = ("shapes_video_strict", "shapes_video_partial", "shapes_video_i2v_strict", "shapes_video_i2v_partial")  # cosmos_rl.rewards.video.video_rewards, whole clips
-I2V_REWARDS = ("shapes_video_i2v_strict", "shapes_video_i2v_partial")  # judge frame 0 against the world's first frame (model.condition.source = "shapes_video")
+
+
+# What the built-in service offers besides model rewards: the weight-free rewards and every reward a
+# suite registers (`cosmos_rl.suites.registry`: those of a suite of clips score whole clips).
+def builtin_rewards() -> list[str]:
+    """The weight-free rewards, then the built-in suites' rewards (an outside suite's are `package.module:SUITE/REWARD`)."""
+    return [*WEIGHT_FREE_REWARDS, *suites.builtin_reward_names()]
+
+
+def owner(name: str) -> Suite | None:
+    """The suite registering reward `name`; None for any other name, and for an outside suite's that
+    cannot be imported (the name's own rule says why: `unknown_reward`)."""
+    try:
+        return suites.reward_owner(name)
+    except suites.UnknownSuite:
+        return None
+
+
+def unknown_reward(name: str) -> tuple[str, str] | None:
+    """(problem, fix) when the built-in service cannot score `name`, else None."""
+    try:
+        if name in WEIGHT_FREE_REWARDS or suites.reward_owner(name) is not None:
+            return None
+    except suites.UnknownSuite as exc:
+        return exc.problem, exc.fix
+    return "not a built-in reward", f"use one of {', '.join(show(n) for n in builtin_rewards())}"
+
+
+def scores_clips(name: str) -> bool:
+    """A suite's reward of whole clips (its suite judges clips)."""
+    suite = owner(name)
+    return suite is not None and suite.judges_clips
+
+
+def judges_given_frame(name: str) -> bool:
+    """A suite's reward that judges frame 0 against the suite's given first frame (image-to-video)."""
+    suite = owner(name)
+    return suite is not None and suite.reward(name).given_frame
+
+
+def image_twin(name: str) -> str | None:
+    """The image reward with the same score as the clip reward `name`: the same part (strict or
+    partial) of the image suite that scores its suite's clips frame by frame (`shapes_video_strict`
+    -> `shapes_strict`); None when there is none."""
+    suite = owner(name)
+    if suite is None or not suite.frame_suite:
+        return None
+    part = suite.reward(name).part
+    return next((r.name for r in suites.get(suite.frame_suite).rewards if r.part == part and not r.given_frame), None)
 
 
 # A reward call (one group's images) that takes longer than this is stuck, not slow; and a finite
@@ -57,14 +105,15 @@ def _frame_keys(c: schema.RunConfig, prefix: str, t, r: Rules) -> None:
                 f'remove {prefix}.frame_stride, or use frame_reduce = "mean" or "min"')
     default = schema.RewardClientConfig()
     changed = [k for k in ("frame_reduce", "frame_stride") if getattr(t, k) != getattr(default, k)]
-    builtin_video = not t.url and t.name in VIDEO_REWARDS
+    builtin_video = not t.url and scores_clips(t.name)
     if c.model.num_frames == 1:
         for k in changed:
             r.error(f"{prefix}.{k}", "set for an image run (model.num_frames = 1), where no clip is scored frame by frame", getattr(t, k),
                     f"remove {prefix}.{k}, or make video (model.num_frames = 4k + 1 above 1)")
         if builtin_video:
+            twin = image_twin(t.name)
             r.error(f"{prefix}.name", "scores whole clips, and this run makes images (model.num_frames = 1)", t.name,
-                    f'use "{t.name.replace("_video", "")}" for images, or make video (model.num_frames = 4k + 1 above 1)')
+                    (f'use "{twin}" for images' if twin else "use an image reward") + ", or make video (model.num_frames = 4k + 1 above 1)")
     elif builtin_video:
         for k in changed:
             r.error(f"{prefix}.{k}", f"plays no part: {t.name} scores whole clips itself, not frame by frame", getattr(t, k),
@@ -76,8 +125,9 @@ def _one_reward(c: schema.RunConfig, rl: schema.NFTConfig, r: Rules) -> None:
         r.error("rl.reward.revision", "required: the provider's revision is part of the run identity", "", "set rl.reward.revision to the revision the service declares")
     if rl.reward.url and not re.match(r"https?://", rl.reward.url):
         r.error("rl.reward.url", "must be an http:// or https:// URL", rl.reward.url, "e.g. http://127.0.0.1:8000, or empty for the built-in service")
-    if not rl.reward.url and rl.reward.name not in BUILTIN_REWARDS + VIDEO_REWARDS:
-        r.error("rl.reward.name", "not a built-in reward", rl.reward.name, f"use one of {', '.join(show(n) for n in BUILTIN_REWARDS + VIDEO_REWARDS)}")
+    unknown = unknown_reward(rl.reward.name) if not rl.reward.url else None
+    if unknown:
+        r.error("rl.reward.name", unknown[0], rl.reward.name, unknown[1])
     _client_limits("rl.reward", rl.reward, r)
     _frame_keys(c, "rl.reward", rl.reward, r)
     if rl.reward_combine != "weighted_sum":
@@ -120,8 +170,9 @@ def _builtin_term(c: schema.RunConfig, t: schema.WeightedRewardConfig, i: int, r
                    "set it to the revision `cosmos-rl reward serve --revision REV --model NAME=FOLDER` prints for the folder")
     elif t.name in MODEL_REWARDS:
         r.error(f"rl.rewards[{i}].model", "required: the built-in service loads a model reward from a local folder", "", "set model to the folder, or url to a service that serves it")
-    elif t.name and t.name not in BUILTIN_REWARDS + VIDEO_REWARDS:
-        r.error(f"rl.rewards[{i}].name", "not a built-in reward", t.name, f"use one of {', '.join(show(n) for n in BUILTIN_REWARDS + VIDEO_REWARDS)}, a model reward with model, or a url")
+    elif t.name and unknown_reward(t.name):
+        problem, fix = unknown_reward(t.name)
+        r.error(f"rl.rewards[{i}].name", problem, t.name, fix + (", a model reward with model, or a url" if problem == "not a built-in reward" else ""))
     if c.grid.nodes > 1:
         r.error(f"rl.rewards[{i}].url", "the built-in reward service listens on 127.0.0.1 of the driver's node, which other nodes cannot reach", "",
                 "run `cosmos-rl reward serve --host 0.0.0.0 --token-env REWARD_TOKEN` where every node can reach it and set the url")
