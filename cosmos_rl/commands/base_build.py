@@ -28,11 +28,11 @@ from typing import Optional, Sequence
 
 from cosmos_rl.core.errors import UserError
 
-SPLIT_SEED = 0  # the world's standard split: the base never sees a held-out prompt
+SPLIT_SEED = 0  # each world's standard split (both bases): a base never sees a held-out prompt
 LATENT_STAT_SAMPLES = 2048
 
 
-# The image base's recipe defaults; the video base's build passes its own (shapes.video_base_build).
+# The image base's recipe defaults; the video base's build passes its own (commands.video_base_build).
 IMAGE_RECIPE = dict(work="shapes_base_work", samples=20000, vae_steps=1500, vae_batch=32, steps=4000, batch=64, eval_seeds=8)
 
 
@@ -146,64 +146,91 @@ def _add_seconds(run_dir: Path, seconds: float) -> float:
     return total
 
 
-def latent_stats(vae, source, count: int) -> tuple[list[float], list[float]]:
-    """Per-channel mean and std of the encoder's posterior means over the first `count` samples."""
+def latent_stats(vae, source, count: int, chunk: int = 256, encode=None) -> tuple[list[float], list[float]]:
+    """Per-channel mean and std of the encoder's posterior means over the first `count` samples,
+    `chunk` at a time; `encode(vae, batch)` gives the means (default `raw_latents`, for images)."""
     import torch
 
     from cosmos_rl.models.vae import raw_latents
 
+    encode = encode or raw_latents
     chunks = []
     with torch.no_grad():
-        for start in range(0, min(count, len(source)), 256):
-            images = torch.stack([source[i].image for i in range(start, min(start + 256, count, len(source)))])
-            chunks.append(raw_latents(vae, images))
+        for start in range(0, min(count, len(source)), chunk):
+            batch = torch.stack([source[i].image for i in range(start, min(start + chunk, count, len(source)))])
+            chunks.append(encode(vae, batch))
     latents = torch.cat(chunks).transpose(0, 1).reshape(vae.config.z_dim, -1)
     return latents.mean(dim=1).tolist(), latents.std(dim=1).tolist()
 
 
-def build(args) -> dict:
+def build_base(args, *, preset: str, module: str, prefix: str, write_shards, initial_parts, stats, stage, held_out,
+               media: dict | None = None) -> dict:  # fmt: skip
+    """Stages 1-5 of a base build (module docstring), for the image base and the video base alike:
+    `write_shards(folder)` renders the training set (skipped when `<prefix>-*.tar` are there),
+    `initial_parts(seed)` is the starting model, `stats(vae, source)` the latent statistics,
+    `stage(args, name, train, model_path, shards)` a stage's SFT config and `held_out(args)` the
+    shipped weights' held-out scores (when `--eval-seeds` > 0); `media` goes into the manifest."""
     import torch
 
     from cosmos_rl.models.build import save_parts
-    from cosmos_rl.shapes import balanced, split_prompts, write_shards
-    from cosmos_rl.models.shapes_held_out import held_out_scores
-    from cosmos_rl.models.shapes_preset import load_shapes_base, set_latent_stats, shapes_architecture, write_weights
+    from cosmos_rl.models.shapes_preset import set_latent_stats, write_weights
 
     torch.set_num_threads(args.threads)
     work = args.work
     shard_dir = work / "shards"
-    if not any(shard_dir.glob("shapes-*.tar")):
-        write_shards(shard_dir, balanced(split_prompts(SPLIT_SEED).train, args.samples, args.seed), args.seed)
-    shards = [str(p.resolve()) for p in sorted(shard_dir.glob("shapes-*.tar"))]
+    if not any(shard_dir.glob(f"{prefix}-*.tar")):
+        write_shards(shard_dir)
+    shards = [str(p.resolve()) for p in sorted(shard_dir.glob(f"{prefix}-*.tar"))]
     init = work / "init"
     if not (init / "transformer").is_dir():
-        save_parts(shapes_architecture(args.seed), init)
+        save_parts(initial_parts(args.seed), init)
 
-    vae_trainer = _train_stage(stage_config(args, "vae", "vae", init, shards))
+    vae_trainer = _train_stage(stage(args, "vae", "vae", init, shards))
     parts = vae_trainer.parts
-    set_latent_stats(parts.vae, *latent_stats(parts.vae.eval(), vae_trainer.source, LATENT_STAT_SAMPLES))
+    set_latent_stats(parts.vae, *stats(parts.vae.eval(), vae_trainer.source))
     save_parts(parts, work / "vae_model")
 
-    flow_trainer = _train_stage(stage_config(args, "transformer", "transformer", work / "vae_model", shards))
+    flow_trainer = _train_stage(stage(args, "transformer", "transformer", work / "vae_model", shards))
     parts = flow_trainer.parts
     parts.transformer.eval()
     runs = work / "runs"
     info = {
-        "preset": "shapes",
-        "command": shlex.join(["python", "-m", "cosmos_rl.commands.base_build", *sys.argv[1:]]),
+        "preset": preset,
+        "command": shlex.join(["python", "-m", module, *sys.argv[1:]]),
         "recipe": {k: v for k, v in vars(args).items() if k not in ("work", "out", "command")},
+        **({"media": media} if media is not None else {}),
         "split_seed": SPLIT_SEED,
         "wall_clock_s": {s: round(json.loads((runs / s / "wall_clock_s.json").read_text())["seconds"]) for s in ("vae", "transformer")},
         "torch": torch.__version__,
     }
     manifest = write_weights(parts, args.out, info)
     if args.eval_seeds > 0:
-        shipped = load_shapes_base(args.out)
-        manifest["held_out"] = {
-            f"guidance_{g:g}": held_out_scores(shipped, seeds=range(args.eval_seeds), guidance=g) for g in args.guidance
-        }
+        manifest["held_out"] = held_out(args)
         (Path(args.out) / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return manifest
+
+
+def _held_out(args) -> dict:
+    """The shipped float16 weights' held-out scores at each `--guidance`."""
+    from cosmos_rl.models.shapes_held_out import held_out_scores
+    from cosmos_rl.models.shapes_preset import load_shapes_base
+
+    shipped = load_shapes_base(args.out)
+    return {f"guidance_{g:g}": held_out_scores(shipped, seeds=range(args.eval_seeds), guidance=g) for g in args.guidance}
+
+
+def build(args) -> dict:
+    from cosmos_rl.shapes import balanced, split_prompts, write_shards
+    from cosmos_rl.models.shapes_preset import shapes_architecture
+
+    def shards(folder: Path) -> None:
+        write_shards(folder, balanced(split_prompts(SPLIT_SEED).train, args.samples, args.seed), args.seed)
+
+    return build_base(
+        args, preset="shapes", module="cosmos_rl.commands.base_build", prefix="shapes", write_shards=shards,
+        initial_parts=shapes_architecture, stats=lambda vae, source: latent_stats(vae, source, LATENT_STAT_SAMPLES),
+        stage=stage_config, held_out=_held_out,
+    )
 
 
 def run_main(parser: argparse.ArgumentParser, build_fn, argv: Optional[Sequence[str]] = None, preset: str = "shapes") -> int:

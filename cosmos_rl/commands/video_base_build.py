@@ -1,9 +1,10 @@
 """Build the `shapes_video` preset with the project's own SFT: `python -m cosmos_rl.commands.video_base_build build`.
 
-Deterministic from `--seed` (given the same torch build and thread count). Stages, each resumable
-as `shapes.base_build`'s are (each SFT stage is a run directory under `--work` with a checkpoint
-every `--checkpoint-every` steps; running the command again continues every unfinished stage,
-and larger `--vae-steps` / `--steps` extend finished ones):
+Deterministic from `--seed` (given the same torch build and thread count). The image base's
+stages, run by the same code (`base_build.build_base`) and resumable as they are (each SFT stage
+is a run directory under `--work` with a checkpoint every `--checkpoint-every` steps; running the
+command again continues every unfinished stage, and larger `--vae-steps` / `--steps` extend
+finished ones):
 
 1. shards: `--samples` task-balanced training prompts of the moving-shapes world
    (`split_motion_prompts(0)`: its held-out prompts stay unseen) rendered as 9-frame 32x32 clips in
@@ -25,15 +26,12 @@ Each stage prints its wall-clock; `manifest.json` records them.
 from __future__ import annotations
 
 import argparse
-import json
-import shlex
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from cosmos_rl.commands.base_build import _train_stage, build_parser, run_main, stage_config
+from cosmos_rl.commands.base_build import SPLIT_SEED, build_base, build_parser, latent_stats, run_main, stage_config
 
-SPLIT_SEED = 0
 FRAMES, SIDE, FPS = 9, 32, 24.0
 LATENT_STAT_CLIPS = 1024
 
@@ -59,32 +57,9 @@ def _stage_config(args, name: str, train: str, model_path: Path, shards: list[st
                         model={"image_size": SIDE, "num_frames": FRAMES}, condition={"kind": "first_frame", "source": "data", "probability": 0.5})  # fmt: skip
 
 
-def clip_latent_stats(vae, source, count: int) -> tuple[list[float], list[float]]:
-    """Per-channel mean and std of the encoder's posterior means over the first `count` clips."""
-    import torch
-
-    chunks = []
-    with torch.no_grad():
-        for start in range(0, min(count, len(source)), 64):
-            clips = torch.stack([source[i].image for i in range(start, min(start + 64, count, len(source)))])
-            chunks.append(vae.encode(clips * 2 - 1).latent_dist.mode())
-    latents = torch.cat(chunks).transpose(0, 1).reshape(vae.config.z_dim, -1)
-    return latents.mean(dim=1).tolist(), latents.std(dim=1).tolist()
-
-
-def _shards(args) -> list[str]:
-    from cosmos_rl.data.clip_shards import ClipRecord, write_clip_shards
-    from cosmos_rl.shapes.clips import render_clip
-    from cosmos_rl.shapes.motion_world import balanced_motion, split_motion_prompts
-    from cosmos_rl.shapes.shards import sample_seed
-
-    shard_dir = args.work / "shards"
-    if not any(shard_dir.glob("motion-*.tar")):
-        specs = balanced_motion(split_motion_prompts(SPLIT_SEED).train, args.samples, args.seed)
-        records = (ClipRecord(render_clip(spec, sample_seed(args.seed, i), SIDE, FRAMES), spec.caption(), {"task": spec.task})
-                   for i, spec in enumerate(specs))  # fmt: skip
-        write_clip_shards(shard_dir, records, FPS, 1000, prefix="motion")
-    return [str(p.resolve()) for p in sorted(shard_dir.glob("motion-*.tar"))]
+def _clip_means(vae, clips):
+    """The encoder's posterior means of [B, 3, F, H, W] clips in [0, 1]."""
+    return vae.encode(clips * 2 - 1).latent_dist.mode()
 
 
 def initial_parts(seed: int):
@@ -103,46 +78,30 @@ def initial_parts(seed: int):
     return parts
 
 
-def build(args) -> dict:
-    import torch
-
-    from cosmos_rl.models.build import save_parts
-    from cosmos_rl.models.shapes_preset import load_shapes_base, set_latent_stats, write_weights
+def _held_out(args) -> dict:
+    """The shipped float16 weights' held-out scores through `cosmos-rl eval`'s evaluator, T2V and I2V."""
+    from cosmos_rl.commands.video_held_out import held_out_video_scores
+    from cosmos_rl.models.shapes_preset import load_shapes_base
     from cosmos_rl.models.shapes_video_preset import shapes_video_architecture
 
-    torch.set_num_threads(args.threads)
-    work = args.work
-    shards = _shards(args)
-    init = work / "init"
-    if not (init / "transformer").is_dir():
-        save_parts(initial_parts(args.seed), init)
+    shipped = load_shapes_base(Path(args.out), shapes_video_architecture)  # the float16 files, as shipped
+    return held_out_video_scores(shipped, seeds=args.eval_seeds)
 
-    vae_trainer = _train_stage(_stage_config(args, "vae", "vae", init, shards))
-    parts = vae_trainer.parts
-    set_latent_stats(parts.vae, *clip_latent_stats(parts.vae.eval(), vae_trainer.source, LATENT_STAT_CLIPS))
-    save_parts(parts, work / "vae_model")
 
-    flow_trainer = _train_stage(_stage_config(args, "transformer", "transformer", work / "vae_model", shards))
-    parts = flow_trainer.parts
-    parts.transformer.eval()
-    runs = work / "runs"
-    info = {
-        "preset": "shapes_video",
-        "command": shlex.join(["python", "-m", "cosmos_rl.commands.video_base_build", *sys.argv[1:]]),
-        "recipe": {k: v for k, v in vars(args).items() if k not in ("work", "out", "command")},
-        "media": {"frames": FRAMES, "size": SIDE, "fps": FPS},
-        "split_seed": SPLIT_SEED,
-        "wall_clock_s": {s: round(json.loads((runs / s / "wall_clock_s.json").read_text())["seconds"]) for s in ("vae", "transformer")},
-        "torch": torch.__version__,
-    }
-    manifest = write_weights(parts, args.out, info)
-    if args.eval_seeds > 0:
-        from cosmos_rl.commands.video_held_out import held_out_video_scores
+def build(args) -> dict:
+    from cosmos_rl.shapes.motion_shards import write_motion_shards
+    from cosmos_rl.shapes.motion_world import balanced_motion, split_motion_prompts
 
-        shipped = load_shapes_base(Path(args.out), shapes_video_architecture)  # the float16 files, as shipped
-        manifest["held_out"] = held_out_video_scores(shipped, seeds=args.eval_seeds)
-        (Path(args.out) / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    return manifest
+    def shards(folder: Path) -> None:
+        specs = balanced_motion(split_motion_prompts(SPLIT_SEED).train, args.samples, args.seed)
+        write_motion_shards(folder, specs, args.seed, SIDE, FRAMES, FPS)
+
+    return build_base(
+        args, preset="shapes_video", module="cosmos_rl.commands.video_base_build", prefix="motion", write_shards=shards,
+        initial_parts=initial_parts, stage=_stage_config, held_out=_held_out,
+        stats=lambda vae, source: latent_stats(vae, source, LATENT_STAT_CLIPS, chunk=64, encode=_clip_means),
+        media={"frames": FRAMES, "size": SIDE, "fps": FPS},
+    )
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

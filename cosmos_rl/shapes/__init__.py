@@ -14,9 +14,14 @@ Public API (see docs/shapes.md):
   :func:`render_clip`, :func:`verify_clips`, :func:`score_clips`, :func:`frame_captions`,
   :func:`motion_scores_by_task`.
 
+Both worlds share one core: the phrase grammar (`caption`), the renderer (`scene`), the object
+finder (`analyse`), the verdict (`verifier`) and prompts by task (`tasks`: the split on meanings,
+the task-balanced draw, per-task means).
+
 The shipped `shapes` model preset builds on `cosmos_rl.models` and is not imported here:
-`shapes.preset` (architecture and loader), `shapes.held_out` (its held-out scorer) and
-`shapes.base_build` (`python -m cosmos_rl.commands.base_build build`, the SFT command that makes it).
+`cosmos_rl.suites.shapes_preset` (architecture and loader), `cosmos_rl.suites.shapes_held_out`
+(its held-out scorer) and `cosmos_rl.commands.base_build` (`python -m cosmos_rl.commands.base_build
+build`, the SFT command that makes it).
 """
 
 from cosmos_rl.shapes.caption import CaptionError, parse_caption, task_of

@@ -9,13 +9,11 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from cosmos_rl.core.errors import UserError
-from cosmos_rl.shapes.prompt_files import write_prompt_file
-from cosmos_rl.data.clip_shards import ClipRecord, write_clip_shards
-from cosmos_rl.shapes.clips import DEFAULT_FRAMES, render_clip
-from cosmos_rl.shapes.motion_spec import MOTION_TASKS
+from cosmos_rl.shapes.clips import DEFAULT_FRAMES
 from cosmos_rl.shapes.motion_world import balanced_motion, split_motion_prompts, write_motion_prompt_file
-from cosmos_rl.shapes.shards import sample_seed, write_shards
-from cosmos_rl.shapes.spec import TASKS
+from cosmos_rl.shapes.motion_shards import write_motion_shards
+from cosmos_rl.shapes.prompt_files import write_prompt_file
+from cosmos_rl.shapes.shards import write_shards
 from cosmos_rl.shapes.world import HELD_OUT_FRACTION, balanced, split_prompts
 
 
@@ -49,59 +47,56 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _write_prompts(args, split, draw, write) -> None:
+    """train.txt (every training prompt once, or ``--balanced`` N rows drawn by ``draw``) and
+    held_out.jsonl of either world's ``split``, written by ``write``."""
+    if args.balanced < 0:
+        raise UserError(f"--balanced must be >= 0, got {args.balanced}")
+    train = draw(split.train, args.balanced, args.seed) if args.balanced else split.train_captions()
+    held_out = split.held_out_captions()
+    write(args.out_dir / "train.txt", train)
+    write(args.out_dir / "held_out.jsonl", held_out)
+    print(f"wrote {len(train)} training rows to {args.out_dir / 'train.txt'} and "
+          f"{len(held_out)} held-out prompts to {args.out_dir / 'held_out.jsonl'}")
+    for task in split.tasks:
+        print(f"  {task}: {len(split.train[task])} train, {len(split.held_out[task])} held out")
+
+
+def _check_samples(args) -> None:
+    if args.samples <= 0:
+        raise UserError(f"--samples must be positive, got {args.samples}")
+
+
+def _image(args) -> None:
+    if not 0.0 < args.fraction < 1.0:
+        raise UserError(f"--fraction must be between 0 and 1, got {args.fraction}")
+    split = split_prompts(args.seed, args.fraction)
+    if args.command == "prompts":
+        _write_prompts(args, split, balanced, write_prompt_file)
+        return
+    _check_samples(args)
+    specs = balanced(split.train, args.samples, args.seed)
+    paths = write_shards(args.out_dir, specs, args.seed, args.size, args.per_shard)
+    print(f"wrote {len(specs)} samples in {len(paths)} shards to {args.out_dir}")
+
+
 def _video(args) -> None:
     split = split_motion_prompts(args.seed)
     if args.command == "video-prompts":
-        if args.balanced < 0:
-            raise UserError(f"--balanced must be >= 0, got {args.balanced}")
-        train = balanced_motion(split.train, args.balanced, args.seed) if args.balanced else split.train_captions()
-        held_out = split.held_out_captions()
-        write_motion_prompt_file(args.out_dir / "train.txt", train)
-        write_motion_prompt_file(args.out_dir / "held_out.jsonl", held_out)
-        print(f"wrote {len(train)} training rows to {args.out_dir / 'train.txt'} and "
-              f"{len(held_out)} held-out prompts to {args.out_dir / 'held_out.jsonl'}")
-        for task in MOTION_TASKS:
-            print(f"  {task}: {len(split.train[task])} train, {len(split.held_out[task])} held out")
+        _write_prompts(args, split, balanced_motion, write_motion_prompt_file)
         return
-    if args.samples <= 0:
-        raise UserError(f"--samples must be positive, got {args.samples}")
+    _check_samples(args)
     if args.frames < 5 or (args.frames - 1) % 4:  # the Wan VAE reads frame 0, then chunks of 4 (shapes sits below models/)
         raise UserError(f"--frames must be 4k + 1 and at least 5 (the Wan VAE's clips), got {args.frames}")
     specs = balanced_motion(split.train, args.samples, args.seed)
-    records = (
-        ClipRecord(render_clip(spec, sample_seed(args.seed, index), args.size, args.frames), spec.caption(), {"task": spec.task})
-        for index, spec in enumerate(specs)
-    )
-    paths = write_clip_shards(args.out_dir, records, args.fps, args.per_shard, prefix="motion")
+    paths = write_motion_shards(args.out_dir, specs, args.seed, args.size, args.frames, args.fps, args.per_shard)
     print(f"wrote {len(specs)} clips of {args.frames} frames in {len(paths)} shards to {args.out_dir}")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        if args.command.startswith("video-"):
-            _video(args)
-            return 0
-        if not 0.0 < args.fraction < 1.0:
-            raise UserError(f"--fraction must be between 0 and 1, got {args.fraction}")
-        split = split_prompts(args.seed, args.fraction)
-        if args.command == "prompts":
-            if args.balanced < 0:
-                raise UserError(f"--balanced must be >= 0, got {args.balanced}")
-            train = balanced(split.train, args.balanced, args.seed) if args.balanced else split.train_captions()
-            held_out = split.held_out_captions()
-            write_prompt_file(args.out_dir / "train.txt", train)
-            write_prompt_file(args.out_dir / "held_out.jsonl", held_out)
-            print(f"wrote {len(train)} training rows to {args.out_dir / 'train.txt'} and "
-                  f"{len(held_out)} held-out prompts to {args.out_dir / 'held_out.jsonl'}")
-            for task in TASKS:
-                print(f"  {task}: {len(split.train[task])} train, {len(split.held_out[task])} held out")
-        else:
-            if args.samples <= 0:
-                raise UserError(f"--samples must be positive, got {args.samples}")
-            specs = balanced(split.train, args.samples, args.seed)
-            paths = write_shards(args.out_dir, specs, args.seed, args.size, args.per_shard)
-            print(f"wrote {len(specs)} samples in {len(paths)} shards to {args.out_dir}")
+        (_video if args.command.startswith("video-") else _image)(args)
     except (UserError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -59,15 +59,26 @@ class Found:
         return f"{self.colour} {self.shape} at ({self.x:.1f}, {self.y:.1f})"
 
 
+def check_pixels(array: np.ndarray, what: str, axes: str) -> None:
+    """ValueError unless ``array`` (the world's ``what``: images, clips) is a uint8 numpy array
+    shaped [``axes``], RGB last."""
+    if not isinstance(array, np.ndarray) or array.dtype != np.uint8:
+        got = array.dtype if isinstance(array, np.ndarray) else type(array).__name__
+        raise ValueError(f"shapes {what} must be a uint8 numpy array, got {got}")
+    if array.ndim != len(axes.split(", ")) or array.shape[-1] != 3:
+        raise ValueError(f"shapes {what} must be shaped [{axes}], got {array.shape}")
+
+
+def check_side(array: np.ndarray, what: str) -> None:
+    """ValueError unless both sides of ``array``'s pictures (the axes before RGB) are >= MIN_SIDE."""
+    if min(array.shape[-3:-1]) < MIN_SIDE:
+        raise ValueError(f"shapes {what} need at least {MIN_SIDE} px a side, got {array.shape[-3:-1]}")
+
+
 def check_batch(images: np.ndarray) -> None:
     """ValueError unless ``images`` is uint8 [N, H, W, 3] with both sides >= MIN_SIDE."""
-    if not isinstance(images, np.ndarray) or images.dtype != np.uint8:
-        got = images.dtype if isinstance(images, np.ndarray) else type(images).__name__
-        raise ValueError(f"shapes images must be a uint8 numpy array, got {got}")
-    if images.ndim != 4 or images.shape[-1] != 3:
-        raise ValueError(f"shapes images must be shaped [N, H, W, 3], got {images.shape}")
-    if min(images.shape[1:3]) < MIN_SIDE:
-        raise ValueError(f"shapes images need at least {MIN_SIDE} px a side, got {images.shape[1:3]}")
+    check_pixels(images, "images", "N, H, W, 3")
+    check_side(images, "images")
 
 
 def segment(images: np.ndarray, tolerance: float = COLOUR_TOLERANCE) -> np.ndarray:

@@ -18,12 +18,10 @@ never score a clip against constraints it guessed.
 
 from __future__ import annotations
 
-from cosmos_rl.shapes.caption import CaptionError
+from cosmos_rl.shapes.caption import CaptionError, caption_text, parse_group
 from cosmos_rl.shapes.motion_spec import DIRECTIONS, Clause, MotionSpec
-from cosmos_rl.shapes.spec import COLOURS, COUNT_WORDS, SHAPES, Group
+from cosmos_rl.shapes.spec import COLOURS
 
-_COUNTS = {word: count for count, word in COUNT_WORDS.items()}
-_PLURALS = {shape + "s": shape for shape in SHAPES}
 _VERBS = ("moving", "staying", "turning")
 
 
@@ -33,30 +31,6 @@ def _fail(caption: str, problem: str) -> CaptionError:
         "\"two squares moving up\", \"a circle staying still and a blue square moving down\", "
         "\"a square turning from red to blue\" or \"a circle moving left then up\""
     )
-
-
-def _group(caption: str, words: list[str]) -> Group:
-    phrase = " ".join(words)
-    if not words or words[0] not in _COUNTS:
-        raise _fail(caption, f"{phrase!r} should start with one of {', '.join(repr(w) for w in _COUNTS)}")
-    count, rest = _COUNTS[words[0]], words[1:]
-    colour = None
-    if len(rest) == 2:
-        colour = rest[0]
-        if colour not in COLOURS:
-            raise _fail(caption, f"{colour!r} is not a colour of the shapes world ({', '.join(COLOURS)})")
-    elif len(rest) != 1:
-        raise _fail(caption, f"{phrase!r} should be a count, an optional colour and a shape")
-    noun = rest[-1]
-    if count == 1:
-        if noun not in SHAPES:
-            hint = " (singular after 'a')" if noun in _PLURALS else ""
-            raise _fail(caption, f"{noun!r} is not a shape of the shapes world ({', '.join(SHAPES)}){hint}")
-        return Group(noun, colour, 1)
-    if noun not in _PLURALS:
-        hint = " (plural after a count)" if noun in SHAPES else ""
-        raise _fail(caption, f"{noun!r} is not a plural shape ({', '.join(_PLURALS)}){hint}")
-    return Group(_PLURALS[noun], colour, count)
 
 
 def _action(caption: str, words: list[str]) -> tuple[str, tuple[str, ...]]:
@@ -84,7 +58,7 @@ def _clause(caption: str, text: str) -> Clause:
     if verb is None:
         raise _fail(caption, f"{text!r} does not say what the object does ('moving ...', 'staying still', "
                              "'turning from ... to ...')")
-    group = _group(caption, words[:verb])
+    group = parse_group(caption, words[:verb], _fail)
     action, args = _action(caption, words[verb:])
     try:
         return Clause(group, action, args)
@@ -94,13 +68,7 @@ def _clause(caption: str, text: str) -> Clause:
 
 def parse_motion_caption(caption: str) -> MotionSpec:
     """The video spec a caption asks for; CaptionError when the text is outside the grammar above."""
-    if not isinstance(caption, str):
-        raise CaptionError(f"a video caption must be text, got {type(caption).__name__}")
-    text = " ".join(caption.strip().lower().split())
-    if text.endswith("."):
-        text = text[:-1].rstrip()
-    if not text:
-        raise _fail(caption, "it is empty")
+    text = caption_text(caption, _fail, "video caption")
     parts = text.split(" and ")
     if len(parts) > 2:
         raise _fail(caption, "it joins more than two clauses")

@@ -30,21 +30,20 @@ Worked examples (each extra track or unmet constraint is one failure):
 from __future__ import annotations
 
 import itertools
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
-from cosmos_rl.shapes.analyse import COLOUR_TOLERANCE, detect
-from cosmos_rl.shapes.motion_caption import parse_motion_caption
+from cosmos_rl.shapes.analyse import COLOUR_TOLERANCE, check_pixels, check_side, detect
+from cosmos_rl.shapes.motion_caption import motion_task_of, parse_motion_caption
 from cosmos_rl.shapes.motion_spec import MOTION_TASKS, Clause, MotionSpec
 from cosmos_rl.shapes.motion_tracks import (
     Path, Track, change_failure, direction_failure, link, merge, still_failure, turn_failure,
 )
-from cosmos_rl.shapes.spec import MIN_SIDE
-from cosmos_rl.shapes.verifier import Verdict
+from cosmos_rl.shapes.tasks import mean_by_task
+from cosmos_rl.shapes.verifier import Verdict, parse_all
 
 MODES = ("strict", "partial")
 
@@ -138,27 +137,17 @@ def judge_clip(spec: MotionSpec, tracks: list[Track], height: int, width: int) -
 
 def check_clips(clips: np.ndarray) -> None:
     """ValueError unless ``clips`` is uint8 [N, F, H, W, 3] with F >= 2 and both sides >= MIN_SIDE."""
-    if not isinstance(clips, np.ndarray) or clips.dtype != np.uint8:
-        got = clips.dtype if isinstance(clips, np.ndarray) else type(clips).__name__
-        raise ValueError(f"shapes clips must be a uint8 numpy array, got {got}")
-    if clips.ndim != 5 or clips.shape[-1] != 3:
-        raise ValueError(f"shapes clips must be shaped [N, F, H, W, 3], got {clips.shape}")
+    check_pixels(clips, "clips", "N, F, H, W, 3")
     if clips.shape[1] < 2:
         raise ValueError(f"shapes clips need at least 2 frames, got {clips.shape[1]}")
-    if min(clips.shape[2:4]) < MIN_SIDE:
-        raise ValueError(f"shapes clips need at least {MIN_SIDE} px a side, got {clips.shape[2:4]}")
+    check_side(clips, "clips")
 
 
 def verify_clips(clips: np.ndarray, captions: Sequence[str], tolerance: float = COLOUR_TOLERANCE) -> list[Verdict]:
-    """One verdict per uint8 [N, F, H, W, 3] clip and its video caption.
-
-    Every caption is parsed before any clip is looked at, so a caption outside the world fails
-    the whole batch with a CaptionError (a ValueError) that quotes it.
-    """
+    """One verdict per uint8 [N, F, H, W, 3] clip and its video caption (every caption parsed
+    first: :func:`cosmos_rl.shapes.verifier.parse_all`)."""
     check_clips(clips)
-    if len(captions) != clips.shape[0]:
-        raise ValueError(f"got {clips.shape[0]} clips but {len(captions)} captions")
-    specs = [parse_motion_caption(caption) for caption in captions]
+    specs = parse_all(captions, clips.shape[0], "clips", parse_motion_caption)
     n, frames, height, width = clips.shape[:4]
     found = detect(clips.reshape(n * frames, height, width, 3), tolerance)
     return [judge_clip(spec, link(found[i * frames:(i + 1) * frames]), height, width) for i, spec in enumerate(specs)]
@@ -194,9 +183,4 @@ def motion_scores_by_task(captions: Sequence[str], scores: Sequence[float]) -> d
     ["a circle moving left", "a square moving up", "a circle staying still"] with scores
     [1, 0, 1] -> {"motion": 0.5, "static": 1.0}.
     """
-    if len(captions) != len(scores):
-        raise ValueError(f"got {len(captions)} captions but {len(scores)} scores")
-    by_task: dict[str, list[float]] = defaultdict(list)
-    for caption, score in zip(captions, scores):
-        by_task[parse_motion_caption(caption).task].append(float(score))
-    return {task: sum(by_task[task]) / len(by_task[task]) for task in MOTION_TASKS if task in by_task}
+    return mean_by_task(captions, scores, motion_task_of, MOTION_TASKS)

@@ -23,10 +23,8 @@ prompts, so a held-out prompt is a new combination of words the model was traine
 from __future__ import annotations
 
 import itertools
-import json
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Union
 
@@ -34,8 +32,9 @@ import numpy as np
 
 from cosmos_rl.shapes.motion_caption import parse_motion_caption
 from cosmos_rl.shapes.motion_spec import DIRECTIONS, MOTION_TASKS, Clause, MotionSpec
-from cosmos_rl.shapes.prompt_files import prompt_file_kind, replace_lines
+from cosmos_rl.shapes.prompt_files import write_spec_file
 from cosmos_rl.shapes.spec import COLOURS, SHAPES, Group
+from cosmos_rl.shapes.tasks import TaskSplit, balanced_by_task, split_on_meanings
 
 HELD_OUT_PER_TASK = 40
 _MAX_DRAWS = 1000
@@ -88,18 +87,10 @@ def words_of(spec: MotionSpec) -> set[str]:
     return words
 
 
-@dataclass(frozen=True)
-class MotionSplit:
+class MotionSplit(TaskSplit):
     """Training and held-out video specs by task (MOTION_TASKS order); no caption on both sides."""
 
-    train: dict[str, tuple[MotionSpec, ...]]
-    held_out: dict[str, tuple[MotionSpec, ...]]
-
-    def train_captions(self) -> list[str]:
-        return [spec.caption() for task in MOTION_TASKS for spec in self.train[task]]
-
-    def held_out_captions(self) -> list[str]:
-        return [spec.caption() for task in MOTION_TASKS for spec in self.held_out[task]]
+    tasks = MOTION_TASKS
 
 
 def split_motion_prompts(seed: int = 0, per_task: int = HELD_OUT_PER_TASK) -> MotionSplit:
@@ -110,43 +101,25 @@ def split_motion_prompts(seed: int = 0, per_task: int = HELD_OUT_PER_TASK) -> Mo
     """
     if per_task < 1:
         raise ValueError(f"held-out meanings per task must be at least 1, got {per_task}")
-    train: dict[str, tuple[MotionSpec, ...]] = {}
-    held_out: dict[str, tuple[MotionSpec, ...]] = {}
-    for task in MOTION_TASKS:
-        specs = all_motion_specs(task)
-        canon = sorted({spec.canonical() for spec in specs}, key=lambda s: s.caption())
+
+    def choose(task: str, canon: list[MotionSpec]) -> set[MotionSpec]:
         if per_task >= len(canon):
             raise ValueError(f"task {task!r} has {len(canon)} meanings; cannot hold out {per_task}")
         every_word = set().union(*(words_of(s) for s in canon))
         for draw in range(_MAX_DRAWS):
             rng = np.random.default_rng([int(seed), zlib.crc32(("video:" + task).encode()), draw])
             order = rng.permutation(len(canon))
-            chosen = {canon[i] for i in order[:per_task]}
             if set().union(*(words_of(canon[i]) for i in order[per_task:])) == every_word:
-                break
-        else:
-            raise ValueError(f"no split of task {task!r} holding out {per_task} keeps every word in training")
-        held_out[task] = tuple(spec for spec in specs if spec.canonical() in chosen)
-        train[task] = tuple(spec for spec in specs if spec.canonical() not in chosen)
-    return MotionSplit(train, held_out)
+                return {canon[i] for i in order[:per_task]}
+        raise ValueError(f"no split of task {task!r} holding out {per_task} keeps every word in training")
+
+    return MotionSplit(*split_on_meanings(MOTION_TASKS, all_motion_specs, choose))
 
 
 def balanced_motion(specs_by_task: dict[str, tuple[MotionSpec, ...]], n: int, seed: int) -> list[MotionSpec]:
     """``n`` specs taking the tasks in turn (MOTION_TASKS order), each task cycling through its
     specs in a seeded shuffled order, reshuffled on every pass (as the image world's ``balanced``)."""
-    tasks = [task for task in MOTION_TASKS if specs_by_task.get(task)]
-    if not tasks:
-        raise ValueError("no video specs to draw from")
-    rng = np.random.default_rng(int(seed))
-    queues: dict[str, list[MotionSpec]] = {task: [] for task in tasks}
-    out = []
-    for i in range(n):
-        task = tasks[i % len(tasks)]
-        if not queues[task]:
-            pool = specs_by_task[task]
-            queues[task] = [pool[j] for j in rng.permutation(len(pool))]
-        out.append(queues[task].pop())
-    return out
+    return balanced_by_task(specs_by_task, n, seed, MOTION_TASKS, "video specs")
 
 
 def write_motion_prompt_file(path: Union[str, Path], prompts: Sequence[Union[MotionSpec, str]]) -> Path:
@@ -155,11 +128,5 @@ def write_motion_prompt_file(path: Union[str, Path], prompts: Sequence[Union[Mot
     A ``.jsonl`` row is ``{"prompt", "task", "spec", "frame_caption"}``; the project's prompt
     loader reads ``prompt`` and ignores the rest (``frame_caption`` is null for a colour change).
     """
-    suffix = prompt_file_kind(path, prompts)
-    specs = [p if isinstance(p, MotionSpec) else parse_motion_caption(p) for p in prompts]
-    if suffix == ".txt":
-        lines = [spec.caption() for spec in specs]
-    else:
-        lines = [json.dumps({"prompt": s.caption(), "task": s.task, "spec": s.to_dict(),
-                             "frame_caption": s.frame_caption()}) for s in specs]
-    return replace_lines(path, lines)
+    return write_spec_file(path, prompts, MotionSpec, parse_motion_caption, lambda s: {
+        "prompt": s.caption(), "task": s.task, "spec": s.to_dict(), "frame_caption": s.frame_caption()})

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Union
+from typing import Any, Union
 
 from cosmos_rl.core.errors import UserError
 from cosmos_rl.shapes.caption import parse_caption
@@ -38,12 +38,18 @@ def replace_lines(path: Union[str, Path], lines: Sequence[str]) -> Path:
     return path
 
 
+def write_spec_file(path: Union[str, Path], prompts: Sequence, kind: type, parse: Callable[[str], Any],
+                    row: Callable[[Any], dict]) -> Path:  # fmt: skip
+    """Write ``prompts`` (specs of type ``kind``, or captions ``parse`` reads, in order) to ``path``,
+    replacing it: a ``.txt`` line is the caption, a ``.jsonl`` row is ``row(spec)`` (either world's)."""
+    suffix = prompt_file_kind(path, prompts)
+    specs = [p if isinstance(p, kind) else parse(p) for p in prompts]
+    if suffix == ".txt":
+        return replace_lines(path, [spec.caption() for spec in specs])
+    return replace_lines(path, [json.dumps(row(spec)) for spec in specs])
+
+
 def write_prompt_file(path: Union[str, Path], prompts: Sequence[Union[Spec, str]]) -> Path:
     """Write ``prompts`` (specs or captions of the world, in order) to ``path``, replacing it."""
-    suffix = prompt_file_kind(path, prompts)
-    specs = [p if isinstance(p, Spec) else parse_caption(p) for p in prompts]
-    if suffix == ".txt":
-        lines = [spec.caption() for spec in specs]
-    else:
-        lines = [json.dumps({"prompt": s.caption(), "task": s.task, "spec": s.to_dict()}) for s in specs]
-    return replace_lines(path, lines)
+    return write_spec_file(path, prompts, Spec, parse_caption,
+                           lambda s: {"prompt": s.caption(), "task": s.task, "spec": s.to_dict()})  # fmt: skip

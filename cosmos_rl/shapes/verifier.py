@@ -24,15 +24,16 @@ Worked examples (each extra object or unmet constraint is one failure):
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from cosmos_rl.shapes.analyse import COLOUR_TOLERANCE, Found, check_batch, detect
-from cosmos_rl.shapes.caption import parse_caption
+from cosmos_rl.shapes.caption import parse_caption, task_of
 from cosmos_rl.shapes.spec import TASKS, Group, Spec, relation_holds
+from cosmos_rl.shapes.tasks import mean_by_task
 
 
 @dataclass(frozen=True)
@@ -88,16 +89,19 @@ def judge(spec: Spec, found: Sequence[Found], height: int, width: int) -> Verdic
     return Verdict(met, total + len(extras), tuple(failures))
 
 
-def verify(images: np.ndarray, captions: Sequence[str], tolerance: float = COLOUR_TOLERANCE) -> list[Verdict]:
-    """One verdict per uint8 [N, H, W, 3] image and its caption.
+def parse_all(captions: Sequence[str], count: int, what: str, parse: Callable[[str], Any]) -> list:
+    """Every caption parsed by ``parse`` before any picture is looked at (either world's), so a
+    caption outside the world fails the whole batch with a CaptionError (a ValueError) that quotes
+    it; a ValueError unless there is one caption for each of the ``count`` ``what`` (images, clips)."""
+    if len(captions) != count:
+        raise ValueError(f"got {count} {what} but {len(captions)} captions")
+    return [parse(caption) for caption in captions]
 
-    Every caption is parsed before any image is looked at, so a caption outside the world fails
-    the whole batch with a CaptionError (a ValueError) that quotes it.
-    """
+
+def verify(images: np.ndarray, captions: Sequence[str], tolerance: float = COLOUR_TOLERANCE) -> list[Verdict]:
+    """One verdict per uint8 [N, H, W, 3] image and its caption (every caption parsed first: :func:`parse_all`)."""
     check_batch(images)
-    if len(captions) != images.shape[0]:
-        raise ValueError(f"got {images.shape[0]} images but {len(captions)} captions")
-    specs = [parse_caption(caption) for caption in captions]
+    specs = parse_all(captions, images.shape[0], "images", parse_caption)
     height, width = images.shape[1:3]
     return [judge(spec, found, height, width) for spec, found in zip(specs, detect(images, tolerance))]
 
@@ -118,12 +122,7 @@ def scores_by_task(captions: Sequence[str], scores: Sequence[float]) -> dict[str
     ["a circle", "a square", "two circles"] with scores [1, 0, 1] -> {"single_object": 0.5,
     "counting": 1.0}.
     """
-    if len(captions) != len(scores):
-        raise ValueError(f"got {len(captions)} captions but {len(scores)} scores")
-    by_task: dict[str, list[float]] = defaultdict(list)
-    for caption, score in zip(captions, scores):
-        by_task[parse_caption(caption).task].append(float(score))
-    return {task: sum(by_task[task]) / len(by_task[task]) for task in TASKS if task in by_task}
+    return mean_by_task(captions, scores, task_of, TASKS)
 
 
 def overall_score(task_scores: dict[str, float]) -> float:

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import itertools
 import zlib
-from dataclasses import dataclass
 
 import numpy as np
 
 from cosmos_rl.shapes.spec import COLOURS, RELATION_WORDS, SHAPES, TASKS, Group, Spec
+from cosmos_rl.shapes.tasks import TaskSplit, balanced_by_task, split_on_meanings
 
 HELD_OUT_FRACTION = 0.2
 
@@ -46,18 +46,10 @@ def all_specs(task: str) -> list[Spec]:
     raise ValueError(f"unknown task {task!r}; tasks are {TASKS}")
 
 
-@dataclass(frozen=True)
-class PromptSplit:
+class PromptSplit(TaskSplit):
     """Training and held-out specs by task (every task in TASKS order); no caption on both sides."""
 
-    train: dict[str, tuple[Spec, ...]]
-    held_out: dict[str, tuple[Spec, ...]]
-
-    def train_captions(self) -> list[str]:
-        return [spec.caption() for task in TASKS for spec in self.train[task]]
-
-    def held_out_captions(self) -> list[str]:
-        return [spec.caption() for task in TASKS for spec in self.held_out[task]]
+    tasks = TASKS
 
 
 def split_prompts(seed: int = 0, fraction: float = HELD_OUT_FRACTION) -> PromptSplit:
@@ -69,17 +61,13 @@ def split_prompts(seed: int = 0, fraction: float = HELD_OUT_FRACTION) -> PromptS
     """
     if not 0.0 < fraction < 1.0:
         raise ValueError(f"held-out fraction must be in (0, 1), got {fraction}")
-    train: dict[str, tuple[Spec, ...]] = {}
-    held_out: dict[str, tuple[Spec, ...]] = {}
-    for task in TASKS:
-        specs = all_specs(task)
-        canon = sorted({spec.canonical() for spec in specs}, key=lambda s: s.caption())
+
+    def choose(task: str, canon: list[Spec]) -> set[Spec]:
         n_held = min(len(canon) - 1, max(1, int(np.floor(fraction * len(canon) + 0.5))))
         rng = np.random.default_rng([int(seed), zlib.crc32(task.encode())])
-        chosen = {canon[i] for i in rng.permutation(len(canon))[:n_held]}
-        held_out[task] = tuple(spec for spec in specs if spec.canonical() in chosen)
-        train[task] = tuple(spec for spec in specs if spec.canonical() not in chosen)
-    return PromptSplit(train, held_out)
+        return {canon[i] for i in rng.permutation(len(canon))[:n_held]}
+
+    return PromptSplit(*split_on_meanings(TASKS, all_specs, choose))
 
 
 def balanced(specs_by_task: dict[str, tuple[Spec, ...]], n: int, seed: int) -> list[Spec]:
@@ -89,16 +77,4 @@ def balanced(specs_by_task: dict[str, tuple[Spec, ...]], n: int, seed: int) -> l
     Used for SFT shards and training prompt files so that position, with 30x the prompts of
     counting, does not drown the small tasks.
     """
-    tasks = [task for task in TASKS if specs_by_task.get(task)]
-    if not tasks:
-        raise ValueError("no specs to draw from")
-    rng = np.random.default_rng(int(seed))
-    queues: dict[str, list[Spec]] = {task: [] for task in tasks}
-    out = []
-    for i in range(n):
-        task = tasks[i % len(tasks)]
-        if not queues[task]:
-            pool = specs_by_task[task]
-            queues[task] = [pool[j] for j in rng.permutation(len(pool))]
-        out.append(queues[task].pop())
-    return out
+    return balanced_by_task(specs_by_task, n, seed, TASKS)
