@@ -3,7 +3,7 @@
 The whole comparison (ten runs and their `cosmos-rl eval`, about 35 minutes on 2 cores) is
 `bench/house_parity.py`; the suite reruns the first steps of the two smoke runs, one per launch
 path: 20 DPO steps under torchrun (its first validation pass included) and 6 NFT steps on the Ray
-actor group. Their rows equal the fixture's first rows (floats to FLOAT_REL, below): nothing in a
+actor group (its first 3 steps held, below). Their rows equal the fixture's first rows (floats to FLOAT_REL, below): nothing in a
 step depends on rl.max_steps, and with log_every 1 the last step logs its KL either way. Evaluation's numbers are
 kept by tests/test_old_run_dirs.py.
 """
@@ -86,8 +86,13 @@ def test_dpo_smoke_first_steps_equal_the_fixture(tmp_path):
 
 @pytest.mark.slow
 def test_nft_smoke_first_steps_equal_the_fixture(tmp_path):
-    _cli("train", str(ROOT / "manifests" / "nft_t2i_smoke.toml"), f'job.output_dir="{tmp_path}"', "rl.max_steps=6", cwd=tmp_path)
-    _same_first_rows(_rows(tmp_path / "nft_t2i_smoke" / "metrics.jsonl"), "nft_t2i_smoke", 6)
+    _cli("train", str(ROOT / "manifests" / "nft_t2i_smoke.toml"), f'job.output_dir="{tmp_path}"', "rl.max_steps=3", cwd=tmp_path)
+    # Held to the fixture for its first 3 steps: the smoke's rewards spread by about 1e-3 in a group,
+    # so its advantages divide rounding by that. On an AMD EPYC the code that wrote the fixture gave
+    # step 4's train/kl_loss 0.15401 against the fixture's 0.15422 (1.4e-3 relative) and step 6's
+    # advantage_abs_mean 1.2e-2 off, while steps 1-3 stay within FLOAT_REL; `bench/house_parity.py
+    # compare` keeps the exact check on one machine.
+    _same_first_rows(_rows(tmp_path / "nft_t2i_smoke" / "metrics.jsonl"), "nft_t2i_smoke", 3)
 
 
 def test_the_comparison_lets_only_the_newer_side_add_interval_keys():
