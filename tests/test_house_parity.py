@@ -2,7 +2,7 @@
 
 The whole comparison (ten runs and their `cosmos-rl eval`, about 35 minutes on 2 cores) is
 `bench/house_parity.py`; the suite reruns the first steps of the two smoke runs, one per launch
-path: 20 DPO steps under torchrun (its first validation pass included) and 6 NFT steps on the Ray
+path: 20 DPO steps under torchrun (its first validation pass included) and 3 NFT steps on the Ray
 actor group (its first 3 steps held, below). Their rows equal the fixture's first rows (floats to FLOAT_REL, below): nothing in a
 step depends on rl.max_steps, and with log_every 1 the last step logs its KL either way. Evaluation's numbers are
 kept by tests/test_old_run_dirs.py.
