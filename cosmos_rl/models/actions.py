@@ -197,6 +197,6 @@ def action_prompt_ids(
         raise ValueError(f"an action chunk of {spec.chunk} spans {spec.frames} frames, the media has {media.frames}")
     if template != "chat":
         return model_prompt_ids(tokenizer, template, descriptions, media)
-    uncond = torch.tensor(chat_ids(tokenizer, negative_prompt, video=True), dtype=torch.long)
-    cond = [torch.tensor(chat_ids(tokenizer, spec.caption(text, media), video=True), dtype=torch.long) for text in descriptions]
+    uncond = torch.tensor(chat_ids(tokenizer, negative_prompt, media=media), dtype=torch.long)
+    cond = [torch.tensor(chat_ids(tokenizer, spec.caption(text, media), media=media), dtype=torch.long) for text in descriptions]
     return cond, [uncond.clone() for _ in descriptions]

@@ -55,10 +55,11 @@ def _encode(tokenizer: PreTrainedTokenizerBase, text: str, system_prompt: str | 
     return list(encoded["input_ids"]) + [tokenizer.eos_token_id, vision_start]
 
 
-def chat_ids(tokenizer: PreTrainedTokenizerBase, text: str, *, video: bool, use_system_prompt: bool = True) -> list[int]:
+def chat_ids(tokenizer: PreTrainedTokenizerBase, text: str, *, media: MediaSpec, use_system_prompt: bool = True) -> list[int]:
     """`text` as the pipeline's user turn, as it is (no sentence appended): the chat turns, the
-    image or video system prompt, then EOS and `<|vision_start|>` (its action captions go this way)."""
-    return _encode(tokenizer, text, use_system_prompt, video=video)
+    system prompt of `media` (image or video), then EOS and `<|vision_start|>` (its action captions go this way)."""
+    system_prompt = (_SYSTEM_PROMPT_VIDEO if media.is_video else _SYSTEM_PROMPT_IMAGE) if use_system_prompt else None
+    return _encode(tokenizer, text, system_prompt)
 
 
 def _minimal(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:

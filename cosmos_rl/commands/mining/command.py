@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from cosmos_rl.core.errors import UserError
+from cosmos_rl.core.media import MediaSpec
 
 SUMMARY_FILE = "mine.json"
 ROWS_PER_CHUNK = 64  # prompt rows sampled, scored and written per round (progress granularity)
@@ -151,12 +152,12 @@ def run_mine(
     }  # fmt: skip
     if not kept:
         raise UserError(f"every one of the {n} prompt rows tied ({samples} samples scored alike under {reward}): "
-                        f"no pair written; raise --samples or {_finer(reward, video, frame_reduce)}")  # fmt: skip
+                        f"no pair written; raise --samples or {_finer(reward, t.media, frame_reduce)}")  # fmt: skip
     Path(out_dir, SUMMARY_FILE).write_text(json.dumps(summary, indent=1, allow_nan=False) + "\n", encoding="utf-8")
     return summary
 
 
-def _finer(reward: str, video: bool, frame_reduce: str | None) -> str:
+def _finer(reward: str, media: MediaSpec, frame_reduce: str | None) -> str:
     """What to rank by when every row tied: partial credit (the reward's suite's partial reward; the
     shapes suite's for a weight-free one), and for clips the image verifier frame by frame (the video
     verifier gives 0 to every clip of a model that does not yet draw the motion)."""
@@ -172,7 +173,7 @@ def _finer(reward: str, video: bool, frame_reduce: str | None) -> str:
         image_suite = suites.get(owner.frame_suite) if owner is not None and owner.frame_suite else suites.for_media(clips=False)
     image_partial = partial_of(image_suite)
     frame_by_frame = f"score frame by frame (--reward {image_partial} --frame-reduce mean)"
-    if not video or frame_reduce is not None:
+    if not media.is_video or frame_reduce is not None:
         finer = f"{image_partial}" + (f" --frame-reduce {frame_reduce}" if frame_reduce else "")
         return f"use a finer reward (e.g. {finer})" if reward != image_partial else "mine a model whose samples it tells apart"
     clip_partial = partial_of(owner) if owner is not None and owner.judges_clips else None
