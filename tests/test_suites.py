@@ -32,6 +32,10 @@ STANDIN = "standin_suite:SUITE"
 OLD_IMAGE_REWARDS = ("shapes_strict", "shapes_partial")
 OLD_CLIP_REWARDS = ("shapes_video_strict", "shapes_video_partial", "shapes_video_i2v_strict", "shapes_video_i2v_partial")
 
+# What a target makes: 32x32 images, or 9-frame clips of them.
+IMAGE = MediaSpec.image(32)
+CLIP = MediaSpec(frames=9, height=32, width=32)
+
 
 def _env() -> dict[str, str]:
     """The environment of a subprocess that imports the stand-in suite by module name, as a user's own
@@ -198,18 +202,18 @@ def test_pairs_mine_asks_the_rewards_suite_what_it_may_rank():
         "score", "partial", "score", "partial"]  # fmt: skip
     # An image suite's reward on clips counts under its clip suite's tasks; a weight-free one under the image suite's.
     assert [scoring_suite(r, 9).name for r in ("shapes_partial", "shapes_video_strict", "brightness")] == ["shapes_video", "shapes_video", "shapes"]
-    check_reward(f"{STANDIN}/colour_match", 1, None, "TARGET 'x'")  # an outside image suite's reward ranks images
+    check_reward(f"{STANDIN}/colour_match", IMAGE, None, "TARGET 'x'")  # an outside image suite's reward ranks images
     with pytest.raises(UserError, match=f"--reward {STANDIN}/colour_match: scores images, and TARGET 'x' makes 5-frame clips; pass --frame-reduce"):
-        check_reward(f"{STANDIN}/colour_match", 5, None, "TARGET 'x'")
+        check_reward(f"{STANDIN}/colour_match", MediaSpec(frames=5, height=32, width=32), None, "TARGET 'x'")
     with pytest.raises(UserError, match="--reward shapes_video_i2v_partial: judges image-to-video clips, .* use shapes_video_partial"):
-        check_reward("shapes_video_i2v_partial", 5, None, "TARGET 'x'")
+        check_reward("shapes_video_i2v_partial", MediaSpec(frames=5, height=32, width=32), None, "TARGET 'x'")
     # The hint when every row tied, as it read before suites had names (and a partial reward of the suite otherwise).
-    assert _finer("shapes_strict", False, None) == "use a finer reward (e.g. shapes_partial)"
-    assert _finer("shapes_partial", False, None) == "mine a model whose samples it tells apart"
-    assert _finer("brightness", True, "mean") == "use a finer reward (e.g. shapes_partial --frame-reduce mean)"
-    assert _finer("shapes_video_strict", True, None) == "use shapes_video_partial, or score frame by frame (--reward shapes_partial --frame-reduce mean)"
-    assert _finer("shapes_video_partial", True, None) == "score frame by frame (--reward shapes_partial --frame-reduce mean)"
-    assert _finer(f"{STANDIN}/colour_match", False, None) == f"use a finer reward (e.g. {STANDIN}/colour_fraction)"
+    assert _finer("shapes_strict", IMAGE, None) == "use a finer reward (e.g. shapes_partial)"
+    assert _finer("shapes_partial", IMAGE, None) == "mine a model whose samples it tells apart"
+    assert _finer("brightness", CLIP, "mean") == "use a finer reward (e.g. shapes_partial --frame-reduce mean)"
+    assert _finer("shapes_video_strict", CLIP, None) == "use shapes_video_partial, or score frame by frame (--reward shapes_partial --frame-reduce mean)"
+    assert _finer("shapes_video_partial", CLIP, None) == "score frame by frame (--reward shapes_partial --frame-reduce mean)"
+    assert _finer(f"{STANDIN}/colour_match", IMAGE, None) == f"use a finer reward (e.g. {STANDIN}/colour_fraction)"
 
 
 # ----------------------------------------------------------------------------- the stand-in suite
