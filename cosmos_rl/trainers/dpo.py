@@ -11,7 +11,7 @@ reference velocities, each in ONE packed forward over winners+losers -> per-samp
 `algorithms.dpo.dpo_loss` -> backward, gradient clipping, AdamW, LR schedule.
 
 A video run (`model.num_frames` > 1) trains clip pairs the same way: the sides are clips
-[3, F, H, W], their latents [2P, C, T, h, w] (`encode_clips`, through the latent cache), and the
+[3, F, H, W], their latents [2P, C, T, h, w] (`models.generate.encode_pixels`, through the latent cache), and the
 packed forward places each clip's (T, h, w) grid in time at `model.fps` (`frame_timing`), as SFT
 does. The loss is unchanged: each side's MSE is the mean over all its latent elements, every frame
 included. No frame is held clean (no image-to-video conditioning in DPO).
