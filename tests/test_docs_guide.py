@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from cosmos_rl.core.media import MediaSpec
 from test_docs_pages import command_problem, commands_in, user_model, user_pairs  # noqa: F401 (fixtures)
 
 from cosmos_rl.commands.docs_gen import generate
@@ -265,7 +267,7 @@ def test_the_example_reward_service_answers_the_client(tmp_path):
         client = RewardClient(f"http://127.0.0.1:{port}", "redness", "redness-v1", 10, 0, 0.0)
         for _ in range(100):  # the service binds within a second or two
             try:
-                info = client.check_revision()
+                info = client.check_revision(MediaSpec.image(32))  # the run makes 32x32 images
                 break
             except Exception:
                 time.sleep(0.1)

@@ -23,7 +23,7 @@ from cosmos_rl.models import lora
 from cosmos_rl.models.build import build_preset, load_parts
 
 CPU = torch.device("cpu")
-SMALL = {"per_task": 1, "seeds": 1, "reward": "brightness", "device": "cpu"}
+SMALL = {"suite": "shapes", "per_task": 1, "seeds": 1, "reward": "brightness", "device": "cpu"}
 
 
 def _run(tmp_path: Path, name: str, rl: dict, lora_rank: int):

@@ -81,7 +81,8 @@ def test_prompt_totals_add_across_ranks_and_attach_intervals():
     one prompt: [0.5, 0.5]. The overall is (single_object + 0.5) / 2: [0.25, 0.75]."""
     tasks_of = ["single_object", "single_object", "counting"]
     scored = [(0, 1.0, 1.0), (1, 0.0, 0.5), (2, 1.0, 1.0), (0, 1.0, 1.0), (1, 0.0, 0.5), (2, 0.0, 0.0)]
-    ranks = [(Totals(), PromptTotals.empty(3)), (Totals(), PromptTotals.empty(3))]
+    groups = ("single_object", "counting")
+    ranks = [(Totals.empty(groups), PromptTotals.empty(3)), (Totals.empty(groups), PromptTotals.empty(3))]
     for number, (prompt, score, partial) in enumerate(scored):
         totals, prompts = ranks[number % 2]
         totals.add(tasks_of[prompt], score, partial)

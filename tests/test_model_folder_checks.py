@@ -129,7 +129,7 @@ def test_eval_of_a_hostile_folder_exits_2_with_one_line(nano, tmp_path, capsys):
     folder = shutil.copytree(nano, tmp_path / "pipe")
     _edit(folder / "transformer/config.json", hidden_size=16384, num_hidden_layers=48)
     with pytest.raises(SystemExit) as info:
-        cli.app(["eval", str(folder), "--out", str(tmp_path / "eval"), "--device", "cpu"])
+        cli.app(["eval", str(folder), "--suite", "shapes", "--out", str(tmp_path / "eval"), "--device", "cpu"])
     err = capsys.readouterr().err
     assert info.value.code == 2
     assert "transformer/config.json" in err and "builds embed_tokens.weight as (261, 16384)" in err

@@ -300,6 +300,7 @@ def _run_with_eval_curve(tmp_path: Path, seeds: int) -> Path:
     `cosmos-rl eval RUN_DIR` measured with `seeds` seeds."""
     from cosmos_rl.config import load
     from cosmos_rl.evaluation.prompts import eval_captions
+    from cosmos_rl.suites import registry as suites
 
     run = tmp_path / "run"
     (run / "eval").mkdir(parents=True)
@@ -307,7 +308,7 @@ def _run_with_eval_curve(tmp_path: Path, seeds: int) -> Path:
     (run / "manifest.toml").write_text(load.to_toml(config))
     write_rows(run / "metrics.jsonl", [{"step": s, "train/reward_mean": 0.1 * s, **({"eval/score": 0.3 + 0.01 * s} if s % 10 == 0 else {})}
                                        for s in range(1, 21)])  # fmt: skip
-    captions, described = eval_captions(None, 8, False)
+    captions, described = eval_captions(None, 8, suites.get("shapes"))
     (run / "eval" / "eval.json").write_text(json.dumps({
         "kind": "run", "step": 20, "reward": "shapes_strict", "prompts": described, "n_prompts": len(captions),
         "seeds": list(range(seeds)), "image_size": 32, "sampler": {"steps": 8, "shift": 3.0, "guidance": 1.0},

@@ -20,7 +20,7 @@ def _holder(run_dir: Path) -> subprocess.Popen:
     """Another process holding the lock, as a running `cosmos-rl train` would."""
     code = (
         "import sys, time\n"
-        "from cosmos_rl import run_lock\n"
+        "from cosmos_rl.core import run_lock\n"
         f"run_lock.acquire({str(run_dir)!r}, 'cosmos-rl train other.toml')\n"
         "print('HELD', flush=True)\n"
         "time.sleep(60)\n"
@@ -69,7 +69,7 @@ def test_a_child_started_with_die_with_parent_stops_when_its_parent_is_killed(tm
     child.write_text(f"import os, time\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)\n")
     parent = (
         "import subprocess, sys, time\n"
-        "from cosmos_rl import run_lock\n"
+        "from cosmos_rl.core import run_lock\n"
         f"subprocess.Popen([sys.executable, {str(child)!r}], preexec_fn=run_lock.die_with_parent)\n"
         "time.sleep(60)\n"
     )
