@@ -23,7 +23,7 @@ def test_a_message_without_a_traceback_keeps_its_first_line():
 
 
 _CONNECT = (
-    "from cosmos_rl.config import schema\n"
+    "from cosmos_rl.core import schema\n"
     "from cosmos_rl.dist.ray_group import RayCluster\n"
     "cluster = RayCluster(schema.GridConfig(backend='ray'))\n"
     "try:\n    cluster.connect()\nexcept Exception as exc:\n    print('REFUSED', exc)\n"

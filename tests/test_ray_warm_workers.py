@@ -54,7 +54,7 @@ def test_the_preload_covers_everything_the_coldstart_bench_stages():
 _PLACED_ON_A_PRESTARTED_WORKER = textwrap.dedent(
     """
     import json, os
-    from cosmos_rl.config import schema
+    from cosmos_rl.core import schema
     from cosmos_rl.dist import ray_group
     from cosmos_rl.dist.ray_head import session_pids
 

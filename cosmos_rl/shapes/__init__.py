@@ -19,7 +19,7 @@ finder (`analyse`), the verdict (`verifier`) and prompts by task (`tasks`: the s
 the task-balanced draw, per-task means).
 
 The shipped `shapes` model preset builds on `cosmos_rl.models` and is not imported here:
-`cosmos_rl.suites.shapes_preset` (architecture and loader), `cosmos_rl.suites.shapes_held_out`
+`cosmos_rl.models.shapes_preset` (architecture and loader), `cosmos_rl.models.shapes_held_out`
 (its held-out scorer) and `cosmos_rl.commands.base_build` (`python -m cosmos_rl.commands.base_build
 build`, the SFT command that makes it).
 """
