@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from cosmos_rl.commands.progress import CommandProgress
 from cosmos_rl.commands.options import bind_host, finite_float, out_path
 from cosmos_rl.core.errors import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE, UserError
 
@@ -262,52 +263,6 @@ def warn(line: str) -> None:
     err.print(line, markup=False, highlight=False)
 
 
-PROGRESS_EVERY_S = 30.0  # a long command's log gets a progress line at least this often, as training's does
-
-
-class _CommandProgress:
-    """Progress of a long command (eval, pairs mine) on stderr, so `--json` keeps stdout to itself:
-    a transient rich bar on a terminal; in a log (not a terminal) a plain line at the first and the
-    last count of each phase and whenever PROGRESS_EVERY_S seconds passed, with the count, the time
-    the phase took so far and its ETA. Call it as `progress(what, done, total)`."""
-
-    def __init__(self, command: str, unit: str):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        self.command, self.unit = command, unit
-        columns = (TextColumn(f"{command} {{task.description}}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit), TimeRemainingColumn())
-        self._bar = Progress(*columns, console=err, transient=True, disable=not err.is_terminal)
-        self._task = None
-        self._what: str | None = None
-        self._began = self._last = 0.0
-
-    def __enter__(self) -> "_CommandProgress":
-        self._bar.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._bar.__exit__(*exc)
-
-    def __call__(self, what: str, done: int, total: int) -> None:
-        from cosmos_rl.commands.run_summary import clock
-
-        now = time.monotonic()
-        if what != self._what:  # a new phase (the checkpoint, then its base): its own count and clock
-            self._what, self._began, self._last = what, now, now
-            self._task = self._bar.add_task(what, total=total)
-            first = True
-        else:
-            first = False
-        self._bar.update(self._task, completed=done, total=total)
-        if err.is_terminal or not (first or done >= total or now - self._last >= PROGRESS_EVERY_S):
-            return
-        self._last = now
-        elapsed = now - self._began
-        eta = clock(elapsed / done * (total - done)) if done else "?"
-        label = f"{what}: " if what else ""
-        err.print(f"{self.command}: {label}{done} of {total} {self.unit} ({clock(elapsed)} so far, eta {eta})", markup=False, highlight=False)
-
-
 def _check_device(device: str) -> None:
     if device not in ("auto", "cpu", "cuda"):
         _fail(UserError(f"--device: {device!r} is not one of auto, cpu, cuda"))
@@ -370,7 +325,7 @@ def evaluate(
     notes: list[str] = []
     started = time.monotonic()
     try:
-        with _CommandProgress("eval", "images") as progress:
+        with CommandProgress("eval", "images") as progress:
             result = run_eval(
                 target, prompts=prompts, seeds=seeds, per_task=per_task, reward=reward, batch_size=batch_size,
                 image_size=image_size, out_dir=out_path(out_dir), device=device, warn=warn, sample_steps=sample_steps, guidance=guidance,
@@ -496,7 +451,7 @@ def pairs_mine(
     _check_device(device)
     started = time.monotonic()
     try:
-        with _CommandProgress("mining", "prompt rows") as rows:
+        with CommandProgress("mining", "prompt rows") as rows:
             summary = run_mine(
                 target, reward=reward, prompts=prompts, samples=samples, out_dir=out_path(out_dir), seed=seed,
                 batch_size=batch_size, per_shard=per_shard, device=device, warn=warn, sample_steps=sample_steps, guidance=guidance, step=step,

@@ -14,13 +14,13 @@ algorithm") lists the files a new entry needs.
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Any, Callable, Literal
 
 import attrs
 
 from cosmos_rl.core import schema
+from cosmos_rl.core.imports import load_attr
 
 # "ranks": every rank runs the step loop (torchrun workers, or Ray actors); any world size.
 # "driver": a Ray driver runs the loop and calls every actor (rollouts need the reward services it starts).
@@ -87,14 +87,6 @@ class Algorithm:
 
     def trained_part(self, rl) -> str:
         return getattr(rl, self.part_field) if self.part_field else "transformer"
-
-
-def load_attr(spec: str) -> Any:
-    module, _, attr = spec.partition(":")
-    obj: Any = importlib.import_module(module)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 _REGISTRY: dict[str, Algorithm] = {}

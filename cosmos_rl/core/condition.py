@@ -22,10 +22,10 @@ written over the noise, given no timestep, never predicted and never in any loss
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any
 
+from cosmos_rl.core.imports import load_attr
 from cosmos_rl.core.media import MediaSpec, latent_frames
 
 # Sources that are no suite: a prompt row's image file, a training sample's own frames, nothing.
@@ -67,7 +67,7 @@ def kind_named(name: str) -> ConditionKind:
     if not sep or not module or not attr:
         raise UnknownCondition(f"one of {', '.join(BUILT_IN)}, or an import string package.module:ENTRY")
     try:
-        entry = getattr(importlib.import_module(module), attr)
+        entry = load_attr(name)
     except (ImportError, AttributeError) as exc:
         raise UnknownCondition(f"cannot import it ({type(exc).__name__}: {exc})") from None
     if not isinstance(entry, ConditionKind):

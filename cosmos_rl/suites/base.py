@@ -27,26 +27,17 @@ docs/architecture.md ("Adding a suite") lists the files one needs.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from typing import Any, Literal, TypeVar
 
 import attrs
 
 from cosmos_rl.core.media import MediaSpec
+from cosmos_rl.core.imports import load_attr
 
 # Code a suite runs: a "module:attr" import string, or (outside the package) the object itself.
 Code = Any
 T = TypeVar("T")
-
-
-def load_attr(spec: str) -> Any:
-    """The object a "module:attr.sub" import string names."""
-    module, _, attr = spec.partition(":")
-    obj: Any = importlib.import_module(module)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 def spread(values: Sequence[T], k: int) -> list[T]:

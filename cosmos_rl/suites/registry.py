@@ -19,7 +19,8 @@ from collections.abc import Sequence
 
 import attrs
 
-from cosmos_rl.suites.base import Suite, load_attr
+from cosmos_rl.core.imports import load_attr
+from cosmos_rl.suites.base import Suite
 
 # The suites this package ships, by name (docs/eval.md documents them; others are the user's own).
 BUILT_IN: dict[str, str] = {
