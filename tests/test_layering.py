@@ -33,7 +33,7 @@ LAYERS = [
     ("models", "models/"),
     ("rewards", "rewards/"),
     ("suites", "suites/"),
-    ("shapes", "shapes/"),
+    ("worlds", "shapes/ pusht/"),
     ("data", "data/"),
     ("checkpoint", "checkpoint/"),
     ("dist", "dist/"),
@@ -331,7 +331,7 @@ def test_the_checker_sees_a_string_naming_a_moved_module(tmp_path):
 
 @pytest.mark.parametrize("module, layer", [
     ("cosmos_rl.core.schema", "core"), ("cosmos_rl.config.preflight", "config"), ("cosmos_rl.planning.run_dir", "planning"),
-    ("cosmos_rl.core.run_lock", "core"), ("cosmos_rl.shapes.verifier", "shapes"), ("cosmos_rl.models.shapes_preset", "models"),
+    ("cosmos_rl.core.run_lock", "core"), ("cosmos_rl.shapes.verifier", "worlds"), ("cosmos_rl.models.shapes_preset", "models"),
     ("cosmos_rl", "core"), ("cosmos_rl.cli", "cli"), ("cosmos_rl.newthing", None),
 ])  # fmt: skip
 def test_a_module_belongs_to_its_most_specific_entry(module, layer):
