@@ -48,6 +48,33 @@ def flow_matching_loss(
     return squared[mask].mean()
 
 
+def action_flow_loss(
+    v_pred: torch.Tensor, a0: torch.Tensor, eps: torch.Tensor, clean_rows: list[int], widths: list[int]
+) -> torch.Tensor:
+    """Flow matching on action rows (the world model's generated actions): the mean squared error
+    between the predicted velocity and eps - a0 (all [B, rows, action_dim]) over each sample's
+    noisy rows (from `clean_rows[b]` on) and its embodiment's `widths[b]` raw columns; clean rows
+    (given actions) and the zero padding columns are in no loss.
+
+        one sample, rows 2, action_dim 3, width 2, clean_rows 1: a0 = 0, eps = [[9, 9, 9], [1, 2, 9]],
+        v_pred = [[0, 0, 0], [0, 0, 0]] -> only row 1's first two columns count: (1 + 4) / 2 = 2.5.
+    """
+    if not v_pred.shape == a0.shape == eps.shape or v_pred.dim() != 3:
+        raise ValueError(f"action rows must be [B, rows, action_dim] alike: v_pred {tuple(v_pred.shape)}, a0 {tuple(a0.shape)}, eps {tuple(eps.shape)}")
+    batch, rows, columns = v_pred.shape
+    if len(clean_rows) != batch or len(widths) != batch:
+        raise ValueError(f"one clean-row count and width per sample: {clean_rows}, {widths} for a batch of {batch}")
+    row_index = torch.arange(rows, device=v_pred.device)[None, :, None]
+    column_index = torch.arange(columns, device=v_pred.device)[None, None, :]
+    clean = torch.tensor(clean_rows, device=v_pred.device)[:, None, None]
+    width = torch.tensor(widths, device=v_pred.device)[:, None, None]
+    mask = (row_index >= clean) & (column_index < width)
+    if not bool(mask.any()):
+        raise ValueError("no action row is noisy: every row is given (forward dynamics trains no action loss)")
+    squared = (v_pred.float() - (eps - a0).float()) ** 2
+    return squared[mask.expand_as(squared)].mean()
+
+
 def reconstruction_loss(decoded: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Mean squared error of a reconstruction, both in the VAE's [-1, 1] pixel range."""
     if decoded.shape != target.shape:

@@ -71,6 +71,8 @@ class ConditionConfig:
         "none",
         "What every sample is given clean (core/condition.py): `none` (text to image or video), `first_frame` (image to "
         "video: frame 0 given, its latent frame held clean in rollouts, training and evaluation and left out of every loss), "
+        "the world model's action modes over `[model.action]` (`forward_dynamics`: frame 0 and the actions given; `policy`: "
+        "frame 0 given, frames and actions generated; `inverse_dynamics`: every frame given, actions generated), "
         "or an import string `package.module:ENTRY` naming a condition defined outside the package (docs/architecture.md, "
         "\"Adding a condition\").",
     )
@@ -86,6 +88,28 @@ class ConditionConfig:
         "The share of training samples conditioned, in [0, 1]: SFT draws it per clip (0.5 trains one model for text to "
         "video and image to video); online runs condition every rollout (1).",
     )
+
+
+@frozen
+class ActionConfig:
+    embodiment: str = knob(
+        "",
+        "The robot whose actions the world model's action modes read and write (core/actions.py): `pusht` (2 wide: the "
+        "agent's target position), `bridge_orig_lerobot`, `droid_lerobot`, ... (Cosmos3's embodiments; each has its action "
+        "projections and raw width). Required with an action-mode `model.condition.kind`; empty otherwise.",
+    )
+    view_point: str = knob(
+        "ego_view",
+        "The camera view the structured caption names: `ego_view`, `third_person_view`, `wrist_view`, `concat_view`, or "
+        "empty for no framing sentence.",
+    )
+    offset: list[float] = knob(
+        attrs.Factory(list),
+        "Per raw action column, subtracted before `scale` divides: the model's row is (raw - offset) / scale (Push-T: "
+        "[256, 256], its [0, 512] positions onto [-1, 1]). Empty with `scale` empty: raw actions are the rows, as the stock "
+        "pipeline feeds them.",
+    )
+    scale: list[float] = knob(attrs.Factory(list), "Per raw action column, the divisor after `offset` (Push-T: [256, 256]); no zero entry.")
 
 
 @frozen
@@ -117,6 +141,7 @@ class ModelConfig:
         24.0, "Frame rate of a video sample: the prompt's duration sentence and the model's time positions (unused for images)."
     )
     condition: ConditionConfig = section(ConditionConfig, "What every sample is given clean: nothing (text to media) or its first frame (image to video), and from where (docs/video.md).")
+    action: ActionConfig = section(ActionConfig, "The world model's action rows (an action-mode `model.condition.kind`): embodiment, caption view, normalisation (docs/world.md).")
     gradient_checkpointing: bool = knob(False, "Recompute decoder activations in backward to save memory.")
     lora: LoraConfig = section(LoraConfig, "Policy adapter; rank 0 means full fine-tuning.")
     config: ModelInnerConfig = section(ModelInnerConfig, "Model-parallel layout.")
@@ -205,6 +230,13 @@ class CaptionDataConfig:
         "webdataset tar shards of image-caption samples (one `png`/`jpg`/`jpeg`/`webp` image, the caption in `txt` or in `json` as `caption` or `prompt`; a video run: one `mp4` clip instead of the image, docs/video.md); entries may be brace patterns.",
     )
     jsonl: str = knob("", "Image-caption JSONL: rows `{\"image\": path, \"caption\": text}` (`prompt` is read for `caption`; optional `id`; a video run: `\"video\": path` to an mp4 clip instead of `image`); paths relative to the file.")
+    lerobot: str = knob(
+        "",
+        "A LeRobot-format dataset folder (`meta/info.json`, parquet tables, mp4 videos; docs/world.md): every window of "
+        "model.num_frames frames of every episode, with its model.num_frames - 1 actions and the episode's task as the "
+        "description, for an action-mode `model.condition.kind` (the world model).",
+    )
+    camera: str = knob("", "`lerobot`: the video key the frames are read from (e.g. `observation.image`); empty = the dataset's only one.")
     shuffle: bool = knob(True, "Shuffle sample order each epoch (seeded from job.seed).")
 
 
@@ -280,6 +312,12 @@ LATER_KNOB_DEFAULTS: dict[str, object] = {
     "rl.rewards[].frame_reduce": "mean",
     "rl.rewards[].frame_stride": 1,
     "rl.eval.suite": "",
+    "model.action.embodiment": "",
+    "model.action.view_point": "ego_view",
+    "model.action.offset": [],
+    "model.action.scale": [],
+    "rl.data.lerobot": "",
+    "rl.data.camera": "",
 }
 
 # Fields that may change on an exact resume without changing what the run computes.

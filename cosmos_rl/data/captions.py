@@ -43,6 +43,7 @@ class CaptionSample:
     id: str
     caption: str
     image: torch.Tensor  # [3, H, W] in [0, 1]; a clip (media.frames > 1): [3, F, H, W]
+    actions: torch.Tensor | None = None  # an episode window's raw actions [F - 1, width] (data/episode_windows.py)
 
 
 def _as_sample(clip: torch.Tensor) -> torch.Tensor:

@@ -49,6 +49,7 @@ import torch
 from cosmos_rl.core import schema
 from cosmos_rl.dist.world import process_group_active
 from cosmos_rl.core.errors import UserError
+from cosmos_rl.core.condition import kind_named
 from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.models import lora, text_kv
 from cosmos_rl.models.base_checkpoint import load_base_weights, resolve_init_from
@@ -107,7 +108,10 @@ def _init_cache_dir(config: schema.RunConfig) -> Path:
 
 def builds_heads(config: schema.RunConfig) -> bool:
     """Video NFT builds a folder's sound and action heads (present, unused), so that its empty
-    rl.init_keys_to_skip_loading loads the whole base; every other run builds without them."""
+    rl.init_keys_to_skip_loading loads the whole base, and an action-mode run (the world model)
+    builds them to use the action heads; every other run builds without them."""
+    if kind_named(config.model.condition.kind).action_mode:
+        return True
     return isinstance(config.rl, schema.NFTConfig) and MediaSpec.from_model_config(config.model).is_video
 
 

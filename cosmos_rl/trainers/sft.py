@@ -30,13 +30,16 @@ import time
 import torch
 import torch.distributed as dist
 
-from cosmos_rl.algorithms.sft import flow_matching_loss, psnr_db, reconstruction_loss, weighted_reconstruction_loss
+from cosmos_rl.algorithms.sft import action_flow_loss, flow_matching_loss, psnr_db, reconstruction_loss, weighted_reconstruction_loss
 from cosmos_rl.core import schema
 from cosmos_rl.data.captions import caption_source
 from cosmos_rl.data.cursor import PairCursor
 from cosmos_rl.core.flow import noisy_latents
 from cosmos_rl.core.condition import Condition
+from cosmos_rl.core.errors import UserError
 from cosmos_rl.core.media import MediaSpec, frame_timing
+from cosmos_rl.data.episode_windows import lerobot_windows
+from cosmos_rl.models.actions import ActionLayout, action_prompt_ids, hold_rows, model_rows
 from cosmos_rl.models.packing import velocity
 from cosmos_rl.models.setup import TrainableModel, build_trainable, load_base, optimizer_step
 from cosmos_rl.models.text import model_prompt_ids
@@ -54,12 +57,15 @@ class SFTTrainer(SPMDTrainer):
         if not isinstance(config.rl, schema.SFTConfig):
             raise TypeError("SFTTrainer needs an SFT config")
         device = self.device
-        self.source = caption_source(self.rl.data.shards, self.rl.data.jsonl, self.media)
+        self.condition = Condition.from_model_config(config.model)
+        if self.rl.data.lerobot:  # episode windows with their actions: the world model's teacher forcing
+            self.source = lerobot_windows(self.rl.data.lerobot, self.rl.data.camera, self.media, self.condition.action.width)
+        else:
+            self.source = caption_source(self.rl.data.shards, self.rl.data.jsonl, self.media)
         self.cursor = PairCursor(
             len(self.source), self.rl.samples_per_step, config.job.seed, self.world, self.rank, shuffle=self.rl.data.shuffle
         )
         self.train_vae = self.rl.train == "vae"
-        self.condition = Condition.from_model_config(config.model)
         if self.train_vae:
             self.parts = load_base(config)
             self.parts.transformer.requires_grad_(False)
@@ -69,8 +75,14 @@ class SFTTrainer(SPMDTrainer):
             self.model = build_trainable(config, device, with_reference=False)
             self.parts = self.model.parts
             self.module = self.model.state_module()
+        if self.condition.has_actions:  # the folder's transformer must carry action heads that fit the embodiment
+            try:
+                ActionLayout.of(self.condition.action, 1).check(self.parts.transformer.config)
+            except ValueError as exc:
+                raise UserError(f"model.path: {exc}; use a Cosmos3 folder built with action_gen = true (Cosmos3-Nano has them)") from None
         self.lora = self.model is not None and self.model.lora
         self._ids: dict[str, torch.Tensor] = {}
+        self._action_ids: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         if self.rl.eval.every:  # [rl.eval]: held-out prompts sampled with the current weights and scored (eval/ metrics)
             from cosmos_rl.evaluation.evaluator import Evaluator
 
@@ -98,9 +110,51 @@ class SFTTrainer(SPMDTrainer):
             self._ids.setdefault("", uncond[0].to(self.device))
         return ids
 
-    def _images(self) -> tuple[torch.Tensor, list[str]]:
+    def action_prompt_ids(self, caption: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cond, uncond) ids of an action run's structured caption of `caption` (the pipeline's)."""
+        if caption not in self._action_ids:
+            cond, uncond = action_prompt_ids(self.parts.tokenizer, self.parts.prompt_template, [caption], self.condition.action, self.media)
+            self._action_ids[caption] = (cond[0].to(self.device), uncond[0].to(self.device))
+        return self._action_ids[caption]
+
+    def _images(self) -> tuple[torch.Tensor, list[str], torch.Tensor | None]:
         samples = [self.source[i] for i in self.cursor.next_batch()]
-        return torch.stack([s.image for s in samples]).to(self.device), [s.caption for s in samples]
+        actions = torch.stack([s.actions for s in samples]).to(self.device) if self.condition.has_actions else None
+        return torch.stack([s.image for s in samples]).to(self.device), [s.caption for s in samples], actions
+
+    def _world_loss(self, pixels: torch.Tensor, captions: list[str], raw: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """Flow matching of an action mode (the world model): the given latent frames and action
+        rows are held clean and left out of the loss; the generated ones (frames after frame 0
+        unless inverse dynamics; the action rows unless forward dynamics) are noised at the
+        sample's time t and trained toward eps - x0. The loss is the frames' mean plus the
+        actions' mean (each over its generated elements; a term a mode does not generate is absent)."""
+        spec = self.condition.action
+        with torch.no_grad():
+            x0 = encode_pixels(self.parts.vae, self.media, pixels)
+        batch = x0.shape[0]
+        generator = torch.Generator().manual_seed(derive_seed("sft", self.config.job.seed, self.step, self.rank))
+        eps = torch.randn(x0.shape, generator=generator).to(self.device)
+        t = torch.rand(batch, generator=generator).to(self.device)
+        dropped = (torch.rand(batch, generator=generator) < self.rl.caption_dropout).tolist()
+        layout = ActionLayout.of(spec, batch)
+        a0 = model_rows(spec, raw.float(), int(self.parts.transformer.config.action_dim))
+        eps_a = torch.randn(a0.shape, generator=generator).to(self.device)
+        ids = [self.action_prompt_ids(c)[1 if drop else 0] for c, drop in zip(captions, dropped)]
+        timing = frame_timing(self.media, self.parts.vae.config)
+        clean = spec.clean_frames(timing.get("temporal_factor", 1))
+        x_t = noisy_latents(x0, eps, t)
+        x_t[:, :, :clean] = x0[:, :, :clean]
+        a_t = hold_rows(noisy_latents(a0, eps_a, t), a0, layout)
+        v, v_actions = velocity(self.module, x_t, t, ids, clean_frames=[clean] * batch, actions=a_t, action_layout=layout, **timing)
+        terms: dict[str, torch.Tensor] = {}
+        if spec.generates_frames:
+            terms["frames_loss"] = flow_matching_loss(v, x0, eps, [clean] * batch)
+        if spec.generates_actions:
+            terms["actions_loss"] = action_flow_loss(v_actions, a0, eps_a, list(layout.clean_rows), list(layout.widths))
+        loss = sum(terms.values())
+        extra = {name: float(value.detach()) for name, value in terms.items()}
+        extra["caption_dropped"] = sum(dropped) / batch
+        return loss, extra
 
     def _flow_loss(self, pixels: torch.Tensor, captions: list[str]) -> tuple[torch.Tensor, dict[str, float]]:
         with torch.no_grad():
@@ -150,9 +204,14 @@ class SFTTrainer(SPMDTrainer):
         """Optimizer step `step` (= self.step + 1); returns the rank-averaged train/ metrics."""
         self._next(step)
         started = time.perf_counter()
-        images, captions = self._images()
+        images, captions, actions = self._images()
         self.optimizer.zero_grad(set_to_none=True)
-        loss, extra = self._vae_loss(images) if self.train_vae else self._flow_loss(images, captions)
+        if self.train_vae:
+            loss, extra = self._vae_loss(images)
+        elif actions is not None:
+            loss, extra = self._world_loss(images, captions, actions)
+        else:
+            loss, extra = self._flow_loss(images, captions)
         loss.backward()
         if self.train_vae and self.distributed:  # the VAE is replicated, not FSDP-sharded
             self._grads_mean()

@@ -9,12 +9,14 @@ frames themselves (present, decodable, the clip's size) are `validate --data`'s 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from cosmos_rl.config import algorithms
 from cosmos_rl.config.preflight.rewards import owner
 from cosmos_rl.config.preflight.rules import Rules
 from cosmos_rl.core import schema
+from cosmos_rl.core.actions import EMBODIMENT_WIDTHS, VIEW_POINTS
 from cosmos_rl.core.condition import FILE_SOURCES, UnknownCondition, kind_named
 from cosmos_rl.suites import registry as suites
 
@@ -43,8 +45,9 @@ def condition_rules(c: schema.RunConfig, r: Rules) -> None:
     try:
         kind = kind_named(table.kind)
     except UnknownCondition as exc:
-        r.error("model.condition.kind", f"unknown condition: {exc}", table.kind, 'use "none" or "first_frame"')
+        r.error("model.condition.kind", f"unknown condition: {exc}", table.kind, 'use "none", "first_frame" or an action mode ("forward_dynamics", "policy", "inverse_dynamics")')
         return
+    action_rules(c, kind, r)
     if not 0 <= table.probability <= 1:
         r.error("model.condition.probability", "must be in [0, 1]", table.probability, "use e.g. 0.5 (half the clips train image-to-video)")
     if not kind.given_frames:
@@ -60,7 +63,7 @@ def condition_rules(c: schema.RunConfig, r: Rules) -> None:
         r.error("model.condition.kind", "conditions a clip's leading frames, and this run makes images", table.kind,
                 'remove [model.condition], or make video: model.num_frames = 4k + 1 above 1 (rl.modality = "video" for NFT)')
         return
-    if kind.given_frames >= frames:
+    if kind.given_frames >= frames and not kind.every_frame:
         r.error("model.condition.kind", f"gives {kind.given_frames} frames, nothing left to generate of {frames}", table.kind,
                 f"raise model.num_frames above {kind.given_frames}")
     taken = entry.conditioned_from
@@ -100,6 +103,51 @@ def condition_rules(c: schema.RunConfig, r: Rules) -> None:
             r.error("model.condition.source", "renders the suite's ground truth of each caption, and the built-in prompts "
                     "are image captions, not the suite's captions", "(built-in prompts)",
                     f"set rl.prompts.file, e.g. shapes_video_train.txt ({suite.prompt_source or 'prompts of the suite'})")  # fmt: skip
+
+
+def action_rules(c: schema.RunConfig, kind, r: Rules) -> None:
+    """The world model's action modes: `[model.action]` names an embodiment exactly when the kind is
+    an action mode, its normalisation fits the embodiment's width, and (this release) SFT trains it
+    on every window of a LeRobot dataset."""
+    a, rl = c.model.action, c.rl
+    lerobot = getattr(getattr(rl, "data", None), "lerobot", "")
+    if not kind.action_mode:
+        if a.embodiment or a.offset or a.scale:
+            r.error("model.action", "describes the action rows of an action-mode condition, and model.condition.kind is "
+                    f"{kind.name!r}", a.embodiment or "(offset/scale)", 'remove [model.action], or set model.condition.kind = "forward_dynamics"')
+        if lerobot:
+            r.error("rl.data.lerobot", "gives episodes with actions, which only an action-mode condition trains on", lerobot,
+                    'set [model.condition] kind = "forward_dynamics" (or "policy", "inverse_dynamics"), source = "data"')
+        return
+    if a.embodiment not in EMBODIMENT_WIDTHS:
+        r.error("model.action.embodiment", f"{kind.name} reads and writes one embodiment's action rows", a.embodiment or "(empty)",
+                f"set it to one of {', '.join(sorted(EMBODIMENT_WIDTHS))}")
+    else:
+        width = EMBODIMENT_WIDTHS[a.embodiment]
+        if bool(a.offset) != bool(a.scale):
+            r.error("model.action.offset", "and model.action.scale come together (the row is (raw - offset) / scale)",
+                    a.offset or a.scale, "give both, or neither")
+        for key, values in (("offset", a.offset), ("scale", a.scale)):
+            if values and (len(values) != width or not all(math.isfinite(float(v)) for v in values)):
+                r.error(f"model.action.{key}", f"needs {width} finite numbers, one per {a.embodiment} action column", values,
+                        f"give {width} numbers")
+        if a.scale and any(float(v) == 0.0 for v in a.scale):
+            r.error("model.action.scale", "divides the actions: no entry may be 0", a.scale, "use e.g. 256 per Push-T column")
+    if a.view_point and a.view_point not in VIEW_POINTS:
+        r.error("model.action.view_point", "names no camera view of the structured caption", a.view_point,
+                f"use one of {', '.join(VIEW_POINTS)}, or \"\" for none")
+    if not isinstance(rl, schema.SFTConfig):
+        r.error("model.condition.kind", f"{kind.name} trains with rl.algorithm = \"sft\" in this release", kind.name,
+                "train the world model with sft on a LeRobot dataset (rl.data.lerobot)")
+        return
+    if not lerobot:
+        r.error("rl.data.lerobot", f"{kind.name} trains on episodes (frames with their actions)", "(empty)",
+                "set rl.data.lerobot to a LeRobot-format dataset folder")
+    if c.model.condition.probability != 1.0:
+        r.error("model.condition.probability", f"{kind.name} trains every window under its mode", c.model.condition.probability, "remove it (1)")
+    if rl.eval.every:
+        r.error("rl.eval.every", f"evaluates held-out prompts, and a {kind.name} run has episodes, not prompts, in this release",
+                rl.eval.every, "set rl.eval.every = 0")
 
 
 def _frame_suites() -> list[str]:

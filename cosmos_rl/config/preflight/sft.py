@@ -23,10 +23,15 @@ def sft_rules(c: schema.RunConfig, rl: schema.SFTConfig, r: Rules) -> None:
         r.error("rl.caption_dropout", "must be in [0, 1)", rl.caption_dropout, "use e.g. 0.1 (0 trains no unconditional prompt)")
     vae_stage_rules(c, rl, r)
     data = rl.data
-    if not data.shards and not data.jsonl:
-        r.error("rl.data", "no image-caption data source", "", "set rl.data.shards or rl.data.jsonl")
-    elif data.shards and data.jsonl:
-        r.error("rl.data", "more than one data source", ["jsonl", "shards"], "keep exactly one of rl.data.jsonl and rl.data.shards")
+    used = [name for name in ("jsonl", "shards", "lerobot") if getattr(data, name)]
+    if not used:
+        r.error("rl.data", "no image-caption data source", "", "set rl.data.shards or rl.data.jsonl (rl.data.lerobot for the world model)")
+    elif len(used) > 1:
+        r.error("rl.data", "more than one data source", used, "keep exactly one of rl.data.jsonl, rl.data.shards and rl.data.lerobot")
+    if data.camera and not data.lerobot:
+        r.error("rl.data.camera", "names a LeRobot dataset's video key, and no rl.data.lerobot is set", data.camera, "remove it, or set rl.data.lerobot")
+    if data.lerobot:
+        r.local_path("rl.data.lerobot", data.lerobot, kind="dir")
     if data.jsonl:
         r.local_path("rl.data.jsonl", data.jsonl, kind="file")
     for i, shard in enumerate(data.shards):
