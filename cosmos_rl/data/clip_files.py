@@ -6,7 +6,7 @@ chroma subsampling, so odd sides are fine). One thread and FFmpeg's ``bitexact``
 frames give the same bytes for one PyAV build.
 
 Decoding (:func:`read_clip`, and :func:`check_clip` for ``validate``, which decodes the same way and
-keeps nothing) reads any codec FFmpeg decodes from an mp4/mov container, but trusts none of its
+keeps nothing; :func:`read_clip_span` for a span of a longer clip, as LeRobot datasets store episodes) reads any codec FFmpeg decodes from an mp4/mov container, but trusts none of its
 metadata for allocation. In this order, each refusal a ``UserError`` naming ``origin`` (the file and
 row, or the shard and key):
 
@@ -187,3 +187,59 @@ def check_clip(data: ClipData, frames: int, height: int, width: int, origin: str
     """Open and decode a clip as :func:`read_clip` does, keeping no pixels (`validate`'s check)."""
     for _ in _decoded_frames(data, frames, height, width, origin):
         pass
+
+
+def read_clip_span(data: ClipData, start: float, count: int, fps: float, height: int, width: int,
+                   origin: str) -> np.ndarray:
+    """The `count` frames shown from `start` seconds on, uint8 [count, height, width, 3], from a clip that
+    may hold more (LeRobot's video files: one episode per file in v2.1, many back to back in v3.0).
+
+    The same guards as :func:`read_clip` (one video stream, the declared size judged before decoding,
+    every frame clean, upright and of the expected size), but the clip's declared frame count is not
+    compared: a frame belongs to the span when its timestamp lies within half a frame (at `fps`) of
+    ``start + k / fps`` for k in ``0 .. count - 1``. The span must hold exactly `count` frames; decoding
+    starts at the keyframe before `start` (a seek) and stops at the span's end.
+    """
+    if not 1 <= count <= MAX_CLIP_FRAMES or height < 1 or width < 1 or not fps > 0 or not start >= 0:
+        raise ValueError(f"a span of {count} frames of {width}x{height} from {start}s at {fps} fps is out of range")
+    half = 0.5 / fps
+    end = start + count / fps - half  # the first timestamp past the span
+    out = np.empty((count, height, width, 3), dtype=np.uint8)
+    found = 0
+    with _open(data, origin) as container:
+        stream = _video_stream(container, origin)
+        declared_w, declared_h = stream.codec_context.width, stream.codec_context.height
+        if declared_w * declared_h > MAX_CLIP_PIXELS or (declared_h, declared_w) != (height, width):
+            raise UserError(f"{origin}: wrong video size: {declared_w}x{declared_h} (width x height), expected "
+                            f"{width}x{height} as the dataset declares; re-encode the video at {width}x{height}")
+        stream.codec_context.thread_count = 1
+        stream.codec_context.options = dict(_DECODER_LIMIT)
+        try:
+            if start > half and stream.time_base:
+                container.seek(int(start / stream.time_base), stream=stream, backward=True)
+            for frame in container.decode(stream):
+                when = frame.time
+                if when is None:
+                    raise UserError(f"{origin}: the video's frames carry no timestamps, so an episode's frames cannot be "
+                                    f"found in it; {FIX}")
+                if when < start - half:
+                    continue
+                if when >= end:
+                    break
+                found += 1
+                if found > count:
+                    break  # one too many: a video at a higher rate than the table's
+                if frame.is_corrupt:
+                    raise UserError(f"{origin}: cannot decode video: frame {found} of the span is damaged; {FIX}")
+                if (frame.height, frame.width) != (height, width) or frame.rotation:
+                    raise UserError(f"{origin}: frame {found} of the span is {frame.width}x{frame.height} rotated "
+                                    f"{frame.rotation or 0} degrees, expected {width}x{height} upright; {FIX}")
+                out[found - 1] = frame.to_ndarray(format="rgb24", src_color_range=frame.color_range)
+        except av.error.FFmpegError as exc:
+            raise UserError(f"{origin}: cannot decode video: damaged stream after {found} good frame(s) of the span "
+                            f"({_ffmpeg_text(exc)}); {FIX}") from exc
+    if found != count:
+        more = "at least " if found > count else ""
+        raise UserError(f"{origin}: the video holds {more}{found} frame(s) from {start:.3f}s to {start + count / fps:.3f}s "
+                        f"at {fps:g} fps, the table {count}; rewrite the episode so its video and table agree")
+    return out
