@@ -80,6 +80,12 @@ class SFTTrainer(SPMDTrainer):
                 ActionLayout.of(self.condition.action, 1).check(self.parts.transformer.config)
             except ValueError as exc:
                 raise UserError(f"model.path: {exc}; use a Cosmos3 folder built with action_gen = true (Cosmos3-Nano has them)") from None
+            # Heads no loss reaches stay frozen (no gradient, so no optimizer state for a resume to
+            # expect): the sound heads, and the action output projection when actions are only read.
+            unused = ("audio_",) if self.condition.action.generates_actions else ("audio_", "action_proj_out")
+            for name, parameter in self.module.named_parameters():
+                if name.startswith(unused):
+                    parameter.requires_grad_(False)
         self.lora = self.model is not None and self.model.lora
         self._ids: dict[str, torch.Tensor] = {}
         self._action_ids: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
