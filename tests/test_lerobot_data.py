@@ -4,7 +4,6 @@ so the tolerance is 0), a hand-written v2.1 folder read, and each hostile folder
 
 import json
 import os
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
