@@ -73,22 +73,28 @@ class LeRobotFolder:
         actions, states = self.rows(ref)
         height, width = self.meta.image_size
         origin = f"{shown(ref.video)} (episode {ref.index})"
-        with open_binary(ref.video, f"video of episode {ref.index}") as handle:
-            try:
+        try:
+            with open_binary(ref.video, "video") as handle:
                 frames = read_clip_span(handle, ref.start, ref.length, self.meta.fps, height, width, origin)
-            except DatasetError:
-                raise
-            except UserError as exc:  # the decoder's message already names the file and episode
-                text = str(exc).removeprefix(origin + ": ")
-                problem, _, fix = text.rpartition("; ")
-                raise DatasetError(origin, problem or text, fix or "re-encode the video") from None
+        except DatasetError as exc:
+            raise exc.of_episode(ref.index) from None
+        except UserError as exc:  # the decoder's `origin: problem; fix`, kept apart for check_dataset
+            text = str(exc).removeprefix(origin + ": ")
+            problem, _, fix = text.rpartition("; ")
+            raise DatasetError(shown(ref.video), problem or text, fix or "re-encode the video", ref.index) from None
         return Episode(index=ref.index, frames=frames, actions=actions, states=states, task=ref.task, fps=self.meta.fps)
 
     def rows(self, ref: EpisodeRef) -> tuple[np.ndarray, np.ndarray]:
         """(actions float32 [T, A], states float64 [T, S]) of an episode, every value checked."""
-        origin = f"{shown(ref.data)} (episode {ref.index})"
+        try:
+            return self._rows(ref)
+        except DatasetError as exc:
+            raise exc.of_episode(ref.index) from None
+
+    def _rows(self, ref: EpisodeRef) -> tuple[np.ndarray, np.ndarray]:
+        origin = shown(ref.data)
         columns = ["frame_index", ACTION_KEY] + ([self.meta.state_key] if self.meta.state_key else [])
-        table = read_rows(ref.data, f"data table of episode {ref.index}", columns, "episode_index", ref.index)
+        table = read_rows(ref.data, "data table", columns, "episode_index", ref.index)
         if table.num_rows != ref.length:
             raise DatasetError(origin, f"{table.num_rows} frame rows, the episode's metadata says {ref.length}")
         frame_index = _ints(table["frame_index"], origin, "frame_index")

@@ -40,9 +40,14 @@ REWRITE = "restore the file from the dataset's source or write the dataset again
 class DatasetError(UserError):
     """One problem of a dataset folder: `path: problem; fix` (the path names the file, and the episode)."""
 
-    def __init__(self, path: str, problem: str, fix: str = REWRITE):
-        self.path, self.problem, self.fix = path, problem, fix
-        super().__init__(f"{path}: {problem}; {fix}")
+    def __init__(self, path: str, problem: str, fix: str = REWRITE, episode: Optional[int] = None):
+        self.file, self.problem, self.fix, self.episode = path, problem, fix, episode
+        self.path = path if episode is None else f"{path} (episode {episode})"
+        super().__init__(f"{self.path}: {problem}; {fix}")
+
+    def of_episode(self, episode: int) -> "DatasetError":
+        """The same problem, naming the episode whose read found it."""
+        return self if self.episode is not None else DatasetError(self.file, self.problem, self.fix, episode)
 
 
 def shown(path) -> str:

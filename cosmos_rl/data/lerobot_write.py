@@ -84,6 +84,8 @@ def _check_episodes(episodes: list, fps: float, state_key: str) -> None:
                              f"{episode.states.shape[1]} differ from episode 0's")
         if abs(episode.fps - fps) > 1e-9:
             raise ValueError(f"episode {position} is at {episode.fps} fps, the dataset at {fps}")
+        if not (np.isfinite(episode.actions).all() and np.isfinite(episode.states).all()):
+            raise ValueError(f"episode {position} has non-finite actions or states; a dataset stores only finite values")
         if episode.length > MAX_CLIP_FRAMES:
             raise ValueError(f"episode {position} has {episode.length} frames, over MAX_CLIP_FRAMES = {MAX_CLIP_FRAMES}")
     if first.actions.shape[1] < 1:
@@ -138,7 +140,8 @@ def _write(root: Path, episodes: list, fps: float, robot_type: str, image_key: s
                 if own.ndim != 2 or len(own) != t:
                     raise ValueError(f"robot_state gave {own.shape} for episode {episode.index}, expected [{t}, S]")
                 rows[_ROBOT_STATE].append(own)
-            rows[state_key].append(episode.states.astype(np.float64))
+            if episode.states.shape[1]:  # a world that records no state has no state column
+                rows[state_key].append(episode.states.astype(np.float64))
             rows["timestamp"].append((frame / fps).astype(np.float32))
             rows["frame_index"].append(frame)
             rows["episode_index"].append(np.full(t, episode.index))
