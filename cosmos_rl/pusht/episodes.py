@@ -153,15 +153,18 @@ def random_actions(start: np.ndarray, steps: int, seed: int, *, every: int = 5) 
 
 
 def make_episode(index: int, start: np.ndarray, actions: np.ndarray, size: Size = NATIVE_SIZE, task: str = TASK) -> Episode:
-    """The episode of `len(actions)` frames from `start`: actions 0 .. T - 2 executed, frames rendered at `size`."""
+    """The episode of `len(actions)` frames from `start`: actions 0 .. T - 2 executed, frames rendered at `size`.
+    The actions are rounded to float32 (an episode's action dtype) before they run, so the stored
+    actions replay the stored states bit for bit."""
+    actions = np.asarray(actions, dtype=np.float32)
     sim = PushTSim(start)
     states = [sim.state()]
     for action in actions[:-1]:
-        sim.step(action)
+        sim.step(action.astype(np.float64))
         states.append(sim.state())
     states = np.stack(states)
     return Episode(
-        index=int(index), frames=render_states(states, size), actions=np.asarray(actions, dtype=np.float32),
+        index=int(index), frames=render_states(states, size), actions=actions,
         states=states, task=task, fps=FPS,
     )
 
