@@ -27,10 +27,11 @@ whole episode exactly (`sim.rollout`).
 units [0, 512] maps to [-1, 1] as (target - 256) / 256, both columns (the convention of
 tests/test_world_model_parity.py). `action_spec` builds that `ActionSpec`.
 
-Speed (measured on this project's 2-core CPU machine, one thread, 50 frames at 96 x 96): a planner
-episode takes about 0.7 s (8 candidates x 6 steps per 3 executed steps), a random one about 0.2 s
-(mostly drawing), so 100 episodes half and half take about 45 s. The planner raises coverage in
-about 6 starts of 10 within 50 frames (coverage 0.4-0.5 typical), and moves the block in all.
+Speed (this project's 2-core CPU machine, one thread, 50 frames at 96 x 96): a planner episode
+takes about 0.7 s (8 candidates x 6 steps per 3 executed steps), a random one about 0.2 s (mostly
+drawing); `make_episodes(100, seed, frames=50)` (half each) took 72 s with the machine shared
+(load ~5), about 45 s by the per-episode figures. The planner raises coverage in about 6 starts of
+10 within 50 frames (to 0.4-0.5 typically) and moves the block in all.
 """
 
 from __future__ import annotations

@@ -108,7 +108,7 @@ class ActionError:
     normalised: float  # mean L2 per row on the model's rows
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # holds an array: no field-wise ==
 class PolicyVerdict:
     states: np.ndarray  # float64 [chunk + 1, 10]: the executed states from the window's start
     coverage_start: float
