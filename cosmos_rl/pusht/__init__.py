@@ -1,3 +1,15 @@
 """The Push-T world: gym-pusht's simulator (pymunk physics) as the ground truth a world model's
 predicted futures are judged against. Cosmos3's `pusht` embodiment: one action row per frame, the
-agent's target position (2 wide)."""
+agent's target position (2 wide).
+
+- `sim`: `PushTSim` (set a 10-number state, step, coverage, frames and masks at any size),
+  `rollout`, `render_states`, `state_masks`, `world_to_pixel`, `STATE_FIELDS`;
+- `episodes`: planner and random-action episodes as `data.episodes.Episode` (`planner_episode`,
+  `random_episode`, `make_episodes`), the action normalisation (`action_spec`,
+  `normalise_actions`, `denormalise_actions`: (a - 256) / 256);
+- `verifier`: `verify_dynamics` (forward dynamics, continuation), `action_error` (inverse
+  dynamics), `verify_policy` (policy), `judge_frame`; its module docstring is the suite's API.
+
+Nothing is imported here: gym-pusht pulls in pygame, OpenCV and gymnasium, which only the modules
+that draw or step need.
+"""
