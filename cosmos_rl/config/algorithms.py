@@ -226,9 +226,9 @@ register(Algorithm(
     preflight="cosmos_rl.config.preflight.sft:sft_rules",
     plan_section="cosmos_rl.planning.plan:sft_section",
     checkpoint_contents="cosmos_rl.planning.plan:sft_contents",
-    data_check="cosmos_rl.data.scan:caption_data",
+    data_check="cosmos_rl.data.lerobot_check:sft_data",
     seed_keys=("data.shuffle",),
-    path_fields=("data.jsonl", "data.shards[]"),
+    path_fields=("data.jsonl", "data.shards[]", "data.lerobot"),
     part_field="train", video=True, image_count="samples",
     conditioned_from="data",  # T2V and I2V at once (model.condition.probability)
 ))  # fmt: skip

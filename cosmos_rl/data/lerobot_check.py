@@ -21,11 +21,14 @@ import stat
 from pathlib import Path
 from typing import Optional, Union
 
+from cosmos_rl.core import schema
+from cosmos_rl.core.actions import EMBODIMENT_WIDTHS
+from cosmos_rl.core.paths import resolve_path
 from cosmos_rl.core.problems import Problem
 from cosmos_rl.data.lerobot import LeRobotFolder, open_dataset
 from cosmos_rl.data.lerobot_files import DatasetError, shown
 from cosmos_rl.data.lerobot_meta import INFO_PATH
-from cosmos_rl.data.scan import MAX_LISTED, sample_rows
+from cosmos_rl.data.scan import MAX_LISTED, caption_data, run_media, sample_rows
 
 
 def check_dataset(root: Union[str, Path], *, action_width: int, chunk: int, fps: Optional[float] = None,
@@ -106,3 +109,32 @@ class _Found:
         if len(out) > MAX_LISTED:
             out = out[:MAX_LISTED] + [Problem(out[0].path, f"{len(out) - MAX_LISTED} more problem(s) not listed (the first {MAX_LISTED} are)")]
         return out
+
+
+def sft_data(config: schema.RunConfig, base: Path, full: bool) -> tuple[list[Problem], list[str]]:
+    """SFT's `validate --data`: its LeRobot episodes (the world model), or its image-caption source."""
+    if config.rl.data.lerobot:
+        return episode_data(config, base, full)
+    return caption_data(config, base, full)
+
+
+def episode_data(config: schema.RunConfig, base: Path, full: bool) -> tuple[list[Problem], list[str]]:
+    """`rl.data.lerobot`: the dataset for the run's embodiment, windows of model.num_frames at
+    model.fps, its frames at the run's size (the data is never resized)."""
+    data, model = config.rl.data, config.model
+    width = EMBODIMENT_WIDTHS.get(model.action.embodiment)
+    if width is None:  # preflight names the embodiment problem
+        return [], []
+    root = resolve_path(data.lerobot, base)
+    frames, height, size_w = run_media(config)
+    camera = data.camera or None
+    problems = check_dataset(root, action_width=width, chunk=frames - 1, fps=float(model.fps), sample=not full, image_key=camera)
+    try:
+        meta = open_dataset(root, image_key=camera).meta
+    except DatasetError:
+        return problems, []
+    if height and size_w and tuple(meta.image_size) != (height, size_w):
+        problems.append(Problem(f"rl.data.lerobot ({meta.image_key})", f"frames are {meta.image_size[0]}x{meta.image_size[1]}, the run makes {height}x{size_w}",
+                                fix=f"set model.height = {meta.image_size[0]}, model.width = {meta.image_size[1]} (the data is never resized)"))
+    read = "every episode" if full else "a sample of episodes"
+    return problems, [f"rl.data.lerobot: {meta.episode_count} episode(s), {meta.total_frames} frames at {meta.fps:g} fps, {read} decoded, {len(problems)} problem(s)"]
