@@ -61,13 +61,15 @@ ONE_OFF = ["rl.reward={}"]  # the smoke manifest's [rl.reward] set back to defau
 @pytest.mark.parametrize("manifest", PUBLIC, ids=lambda p: p.name)
 def test_shipped_public_manifests_need_the_stub_model_folder(manifest, tmp_path):
     # As shipped they name no model, so they would post-train nothing real: refused naming model.path;
-    # the video DPO one names no clip pairs either (they are the user's), refused naming rl.data.
+    # the video DPO one names no clip pairs either (they are the user's), refused naming rl.data, and
+    # the world-model one no LeRobot dataset, refused naming rl.data.lerobot.
     found = errors(manifest, [])
-    needs_data = manifest.name == "dpo_t2v_public_8gpu.toml"
-    assert list(found) == ["model.path"] + (["rl.data"] if needs_data else []) and "no model named" in found["model.path"]
+    data_key = {"dpo_t2v_public_8gpu.toml": "rl.data", "sft_world_pusht_public_8gpu.toml": "rl.data.lerobot"}.get(manifest.name)
+    assert list(found) == ["model.path"] + ([data_key] if data_key else []) and "no model named" in found["model.path"]
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text("")
-    data = [f'rl.data.jsonl="{pairs}"'] if needs_data else []
+    (tmp_path / "episodes").mkdir()
+    data = {"rl.data": [f'rl.data.jsonl="{pairs}"'], "rl.data.lerobot": [f'rl.data.lerobot="{tmp_path / "episodes"}"'], None: []}[data_key]
     assert errors(manifest, [f'model.path="{stub_model_folder(tmp_path / "nano")}"', *data]) == {}
 
 

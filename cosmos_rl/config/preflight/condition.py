@@ -16,7 +16,8 @@ from cosmos_rl.config import algorithms
 from cosmos_rl.config.preflight.rewards import owner
 from cosmos_rl.config.preflight.rules import Rules
 from cosmos_rl.core import schema
-from cosmos_rl.core.actions import EMBODIMENT_WIDTHS, VIEW_POINTS
+from cosmos_rl.checkpoint.weight_files import FolderProblem, read_config
+from cosmos_rl.core.actions import EMBODIMENT_DOMAIN_IDS, EMBODIMENT_WIDTHS, VIEW_POINTS
 from cosmos_rl.core.condition import FILE_SOURCES, UnknownCondition, kind_named
 from cosmos_rl.suites import registry as suites
 
@@ -133,6 +134,7 @@ def action_rules(c: schema.RunConfig, kind, r: Rules) -> None:
                         f"give {width} numbers")
         if a.scale and any(float(v) == 0.0 for v in a.scale):
             r.error("model.action.scale", "divides the actions: no entry may be 0", a.scale, "use e.g. 256 per Push-T column")
+        _folder_action_heads(c, a.embodiment, width, r)
     if a.view_point and a.view_point not in VIEW_POINTS:
         r.error("model.action.view_point", "names no camera view of the structured caption", a.view_point,
                 f"use one of {', '.join(VIEW_POINTS)}, or \"\" for none")
@@ -140,14 +142,45 @@ def action_rules(c: schema.RunConfig, kind, r: Rules) -> None:
         r.error("model.condition.kind", f"{kind.name} trains with rl.algorithm = \"sft\" in this release", kind.name,
                 "train the world model with sft on a LeRobot dataset (rl.data.lerobot)")
         return
-    if not lerobot:
-        r.error("rl.data.lerobot", f"{kind.name} trains on episodes (frames with their actions)", "(empty)",
-                "set rl.data.lerobot to a LeRobot-format dataset folder")
+    other = [name for name in ("jsonl", "shards") if getattr(rl.data, name)]
+    if other and not lerobot:  # no source at all is sft.py's to say
+        r.error(f"rl.data.{other[0]}", f"holds captioned images or clips, and {kind.name} trains on episodes (frames with their actions)",
+                getattr(rl.data, other[0]), f"replace it with rl.data.lerobot, a LeRobot-format dataset folder")
     if c.model.condition.probability != 1.0:
         r.error("model.condition.probability", f"{kind.name} trains every window under its mode", c.model.condition.probability, "remove it (1)")
     if rl.eval.every:
         r.error("rl.eval.every", f"evaluates held-out prompts, and a {kind.name} run has episodes, not prompts, in this release",
                 rl.eval.every, "set rl.eval.every = 0")
+
+
+def _folder_action_heads(c: schema.RunConfig, embodiment: str, width: int, r: Rules) -> None:
+    """A model folder's transformer (its config.json, read bounded) has action heads that take the
+    embodiment: action_gen, a projection for its domain id, at least its width of columns."""
+    if c.model.path:
+        path = r.base_dir / c.model.path / "transformer" / "config.json"
+    elif c.model.preset is not None:  # no shipped preset has action heads for a world model yet
+        r.error("model.preset", "builds no action heads, and an action-mode condition reads and writes action rows",
+                c.model.preset, "set model.path to a Cosmos3 folder whose transformer has them (Cosmos3-Nano)")
+        return
+    else:
+        return
+    if not path.is_file():
+        return  # the folder's own problems are model.py's
+    try:
+        config = read_config(path, "transformer/config.json")
+    except FolderProblem:
+        return  # reported by the folder rules
+    domain, have = EMBODIMENT_DOMAIN_IDS[embodiment], int(config.get("num_embodiment_domains", 0) or 0)
+    if not config.get("action_gen"):
+        problem = "its transformer has no action heads (action_gen is false)"
+    elif domain >= have:
+        problem = f"its transformer has {have} embodiment domain(s), and {embodiment} is domain {domain}"
+    elif int(config.get("action_dim", 0) or 0) < width:
+        problem = f"its transformer's action_dim {config.get('action_dim')} is narrower than {embodiment}'s {width} columns"
+    else:
+        return
+    r.error("model.path", f"{problem}, so it cannot read and write {embodiment} actions", c.model.path,
+            "use a Cosmos3 folder built with action_gen = true and Cosmos3's 21 embodiment domains (Cosmos3-Nano)")
 
 
 def _frame_suites() -> list[str]:

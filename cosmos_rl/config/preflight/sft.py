@@ -7,6 +7,15 @@ from __future__ import annotations
 from cosmos_rl.config.preflight.grid import data_parallel_grid
 from cosmos_rl.config.preflight.rules import Rules
 from cosmos_rl.core import schema
+from cosmos_rl.core.condition import UnknownCondition, kind_named
+
+
+def kind_action_mode(name: str) -> str:
+    """The action mode of a condition kind's name ("" for none, or a kind condition.py reports unknown)."""
+    try:
+        return kind_named(name).action_mode
+    except UnknownCondition:
+        return ""
 
 
 def sft_rules(c: schema.RunConfig, rl: schema.SFTConfig, r: Rules) -> None:
@@ -24,14 +33,18 @@ def sft_rules(c: schema.RunConfig, rl: schema.SFTConfig, r: Rules) -> None:
     vae_stage_rules(c, rl, r)
     data = rl.data
     used = [name for name in ("jsonl", "shards", "lerobot") if getattr(data, name)]
-    if not used:
+    world = bool(kind_action_mode(c.model.condition.kind))
+    if not used and world:
+        r.error("rl.data.lerobot", f"{c.model.condition.kind} trains on episodes (frames with their actions)", "(empty)",
+                "set rl.data.lerobot to a LeRobot-format dataset folder (python -m cosmos_rl.pusht dataset DIR writes one)")
+    elif not used:
         r.error("rl.data", "no image-caption data source", "", "set rl.data.shards or rl.data.jsonl (rl.data.lerobot for the world model)")
     elif len(used) > 1:
         r.error("rl.data", "more than one data source", used, "keep exactly one of rl.data.jsonl, rl.data.shards and rl.data.lerobot")
     if data.camera and not data.lerobot:
         r.error("rl.data.camera", "names a LeRobot dataset's video key, and no rl.data.lerobot is set", data.camera, "remove it, or set rl.data.lerobot")
     if data.lerobot:
-        r.local_path("rl.data.lerobot", data.lerobot, kind="dir")
+        r.local_path("rl.data.lerobot", data.lerobot, kind="folder")
     if data.jsonl:
         r.local_path("rl.data.jsonl", data.jsonl, kind="file")
     for i, shard in enumerate(data.shards):
