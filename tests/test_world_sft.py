@@ -113,3 +113,30 @@ def test_frames_of_another_size_are_refused_with_both_sizes(tmp_path, folder, da
     trainer = SFTTrainer(config, tmp_path / "big", CPU)
     with pytest.raises(UserError, match=r"episode 0 frames 0\.\.4: frames are 32x32, the run makes 48x48; set model.height = 32"):
         trainer.source[0]
+
+
+@pytest.mark.slow
+def test_the_public_world_manifest_trains_on_cpu_with_the_documented_overrides(tmp_path, folder):
+    """manifests/sft_world_pusht_public_8gpu.toml under torchrun on one CPU rank, on Push-T episodes
+    `python -m cosmos_rl.pusht dataset` writes, with docs/world.md's "On a CPU first" overrides."""
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from cosmos_rl.commands import launch
+    from cosmos_rl.pusht.__main__ import main as pusht_main
+
+    data = tmp_path / "pusht"
+    assert pusht_main(["dataset", str(data), "--episodes", "2", "--frames", "18", "--size", str(SIZE), "--seed", "3"]) == 0
+    manifest = Path(__file__).resolve().parents[1] / "manifests" / "sft_world_pusht_public_8gpu.toml"
+    overrides = [
+        f'model.path="{folder}"', f'rl.data.lerobot="{data}"', 'grid.device="cpu"', 'model.dtype="float32"', "model.height=32",
+        "model.width=32", "grid.gpus_per_node=1", "model.config.parallelism.data_parallel_shard_degree=1", "rl.samples_per_step=2",
+        "rl.max_steps=1", f'job.output_dir="{tmp_path}"',
+    ]  # fmt: skip
+    config = load.load(manifest, overrides)
+    assert launch.train(config, manifest, Console(stderr=True)) == 0
+    run_dir = tmp_path / config.job.name
+    assert (run_dir / "checkpoints" / "step_1" / "COMMITTED").is_file()
+    row = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    assert math.isfinite(row["train/frames_loss"]) and "train/actions_loss" not in row
