@@ -56,6 +56,9 @@ WORLD_CASES = [
     (['rl.data.jsonl="x.jsonl"'], "rl.data", "more than one data source"),
     (['rl.data.camera="observation.image"', 'rl.data.lerobot=""'], "rl.data.camera", "no rl.data.lerobot"),
     (["model.num_frames=1"], "model.condition.kind", "this run makes images"),
+    (['model.condition.modes=["policy", "inverse_dynamics"]'], "model.condition.modes", "that include the kind, 'forward_dynamics'"),
+    (['model.condition.modes=["forward_dynamics", "forward_dynamics"]'], "model.condition.modes", "must be distinct action modes"),
+    (['model.condition.modes=["forward_dynamics", "dreaming"]'], "model.condition.modes", "must be distinct action modes"),
 ]
 
 
@@ -80,6 +83,8 @@ def test_a_preset_has_no_action_heads_and_other_algorithms_do_not_train_actions(
     assert "builds no action heads" in found["model.preset"]
     found = errors(SFT, ['model.action.embodiment="pusht"'])
     assert "model.action" in found and 'model.condition.kind = "forward_dynamics"' in found["model.action"]
+    found = errors(SFT, ['model.condition.modes=["policy"]'])
+    assert "model.condition.kind is no action mode" in found["model.condition.modes"]
     found = errors(SFT, ['rl.data.lerobot="."', "rl.data.shards=[]"])
     assert "only an action-mode condition trains on" in found["rl.data.lerobot"]
 

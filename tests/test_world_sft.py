@@ -95,6 +95,25 @@ def test_each_action_mode_trains_what_it_generates(tmp_path, folder, dataset, mo
     assert ("action_proj_out" in changed) == (mode != "forward_dynamics")
 
 
+def test_one_model_trains_all_three_modes_each_window_drawing_its_own(tmp_path, folder, dataset):
+    config = make_config(tmp_path, folder, dataset, "forward_dynamics", samples_per_step=4)
+    modes = ["forward_dynamics", "policy", "inverse_dynamics"]
+    config = load.structure({**load.to_dict(config), "model": {**load.to_dict(config)["model"], "condition": {
+        "kind": "forward_dynamics", "source": "data", "modes": modes}}})  # fmt: skip
+    trainer = SFTTrainer(config, tmp_path / "mix", CPU)
+    rows = [trainer.train_step(step) for step in range(1, 4)]
+    for row in rows:
+        shares = [row[f"train/{m}_share"] for m in modes]
+        assert math.isclose(sum(shares), 1.0) and all(s * 4 == int(s * 4) for s in shares)
+        generated = {"frames_loss"} if row["train/forward_dynamics_share"] == 1 else {"frames_loss", "actions_loss"}
+        if row["train/inverse_dynamics_share"] == 1:
+            generated = {"actions_loss"}
+        assert generated <= {k.removeprefix("train/") for k in row}
+    assert any(0 < row["train/policy_share"] + row["train/inverse_dynamics_share"] for row in rows)
+    # The action output projection trains: some mode generates actions.
+    assert all(p.requires_grad for n, p in trainer.module.named_parameters() if n.startswith("action_proj_out"))
+
+
 def test_a_world_sft_run_resumes_exactly(tmp_path, folder, dataset):
     straight = SFTTrainer(make_config(tmp_path, folder, dataset, "policy", name="straight", max_steps=3), tmp_path / "straight", CPU)
     straight.run()

@@ -27,6 +27,7 @@ written over the noise, given no timestep, never predicted and never in any loss
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,6 +115,7 @@ class Condition:
     source: str = "none"
     probability: float = 1.0
     action: ActionSpec | None = None
+    modes: tuple[str, ...] = ()  # SFT: the action modes a training window draws from (empty: the kind's alone)
 
     def __post_init__(self) -> None:
         if (self.kind.given_frames == 0) != (self.source == "none"):
@@ -124,6 +126,8 @@ class Condition:
             raise ValueError(f"a condition has an ActionSpec exactly when its kind is an action mode, got {self}")
         if self.action is not None and self.action.mode != self.kind.action_mode:
             raise ValueError(f"condition kind {self.kind.name!r} with an ActionSpec of mode {self.action.mode!r}")
+        if self.modes and (self.action is None or self.action.mode not in self.modes or not set(self.modes) <= set(ACTION_MODES)):
+            raise ValueError(f"condition modes {self.modes} must be action modes that include the kind's, got kind {self.kind.name!r}")
 
     @classmethod
     def from_model_config(cls, model: Any) -> "Condition":
@@ -139,7 +143,14 @@ class Condition:
                 mode=kind.action_mode, embodiment=a.embodiment, chunk=int(model.num_frames) - 1,
                 view_point=a.view_point or None, offset=tuple(a.offset) if a.offset else None, scale=tuple(a.scale) if a.scale else None,
             )  # fmt: skip
-        return cls(kind=kind, source=table.source, probability=float(table.probability), action=action)
+        modes = tuple(dict.fromkeys(table.modes)) if action is not None else ()
+        return cls(kind=kind, source=table.source, probability=float(table.probability), action=action, modes=modes)
+
+    def training_specs(self) -> tuple[ActionSpec, ...]:
+        """The ActionSpec of each mode a training window may draw (the kind's alone without `modes`)."""
+        if self.action is None:
+            return ()
+        return tuple(dataclasses.replace(self.action, mode=mode) for mode in self.modes) if self.modes else (self.action,)
 
     @property
     def is_conditioned(self) -> bool:

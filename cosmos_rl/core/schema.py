@@ -88,6 +88,12 @@ class ConditionConfig:
         "The share of training samples conditioned, in [0, 1]: SFT draws it per clip (0.5 trains one model for text to "
         "video and image to video); online runs condition every rollout (1).",
     )
+    modes: list[str] = knob(
+        attrs.Factory(list),
+        "SFT of the world model: the action modes each training window draws its own from, with equal chances (e.g. "
+        "[\"forward_dynamics\", \"policy\", \"inverse_dynamics\"]: one model for all three); `kind` must be one of them (the "
+        "mode evaluation uses unless told). Empty = every window trains under `kind`.",
+    )
 
 
 @frozen
@@ -312,6 +318,7 @@ LATER_KNOB_DEFAULTS: dict[str, object] = {
     "rl.rewards[].frame_reduce": "mean",
     "rl.rewards[].frame_stride": 1,
     "rl.eval.suite": "",
+    "model.condition.modes": [],
     "model.action.embodiment": "",
     "model.action.view_point": "ego_view",
     "model.action.offset": [],

@@ -82,7 +82,8 @@ class SFTTrainer(SPMDTrainer):
                 raise UserError(f"model.path: {exc}; use a Cosmos3 folder built with action_gen = true (Cosmos3-Nano has them)") from None
             # Heads no loss reaches stay frozen (no gradient, so no optimizer state for a resume to
             # expect): the sound heads, and the action output projection when actions are only read.
-            unused = ("audio_",) if self.condition.action.generates_actions else ("audio_", "action_proj_out")
+            generates = any(spec.generates_actions for spec in self.condition.training_specs())
+            unused = ("audio_",) if generates else ("audio_", "action_proj_out")
             for name, parameter in self.module.named_parameters():
                 if name.startswith(unused):
                     parameter.requires_grad_(False)
@@ -133,8 +134,11 @@ class SFTTrainer(SPMDTrainer):
         rows are held clean and left out of the loss; the generated ones (frames after frame 0
         unless inverse dynamics; the action rows unless forward dynamics) are noised at the
         sample's time t and trained toward eps - x0. The loss is the frames' mean plus the
-        actions' mean (each over its generated elements; a term a mode does not generate is absent)."""
-        spec = self.condition.action
+        actions' mean (each over its generated elements; a term no sample generates is absent).
+        With `model.condition.modes` each window draws its own mode (drawn last, so a one-mode
+        run draws exactly what it did without them)."""
+        specs = self.condition.training_specs()
+        spec = specs[0]
         with torch.no_grad():
             x0 = encode_pixels(self.parts.vae, self.media, pixels)
         batch = x0.shape[0]
@@ -142,54 +146,29 @@ class SFTTrainer(SPMDTrainer):
         eps = torch.randn(x0.shape, generator=generator).to(self.device)
         t = torch.rand(batch, generator=generator).to(self.device)
         dropped = (torch.rand(batch, generator=generator) < self.rl.caption_dropout).tolist()
-        layout = ActionLayout.of(spec, batch)
         a0 = model_rows(spec, raw.float(), int(self.parts.transformer.config.action_dim))
         eps_a = torch.randn(a0.shape, generator=generator).to(self.device)
+        picks = torch.randint(len(specs), (batch,), generator=generator).tolist() if len(specs) > 1 else [0] * batch
+        chosen = [specs[i] for i in picks]
+        layout = ActionLayout(spec.chunk, (spec.domain_id,) * batch, (spec.width,) * batch, tuple(s.clean_rows for s in chosen))
         ids = [self.action_prompt_ids(c)[1 if drop else 0] for c, drop in zip(captions, dropped)]
         timing = frame_timing(self.media, self.parts.vae.config)
-        clean = spec.clean_frames(timing.get("temporal_factor", 1))
-        x_t = noisy_latents(x0, eps, t)
-        x_t[:, :, :clean] = x0[:, :, :clean]
+        clean = [s.clean_frames(timing.get("temporal_factor", 1)) for s in chosen]
+        given = torch.arange(x0.shape[2], device=x0.device)[None, :] < torch.tensor(clean, device=x0.device)[:, None]  # [B, T]
+        x_t = torch.where(given[:, None, :, None, None], x0, noisy_latents(x0, eps, t))
         a_t = hold_rows(noisy_latents(a0, eps_a, t), a0, layout)
-        v, v_actions = velocity(self.module, x_t, t, ids, clean_frames=[clean] * batch, actions=a_t, action_layout=layout, **timing)
+        v, v_actions = velocity(self.module, x_t, t, ids, clean_frames=clean, actions=a_t, action_layout=layout, **timing)
         terms: dict[str, torch.Tensor] = {}
-        if spec.generates_frames:
-            terms["frames_loss"] = flow_matching_loss(v, x0, eps, [clean] * batch)
-        if spec.generates_actions:
+        if any(s.generates_frames for s in chosen):
+            terms["frames_loss"] = flow_matching_loss(v, x0, eps, clean)
+        if any(s.generates_actions for s in chosen):
             terms["actions_loss"] = action_flow_loss(v_actions, a0, eps_a, list(layout.clean_rows), list(layout.widths))
         loss = sum(terms.values())
         extra = {name: float(value.detach()) for name, value in terms.items()}
         extra["caption_dropped"] = sum(dropped) / batch
+        for index, mode_spec in enumerate(specs if len(specs) > 1 else ()):
+            extra[f"{mode_spec.mode}_share"] = picks.count(index) / batch
         return loss, extra
-
-    def _flow_loss(self, pixels: torch.Tensor, captions: list[str]) -> tuple[torch.Tensor, dict[str, float]]:
-        with torch.no_grad():
-            x0 = encode_pixels(self.parts.vae, self.media, pixels)
-        generator = torch.Generator().manual_seed(derive_seed("sft", self.config.job.seed, self.step, self.rank))
-        eps = torch.randn(x0.shape, generator=generator).to(self.device)
-        t = torch.rand(x0.shape[0], generator=generator).to(self.device)
-        dropped = (torch.rand(x0.shape[0], generator=generator) < self.rl.caption_dropout).tolist()
-        ids = [self.prompt_ids(c) for c in captions]
-        ids = [self._ids[""] if drop else i for drop, i in zip(dropped, ids)]
-        x_t = noisy_latents(x0, eps, t)
-        extra = {"caption_dropped": sum(dropped) / len(dropped)}
-        clean: list[int] = []
-        timing = frame_timing(self.media, self.parts.vae.config)
-        if self.media.is_video:
-            # Drawn for every clip run (conditioned or not) after the image run's draws, so an image
-            # run consumes exactly what it did before and a T2V run what it did before conditions.
-            share = self.condition.probability if self.condition.is_conditioned else 0.0
-            conditioned = (torch.rand(x0.shape[0], generator=generator) < share).tolist()
-            given = self.condition.clean_latent_frames(self.media, timing.get("temporal_factor", 1)) if any(conditioned) else 0
-            clean = [given if c else 0 for c in conditioned]
-            if any(clean):  # the given leading latent frames are the clean clip's own
-                held = torch.tensor(clean, dtype=torch.bool, device=x0.device)[:, None, None, None, None]
-                leading = torch.zeros_like(x0, dtype=torch.bool)
-                leading[:, :, :given] = True
-                x_t = torch.where(held & leading, x0, x_t)
-            extra["first_frame_conditioned"] = sum(map(bool, clean)) / len(clean)
-        v = velocity(self.module, x_t, t, ids, clean_frames=clean or 0, **timing)
-        return flow_matching_loss(v, x0, eps, clean or None), extra
 
     def _vae_loss(self, images: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         decoded, clip = reconstruction(self.module, images)  # [B, 3, 1, H, W] in the VAE's range

@@ -17,7 +17,7 @@ from cosmos_rl.config.preflight.rewards import owner
 from cosmos_rl.config.preflight.rules import Rules
 from cosmos_rl.core import schema
 from cosmos_rl.checkpoint.weight_files import FolderProblem, read_config
-from cosmos_rl.core.actions import EMBODIMENT_DOMAIN_IDS, EMBODIMENT_WIDTHS, VIEW_POINTS
+from cosmos_rl.core.actions import ACTION_MODES, EMBODIMENT_DOMAIN_IDS, EMBODIMENT_WIDTHS, VIEW_POINTS
 from cosmos_rl.core.condition import FILE_SOURCES, UnknownCondition, kind_named
 from cosmos_rl.suites import registry as suites
 
@@ -112,6 +112,17 @@ def action_rules(c: schema.RunConfig, kind, r: Rules) -> None:
     on every window of a LeRobot dataset."""
     a, rl = c.model.action, c.rl
     lerobot = getattr(getattr(rl, "data", None), "lerobot", "")
+    modes = list(c.model.condition.modes)
+    if modes and not kind.action_mode:
+        r.error("model.condition.modes", "are the action modes an SFT window draws from, and model.condition.kind is no action mode",
+                modes, "remove it, or set model.condition.kind to one of them")
+    elif modes:
+        unknown = [m for m in modes if m not in ACTION_MODES]
+        if unknown or kind.action_mode not in modes or len(set(modes)) != len(modes):
+            r.error("model.condition.modes", f"must be distinct action modes ({', '.join(ACTION_MODES)}) that include the kind, {kind.name!r}",
+                    modes, f'e.g. ["{kind.name}", "policy", "inverse_dynamics"]')
+        if not isinstance(rl, schema.SFTConfig):
+            r.error("model.condition.modes", "mix the action modes of SFT's training windows; an online run samples one mode", modes, "remove it")
     if not kind.action_mode:
         if a.embodiment or a.offset or a.scale:
             r.error("model.action", "describes the action rows of an action-mode condition, and model.condition.kind is "
