@@ -71,6 +71,9 @@ def named_suite(suite: str | None, reward: str | None) -> Suite | None:
         owner = suites.reward_owner(reward) if reward else None
     except suites.UnknownSuite as exc:
         raise UserError(f"--reward {reward!r}: {exc}") from None
+    if named is not None and named.is_episodic and reward:
+        raise UserError(f"--reward {reward}: the suite {named.name} scores held-out episode windows with its verifier per mode "
+                        "(--condition); drop --reward")  # fmt: skip
     if named is not None and owner is not None and owner.name != named.name:
         raise UserError(f"--reward {reward}: a reward of the suite {owner.name}, and --suite names {named.name}; "
                         f"use one of {', '.join(reward_names(named))}, or drop --suite")  # fmt: skip
