@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Callable
 
 from cosmos_rl.core.condition import BUILT_IN as BUILT_IN_KINDS, Condition, UnknownCondition, kind_named
+from cosmos_rl.commands.eval_json import _intervals_json, _prompt_scores_json, _scores_json
 from cosmos_rl.core.errors import UserError
 from cosmos_rl.evaluation.prompts import DEFAULT_PER_TASK, DEFAULT_SEEDS, eval_captions, overlap, spread
 from cosmos_rl.evaluation.intervals import cell, settings as bootstrap_settings
-from cosmos_rl.evaluation.scores import EvalScores, caption_groups, difference, reward_names
+from cosmos_rl.evaluation.scores import caption_groups, difference, reward_names
 from cosmos_rl.config.run_suite import run_suite
 from cosmos_rl.config.sampler import DEFAULT_BATCH
 from cosmos_rl.suites import registry as suites
@@ -286,33 +287,6 @@ def run_eval(
     (t.out_dir / RESULT_FILE).write_text(json.dumps(result, indent=1, allow_nan=False) + "\n", encoding="utf-8")
     note(cache.summary(len(evaluator.items) if model.base is not None else 0))
     return result
-
-
-def _scores_json(scores: EvalScores | None, prefix: str) -> dict:
-    if scores is None:
-        return {f"{prefix}score": None, f"{prefix}score_partial": None, f"{prefix}tasks": None, f"{prefix}tasks_partial": None}
-    return {
-        f"{prefix}score": scores.score, f"{prefix}score_partial": scores.score_partial,
-        f"{prefix}tasks": scores.tasks, f"{prefix}tasks_partial": scores.tasks_partial,
-    }  # fmt: skip
-
-
-def _prompt_scores_json(scores: EvalScores | None, prefix: str) -> dict:
-    """`{prefix}prompt_scores: {task: [each prompt's mean over its seeds]}` (prompts in evaluation
-    order) and `{prefix}prompt_partials` likewise: two evaluations on the same prompts and seeds pair
-    on these."""
-    listed = lambda by_task: {t: list(v) for t, v in by_task.items()} if by_task is not None else None  # noqa: E731
-    return {f"{prefix}prompt_scores": listed(scores.prompt_scores) if scores else None,
-            f"{prefix}prompt_partials": listed(scores.prompt_partials) if scores else None}  # fmt: skip
-
-
-def _intervals_json(scores: EvalScores | None, prefix: str) -> dict:
-    """`{prefix}score_interval: [lo, hi]`, `{prefix}tasks_interval: {task: [lo, hi]}`, and the partial ones."""
-    out: dict = {}
-    for part, intervals in (("", scores.intervals if scores else None), ("_partial", scores.intervals_partial if scores else None)):
-        out[f"{prefix}score{part}_interval"] = list(intervals.overall) if intervals else None
-        out[f"{prefix}tasks{part}_interval"] = {t: list(v) for t, v in intervals.tasks.items()} if intervals else None
-    return out
 
 
 def write_grid(path: Path, rows: list[tuple[str, list]], captions: list[str], reward: str) -> Path:

@@ -55,7 +55,7 @@ def run_world_eval(
 ) -> dict:  # fmt: skip
     """Evaluate the opened target `t` (`evaluation.target.open_target`) in the episode suite `suite`;
     the result object, also written to `<out>/eval.json`."""
-    from cosmos_rl.commands.evaluate import _intervals_json, _prompt_scores_json, _scores_json
+    from cosmos_rl.commands.eval_json import _intervals_json, _prompt_scores_json, _scores_json
     from cosmos_rl.evaluation.intervals import settings as bootstrap_settings
 
     if t.media.frames < 2:
