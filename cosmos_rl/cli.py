@@ -315,8 +315,9 @@ def evaluate(
     guidance: Optional[float] = typer.Option(None, "--guidance", parser=finite_float, help="Guidance instead of the target's own (a run's \\[rl.eval] or rl.guidance, an exported folder's cosmos_rl.json, else 3.0)."),
     step: Optional[int] = typer.Option(None, "--step", help="A run's committed checkpoint step to use (default: the newest)."),
     frames: Optional[int] = typer.Option(None, "--frames", help="Frames per clip for a bare model (4k + 1; default: a preset's own, else 1 = images); a run uses its model.num_frames."),
-    condition: Optional[str] = typer.Option(None, "--condition", help="Video: what every clip is given: first_frame (the first frame of its caption's ground-truth clip: image to video) or none; default: a run's \\[model.condition], a model's none."),
+    condition: Optional[str] = typer.Option(None, "--condition", help="Video: what every clip is given: first_frame (the first frame of its caption's ground-truth clip: image to video) or none; in an episode suite (pusht) the mode: forward_dynamics, inverse_dynamics, policy or first_frame (continuation); default: a run's \\[model.condition], a model's none."),
     i2v: bool = typer.Option(False, "--i2v", help="Deprecated: --condition first_frame."),
+    data: Optional[Path] = typer.Option(None, "--data", help="An episode suite (pusht) only: a LeRobot dataset folder whose episodes are the held-out windows (one per episode), instead of the suite's own split."),
 ) -> None:
     """Score a run's newest checkpoint and its base (or a model) on held-out prompts x fixed seeds, images or clips (T2I, T2V, or I2V: a run's own \\[model.condition], or --condition first_frame); write a sample grid."""
     from cosmos_rl.commands.evaluate import render, run_eval
@@ -330,6 +331,7 @@ def evaluate(
                 target, prompts=prompts, seeds=seeds, per_task=per_task, reward=reward, batch_size=batch_size,
                 image_size=image_size, out_dir=out_path(out_dir), device=device, warn=warn, sample_steps=sample_steps, guidance=guidance,
                 step=step, frames=frames, condition=_eval_condition(condition, i2v), note=notes.append, progress=progress, suite=suite,
+                data=data,
             )
     except UserError as exc:
         _fail(exc)

@@ -48,7 +48,7 @@ def test_an_unknown_suite_is_one_line_naming_the_known_suites():
     with pytest.raises(suites.UnknownSuite) as caught:
         suites.get("shape")
     message = str(caught.value)
-    assert message == ("unknown suite 'shape'; use one of shapes, shapes_video "
+    assert message == ("unknown suite 'shape'; use one of shapes, shapes_video, pusht "
                        "(or package.module:SUITE, a suite outside the package)") and "\n" not in message  # fmt: skip
     with pytest.raises(suites.UnknownSuite, match=r"cannot import suite 'no_such_module_xyz:SUITE' \(No module named"):
         suites.get("no_such_module_xyz:SUITE")

@@ -14,11 +14,12 @@ import math
 from pathlib import Path
 from typing import Callable
 
-from cosmos_rl.core.condition import Condition, UnknownCondition, kind_named
+from cosmos_rl.core.condition import BUILT_IN as BUILT_IN_KINDS, Condition, UnknownCondition, kind_named
+from cosmos_rl.commands.eval_json import _intervals_json, _prompt_scores_json, _scores_json
 from cosmos_rl.core.errors import UserError
 from cosmos_rl.evaluation.prompts import DEFAULT_PER_TASK, DEFAULT_SEEDS, eval_captions, overlap, spread
 from cosmos_rl.evaluation.intervals import cell, settings as bootstrap_settings
-from cosmos_rl.evaluation.scores import EvalScores, caption_groups, difference, reward_names
+from cosmos_rl.evaluation.scores import caption_groups, difference, reward_names
 from cosmos_rl.config.run_suite import run_suite
 from cosmos_rl.config.sampler import DEFAULT_BATCH
 from cosmos_rl.suites import registry as suites
@@ -71,6 +72,9 @@ def named_suite(suite: str | None, reward: str | None) -> Suite | None:
         owner = suites.reward_owner(reward) if reward else None
     except suites.UnknownSuite as exc:
         raise UserError(f"--reward {reward!r}: {exc}") from None
+    if named is not None and named.is_episodic and reward:
+        raise UserError(f"--reward {reward}: the suite {named.name} scores held-out episode windows with its verifier per mode "
+                        "(--condition); drop --reward")  # fmt: skip
     if named is not None and owner is not None and owner.name != named.name:
         raise UserError(f"--reward {reward}: a reward of the suite {owner.name}, and --suite names {named.name}; "
                         f"use one of {', '.join(reward_names(named))}, or drop --suite")  # fmt: skip
@@ -163,7 +167,7 @@ def run_eval(
     sample_steps: int | None = None, guidance: float | None = None, step: int | None = None,
     frames: int | None = None, condition: str | None = None, note: Callable[[str], None] = lambda line: None,
     progress: Callable[[str, int, int], None] = lambda what, done, total: None,
-    suite: str | None = None,
+    suite: str | None = None, data: Path | None = None,
 ) -> dict:  # fmt: skip
     """Evaluate `target` and return the result object (see docs/eval.md); `warn` gets warning lines,
     `note` the line of images sampled and reused (the base's, or a bare model's, verdicts are kept
@@ -175,7 +179,9 @@ def run_eval(
     length; `condition` a condition kind (`first_frame`: every clip given the suite's first frame of
     its caption), None = the run's own `[model.condition]` when every sample of it is conditioned
     (a bare model: none). `progress(what, done, total)` follows the sampling: `what` the model
-    sampled ("checkpoint step N", "base", "model"), after every sampler call."""
+    sampled ("checkpoint step N", "base", "model"), after every sampler call. An episode suite
+    (`pusht`) is evaluated on its held-out windows (or the LeRobot dataset `data`) in the condition's
+    mode by `commands.world_eval`."""
     if image_size is not None and not 1 <= image_size <= IMAGE_SIZE_MAX:
         raise UserError(f"--image-size: must be in [1, {IMAGE_SIZE_MAX}] (got {image_size}): one {IMAGE_SIZE_MAX} x {IMAGE_SIZE_MAX} "
                         "sample is 16.8 M pixels, and Cosmos3 models are trained at 256 to 1024; use e.g. 32 or 512")
@@ -192,6 +198,25 @@ def run_eval(
     if t.kind == "model" and media is None and named is not None:
         t.media = named.media  # a model folder given no size samples what the suite judges
     chosen = target_suite(t, named)
+    if chosen.is_episodic:
+        if reward is not None or prompts is not None:
+            flag = "--reward" if reward is not None else "--prompts"
+            raise UserError(f"{flag}: the suite {chosen.name} scores held-out episode windows with its verifier per mode; drop {flag} "
+                            "(--data names a LeRobot dataset of episodes instead)")  # fmt: skip
+        from cosmos_rl.commands.world_eval import run_world_eval
+
+        t.settings = t.settings.replaced(sample_steps, guidance)
+        return run_world_eval(t, chosen, condition=condition, data=data, seeds=seeds, per_task=per_task, batch_size=batch_size,
+                              device=device, note=note, progress=progress)  # fmt: skip
+    if data is not None:
+        raise UserError(f"--data: a LeRobot dataset of held-out episodes is for an episode suite (pusht); the suite {chosen.name} "
+                        "scores prompts: drop --data, or pass --suite pusht")  # fmt: skip
+    wants_actions = bool(kind_named(condition).action_mode) if condition in BUILT_IN_KINDS else (
+        condition is None and t.config is not None and Condition.from_model_config(t.config.model).has_actions)
+    if wants_actions:
+        what = f"--condition {condition}" if condition else f"{t.label}'s [model.condition]"
+        raise UserError(f"{what}: an action mode generates episode windows, and the suite {chosen.name} scores prompts; "
+                        "pass --suite pusht (or another episode suite)")  # fmt: skip
     video = t.media.is_video
     reward = chosen.default_reward if reward is None else reward
     check_sampling_options(reward, batch_size, chosen)
@@ -262,33 +287,6 @@ def run_eval(
     (t.out_dir / RESULT_FILE).write_text(json.dumps(result, indent=1, allow_nan=False) + "\n", encoding="utf-8")
     note(cache.summary(len(evaluator.items) if model.base is not None else 0))
     return result
-
-
-def _scores_json(scores: EvalScores | None, prefix: str) -> dict:
-    if scores is None:
-        return {f"{prefix}score": None, f"{prefix}score_partial": None, f"{prefix}tasks": None, f"{prefix}tasks_partial": None}
-    return {
-        f"{prefix}score": scores.score, f"{prefix}score_partial": scores.score_partial,
-        f"{prefix}tasks": scores.tasks, f"{prefix}tasks_partial": scores.tasks_partial,
-    }  # fmt: skip
-
-
-def _prompt_scores_json(scores: EvalScores | None, prefix: str) -> dict:
-    """`{prefix}prompt_scores: {task: [each prompt's mean over its seeds]}` (prompts in evaluation
-    order) and `{prefix}prompt_partials` likewise: two evaluations on the same prompts and seeds pair
-    on these."""
-    listed = lambda by_task: {t: list(v) for t, v in by_task.items()} if by_task is not None else None  # noqa: E731
-    return {f"{prefix}prompt_scores": listed(scores.prompt_scores) if scores else None,
-            f"{prefix}prompt_partials": listed(scores.prompt_partials) if scores else None}  # fmt: skip
-
-
-def _intervals_json(scores: EvalScores | None, prefix: str) -> dict:
-    """`{prefix}score_interval: [lo, hi]`, `{prefix}tasks_interval: {task: [lo, hi]}`, and the partial ones."""
-    out: dict = {}
-    for part, intervals in (("", scores.intervals if scores else None), ("_partial", scores.intervals_partial if scores else None)):
-        out[f"{prefix}score{part}_interval"] = list(intervals.overall) if intervals else None
-        out[f"{prefix}tasks{part}_interval"] = {t: list(v) for t, v in intervals.tasks.items()} if intervals else None
-    return out
 
 
 def write_grid(path: Path, rows: list[tuple[str, list]], captions: list[str], reward: str) -> Path:

@@ -46,3 +46,46 @@ class Episode:
             raise ValueError(f"episode {self.index}: a window of {chunk + 1} frames at frame {start} runs past its {self.length} frames")
         end = start + chunk + 1
         return self.frames[start:end], self.actions[start : end - 1], self.states[start:end]
+
+
+@attrs.frozen(eq=False)
+class EpisodeWindow:
+    """One held-out window of an episode: `chunk + 1` frames from `start`, the episode it is cut from
+    (a verifier that replays the world from the episode's first state needs the actions before
+    it), and the `task` it counts under in an evaluation (its group for the bootstrap, e.g. the
+    episode maker: "planner", "random")."""
+
+    episode: Episode
+    start: int
+    chunk: int
+    task: str
+
+    def __attrs_post_init__(self):
+        self.episode.window(self.start, self.chunk)  # refuses a window past the episode's end
+
+    @property
+    def frames(self) -> np.ndarray:
+        return self.episode.window(self.start, self.chunk)[0]
+
+    @property
+    def actions(self) -> np.ndarray:
+        return self.episode.window(self.start, self.chunk)[1]
+
+    @property
+    def states(self) -> np.ndarray:
+        return self.episode.window(self.start, self.chunk)[2]
+
+    @property
+    def lead_in(self) -> np.ndarray:
+        """The actions the episode took before the window (replaying them from its first state
+        reaches the window's first state exactly)."""
+        return self.episode.actions[: self.start]
+
+    @property
+    def caption(self) -> str:
+        return self.episode.task
+
+    @property
+    def label(self) -> str:
+        """For sheets and messages: "episode 3, frames 10-18"."""
+        return f"episode {self.episode.index}, frames {self.start}-{self.start + self.chunk}"

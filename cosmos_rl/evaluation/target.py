@@ -54,11 +54,13 @@ class Target:
     step: int | None = None  # the checkpoint's step (runs only)
     config: Any = None  # a run's saved manifest (schema.RunConfig); None for a model
 
-    def load(self, device: torch.device) -> Model:
-        """Build the model (a run: its network with the checkpoint's `policy` loaded) on `device`."""
+    def load(self, device: torch.device, heads: bool = False) -> Model:
+        """Build the model (a run: its network with the checkpoint's `policy` loaded) on `device`;
+        `heads`: a model folder's transformer with every head its config declares (the action
+        heads a world model's evaluation samples with), else without (text to image or video)."""
         if self.kind == "run":
             return _load_run(Path(self.label), self.config, self.step, device)
-        return _load_model(self.label, device)
+        return _load_model(self.label, device, heads)
 
     def train_prompts(self) -> list[str] | None:
         """What the run trained on, when its algorithm walks a prompt list (NFT); None otherwise."""
@@ -239,10 +241,10 @@ def _load_vae_run(config, manager, step: int, device: torch.device) -> Model:
     return Model(parts=parts, policy=lambda: decoded_by(trained_weights), base=lambda: decoded_by(base_weights))
 
 
-def _load_model(text: str, device: torch.device) -> Model:
+def _load_model(text: str, device: torch.device, heads: bool = False) -> Model:
     from cosmos_rl.models.build import build_preset, load_parts
 
-    parts = build_preset(text[len(PRESET):], seed=0) if text.startswith(PRESET) else load_parts(Path(text))
+    parts = build_preset(text[len(PRESET):], seed=0) if text.startswith(PRESET) else load_parts(Path(text), heads=heads)
     parts.vae.to(device)
     parts.transformer.to(device)
     return Model(parts=parts, policy=lambda: nullcontext(parts.transformer), base=None)

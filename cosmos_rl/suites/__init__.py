@@ -4,6 +4,7 @@ by `eval`, `[rl.eval]`, `pairs mine`, the reward registry and the conditioning s
 
 `base` says what a suite is (`Suite`, `SuiteReward`), `registry` finds one by name (the built-ins,
 or a `package.module:SUITE` import string for a suite outside the package), `shapes` holds the two
-built-in suites over the shapes world (`shapes`, `shapes_video`). Torch-free; reading a suite
+built-in suites over the shapes world (`shapes`, `shapes_video`), `pusht` the episode suite over
+the Push-T world (`pusht`). Torch-free; reading a suite
 imports no world.
 """

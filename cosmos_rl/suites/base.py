@@ -19,6 +19,21 @@ A suite has
 - its conditioning source (`given_frames(captions, media, seeds)`: the given first frame of each
   caption's ground truth), or none.
 
+That is a **prompt suite** (shapes, shapes_video): its unit is a caption. An **episode suite** (a
+world model's world, `pusht`) is judged on windows of episodes instead of captions, and has, in
+place of the prompt fields (held-out prompts, `caption_task`, `verifier`, rewards: all left empty):
+- held-out windows (`held_out_windows(per_task, media)` -> [`data.episodes.EpisodeWindow`]: at most
+  `per_task` per task (0 = all), in task order, frames at `media`'s size, `media.frames` frames
+  each; the split is the suite's own, disjoint from anything it trains on);
+- a verifier per mode (`judge_window(mode, window, frames, actions, given)` -> `WindowVerdict`):
+  `mode` is an action mode (`core.actions.ACTION_MODES`) or "continuation" (leading frames given,
+  no actions), `frames` uint8 [F, H, W, 3] the sample's clip, `actions` [chunk, width] its action
+  rows in the embodiment's units (given or generated), `given` the leading frames that were given;
+- its actions (`action_spec(mode, chunk)` -> `core.actions.ActionSpec`: embodiment and normalisation).
+`cosmos-rl eval --suite NAME` scores an episode suite's windows x seeds (`evaluation.world`);
+`is_episodic` tells the two kinds apart, and a prompt-suite question asked of an episode suite
+(`held_out`, `task_of`, `verify`, `default_reward`) is a ValueError naming it.
+
 A suite outside the package is a `Suite` value in the user's module, named in a manifest as
 `package.module:SUITE` (`rl.eval.suite`, `cosmos-rl eval --suite`); its rewards are then named
 `package.module:SUITE/REWARD` (`rl.reward.name`, `rl.eval.reward`, `--reward`).
@@ -70,20 +85,33 @@ class Suite:
     name: str
     title: str  # in prose: "the {title} verifier", "{title} held-out prompts"
     media: MediaSpec  # what the verifier judges (frames > 1: clips) at the size its base makes
-    rewards: tuple[SuiteReward, ...]  # the first is evaluation's default: the verifier's strict score
+    rewards: tuple[SuiteReward, ...]  # the first is evaluation's default: the verifier's strict score; () for an episode suite
     tasks_of: Code  # the tuple of its task names, in report order
-    held_out_prompts: Code  # (per_task) -> [(caption, task), ...] in task order
-    held_out_title: str  # the held-out prompts for people: "shapes held-out prompts (split seed 0)"
-    caption_task: Code  # (caption) -> task; ValueError outside the world's grammar
-    verifier: Code  # (samples, captions) -> (strict per sample, partial per sample)
+    held_out_title: str  # the held-out prompts (or windows) for people: "shapes held-out prompts (split seed 0)"
+    held_out_prompts: Code = ""  # (per_task) -> [(caption, task), ...] in task order; "" for an episode suite
+    caption_task: Code = ""  # (caption) -> task; ValueError outside the world's grammar; "" for an episode suite
+    verifier: Code = ""  # (samples, captions) -> (strict per sample, partial per sample); "" for an episode suite
     prompt_source: str = ""  # where prompts of its grammar come from, for messages: "python -m ... prompts DIR"
     preset: str = ""  # its base preset (`preset:NAME`); "" = none
     first_frames: Code = ""  # (captions, media, seeds or None) -> uint8 [N, H, W, 3]; "" = no given frames
     canonical_caption: Code = ""  # (caption) -> one spelling of rewordings; "" = lowercased, spaces joined
     frame_suite: str = ""  # clips: the image suite whose rewards score this suite's clips frame by frame
     frame_captions: Code = ""  # clips: (captions) -> each one's per-frame caption for frame_suite, None for none
+    # An episode suite's (module docstring); "" for a prompt suite.
+    held_out_windows: Code = ""  # (per_task, media) -> [EpisodeWindow, ...] in task order
+    judge_window: Code = ""  # (mode, window, frames, actions, given) -> WindowVerdict
+    action_spec: Code = ""  # (mode, chunk) -> ActionSpec
 
     def __attrs_post_init__(self):
+        episode = (self.held_out_windows, self.judge_window, self.action_spec)
+        prompt = (self.held_out_prompts, self.caption_task, self.verifier)
+        if any(episode):
+            if not all(episode) or any(prompt) or self.rewards:
+                raise ValueError(f"suite {self.name!r}: an episode suite has held_out_windows, judge_window and action_spec, "
+                                 "and no held-out prompts, caption_task, verifier or rewards")  # fmt: skip
+            return
+        if not all(prompt):
+            raise ValueError(f"suite {self.name!r}: a prompt suite needs held_out_prompts, caption_task and verifier")
         if not self.rewards:
             raise ValueError(f"suite {self.name!r}: registers no reward; its first reward is evaluation's default")
         names = [r.name for r in self.rewards]
@@ -99,6 +127,16 @@ class Suite:
         return value
 
     @property
+    def is_episodic(self) -> bool:
+        """An episode suite (module docstring): judged on episode windows, not captions."""
+        return bool(self.held_out_windows)
+
+    def _prompts_only(self, what: str) -> None:
+        if self.is_episodic:
+            raise ValueError(f"suite {self.name!r} is an episode suite: it has no {what}; "
+                             f"`cosmos-rl eval --suite {self.name}` scores its held-out episode windows")  # fmt: skip
+
+    @property
     def judges_clips(self) -> bool:
         return self.media.is_video
 
@@ -108,6 +146,7 @@ class Suite:
 
     @property
     def default_reward(self) -> str:
+        self._prompts_only("rewards")
         return self.rewards[0].name
 
     def reward_names(self) -> list[str]:
@@ -119,14 +158,17 @@ class Suite:
     # --------------------------------------------------------------------------- the world
     def held_out(self, per_task: int) -> list[tuple[str, str]]:
         """(caption, task) of its held-out prompts, at most `per_task` per task (0 = all), in task order."""
+        self._prompts_only("held-out prompts")
         return [(caption, task) for caption, task in self.resolve("held_out_prompts")(per_task)]
 
     def task_of(self, caption: str) -> str:
         """The task `caption` counts under; ValueError for a caption outside the world's grammar."""
+        self._prompts_only("caption grammar")
         return self.resolve("caption_task")(caption)
 
     def verify(self, samples, captions: Sequence[str]) -> tuple[list[float], list[float]]:
         """(strict, partial) per uint8 sample: images [N, H, W, 3], or clips [N, F, H, W, 3]."""
+        self._prompts_only("caption verifier (its verifier judges windows: `judge`)")
         strict, partial = self.resolve("verifier")(samples, list(captions))
         return [float(s) for s in strict], [float(p) for p in partial]
 
@@ -149,6 +191,37 @@ class Suite:
         if seeds is not None and len(seeds) != len(captions):
             raise ValueError(f"got {len(seeds)} seeds for {len(captions)} captions")
         return fn(list(captions), media, None if seeds is None else list(seeds))
+
+
+    # ------------------------------------------------------------------- an episode suite
+    def windows(self, per_task: int, media: MediaSpec) -> list:
+        """Its held-out `EpisodeWindow`s: at most `per_task` per task (0 = all), at `media`'s size and frames."""
+        if not self.is_episodic:
+            raise ValueError(f"suite {self.name!r} is a prompt suite: it has held-out prompts, not episode windows")
+        return list(self.resolve("held_out_windows")(per_task, media))
+
+    def judge(self, mode: str, window, frames, actions, given: int) -> "WindowVerdict":
+        """One sample of `window` in `mode` (module docstring) judged by the suite's verifier."""
+        if not self.is_episodic:
+            raise ValueError(f"suite {self.name!r} is a prompt suite: it judges captions (`verify`), not episode windows")
+        return self.resolve("judge_window")(mode, window, frames, actions, given)
+
+    def actions_of(self, mode: str, chunk: int):
+        """The `ActionSpec` of an action mode over `chunk` rows (embodiment and normalisation)."""
+        if not self.is_episodic:
+            raise ValueError(f"suite {self.name!r} is a prompt suite: it has no actions")
+        return self.resolve("action_spec")(mode, chunk)
+
+
+@attrs.frozen(kw_only=True)
+class WindowVerdict:
+    """An episode suite's verdict on one sample of a window: `strict` (1.0 or 0.0), `partial` (in
+    [0, 1]), and the mode's further numbers by name (`metrics`: an action error, a coverage change),
+    each averaged and bootstrapped as the scores are."""
+
+    strict: float
+    partial: float
+    metrics: dict = attrs.field(factory=dict)
 
 
 def scores_by_task(suite: Suite, captions: Sequence[str], scores: Sequence[float]) -> dict[str, float]:

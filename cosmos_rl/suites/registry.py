@@ -26,6 +26,7 @@ from cosmos_rl.suites.base import Suite
 BUILT_IN: dict[str, str] = {
     "shapes": "cosmos_rl.suites.shapes:SHAPES",
     "shapes_video": "cosmos_rl.suites.shapes:SHAPES_VIDEO",
+    "pusht": "cosmos_rl.suites.pusht:PUSHT",  # an episode suite (suites.base): `cosmos-rl eval` only
 }
 OUTSIDE = "package.module:SUITE"  # how a suite outside the package is named, for messages
 
@@ -111,10 +112,10 @@ def of_preset(preset: str) -> Suite | None:
 
 
 def for_media(clips: bool) -> Suite:
-    """The first built-in suite judging clips (or images): the suite of a run that names none and whose
-    rewards no suite registers (a DPO or SFT run, or one rewarded by a weight-free reward), as
+    """The first built-in prompt suite judging clips (or images): the suite of a run that names none and
+    whose rewards no suite registers (a DPO or SFT run, or one rewarded by a weight-free reward), as
     evaluation chose before suites had names (`shapes`, `shapes_video`)."""
-    return next(suite for suite in builtin_suites() if suite.judges_clips == clips)
+    return next(suite for suite in builtin_suites() if suite.judges_clips == clips and not suite.is_episodic)
 
 
 def frame_by_frame(image_suite: Suite) -> Suite | None:

@@ -44,10 +44,14 @@ def eval_suite(c: schema.RunConfig, e: schema.EvalConfig, r: Rules):
     except suites.UnknownSuite as exc:
         r.error("rl.eval.suite", exc.problem, e.suite, exc.fix)
         return None
+    if suite.is_episodic:  # training's evaluation samples captions; an episode suite's windows are `cosmos-rl eval`'s
+        r.error("rl.eval.suite", f"{suite.name} is an episode suite (held-out episode windows), which [rl.eval] cannot sample during training",
+                e.suite, f"evaluate its checkpoints with `cosmos-rl eval RUN_DIR --suite {suite.name}`, and leave rl.eval.suite empty")  # fmt: skip
+        return None
     clips = c.model.num_frames > 1
     if suite.judges_clips != clips:
         makes, judges = ("clips", "images") if clips else ("images", "clips")
-        others = [n for n in suites.BUILT_IN if suites.get(n).judges_clips == clips]
+        others = [n for n in suites.BUILT_IN if suites.get(n).judges_clips == clips and not suites.get(n).is_episodic]
         r.error("rl.eval.suite", f"judges {judges}, and this run makes {makes} (model.num_frames = {c.model.num_frames})", e.suite,
                 f"name a suite of {makes} ({', '.join(others)}), or leave rl.eval.suite empty")  # fmt: skip
         return None
