@@ -57,7 +57,7 @@ def test_decode_clip_is_channels_then_time_in_unit_floats(tmp_path):
     assert torch.equal(tensor, torch.from_numpy(clip).permute(3, 0, 1, 2).float() / 255)
     (tmp_path / "a.mp4").write_bytes(encode_clip(clip, 24.0))
     assert torch.equal(load_clip(tmp_path / "a.mp4", 9, 32, 32), tensor)
-    with pytest.raises(UserError, match=r"rows\.jsonl:2: .*nope\.mp4: cannot read clip file"):
+    with pytest.raises(UserError, match=r"rows\.jsonl:2: clip file not found: .*nope\.mp4; check the path"):
         load_clip(tmp_path / "nope.mp4", 9, 32, 32, "rows.jsonl:2")
 
 

@@ -61,7 +61,7 @@ def test_a_decompression_bomb_is_a_user_error_naming_its_origin(tmp_path):
 
 
 def test_missing_file_names_origin_and_path(tmp_path):
-    with pytest.raises(UserError, match=r"rows\.jsonl:2 loser: .*nope\.png: cannot read image file"):
+    with pytest.raises(UserError, match=r"rows\.jsonl:2 loser: image file not found: .*nope\.png; check the path"):
         load_image(tmp_path / "nope.png", 8, "rows.jsonl:2 loser")
 
 

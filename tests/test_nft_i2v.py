@@ -165,13 +165,13 @@ def test_the_image_column_is_read_and_bad_frames_are_refused_with_file_and_line(
     found, _ = scan.prompt_data(config, tmp_path, full=True)
     words = [p.problem for p in found]
     assert len(words) == 4, words
-    assert any(f"{prompts}:2: cannot read the conditioning image" in w for w in words)
+    assert any(f"{prompts}:2: conditioning image not found: " in w for w in words)
     assert any(f"{prompts}:3: the conditioning image" in w and "16x16" in w and "32x32" in w for w in words)
     assert any(f"{prompts}:4" in w and "too large to decode safely" in w for w in words)
     assert any(f'{prompts}:5: no "image" field' in w for w in words)
 
     media = MediaSpec(frames=FRAMES, height=32, width=32, fps=24.0)
-    with pytest.raises(UserError, match=f"{prompts}:2: cannot read"):  # the run refuses the first bad row
+    with pytest.raises(UserError, match=f"{prompts}:2: conditioning image not found"):  # the run refuses the first bad row
         FirstFrames(Condition(kind=FIRST_FRAME, source="image"), str(prompts), media)
     prompts.write_text(json.dumps(rows[0]) + "\n")
     frames = FirstFrames(Condition(kind=FIRST_FRAME, source="image"), str(prompts), media)

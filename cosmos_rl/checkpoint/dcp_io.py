@@ -26,6 +26,7 @@ from torch.distributed.checkpoint.metadata import StorageMeta
 
 from cosmos_rl.checkpoint.collective import quiet_single_process, single_process
 from cosmos_rl.checkpoint.layout import CheckpointError
+from cosmos_rl.core.files import open_user_file
 
 # The index file DCP's FileSystemWriter writes (its docstring: a global ``.metadata``, or
 # ``__{rank}.metadata`` per rank when the save ran without rank coordination).
@@ -135,6 +136,10 @@ class MetadataUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"refusing global {module}.{name} in a DCP .metadata file")
 
 
+# A DCP index lists every tensor's shape and place; even a large model's is tens of MiB.
+_MAX_METADATA_FILE = 1 << 30
+
+
 class SafeFileSystemReader(dcp.FileSystemReader):
     """``dcp.FileSystemReader`` whose ``.metadata`` is read by ``MetadataUnpickler``."""
 
@@ -142,7 +147,8 @@ class SafeFileSystemReader(dcp.FileSystemReader):
         rank = kwargs.get("rank")
         name = METADATA_FILE if rank is None else f"__{rank}{METADATA_FILE}"
         path = Path(self.checkpoint_id) / name
-        with open(path, "rb") as stream:
+        # core.files: a FIFO in its place is refused instead of blocking the resume forever.
+        with open_user_file(path, "checkpoint", "DCP metadata", _MAX_METADATA_FILE) as stream:
             metadata = MetadataUnpickler(stream).load()
         if not isinstance(metadata, dcp.Metadata):
             raise pickle.UnpicklingError(f"{path} holds a {type(metadata).__name__}, not DCP metadata")

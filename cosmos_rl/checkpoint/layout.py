@@ -17,7 +17,6 @@ Layout under ``<run_dir>/checkpoints/``::
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from cosmos_rl.core.errors import RunFailed, UserError
+from cosmos_rl.core.files import MAX_METADATA_BYTES, read_user_json
 
 log = logging.getLogger(__name__)
 
@@ -107,11 +107,11 @@ def read_meta(root: Path, step: int) -> dict[str, Any]:
     another step or has a format this version does not read."""
     where = step_dir(root, step)
     try:
-        meta = json.loads((where / META_FILE).read_text(encoding="utf-8"))
-    except RecursionError:
-        raise CheckpointError(f"checkpoint {where}: cannot read {META_FILE}: JSON nested too deeply") from None
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"checkpoint {where}: cannot read {META_FILE}: {exc}") from None
+        # core.files: a FIFO or device in its place is refused (a plain read would block forever or
+        # never end), and so is a file past MAX_METADATA_BYTES (real ones are a few KiB).
+        meta = read_user_json(where / META_FILE, f"checkpoint {where}", f"{META_FILE}", MAX_METADATA_BYTES)
+    except UserError as exc:
+        raise CheckpointError(str(exc)) from None
     if not isinstance(meta, dict):
         raise CheckpointError(f"checkpoint {where}: {META_FILE} holds a {type(meta).__name__}, not an object")
     if meta.get("step") != step:

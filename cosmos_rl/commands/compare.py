@@ -41,6 +41,7 @@ import attrs
 from cosmos_rl.config import algorithms
 from cosmos_rl.core import schema
 from cosmos_rl.core.errors import UserError
+from cosmos_rl.core.files import MAX_JSON_BYTES, read_user_json
 from cosmos_rl.commands.measurement import base_of, differences, held_out_of
 from cosmos_rl.commands.report import EVAL_DIR, EVAL_RESULT, MANIFEST, load_run
 
@@ -162,10 +163,8 @@ def base_from_eval(path: Path, held_out: dict | None, base: dict) -> float:
     the same prompts, seeds, reward, sampler steps and guidance (and shift, where the runs set one)
     and image size."""
     where = f"--base-eval {path}"
-    try:
-        result = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{where}: not readable as JSON ({exc}); pass the eval.json `cosmos-rl eval MODEL` wrote") from None
+    # core.files: a FIFO or device (/dev/zero) is refused, and so is a file past MAX_JSON_BYTES.
+    result = read_user_json(path, "--base-eval", "eval.json", MAX_JSON_BYTES)
     if not isinstance(result, dict) or result.get("kind") != "model" or not isinstance(result.get("score"), (int, float)):
         raise UserError(f"{where}: not the eval.json of `cosmos-rl eval MODEL` (\"kind\": \"model\" and a \"score\"); evaluate the base model itself, e.g. `cosmos-rl eval preset:shapes`")
     if result.get("target") not in (base["init_from"], base["model"]):

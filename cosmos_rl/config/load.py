@@ -24,6 +24,7 @@ from cosmos_rl.config import algorithms, key_hints, legacy_keys, preflight
 from cosmos_rl.config.preflight.numbers import non_finite
 from cosmos_rl.config.saved_runs import with_later_knobs
 from cosmos_rl.core import schema
+from cosmos_rl.core.files import name_problem, shown
 from cosmos_rl.core.paths import resolve_path
 from cosmos_rl.core.problems import ManifestError, Problem, show
 
@@ -54,6 +55,10 @@ def _strict(kind: type):
             return float(value)
         if not ok:
             raise _BadValue(f"expected {_TYPE_NAMES[kind]}", value, f"write {_TYPE_NAMES[kind]}")
+        if kind is str and name_problem(value) is not None:
+            # No key takes a NUL byte or a lone surrogate (TOML allows both as escapes): as a path
+            # it would pass `validate` and make the run's first open() raise (a traceback).
+            raise _BadValue(f"the string {name_problem(value)}", shown(value), "remove it")
         return value
 
     return hook

@@ -14,7 +14,6 @@ A model folder `cosmos-rl export` wrote records the sampler its run was evaluate
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import attrs
 from cosmos_rl.config import algorithms
 from cosmos_rl.core import schema
 from cosmos_rl.core.errors import UserError
+from cosmos_rl.core.files import MAX_METADATA_BYTES, read_user_json
 from cosmos_rl.models.layout import MODEL_INFO
 from cosmos_rl.models.sampler_settings import SamplerSettings
 
@@ -60,9 +60,9 @@ def folder_settings(folder: Path) -> SamplerSettings:
     if not info_path.is_file():
         return default_settings()
     try:
-        info = json.loads(info_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise UserError(f"{info_path}: not readable as JSON ({type(exc).__name__}); export the model again, or delete the file") from None
+        info = read_user_json(info_path, "", MODEL_INFO, MAX_METADATA_BYTES)  # a FIFO or device is refused, not read
+    except UserError as exc:
+        raise UserError(f"{exc}; export the model again, or delete the file") from None
     exported = info.get("exported_from") if isinstance(info, dict) else None
     if exported is None:
         return default_settings()  # a folder save_parts wrote: no run, no sampler of its own

@@ -17,7 +17,8 @@ from functools import partial
 from pathlib import Path
 from typing import Sequence
 
-from cosmos_rl.data.tar_index import CLIP_EXTENSIONS, IMAGE_EXTENSIONS, Blob, index_members, side_blob
+from cosmos_rl.core.files import check_name
+from cosmos_rl.data.tar_index import CLIP_EXTENSIONS, IMAGE_EXTENSIONS, Blob, index_members, metadata_member, side_blob
 from cosmos_rl.data.textfile import read_lines
 from cosmos_rl.core.errors import UserError
 
@@ -78,14 +79,14 @@ def _shard_entry(archive: tarfile.TarFile, key: str, members: dict, shard: Path,
     row: dict = {}
     if "json" in members:
         try:
-            row = json.loads(archive.extractfile(members["json"]).read())
+            row = json.loads(metadata_member(archive, members["json"], origin))
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: nested too deeply
             raise UserError(f"{origin}: json member is not valid JSON ({exc})") from exc
         if not isinstance(row, dict):
             raise UserError(f"{origin}: json member holds a {type(row).__name__}, not an object")
     if "txt" in members:
         try:
-            caption = _text(archive.extractfile(members["txt"]).read().decode("utf-8"), origin, "the txt member")
+            caption = _text(metadata_member(archive, members["txt"], origin).decode("utf-8"), origin, "the txt member")
         except UnicodeDecodeError as exc:
             raise UserError(f"{origin}: txt member is not UTF-8 ({exc})") from exc
     elif row:
@@ -139,7 +140,8 @@ def _row(text: str, line: int, path: Path, frames: int) -> CaptionRow:
     media = row.get(field)
     if not isinstance(media, str) or not media:
         raise UserError(f"{origin}: field {field!r} must be {what} path string, found {media!r}")
-    media_path = Path(media) if Path(media).is_absolute() else path.parent / media
+    media = check_name(media, f"{origin}: {field}", kind)  # is_file would call it missing
+    media_path = media if media.is_absolute() else path.parent / media
     if not media_path.is_file():
         raise UserError(f"{origin}: {kind} {media_path} does not exist; fix the path or add the file")
     return CaptionRow(line, str(row.get("id", line)), _caption_of(row, origin), media_path, kind)

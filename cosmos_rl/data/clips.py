@@ -13,7 +13,8 @@ from typing import Union
 
 import torch
 
-from cosmos_rl.data.clip_files import ClipData, read_clip
+from cosmos_rl.core.files import open_user_file
+from cosmos_rl.data.clip_files import MAX_CLIP_BYTES, ClipData, read_clip
 from cosmos_rl.data.pixels import to_unit_float
 from cosmos_rl.core.errors import UserError
 
@@ -27,8 +28,8 @@ def decode_clip(data: ClipData, frames: int, height: int, width: int, origin: st
 def load_clip(path: Union[str, Path], frames: int, height: int, width: int, origin: str = "") -> torch.Tensor:
     """Read and decode a clip file; errors name ``origin`` (if given) and the path."""
     where = f"{origin}: {path}" if origin else str(path)
-    try:
-        with open(path, "rb") as handle:
+    with open_user_file(path, origin, "clip file", MAX_CLIP_BYTES) as handle:
+        try:
             return decode_clip(handle, frames, height, width, where)
-    except OSError as exc:
-        raise UserError(f"{where}: cannot read clip file ({exc.strerror or exc}); check the path") from exc
+        except OSError as exc:
+            raise UserError(f"{where}: cannot read clip file ({exc.strerror or exc}); check the path") from exc

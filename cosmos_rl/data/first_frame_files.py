@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cosmos_rl.data.image_files import FIX, open_image
+from cosmos_rl.core.files import open_user_file
+from cosmos_rl.data.image_files import FIX, MAX_IMAGE_BYTES, open_image
 from cosmos_rl.core.errors import UserError
 
 
@@ -24,11 +25,13 @@ def missing(prompt_file: Path, line: int) -> UserError:
 
 
 def _opened(path: Path, origin: str, height: int, width: int):
+    # A FIFO, a device, a NUL in the name or a file past MAX_IMAGE_BYTES is refused by core.files.
+    handle = open_user_file(path, origin, "conditioning image", MAX_IMAGE_BYTES)
     try:
-        handle = open(path, "rb")
-    except OSError as exc:
-        raise UserError(f"{origin}: cannot read the conditioning image {path} ({exc.strerror}); check the \"image\" path") from exc
-    image = open_image(handle, f"{origin}: {path}")
+        image = open_image(handle, f"{origin}: {path}")
+    except BaseException:
+        handle.close()
+        raise
     if image.size != (width, height):
         image.close()
         raise UserError(f"{origin}: the conditioning image {path} is {image.size[0]}x{image.size[1]}, the run's clips are "

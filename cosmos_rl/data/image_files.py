@@ -17,6 +17,9 @@ from PIL import Image, UnidentifiedImageError
 from cosmos_rl.core.errors import UserError
 
 FIX = "replace it with a valid PNG/JPEG/WebP file"
+# An encoded image's bytes (a file, or a tar member read whole): an 8K RGB PNG stored without any
+# compression is ~100 MB, so no image a run can train on is larger.
+MAX_IMAGE_BYTES = 128 << 20
 
 
 def open_image(data: Union[bytes, BinaryIO], origin: str) -> Image.Image:

@@ -18,7 +18,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from cosmos_rl.data.image_files import FIX, open_image
+from cosmos_rl.core.files import read_user_bytes
+from cosmos_rl.data.image_files import FIX, MAX_IMAGE_BYTES, open_image
 from cosmos_rl.data.pixels import to_unit_float
 from cosmos_rl.core.errors import UserError
 
@@ -72,10 +73,7 @@ def decode_image(data: bytes, size: ImageSize, origin: str) -> torch.Tensor:
 def load_image(path: Union[str, Path], size: ImageSize, origin: str = "") -> torch.Tensor:
     """Read and decode an image file; errors name ``origin`` (if given) and the path."""
     where = f"{origin}: {path}" if origin else str(path)
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise UserError(f"{where}: cannot read image file ({exc.strerror}); check the path") from exc
+    data = read_user_bytes(path, origin, "image file", MAX_IMAGE_BYTES)
     return decode_image(data, size, where)
 
 

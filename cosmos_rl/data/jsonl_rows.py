@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from cosmos_rl.core.files import check_name
 from cosmos_rl.data.pair_metadata import parse_pair_metadata
 from cosmos_rl.data.textfile import read_lines
 from cosmos_rl.core.errors import UserError
@@ -56,7 +57,7 @@ def _image_path(row: dict, key: str, folder: Path, origin: str, frames: int) -> 
     value = row[key]
     if not isinstance(value, str) or not value:
         raise UserError(f"{origin}: field {key!r} must be {what} path string, found {value!r}")
-    image = Path(value)
+    image = check_name(value, f"{origin}: {key}", "clip" if frames > 1 else "image")  # os.stat raises on a NUL
     image = image if image.is_absolute() else folder / image
     problem = _kind_problem(image, key, frames)
     if problem is not None:

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import NamedTuple, Optional, Union
 
+from cosmos_rl.core.files import check_name
 from cosmos_rl.data.textfile import read_lines
 from cosmos_rl.core.errors import UserError
 
@@ -44,7 +45,7 @@ def _jsonl_row(text: str, origin: str, folder: Path) -> tuple[str, Optional[Path
         return prompt, None
     if not isinstance(image, str) or not image.strip():
         raise UserError(f'{origin}: "image" must be a non-empty path string, found {image!r}; name the conditioning frame\'s file')
-    return prompt, folder / image  # an absolute `image` stays as it is
+    return prompt, folder / check_name(image, f'{origin}: "image"', "conditioning image")  # an absolute `image` stays as it is
 
 
 def read_prompts(path: Union[str, Path]) -> tuple[list[str], list[UserError]]:

@@ -29,8 +29,9 @@ from cosmos_rl.core import schema
 from cosmos_rl.core.paths import resolve_path
 from cosmos_rl.core.problems import Problem
 from cosmos_rl.data.caption_index import index_caption_shards, read_caption_rows
-from cosmos_rl.data.clip_files import check_clip
-from cosmos_rl.data.image_files import check_image
+from cosmos_rl.core.files import open_user_file
+from cosmos_rl.data.clip_files import MAX_CLIP_BYTES, check_clip
+from cosmos_rl.data.image_files import MAX_IMAGE_BYTES, check_image
 from cosmos_rl.data.jsonl_rows import PairRow, read_pair_rows
 from cosmos_rl.data import first_frame_files
 from cosmos_rl.data.prompt_file import read_prompt_rows
@@ -64,19 +65,19 @@ def _sample_note(count: int, chosen: int, full: bool, what: str = "images") -> s
 
 
 def _image_file(path: Path, origin: str) -> None:
-    try:
-        with open(path, "rb") as handle:
+    with open_user_file(path, origin, "image file", MAX_IMAGE_BYTES) as handle:
+        try:
             check_image(handle, origin)
-    except OSError as exc:
-        raise UserError(f"{origin}: cannot read image file ({exc.strerror}); check the path") from exc
+        except OSError as exc:
+            raise UserError(f"{origin}: cannot read image file ({exc.strerror}); check the path") from exc
 
 
 def _clip_file(path: Path, media: tuple[int, int, int], origin: str) -> None:
-    try:
-        with open(path, "rb") as handle:
+    with open_user_file(path, origin, "clip file", MAX_CLIP_BYTES) as handle:
+        try:
             check_clip(handle, *media, origin)
-    except OSError as exc:
-        raise UserError(f"{origin}: cannot read clip file ({exc.strerror}); check the path") from exc
+        except OSError as exc:
+            raise UserError(f"{origin}: cannot read clip file ({exc.strerror}); check the path") from exc
 
 
 def _jsonl_sides(jsonl: Path, row: PairRow, media: tuple[int, int, int]) -> None:

@@ -20,6 +20,9 @@ from typing import Optional, Sequence, Union
 
 from braceexpand import braceexpand
 
+from cosmos_rl.core.files import MAX_METADATA_BYTES, check_name
+from cosmos_rl.data.clip_files import MAX_CLIP_BYTES
+from cosmos_rl.data.image_files import MAX_IMAGE_BYTES
 from cosmos_rl.data.pair_metadata import parse_pair_metadata
 from cosmos_rl.core.errors import UserError
 
@@ -176,7 +179,7 @@ def shard_paths(urls_or_paths: Union[str, Path, Sequence[Union[str, Path]]]) -> 
                 f"{url}: pairs are read by index, which needs a local shard; copy the shards "
                 "to local disk and pass their paths"
             )
-        path = Path(local)
+        path = check_name(local, "", "tar shard")  # is_file would call a NUL-holding name missing
         if not path.is_file():
             raise UserError(f"{path}: tar shard not found; check the shard paths or pattern")
         paths.append(path)
@@ -221,7 +224,26 @@ def side_blob(
             f"{', '.join(f'{side}.{e}' if side else e for e in extensions)} (members: {', '.join(sorted(members))})"
         )
     member = members[found[0]]
+    # The member is read whole later (read_blob); its declared size is the header's word, and a
+    # sparse or hostile member may declare GiBs. No image or clip a run trains on is that large.
+    limit = MAX_CLIP_BYTES if what == "clip" else MAX_IMAGE_BYTES
+    if member.size > limit:
+        raise UserError(f"{origin}: member {member.name!r} declares {member.size} bytes, over the {limit}-byte limit for "
+                        f"a{'n' if what == 'image' else ''} {what}; it is damaged or not one: re-pack the shard")
     return Blob(member.offset_data, member.size)
+
+
+def metadata_member(archive: tarfile.TarFile, member: tarfile.TarInfo, origin: str) -> bytes:
+    """A sample's ``json`` or ``txt`` member, read whole after its declared size is checked against
+    MAX_METADATA_BYTES (a sparse member declaring GiBs would otherwise be read as zeros into memory)."""
+    if member.size > MAX_METADATA_BYTES:
+        raise UserError(f"{origin}: member {member.name!r} declares {member.size} bytes, over the {MAX_METADATA_BYTES}-byte "
+                        "limit for a sample's metadata; it is damaged or not metadata: re-pack the shard")
+    handle = archive.extractfile(member)
+    data = handle.read(MAX_METADATA_BYTES + 1) if handle is not None else b""
+    if len(data) != member.size:
+        raise UserError(f"{origin}: member {member.name!r} holds {len(data)} of its {member.size} bytes; copy the shard again")
+    return data
 
 
 def _check_complete(shard: Path, handle, members: list[tarfile.TarInfo]) -> None:
@@ -274,7 +296,7 @@ def _sample_of(
             'each sample needs a json member with {"id", "prompt"}'
         )
     try:
-        row = json.loads(archive.extractfile(members["json"]).read())
+        row = json.loads(metadata_member(archive, members["json"], origin))
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: nested too deeply
         raise UserError(f"{origin}: json member is not valid JSON ({exc})") from exc
     pair_id, prompt, winner_prompt, loser_prompt = parse_pair_metadata(row, origin)

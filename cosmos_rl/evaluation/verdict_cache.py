@@ -44,6 +44,8 @@ from typing import Callable
 import numpy as np
 import torch
 
+from cosmos_rl.core.errors import UserError
+from cosmos_rl.core.files import read_user_bytes
 from cosmos_rl.evaluation.evaluator import Evaluator, Scored
 from cosmos_rl.evaluation.scores import uses_verifier
 from cosmos_rl.models.latent_entry import BadEntry
@@ -186,8 +188,13 @@ def read_entry(path: Path, expected: Expected) -> tuple[list[float], list[float]
         size = path.stat().st_size
         if size > expected.max_bytes:
             raise BadEntry(f"is {size} bytes, more than an entry of this evaluation can be ({expected.max_bytes})")
-        entry = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: nesting too deep
+        # core.files: a FIFO or device in an entry's place is refused, not read (forever).
+        data = read_user_bytes(path, "", "cache entry", expected.max_bytes)
+    except (OSError, UserError) as exc:
+        raise BadEntry(f"is not a readable entry ({exc})") from None
+    try:
+        entry = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: nesting too deep
         raise BadEntry(f"is not a readable JSON entry ({_shown(str(exc), 120)})") from None
     if not isinstance(entry, dict) or "format" not in entry:
         raise BadEntry("has no entry record (not a cosmos-rl evaluation entry)")

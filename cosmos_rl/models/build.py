@@ -28,6 +28,7 @@ from transformers import PreTrainedTokenizerFast
 
 from cosmos_rl.checkpoint.weight_files import FolderProblem, read_config
 from cosmos_rl.core.errors import UserError, library_text
+from cosmos_rl.core.files import MAX_METADATA_BYTES, read_user_json
 from cosmos_rl.models import folder_check
 from cosmos_rl.models.architectures import TINY_TRANSFORMER, TINY_VAE
 from cosmos_rl.models.layout import MODEL_INFO, PIPELINE_INDEX, PRESET_FLOW_SHIFT, scheduler_problem
@@ -141,8 +142,8 @@ def read_prompt_template(folder: Path) -> str:
     if not info.is_file():
         return "chat"
     try:
-        template = json.loads(info.read_text(encoding="utf-8")).get("prompt_template", "chat")
-    except (OSError, ValueError, AttributeError) as exc:
+        template = read_user_json(info, "model.path", MODEL_INFO, MAX_METADATA_BYTES).get("prompt_template", "chat")
+    except (UserError, AttributeError) as exc:
         raise UserError(f"model.path: {str(info)!r} is not a JSON object ({exc}); write it again with save_parts or delete it") from None
     if template not in PROMPT_TEMPLATES:
         raise UserError(

@@ -22,10 +22,17 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save
 
+from cosmos_rl.core.errors import UserError
+from cosmos_rl.core.files import open_user_file
+
 # Entries without this record (written before entries were verified) or with another are refused.
 FORMAT = "cosmos-rl latent entry 2"
 TENSOR = "latent"
 _FIELDS = ("format", "key", "vae", "shape", "dtype", "sha256")
+
+
+# No latent of a clip the project trains is near this; the shape check below is the real bound.
+_MAX_ENTRY_BYTES = 1 << 34
 
 
 class BadEntry(Exception):
@@ -59,6 +66,12 @@ def read_entry(path: Path, key: str, vae: str, shape: tuple[int, ...], dtype: to
     """The latent `path` holds, when it is a whole entry for input `key` and `vae` of `shape` and
     `dtype`; raises BadEntry otherwise. The shape is checked from the header before the tensor is
     read, so a file cannot make this allocate more than `shape` of the widest dtype."""
+    try:
+        # safe_open would block forever on a FIFO in an entry's place: core.files refuses anything
+        # that is not a regular file first, opening without blocking.
+        open_user_file(path, "", "latent cache entry", _MAX_ENTRY_BYTES).close()
+    except UserError as exc:
+        raise BadEntry(f"is not a readable entry ({exc})") from None
     try:
         with safe_open(str(path), framework="pt") as handle:
             record = handle.metadata() or {}

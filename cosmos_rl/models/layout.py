@@ -10,8 +10,10 @@ Cosmos3 pipeline: `model_index.json` with `transformer/`, `vae/`, `text_tokenize
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
+
+from cosmos_rl.core.errors import UserError
+from cosmos_rl.core.files import MAX_METADATA_BYTES, read_user_json
 
 PIPELINE_INDEX = "model_index.json"
 # What cosmos-rl adds to a model folder: {"prompt_template": ...} (models.build.save_parts), and in an
@@ -45,9 +47,10 @@ def base_format(folder: str | Path) -> tuple[str, Path] | None:
 def read_json(path: Path, shown_as: str) -> dict:
     """A JSON object from `path`; ValueError naming `shown_as` when it is not one."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{shown_as} cannot be read as JSON ({type(exc).__name__}: {exc})") from None
+        # core.files: a FIFO or device is refused (not read forever), and a file past the cap.
+        data = read_user_json(path, "", shown_as, MAX_METADATA_BYTES)
+    except UserError as exc:
+        raise ValueError(f"{shown_as} cannot be read as JSON ({exc})") from None
     if not isinstance(data, dict):
         raise ValueError(f"{shown_as} holds {type(data).__name__}, not a JSON object")
     return data
