@@ -271,7 +271,7 @@ def _check_device(device: str) -> None:
 @app.command()
 def compare(
     run_dirs: List[Path] = typer.Argument(..., help="Run directories (each holds manifest.toml and metrics.jsonl) of runs from one base."),
-    out_dir: Path = typer.Option(Path("compare"), "--out", help="Folder for compare.json and compare.png."),
+    out_dir: str = typer.Option("compare", "--out", help="Folder for compare.json and compare.png."),
     base_eval: Optional[Path] = typer.Option(None, "--base-eval", help="The eval.json of `cosmos-rl eval BASE` with the runs' \\[rl.eval] settings (checked): its score is the base of 'first step to base + margin'."),
     base_score: Optional[float] = typer.Option(None, "--base-score", help="Instead of --base-eval: the base's score under the runs' \\[rl.eval] settings, taken as given."),
     margin: float = typer.Option(0.1, "--margin", help="The gain over --base-score whose first evaluated step is reported."),
@@ -281,8 +281,9 @@ def compare(
     from cosmos_rl.commands import compare_output
 
     try:
+        where = out_path(out_dir)  # '' refused before anything is read
         result = compare_mod.compare(run_dirs, base_score=base_score, base_eval=base_eval, margin=margin)
-        files = compare_output.write(result, out_dir)
+        files = compare_output.write(result, where)
     except UserError as exc:
         _fail(exc)
     compare_output.render(out, result, files)
