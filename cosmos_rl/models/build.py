@@ -142,6 +142,8 @@ def read_prompt_template(folder: Path) -> str:
         return "chat"
     try:
         template = json.loads(info.read_text(encoding="utf-8")).get("prompt_template", "chat")
+    except RecursionError:  # nested past the parser's limit: a damaged or hostile file, not a traceback
+        raise UserError(f"model.path: {str(info)!r} is not a JSON object (nested too deeply); write it again with save_parts or delete it") from None
     except (OSError, ValueError, AttributeError) as exc:
         raise UserError(f"model.path: {str(info)!r} is not a JSON object ({exc}); write it again with save_parts or delete it") from None
     if template not in PROMPT_TEMPLATES:
