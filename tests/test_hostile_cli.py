@@ -44,3 +44,33 @@ def test_online_counts_are_capped_with_the_reason(manifest, key, cap, why):
         refused(invoke(*args), f"{key}: at most {cap}:", why, f"(got {BIG})")
     assert invoke("validate", manifest, "--data", "none", f"{key}={cap}").exit_code in (0, 2)  # the cap itself is not what refuses
     assert f"{key}: at most" not in invoke("validate", manifest, "--data", "none", f"{key}={cap}").output
+
+
+# ------------------------------------------------------------------------ reward serve: address and replicas
+@pytest.mark.parametrize("address, needle", [
+    ("nonsense", "is not host:port, ray://host:port or auto"),
+    ("host:99999", "has port '99999', not a number in 1..65535"),
+    ("bad host!:6379", "has host 'bad host!', neither a host name nor an IP address"),
+    ("10.0.0.1", "is not host:port"),
+])  # fmt: skip
+def test_reward_serve_refuses_a_ray_address_ray_could_not_join_before_starting(address, needle, monkeypatch):
+    import cosmos_rl.rewards.serve_ray as serve_ray
+
+    monkeypatch.setattr(serve_ray.RayServeService, "start", lambda self: pytest.fail("Ray started before the options were checked"))
+    refused(invoke("reward", "serve", "--revision", "v1", "--port", "0", "--replicas", "1", "--ray-address", address),
+            f"--ray-address {address!r}:", needle)
+
+
+def test_reward_serve_refuses_replicas_past_the_cap_before_starting_ray(monkeypatch):
+    import cosmos_rl.rewards.serve_ray as serve_ray
+
+    monkeypatch.setattr(serve_ray.RayServeService, "start", lambda self: pytest.fail("Ray started before the options were checked"))
+    refused(invoke("reward", "serve", "--revision", "v1", "--port", "0", "--replicas", str(10**30)), f"--replicas {10**30}: must be 1 to 1024")
+    refused(invoke("reward", "serve", "--revision", "v1", "--port", "0", "--replicas", "-3"), "--replicas -3: must be 1 to 1024")
+
+
+def test_the_ray_addresses_ray_takes_are_accepted():
+    from cosmos_rl.dist.addresses import ray_address_problem
+
+    for address in ("auto", "127.0.0.1:6379", "head-node.cluster.local:6379", "ray://head:10001", "ray://head", "[::1]:6379"):
+        assert ray_address_problem(address) is None, address
