@@ -362,10 +362,15 @@ def export(
     def progress(line: str) -> None:  # each stage, with the seconds so far: a log shows where the time goes
         err.print(f"export: {line} ({time.monotonic() - started:.0f} s)", markup=False, highlight=False)
 
+    from cosmos_rl.core.errors import Preempted
+
     try:
         summary = export_run(run_dir, out_path(out_dir), step=step, progress=progress)
     except UserError as exc:
         _fail(exc)
+    except Preempted as exc:  # SIGTERM/SIGINT mid-write: nothing left behind; run it again
+        err.print(f"[yellow]stopped[/]: {escape(str(exc))}", highlight=False)
+        raise typer.Exit(EXIT_REQUEUE)
     if as_json:
         _json(summary)
         return
