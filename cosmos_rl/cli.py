@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from cosmos_rl.commands.progress import CommandProgress
-from cosmos_rl.commands.options import bind_host, finite_float, out_path
+from cosmos_rl.commands.options import bind_host, checked_path, finite_float, out_path
 from cosmos_rl.core.errors import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE, UserError
 
 app = typer.Typer(
@@ -328,7 +328,7 @@ def evaluate(
     try:
         with CommandProgress("eval", "images") as progress:
             result = run_eval(
-                target, prompts=prompts, seeds=seeds, per_task=per_task, reward=reward, batch_size=batch_size,
+                target, prompts=checked_path(prompts, "--prompts"), seeds=seeds, per_task=per_task, reward=reward, batch_size=batch_size,
                 image_size=image_size, out_dir=out_path(out_dir), device=device, warn=warn, sample_steps=sample_steps, guidance=guidance,
                 step=step, frames=frames, condition=_eval_condition(condition, i2v), note=notes.append, progress=progress, suite=suite,
             )
@@ -459,7 +459,7 @@ def pairs_mine(
     try:
         with CommandProgress("mining", "prompt rows") as rows:
             summary = run_mine(
-                target, reward=reward, prompts=prompts, samples=samples, out_dir=out_path(out_dir), seed=seed,
+                target, reward=reward, prompts=checked_path(prompts, "--prompts"), samples=samples, out_dir=out_path(out_dir), seed=seed,
                 batch_size=batch_size, per_shard=per_shard, device=device, warn=warn, sample_steps=sample_steps, guidance=guidance, step=step,
                 frames=frames, frame_reduce=frame_reduce, progress=lambda done, total: rows("", done, total),
             )

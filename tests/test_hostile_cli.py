@@ -74,3 +74,38 @@ def test_the_ray_addresses_ray_takes_are_accepted():
 
     for address in ("auto", "127.0.0.1:6379", "head-node.cluster.local:6379", "ray://head:10001", "ray://head", "[::1]:6379"):
         assert ray_address_problem(address) is None, address
+
+
+# ------------------------------------------------------------------------ the fuzz: every subcommand's options
+HOSTILE = ["", "-1", "0", str(2**63), str(10**30), "nan", "inf", "1e308", "x" * 300, "a\x00b", "\udcff", "[[[[", "../../..", "preset:nope"]
+# (the command's words, its options that take a value, fixed arguments that make it refuse before
+# any model loads or any server listens, so the fuzz stays fast and starts nothing)
+COMMANDS = [
+    (["validate", NFT], ["--data"], []),
+    (["plan", NFT], [], ["rl.max_steps=0"]),
+    (["compare", "/nonexistent_run"], ["--out", "--base-eval", "--base-score", "--margin"], []),
+    (["eval", "/nonexistent_target"], ["--prompts", "--seeds", "--per-task", "--suite", "--reward", "--batch-size", "--image-size",
+                                       "--out", "--device", "--sample-steps", "--guidance", "--step", "--frames", "--condition"], []),
+    (["export", "/nonexistent_run"], ["--out", "--step"], []),
+    (["report", "/nonexistent_run"], ["--out"], []),
+    (["reward", "serve", "--revision", ""], ["--host", "--port", "--token-env", "--model", "--replicas", "--cpus-per-replica",
+                                              "--gpus-per-replica", "--ray-address"], []),
+    (["pairs", "mine", "/nonexistent_target", "--prompts", "/nonexistent.txt"], ["--reward", "--samples", "--out", "--seed",
+                                                                                  "--batch-size", "--per-shard", "--device", "--sample-steps", "--guidance", "--step", "--frames", "--frame-reduce"], []),
+]  # fmt: skip
+
+
+def test_every_subcommands_options_exit_0_1_2_or_75_and_never_traceback(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # anything a command writes lands here
+    for words, options, fixed in COMMANDS:
+        for option in options:
+            for value in HOSTILE:
+                args = [*words, option, value, *fixed]
+                if words[0] == "pairs" and option != "--reward":
+                    args += ["--reward", "shapes_strict"]
+                if words[0] in ("pairs", "export") and option != "--out":
+                    args += ["--out", str(tmp_path / "o")]
+                result = CliRunner().invoke(app, args)
+                assert result.exit_code in (0, 1, 2, 75), (args, result.exit_code, result.output)
+                assert "Traceback" not in result.output, (args, result.output)
+                assert result.exception is None or isinstance(result.exception, SystemExit), (args, repr(result.exception))
