@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from cosmos_rl.commands.progress import CommandProgress
-from cosmos_rl.commands.options import bind_host, finite_float, out_path
+from cosmos_rl.commands.options import bind_host, checked_path, finite_float, out_path
 from cosmos_rl.core.errors import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE, UserError
 
 app = typer.Typer(
@@ -271,7 +271,7 @@ def _check_device(device: str) -> None:
 @app.command()
 def compare(
     run_dirs: List[Path] = typer.Argument(..., help="Run directories (each holds manifest.toml and metrics.jsonl) of runs from one base."),
-    out_dir: Path = typer.Option(Path("compare"), "--out", help="Folder for compare.json and compare.png."),
+    out_dir: str = typer.Option("compare", "--out", help="Folder for compare.json and compare.png."),
     base_eval: Optional[Path] = typer.Option(None, "--base-eval", help="The eval.json of `cosmos-rl eval BASE` with the runs' \\[rl.eval] settings (checked): its score is the base of 'first step to base + margin'."),
     base_score: Optional[float] = typer.Option(None, "--base-score", help="Instead of --base-eval: the base's score under the runs' \\[rl.eval] settings, taken as given."),
     margin: float = typer.Option(0.1, "--margin", help="The gain over --base-score whose first evaluated step is reported."),
@@ -281,8 +281,9 @@ def compare(
     from cosmos_rl.commands import compare_output
 
     try:
+        where = out_path(out_dir)  # '' refused before anything is read
         result = compare_mod.compare(run_dirs, base_score=base_score, base_eval=base_eval, margin=margin)
-        files = compare_output.write(result, out_dir)
+        files = compare_output.write(result, where)
     except UserError as exc:
         _fail(exc)
     compare_output.render(out, result, files)
@@ -328,7 +329,7 @@ def evaluate(
     try:
         with CommandProgress("eval", "images") as progress:
             result = run_eval(
-                target, prompts=prompts, seeds=seeds, per_task=per_task, reward=reward, batch_size=batch_size,
+                target, prompts=checked_path(prompts, "--prompts"), seeds=seeds, per_task=per_task, reward=reward, batch_size=batch_size,
                 image_size=image_size, out_dir=out_path(out_dir), device=device, warn=warn, sample_steps=sample_steps, guidance=guidance,
                 step=step, frames=frames, condition=_eval_condition(condition, i2v), note=notes.append, progress=progress, suite=suite,
                 data=data,
@@ -363,10 +364,15 @@ def export(
     def progress(line: str) -> None:  # each stage, with the seconds so far: a log shows where the time goes
         err.print(f"export: {line} ({time.monotonic() - started:.0f} s)", markup=False, highlight=False)
 
+    from cosmos_rl.core.errors import Preempted
+
     try:
         summary = export_run(run_dir, out_path(out_dir), step=step, progress=progress)
     except UserError as exc:
         _fail(exc)
+    except Preempted as exc:  # SIGTERM/SIGINT mid-write: nothing left behind; run it again
+        err.print(f"[yellow]stopped[/]: {escape(str(exc))}", highlight=False)
+        raise typer.Exit(EXIT_REQUEUE)
     if as_json:
         _json(summary)
         return
@@ -455,7 +461,7 @@ def pairs_mine(
     try:
         with CommandProgress("mining", "prompt rows") as rows:
             summary = run_mine(
-                target, reward=reward, prompts=prompts, samples=samples, out_dir=out_path(out_dir), seed=seed,
+                target, reward=reward, prompts=checked_path(prompts, "--prompts"), samples=samples, out_dir=out_path(out_dir), seed=seed,
                 batch_size=batch_size, per_shard=per_shard, device=device, warn=warn, sample_steps=sample_steps, guidance=guidance, step=step,
                 frames=frames, frame_reduce=frame_reduce, progress=lambda done, total: rows("", done, total),
             )

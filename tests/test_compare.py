@@ -277,12 +277,13 @@ def test_later_runs_are_paired_prompt_by_prompt_against_the_first(tmp_path):
     paired bootstrap has the same means: counting +0.25 [0.25, 0.25], position -0.10 [-0.10, -0.10],
     overall (the mean of the task means) +0.075 [0.075, 0.075]. The values are the scores' differences:
     overall 0.40 - 0.325 = 0.075, counting (0.1 + 0.35) - (0.1 + 0.1) = 0.25."""
-    a_final = {**eval_json(100, 0.325, 0.125, {"counting": 0.1, "position": 0.15}),
+    # n_prompts 4: the per-prompt lists hold n_prompts scores in all (commands.eval_result checks it).
+    a_final = {**eval_json(100, 0.325, 0.125, {"counting": 0.1, "position": 0.15}, n_prompts=4),
                "prompt_scores": {"counting": [0.0, 0.4], "position": [0.5, 0.4]}}
-    b_final = {**eval_json(100, 0.40, 0.20, {"counting": 0.35, "position": 0.05}),
+    b_final = {**eval_json(100, 0.40, 0.20, {"counting": 0.35, "position": 0.05}, n_prompts=4),
                "prompt_scores": {"counting": [0.25, 0.65], "position": [0.4, 0.3]}}  # fmt: skip
     a, b = nft_run(tmp_path, "nft_a", final=a_final), nft_run(tmp_path, "nft_b", final=b_final)
-    older = nft_run(tmp_path, "nft_old", final=eval_json(100, 0.3, 0.1, {"counting": 0.1, "position": 0.0}))
+    older = nft_run(tmp_path, "nft_old", final=eval_json(100, 0.3, 0.1, {"counting": 0.1, "position": 0.0}, n_prompts=4))
     result = compare.compare([a, b, older])
     first, second, third = result["runs"]
     assert first["against_first"] is None  # the first run is the reference

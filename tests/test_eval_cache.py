@@ -10,6 +10,7 @@ checked against values this code did not produce."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,6 +21,7 @@ import torch
 
 from cosmos_rl.evaluation import verdict_cache
 from cosmos_rl.evaluation.evaluator import Evaluator, Sample, Scored
+from cosmos_rl.evaluation.scores import UNIT, score_range
 from cosmos_rl.evaluation.verdict_cache import Expected, entry_text, read_entry
 from cosmos_rl.models.latent_entry import BadEntry
 
@@ -300,3 +302,22 @@ def test_the_command_prints_images_sampled_and_reused_on_stderr(tmp_path):
     assert second.stderr.splitlines() == [f"images: 0 sampled, {ITEMS} reused from the evaluation cache {cache}"]  # nothing sampled
     results = [json.loads(r.stdout) for r in (first, second)]  # stdout stays one JSON object
     assert [{k: v for k, v in r.items() if k != "grid"} for r in results][0] == {k: v for k, v in results[1].items() if k != "grid"}
+
+
+@pytest.mark.parametrize(("scores", "partials", "bounds", "message"), [
+    ([1e308, 0.0, 0.1], [1.0, 0.5, 0.2], UNIT, "holds scores 0 = 1e+308, outside [0, 1]"),  # totals would overflow to Infinity
+    ([-5.0, 0.0, 0.1], [1.0, 0.5, 0.2], UNIT, "holds scores 0 = -5.0, outside [0, 1]"),
+    ([1.0, 0.0, 0.1], [1.0, 2.0, 0.2], UNIT, "holds partials 1 = 2.0, outside [0, 1]"),
+    ([-5.0, 0.0, 0.1], [1.0, 0.5, 0.2], score_range("jpeg_incompressibility"), "holds scores 0 = -5.0, outside [0, 1e+06]"),
+])  # fmt: skip
+def test_a_resigned_entry_outside_the_rewards_range_is_refused(tmp_path, scores, partials, bounds, message):
+    """An entry re-signed (checksum recomputed) with scores no reward gives: a miss, never a score."""
+    from cosmos_rl.evaluation.verdict_cache import _checksum
+
+    path, expected, _ = _entry(tmp_path)
+    entry = json.loads(path.read_text())
+    entry.update(scores=scores, partials=partials)
+    entry["sha256"] = _checksum({k: v for k, v in entry.items() if k != "sha256"})
+    path.write_text(json.dumps(entry))
+    with pytest.raises(BadEntry, match=re.escape(message)):
+        read_entry(path, Expected("k", 3, True, frozenset({1}), (4, 4, 3), bounds))

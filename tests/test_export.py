@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import attrs
@@ -290,7 +292,7 @@ def test_eval_of_an_exported_folder_samples_as_its_run_was_evaluated(dpo_lora_ru
     ({"exported_from": {"sampler": {"steps": 7, "shift": 3.0, "guidance": 0.0}}}, (7, 0.0)),
     ({"exported_from": {"sampler": {"steps": 0, "guidance": 1.0}}}, "exported_from.sampler must hold steps"),
     ({"exported_from": {"sampler": {"steps": 4, "guidance": "high"}}}, "exported_from.sampler must hold steps"),
-    ("[1, 2", "not readable as JSON"),
+    ("[1, 2", "is not valid JSON .*; fix or regenerate it$"),
 ])  # fmt: skip
 def test_a_folders_recorded_sampler_is_read_or_refused_naming_the_file(tmp_path, info, found):
     from cosmos_rl.config.sampler import folder_settings
@@ -314,3 +316,60 @@ def test_export_makes_the_missing_parent_folders_of_out(dpo_lora_run, tmp_path, 
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "models" / "x" / "transformer").is_dir() and sorted(p.name for p in (tmp_path / "models").iterdir()) == ["x"]
     assert "exported step 2 of" in done.stdout and "cosmos-rl eval models/x" in done.stdout
+
+
+# ------------------------------------------------------------------------ issue 55: lock, names, signals
+def test_an_out_name_not_utf8_or_too_long_is_refused_before_the_run_opens(tmp_path):
+    with pytest.raises(UserError, match="more than the 207 a folder name can have"):
+        export_run(str(tmp_path / "no_run"), tmp_path / ("a" * 300))
+    with pytest.raises(UserError, match="not UTF-8 text"):
+        export_run(str(tmp_path / "no_run"), tmp_path / "bad\udcff")  # a non-UTF-8 byte as argv decodes it
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_second_export_to_one_out_exits_2_naming_the_first(dpo_lora_run, tmp_path):
+    import fcntl
+
+    run_dir, _ = dpo_lora_run
+    out = tmp_path / "model"
+    lock = os.open(tmp_path / ".model.export.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the first export, mid-write
+        os.write(lock, b"424242")
+        with pytest.raises(UserError, match=r"another export \(pid 424242\) is writing it"):
+            export_run(str(run_dir), out)
+    finally:
+        os.close(lock)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".model.export.lock"]  # the first's lock, no staging
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_mid_write_exits_75_and_leaves_nothing(dpo_lora_run, tmp_path, monkeypatch, signum):
+    from diffusers import Cosmos3OmniPipeline
+    from typer.testing import CliRunner
+
+    from cosmos_rl.cli import app
+
+    class Unhandled(Exception):
+        pass
+
+    def unhandled(*_):  # without export's own handler the signal lands here: the test fails, pytest lives
+        raise Unhandled()
+
+    original = Cosmos3OmniPipeline.save_pretrained
+
+    def save_then_signal(self, folder, **kwargs):
+        original(self, folder, **kwargs)
+        os.kill(os.getpid(), signum)  # delivered at once, in this (the main) thread
+        time.sleep(5)  # a deadline: never reached when the handler raises
+
+    monkeypatch.setattr(Cosmos3OmniPipeline, "save_pretrained", save_then_signal)
+    run_dir, _ = dpo_lora_run
+    previous = signal.signal(signum, unhandled)
+    try:
+        result = CliRunner().invoke(app, ["export", str(run_dir), "--out", str(tmp_path / "model")])
+    finally:
+        signal.signal(signum, previous)
+    assert result.exit_code == 75, (result.output, result.exception)
+    assert "stopped" in result.output and signal.Signals(signum).name in result.output
+    assert list(tmp_path.iterdir()) == []  # no model, no staging folder, no lock file

@@ -259,3 +259,42 @@ def test_reward_serve_on_a_broken_clip_folder_exits_2_before_listening(clip, tmp
     assert info.value.code == 2
     assert "crop_size" in captured.err and "Traceback" not in captured.err
     assert "listening" not in captured.out
+
+
+# ------------------------------------------------------------------------ eval judges a folder as validate does
+def _eval_refusal(capsys, *args: str) -> str:
+    with pytest.raises(SystemExit) as info:
+        cli.app(["eval", *args, "--seeds", "1", "--per-task", "1", "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "Traceback" not in err, err
+    return " ".join(err.split())
+
+
+def test_eval_at_a_size_the_vae_cannot_divide_is_refused_before_loading(nano, tmp_path, capsys):
+    err = _eval_refusal(capsys, str(nano), "--suite", "shapes", "--image-size", "30", "--out", str(tmp_path / "e"))
+    assert "--image-size: must be a multiple of the VAE's 4-pixel latent cell" in err and "(got 30)" in err
+    err = _eval_refusal(capsys, "preset:tiny", "--suite", "shapes", "--image-size", "30", "--out", str(tmp_path / "e"))
+    assert "--image-size: 30 is not a multiple of preset:tiny's 4-pixel latent cell" in err
+
+
+def test_eval_of_clips_refuses_a_vae_config_lying_about_its_temporal_factor(nano, tmp_path, capsys):
+    folder = shutil.copytree(nano, tmp_path / "pipe")
+    _edit(folder / "vae/config.json", scale_factor_temporal=4)  # its stages compress time 1x
+    err = _eval_refusal(capsys, str(folder), "--suite", "shapes_video", "--frames", "5", "--out", str(tmp_path / "e"))
+    assert f"TARGET '{folder}': vae/config.json declares scale_factor_temporal = 4" in err and "set scale_factor_temporal = 1" in err
+
+
+def test_eval_refuses_a_folder_config_past_its_bounds_before_loading(nano, tmp_path, capsys):
+    folder = shutil.copytree(nano, tmp_path / "pipe")
+    _edit(folder / "vae/config.json", scale_factor_temporal=10**6)
+    err = _eval_refusal(capsys, str(folder), "--suite", "shapes", "--out", str(tmp_path / "e"))
+    assert f"TARGET '{folder}':" in err and "scale_factor_temporal" in err
+
+
+def test_a_deeply_nested_cosmos_rl_json_is_one_line(nano, tmp_path):
+    from cosmos_rl.models.build import read_prompt_template
+
+    folder = shutil.copytree(nano, tmp_path / "pipe")
+    (folder / "cosmos_rl.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(UserError, match=r"^model.path: cosmos_rl.json .* is JSON nested too deeply to read; fix or regenerate it$"):
+        read_prompt_template(folder)

@@ -41,9 +41,9 @@ import attrs
 from cosmos_rl.config import algorithms
 from cosmos_rl.core import schema
 from cosmos_rl.core.errors import UserError
-from cosmos_rl.core.files import MAX_JSON_BYTES, read_user_json
 from cosmos_rl.commands.measurement import base_of, differences, held_out_of
 from cosmos_rl.commands.report import EVAL_DIR, EVAL_RESULT, MANIFEST, load_run
+from cosmos_rl.evaluation.scores import score_range
 
 SCORE = "eval/score"
 MINE_SUMMARY = "mine.json"  # what `cosmos-rl pairs mine` writes beside its shards (mining.command.SUMMARY_FILE)
@@ -101,6 +101,8 @@ def cumulative_wall_clock(logged_steps, step_seconds: dict[int, float]) -> dict[
     for step in sorted(logged_steps):
         seconds = step_seconds.get(step)
         total = None if total is None or seconds is None else total + (step - previous) * seconds
+        if total is not None and not math.isfinite(total):  # finite timings past 1e308 s in all: no wall-clock
+            total = None
         out[step] = total
         previous = step
     return out
@@ -162,10 +164,11 @@ def base_from_eval(path: Path, held_out: dict | None, base: dict) -> float:
     runs' base (its target names their `rl.init_from` or model) measured as their [rl.eval] measures:
     the same prompts, seeds, reward, sampler steps and guidance (and shift, where the runs set one)
     and image size."""
+    from cosmos_rl.commands import eval_result
+
     where = f"--base-eval {path}"
-    # core.files: a FIFO or device (/dev/zero) is refused, and so is a file past MAX_JSON_BYTES.
-    result = read_user_json(path, "--base-eval", "eval.json", MAX_JSON_BYTES)
-    if not isinstance(result, dict) or result.get("kind") != "model" or not isinstance(result.get("score"), (int, float)):
+    result = eval_result.read(Path(path), where, tasks_needed=False, origin="--base-eval")  # types, ranges, finite numbers: one line naming the field
+    if result.get("kind") != "model":
         raise UserError(f"{where}: not the eval.json of `cosmos-rl eval MODEL` (\"kind\": \"model\" and a \"score\"); evaluate the base model itself, e.g. `cosmos-rl eval preset:shapes`")
     if result.get("target") not in (base["init_from"], base["model"]):
         raise UserError(f"{where}: evaluates {result.get('target')!r}, but the runs start from {base['init_from']!r}; evaluate that base")
@@ -191,18 +194,19 @@ def read_run(run_dir: Path, name: str) -> tuple[RunFigures, object]:
     for series in run.series.values():
         if series.name.startswith("time/"):
             for step, value in zip(series.steps, series.values):
-                if math.isfinite(value):
+                if math.isfinite(value) and math.isfinite(seconds.get(step, 0.0) + value):
                     seconds[step] = seconds.get(step, 0.0) + value
     wall = cumulative_wall_clock(logged, seconds)
     notes = [budget.note] if budget.note else []
     if not seconds:
         notes.append("no time/* metrics: wall-clock n/a")
     score = run.series.get(SCORE)
+    scale = score_range(config.rl.eval.reward)
     lo, hi = run.series.get(SCORE + "_lo"), run.series.get(SCORE + "_hi")
     bounds = {s: (a, b) for s, a, b in zip(lo.steps, lo.values, hi.values)} if lo and hi and lo.steps == hi.steps else {}
     curve = tuple(
-        Point(step, value, budget.at(step), wall.get(step), *bounds.get(step, (None, None)))
-        for step, value in (zip(score.steps, score.values) if score else ())
+        Point(step, value, budget.at(step), wall.get(step), *_bounds(bounds.get(step), scale))
+        for step, value in _curve_scores(run.path, score, scale, notes)
     )  # fmt: skip
     if not curve:
         notes.append("no in-training eval/score rows (rl.eval.every = 0)")
@@ -216,6 +220,29 @@ def read_run(run_dir: Path, name: str) -> tuple[RunFigures, object]:
         wall_s=wall[logged[-1]], final=final, notes=tuple(notes),
     )  # fmt: skip
     return figures, config
+
+
+def _curve_scores(path: Path, score, scale: tuple[float, float], notes: list[str]) -> list[tuple[int, float]]:
+    """The (step, eval/score) points of the curve: a non-finite one (metrics.jsonl keeps a NaN as
+    "nan") is left out with a note; a finite one outside `scale`, the range of rl.eval.reward's
+    scores, is damage and refused."""
+    points = []
+    for step, value in zip(score.steps, score.values) if score else ():
+        if not math.isfinite(value):
+            notes.append(f"{SCORE} at step {step} is {value}: left out of the curve")
+        elif not scale[0] - _REACH_SLACK <= value <= scale[1] + _REACH_SLACK:
+            raise UserError(f"{path / 'metrics.jsonl'}: step {step}: {SCORE} = {value!r} is outside [{scale[0]:g}, {scale[1]:g}], "
+                            "the range of rl.eval.reward's scores; the file is damaged: restore it, or leave the run out")  # fmt: skip
+        else:
+            points.append((step, value))
+    return points
+
+
+def _bounds(pair, scale: tuple[float, float]) -> tuple[float | None, float | None]:
+    """A point's interval, when both ends are finite, ordered and inside the score's range."""
+    if pair is None or not all(math.isfinite(v) and scale[0] - _REACH_SLACK <= v <= scale[1] + _REACH_SLACK for v in pair) or pair[0] > pair[1]:
+        return None, None
+    return pair
 
 
 def _names(run_dirs: list[Path]) -> list[str]:
@@ -257,6 +284,14 @@ def compare(
     pairs = [read_run(Path(d), n) for d, n in zip(run_dirs, _names(run_dirs))]
     runs = [figures for figures, _ in pairs]
     configs = {figures.name: config for figures, config in pairs}
+    # A score and a gain outside what the runs' reward can score are typos, and 1e308 breaks the plot's axes.
+    reward = configs[runs[0].name].rl.eval.reward
+    lo, hi = score_range(reward)
+    if base_score is not None and not lo <= base_score <= hi:
+        raise UserError(f"--base-score: {base_score:g} is outside [{lo:g}, {hi:g}], the range of the runs' rl.eval.reward "
+                        f"({reward or 'the suite verifier'}) scores; pass the base's score")  # fmt: skip
+    if not -(hi - lo) <= margin <= hi - lo:
+        raise UserError(f"--margin: {margin:g} is more than the runs' rl.eval.reward can change a score ({hi - lo:g}); pass a smaller gain")
     _same("the bases (model, rl.init_from, media)", lambda r: base_of(configs[r.name]), runs,
           "compare runs that post-train the same base")  # fmt: skip
     _same("the in-training held-out evaluations ([rl.eval] and its sampler)", lambda r: held_out_of(configs[r.name]) if r.curve else None,
@@ -295,6 +330,10 @@ def against(run: RunFigures, first: RunFigures | None) -> dict | None:
     mine, theirs = run.final.get("prompt_scores"), first.final.get("prompt_scores")
     if not mine or not theirs:
         return None
+    shapes = {t: len(v) for t, v in mine.items()}, {t: len(v) for t, v in theirs.items()}
+    if shapes[0] != shapes[1]:  # the settings agree (checked), so the same prompts: one file is stale or damaged
+        raise UserError(f"{run.path / EVAL_DIR / EVAL_RESULT}: \"prompt_scores\" holds {shapes[0]} prompts per task, "
+                        f"{first.path / EVAL_DIR / EVAL_RESULT} {shapes[1]} on the same settings; run `cosmos-rl eval` on both again")  # fmt: skip
     intervals = paired(mine, theirs)
     tasks = list(theirs)
     return {

@@ -17,7 +17,8 @@ def write(result: dict, out_dir: Path) -> tuple[Path, Path]:
     out_dir = Path(out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / JSON_FILE).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        # allow_nan=False: docs/eval.md promises strict JSON; every number is finite by compare's checks.
+        (out_dir / JSON_FILE).write_text(json.dumps(result, indent=1, allow_nan=False) + "\n", encoding="utf-8")
     except OSError as exc:
         raise UserError(f"--out {out_dir}: cannot write the comparison there ({exc.strerror}); pass a writable folder") from None
     figure = out_dir / FIGURE_FILE

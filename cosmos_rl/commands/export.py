@@ -21,10 +21,17 @@ temporary name beside FOLDER (`.FOLDER.export-PID-XXXX`) and renamed when comple
 interrupted export leaves no half-written model behind; one that was killed outright (SIGKILL, so
 its clean-up never ran) leaves that temporary folder, and the next export of the same FOLDER
 removes it once its pid is gone. The finished folder has the modes the user's umask gives.
+
+Two exports to one FOLDER: the first takes an advisory lock (`.FOLDER.export.lock` beside it,
+flock, so a crashed holder frees it); the second exits 2 naming the first's pid. SIGTERM or SIGINT
+while the folder is written removes the temporary folder and exits 75, leaving nothing behind.
+An --out whose name is not UTF-8, or too long for the temporary name beside it, is refused first.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -36,6 +43,8 @@ from typing import Callable
 from cosmos_rl.core.errors import UserError
 
 
+LOCK = ".{name}.export.lock"  # beside --out: held by the export writing it
+NAME_MAX = 255 - 48  # a file name is at most 255 bytes; the temporary ".NAME.export-PID-XXXXXXXX" adds up to 48
 STAGING = ".{name}.export-{pid}-"  # the temporary folder beside --out: its name, the exporting pid, a random part
 _STAGING_RE = re.compile(r"^\.(?P<name>.+)\.export-(?P<pid>[0-9]+)-[A-Za-z0-9_]+$")
 
@@ -44,6 +53,13 @@ def check_out_folder(out: Path) -> None:
     """--out must be a new (or empty) folder: an export never overwrites a model. Missing parent
     folders are made (`make_parent`, once the model is loaded), so the nearest one that exists must
     be a folder. Judged before anything loads."""
+    try:
+        str(out).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError(f"--out {ascii(str(out))}: not UTF-8 text; pass a folder name in UTF-8") from None
+    if len(out.name.encode("utf-8")) > NAME_MAX:
+        raise UserError(f"--out: its last name is {len(out.name.encode('utf-8'))} bytes, more than the {NAME_MAX} a folder "
+                        "name can have beside its temporary name; pass a shorter name")  # fmt: skip
     if out.is_symlink():
         # The finished folder is renamed onto --out, which would replace the link itself rather
         # than fill the folder it points to: name that folder instead.
@@ -99,22 +115,72 @@ def export_run(
         "lora_merged": merged, "trained": _trained(config), "sampler": sampler.as_json(), "out": str(out),
     }  # fmt: skip
     make_parent(out)
-    for stale in remove_stale_staging(out):
-        progress(f"removed {stale}, left by an export that was killed")
-    staging = Path(tempfile.mkdtemp(prefix=STAGING.format(name=out.name, pid=os.getpid()), dir=out.parent))
-    try:
-        progress(f"writing the model folder (step {target.step}, {summary['trained']})")
-        pipe.save_pretrained(staging, safe_serialization=True)
-        info = {"prompt_template": parts.prompt_template, "exported_from": {k: summary[k] for k in ("run", "step", "algorithm", "run_identity", "sampler")}}
-        (staging / MODEL_INFO).write_text(json.dumps(info, indent=1, allow_nan=False) + "\n", encoding="utf-8")
-        apply_umask(staging)
-        if out.exists():
-            out.rmdir()  # empty (checked above)
-        os.replace(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    with _out_lock(out), _stop_on_signals():
+        check_out_folder(out)  # again, under the lock: an export that held it before may have filled --out
+        for stale in remove_stale_staging(out):
+            progress(f"removed {stale}, left by an export that was killed")
+        staging = Path(tempfile.mkdtemp(prefix=STAGING.format(name=out.name, pid=os.getpid()), dir=out.parent))
+        try:
+            progress(f"writing the model folder (step {target.step}, {summary['trained']})")
+            pipe.save_pretrained(staging, safe_serialization=True)
+            info = {"prompt_template": parts.prompt_template, "exported_from": {k: summary[k] for k in ("run", "step", "algorithm", "run_identity", "sampler")}}
+            (staging / MODEL_INFO).write_text(json.dumps(info, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+            apply_umask(staging)
+            if out.exists():
+                out.rmdir()  # empty (checked above)
+            os.replace(staging, out)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
     return summary
+
+
+@contextlib.contextmanager
+def _out_lock(out: Path):
+    """Hold `.NAME.export.lock` beside --out for the write, or refuse (another export holds it)."""
+    path = out.parent / LOCK.format(name=out.name)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise UserError(f"--out {str(out)!r}: cannot create its lock file {path} ({exc.strerror}); pass a writable folder") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+            raise UserError(f"--out {str(out)!r}: another export (pid {holder}) is writing it; wait for it to finish, or pick another folder") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        try:
+            yield
+        finally:
+            os.unlink(path)  # while held: a second export that opened the old file re-checks --out under it
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _stop_on_signals():
+    """SIGTERM and SIGINT raise Preempted while the folder is written, so the temporary folder is
+    removed and the CLI exits 75 (requeue); the previous handlers come back afterwards."""
+    import signal
+    import threading
+
+    from cosmos_rl.core.errors import Preempted
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, _frame):
+        raise Preempted(f"export stopped by {signal.Signals(signum).name}; the partial folder was removed, nothing was written")
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def remove_stale_staging(out: Path) -> list[Path]:

@@ -30,7 +30,29 @@ def out_path(value: Optional[str], option: str = "--out") -> Optional[Path]:
         return None
     if not value.strip():
         raise UserError(f"{option}: empty; pass the folder to write to (e.g. {option} out)")
-    return Path(value)
+    return checked_path(Path(value), option)
+
+
+NAME_BYTES_MAX = 255  # the longest file name Linux file systems take (NAME_MAX)
+
+
+def checked_path(path: Optional[Path], option: str) -> Optional[Path]:
+    """A path option the file system can take: UTF-8 text, no NUL, no name longer than 255 bytes
+    (an over-long one raised OSError(ENAMETOOLONG) as a traceback from the first stat)."""
+    if path is None:
+        return None
+    text = str(path)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError(f"{option} {ascii(text)}: not UTF-8 text; pass a path in UTF-8") from None
+    if "\x00" in text:
+        raise UserError(f"{option} {ascii(text)}: holds a NUL byte, which no path can; pass the path without it")
+    for name in Path(text).parts:
+        if len(name.encode("utf-8")) > NAME_BYTES_MAX:
+            raise UserError(f"{option}: a name of {len(name.encode('utf-8'))} bytes ({name[:20]}...) is longer than the "
+                            f"{NAME_BYTES_MAX} a file name can have; pass a shorter path")  # fmt: skip
+    return path
 
 
 def bind_host(host: str) -> str:

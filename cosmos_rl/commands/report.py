@@ -106,18 +106,12 @@ def load_run(run_dir: Path) -> Run:
 
 
 def _eval_result(path: Path) -> dict | None:
-    if not path.is_file():
+    """The run's eval.json, checked field by field (commands.eval_result); None when there is none."""
+    from cosmos_rl.commands import eval_result
+
+    if not path.exists():
         return None
-    try:
-        result = json.loads(path.read_text(encoding="utf-8"))
-    except RecursionError:
-        raise UserError(f"{path}: JSON nested too deeply to read; run `cosmos-rl eval` on the run again, or delete it") from None
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path}: not readable as JSON ({exc}); run `cosmos-rl eval` on the run again, or delete it") from None
-    numbers = [result.get("score"), *(result.get("tasks") or {}).values()] if isinstance(result, dict) else []
-    if not numbers or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in numbers):
-        raise UserError(f"{path}: not what `cosmos-rl eval` writes (a \"score\" and a \"tasks\" object of numbers); run it again, or delete the file")
-    return result
+    return eval_result.read(path, str(path))
 
 
 def read_metrics(path: Path) -> dict[str, Series]:

@@ -59,10 +59,8 @@ def folder_settings(folder: Path) -> SamplerSettings:
     info_path = Path(folder) / MODEL_INFO
     if not info_path.is_file():
         return default_settings()
-    try:
-        info = read_user_json(info_path, "", MODEL_INFO, MAX_METADATA_BYTES)  # a FIFO or device is refused, not read
-    except UserError as exc:
-        raise UserError(f"{exc}; export the model again, or delete the file") from None
+    # A FIFO or device is refused, not read; a damaged file is one line naming it and the fix.
+    info = read_user_json(info_path, "", MODEL_INFO, MAX_METADATA_BYTES)
     exported = info.get("exported_from") if isinstance(info, dict) else None
     if exported is None:
         return default_settings()  # a folder save_parts wrote: no run, no sampler of its own

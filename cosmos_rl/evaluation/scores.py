@@ -36,6 +36,26 @@ OTHER = "other"  # the task of a prompt outside the suite's grammar (weight-free
 _PARTS = ("n", "score", "partial")
 
 
+# The interval every per-image score of a reward lies in, by name, without importing anything a
+# file names: a suite's rewards are its verifier's strict (0 or 1) or partial (the fraction of its
+# constraints met) score, so [0, 1]; the weight-free ones (rewards.functions.REWARDS) each their own.
+# A JPEG's size in kB is bounded by JPEG_KB_MAX, 1e6 kB (1 GB): far over any image the media checks
+# allow, and small enough that sums and differences of scores stay finite.
+UNIT = (0.0, 1.0)
+JPEG_KB_MAX = 1e6
+WEIGHT_FREE_RANGES = {
+    "brightness": UNIT, "prompt_colour": UNIT,
+    "jpeg_compressibility": (-JPEG_KB_MAX, 0.0), "jpeg_incompressibility": (0.0, JPEG_KB_MAX),
+}  # fmt: skip
+
+
+def score_range(reward: str) -> tuple[float, float]:
+    """[lo, hi] of one image's score under `reward` (its mean over images, prompts and tasks too);
+    the partial score is always in UNIT. Checked against what a file claims (eval.json, the
+    evaluation cache), never imports a reward."""
+    return WEIGHT_FREE_RANGES.get(reward, UNIT)
+
+
 def uses_verifier(reward: str) -> bool:
     """Whether `reward` is a suite's (its verifier gives both scores), not a weight-free one."""
     return suites.reward_owner(reward) is not None

@@ -142,12 +142,41 @@ def _model_target(text: str, step: int | None, media: MediaSpec | None, out_dir:
     if step is not None:
         raise UserError(f"--step {step}: TARGET {text!r} is a model, which has no checkpoints; drop --step (it is for run directories)")
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", label)
+    _judge_media(text, media or DEFAULT_MEDIA)  # before anything loads: validate's rules for model.path
     # A folder `cosmos-rl export` wrote samples as its run was evaluated (its cosmos_rl.json).
     settings = default_settings() if text.startswith(PRESET) else folder_settings(Path(text))
     return Target(
         label=text, kind="model", settings=settings, media=media or DEFAULT_MEDIA,
         out_dir=Path(out_dir) if out_dir is not None else Path("eval") / safe,
     )
+
+
+def _judge_media(text: str, media: MediaSpec) -> None:
+    """Refuse a bare model's media its VAE cannot make, and a folder `validate` would refuse as
+    model.path: its configs past the bounds a load holds them to, a frame size its VAE cannot
+    divide, and (for clips) a `scale_factor_temporal` its stages contradict. The same rules as
+    `config.preflight.media` (torch-free, bounded JSON), named by the options that set them."""
+    from types import SimpleNamespace
+
+    from cosmos_rl.config.preflight.media import folder_config_rules, folder_vae_rules
+    from cosmos_rl.config.preflight.rules import Rules
+    from cosmos_rl.core.media import vae_spatial_factor
+
+    options = {"model.path": f"TARGET {text!r}", "model.height": "--image-size", "model.width": "--image-size", "model.image_size": "--image-size"}
+    if text.startswith(PRESET):
+        from cosmos_rl.models.architectures import PRESET_ARCHITECTURES
+
+        spatial = vae_spatial_factor(PRESET_ARCHITECTURES[text[len(PRESET):]][1])
+        if media.height % spatial or media.width % spatial:
+            raise UserError(f"--image-size: {media.height} is not a multiple of {text}'s {spatial}-pixel latent cell; use a multiple of {spatial}")
+        return
+    rules = Rules(Path(text))
+    folder_config_rules(Path(text), rules)
+    folder_vae_rules(SimpleNamespace(num_frames=media.frames, image_size=None), Path(text), (media.height, media.width), rules)
+    for problem in rules.problems:
+        if problem.severity == "error":
+            line = problem.render()
+            raise UserError(options.get(problem.path, problem.path) + line[len(problem.path):])
 
 
 def _run_target(run_dir: Path, step: int | None, media: MediaSpec | None, out_dir: Path | None, frames: int | None = None) -> Target:

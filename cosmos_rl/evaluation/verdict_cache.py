@@ -11,7 +11,8 @@ diffusers, transformers, peft and numpy versions: any change there is a miss, ne
 An entry is one JSON file, `<folder>/<key>.json`: its format, its key and the record it hashes
 (for people), each item's score (and partial, with the verifier) in item order, the grid's kept
 images as base64 uint8, and the SHA-256 of all of that. `read_entry` serves it only when all of it
-agrees with what this evaluation expects (the key, the item count, one finite float per item, the
+agrees with what this evaluation expects (the key, the item count, one finite float per item inside
+the reward's score range (`scores.score_range`), the
 kept items and their shapes worked out from the evaluation, never read from the file) and the
 checksum matches; anything else is a miss: the images are sampled again, the entry is rewritten
 and one warning names the file and what was wrong (as the latent cache does,
@@ -47,7 +48,7 @@ import torch
 from cosmos_rl.core.errors import UserError
 from cosmos_rl.core.files import read_user_bytes
 from cosmos_rl.evaluation.evaluator import Evaluator, Scored
-from cosmos_rl.evaluation.scores import uses_verifier
+from cosmos_rl.evaluation.scores import UNIT, score_range, uses_verifier
 from cosmos_rl.models.latent_entry import BadEntry
 from cosmos_rl.models.latent_keys import canonical_json, vae_identity
 
@@ -134,6 +135,9 @@ class Expected:
     partial: bool  # the reward gives a partial score per item (the verifier)
     kept: frozenset[int]
     image_shape: tuple[int, ...]  # one kept sample: [H, W, 3], or a clip [F, H, W, 3]
+    # [lo, hi] of one item's score under the reward (scores.score_range); a partial is in [0, 1]. A
+    # re-signed entry of 1e308 would overflow the totals to Infinity, one of -5 is no verifier's score.
+    bounds: tuple[float, float] = UNIT
 
     @property
     def max_bytes(self) -> int:
@@ -171,13 +175,15 @@ def _shown(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _floats(values, n: int, what: str) -> list[float]:
+def _floats(values, n: int, what: str, bounds: tuple[float, float]) -> list[float]:
     if not isinstance(values, list) or len(values) != n:
         found = f"{len(values)} {what}" if isinstance(values, list) else f"{what} {_shown(values)}"
         raise BadEntry(f"holds {found}; this evaluation has {n} items")
     for number, value in enumerate(values):
         if type(value) is not float or not math.isfinite(value):
             raise BadEntry(f"holds {what} {number} = {_shown(value)}, not a finite float")
+        if not bounds[0] <= value <= bounds[1]:
+            raise BadEntry(f"holds {what} {number} = {_shown(value)}, outside [{bounds[0]:g}, {bounds[1]:g}], the range of this reward's scores")
     return values
 
 
@@ -214,8 +220,8 @@ def read_entry(path: Path, expected: Expected) -> tuple[list[float], list[float]
         raise BadEntry("holds values that do not match the checksum written with them (damaged)")
     if entry["n_items"] != expected.n_items:
         raise BadEntry(f"holds {_shown(entry['n_items'])} items; this evaluation has {expected.n_items}")
-    scores = _floats(entry["scores"], expected.n_items, "scores")
-    partials = _floats(entry["partials"], expected.n_items, "partials") if expected.partial else None
+    scores = _floats(entry["scores"], expected.n_items, "scores", expected.bounds)
+    partials = _floats(entry["partials"], expected.n_items, "partials", UNIT) if expected.partial else None
     if not expected.partial and entry["partials"] is not None:
         raise BadEntry("holds partial scores; this reward gives none")
     samples = entry["kept"]
@@ -266,6 +272,7 @@ class VerdictCache:
         expected = Expected(
             key, len(evaluator.items), uses_verifier(evaluator.reward), frozenset(keep),
             (media.height, media.width, 3) if not media.is_video else (media.frames, media.height, media.width, 3),
+            score_range(evaluator.reward),
         )  # fmt: skip
         if path.is_file():
             try:

@@ -141,10 +141,11 @@ def read_prompt_template(folder: Path) -> str:
     info = Path(folder) / MODEL_INFO
     if not info.is_file():
         return "chat"
-    try:
-        template = read_user_json(info, "model.path", MODEL_INFO, MAX_METADATA_BYTES).get("prompt_template", "chat")
-    except (UserError, AttributeError) as exc:
-        raise UserError(f"model.path: {str(info)!r} is not a JSON object ({exc}); write it again with save_parts or delete it") from None
+    # Unreadable, damaged or nested past the parser: core.files names the file and the fix in one line.
+    data = read_user_json(info, "model.path", MODEL_INFO, MAX_METADATA_BYTES)
+    if not isinstance(data, dict):
+        raise UserError(f"model.path: {str(info)!r} is not a JSON object; write it again with save_parts or delete it")
+    template = data.get("prompt_template", "chat")
     if template not in PROMPT_TEMPLATES:
         raise UserError(
             f"model.path: {str(info)!r} names prompt template {template!r}; known templates: {list(PROMPT_TEMPLATES)}. "

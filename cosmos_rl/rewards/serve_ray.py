@@ -17,14 +17,18 @@ docs/rewards.md says what to put in front of the proxy when clients are not trus
 
 from __future__ import annotations
 
+import os
+
 import attrs
 
 from cosmos_rl.core.errors import UserError
+from cosmos_rl.dist.addresses import ray_address_problem
 from cosmos_rl.rewards.limits import Limits
 from cosmos_rl.rewards.server import KEEP_ALIVE_S
 
 APP_NAME = "cosmos-rl-reward"
 START_TIMEOUT_S = 300.0
+REPLICAS_MAX = 1024
 
 
 def _deployment_class():
@@ -62,8 +66,14 @@ class RayServeService:
         gpus_per_replica: float = 0.0,
         ray_address: str = "",
     ):
-        if replicas < 1:
-            raise UserError(f"--replicas {replicas}: must be 1 or more")
+        if not 1 <= replicas <= REPLICAS_MAX:
+            raise UserError(f"--replicas {replicas}: must be 1 to {REPLICAS_MAX}: each replica is a process holding every reward "
+                            f"(and its models), and {REPLICAS_MAX} is past any reward fleet; serve fewer")  # fmt: skip
+        address = ray_address or os.environ.get("RAY_ADDRESS", "")
+        problem = ray_address_problem(address) if address else None
+        if problem:
+            where = "--ray-address" if ray_address else "RAY_ADDRESS"
+            raise UserError(f"{where} {address!r}: {problem}; give the cluster as host:port or ray://host:port, or leave it empty for a local cluster")
         if cpus_per_replica < 0 or gpus_per_replica < 0:
             raise UserError("--cpus-per-replica and --gpus-per-replica must be >= 0")
         self.host, self.port, self.revision, self.token = host, port, revision, token or None

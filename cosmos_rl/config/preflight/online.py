@@ -10,6 +10,22 @@ from cosmos_rl.config.preflight.rules import Rules, algorithm_name
 from cosmos_rl.core import schema
 
 
+# Caps on the online counts, checked before anything plans or starts (a count of 2^63 - 1 planned a
+# world of 9.2e18 ranks). group_size is the world: one rank per sample. 16384 ranks is 2048 nodes of
+# 8 GPUs, past the largest cluster a job is placed on. A step samples prompts_per_step prompts one
+# after another on that group: 65536 of them is days of sampling for one optimizer step. The flow
+# sampler converges in tens of steps (rollouts use 10 to 50): `cosmos-rl eval --sample-steps` caps
+# at the same 1000.
+GROUP_SIZE_MAX = 16384
+PROMPTS_PER_STEP_MAX = 65536
+SAMPLE_STEPS_MAX = 1000
+
+
+def _capped(r: Rules, key: str, value: int, cap: int, why: str) -> None:
+    if value > cap:
+        r.error(key, f"at most {cap}: {why}", value, f"use {cap} or less")
+
+
 def nft_shapes(c: schema.RunConfig) -> tuple[dict[str, list[int]] | None, list[tuple[str, str, object, str]]]:
     """Role shapes of an online run (NFT's topology), from grid.shapes when given, else grid.num_replicas/grid.ranks."""
     rl, g, name = c.rl, c.grid, algorithm_name(c.rl)
@@ -46,6 +62,7 @@ def online_rules(c: schema.RunConfig, rl: schema.OnlineRLBase, r: Rules) -> None
     if g.gpus_per_role is not None:
         r.error("grid.gpus_per_role", f"colocated {name} takes no per-role GPU overrides", g.gpus_per_role, "remove grid.gpus_per_role")
     r.at_least("rl.group_size", rl.group_size, 2, "set rl.group_size to 2 or more (advantages compare samples within a group)")
+    _capped(r, "rl.group_size", rl.group_size, GROUP_SIZE_MAX, f"one rank per sample, and {GROUP_SIZE_MAX} ranks (2048 nodes x 8 GPUs) is past any cluster a run is placed on")
     for path, problem, got, fix in nft_shapes(c)[1]:
         r.error(path, problem, got, fix)
     # A count below 1 is already refused above; a product of it would suggest a negative fix.
@@ -73,10 +90,13 @@ def online_rules(c: schema.RunConfig, rl: schema.OnlineRLBase, r: Rules) -> None
     if rl.ref.update_every != 0:
         r.error("rl.ref.update_every", "the reference is frozen", rl.ref.update_every, "set rl.ref.update_every = 0")
     r.at_least("rl.sample_steps", rl.sample_steps, 2)
+    _capped(r, "rl.sample_steps", rl.sample_steps, SAMPLE_STEPS_MAX, "the flow sampler converges in tens of steps (rollouts use 10 to 50), as eval --sample-steps caps")
     if rl.sampler_shift is not None:
         r.positive("rl.sampler_shift", rl.sampler_shift)
     r.at_least("rl.guidance", rl.guidance, 0)
     r.at_least("rl.prompts_per_step", rl.prompts_per_step, 1)
+    _capped(r, "rl.prompts_per_step", rl.prompts_per_step, PROMPTS_PER_STEP_MAX,
+            f"a step samples its prompts one after another on the group; {PROMPTS_PER_STEP_MAX} is days of sampling per optimizer step")  # fmt: skip
     r.at_least("rl.sample_grid_every", rl.sample_grid_every, 0)
     if rl.prompts.file:
         r.local_path("rl.prompts.file", rl.prompts.file, kind="file")
