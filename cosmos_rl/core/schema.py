@@ -318,6 +318,10 @@ LATER_KNOB_DEFAULTS: dict[str, object] = {
     "model.action.scale": [],
     "rl.data.lerobot": "",
     "rl.data.camera": "",
+    # NFT's linear optimality map before `per_side` (DiffusionNFT's A = 0 -> 0.5 for any clamp).
+    # Its new default computes the same for a symmetric clamp, where the identity leaves it out
+    # (plan.identity_fields), so those runs keep their identity too.
+    "rl.linear_map": "span",
 }
 
 # Fields that may change on an exact resume without changing what the run computes.

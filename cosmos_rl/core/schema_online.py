@@ -110,7 +110,15 @@ class NFTConfig(OnlineRLBase):
     advantage_std_scope: Literal["batch", "group"] = knob(
         "batch", "Normalise advantages by the std of the whole gathered batch or of each prompt's group."
     )
-    r_map: Literal["linear", "sigmoid"] = knob("linear", "Optimality map from advantage to r in [0, 1].")
+    r_map: Literal["linear", "sigmoid"] = knob("linear", "Optimality map from advantage to r in [0, 1] (`linear`: see rl.linear_map; `sigmoid`: r = sigmoid(A / r_tau)).")
+    linear_map: Literal["per_side", "span"] = knob(
+        "per_side",
+        "With r_map = `linear`, how the clamped advantage A becomes r: `per_side` (DiffusionNFT's map) sends A = 0 to 0.5 for any clamp, "
+        "[advantage_low, 0] to [0, 0.5] and [0, advantage_high] to [0.5, 1] (needs advantage_low < 0 < advantage_high); `span` is "
+        "r = (A - advantage_low) / (advantage_high - advantage_low), the map before this knob, which sends A = 0 to 0.5 only for a symmetric "
+        "clamp (with -1 and 5 a group of equal rewards gets r = 1/6 and still moves the policy). The two agree exactly for a symmetric clamp; "
+        "run directories written before this knob keep `span`.",
+    )
     r_tau: float = knob(0.5, "Temperature of the sigmoid map.")
     uniform_timestep: bool = knob(False, "Train at t ~ U(0, 1) instead of the sampler's timesteps.")
     timesteps_per_sample: int = knob(
