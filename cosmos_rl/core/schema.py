@@ -322,6 +322,7 @@ LATER_KNOB_DEFAULTS: dict[str, object] = {
     # Its new default computes the same for a symmetric clamp, where the identity leaves it out
     # (plan.identity_fields), so those runs keep their identity too.
     "rl.linear_map": "span",
+    "rl.kl_form": "exact",
 }
 
 # Fields that may change on an exact resume without changing what the run computes.
