@@ -34,7 +34,7 @@ from cosmos_rl.algorithms.sft import action_flow_loss, flow_matching_loss, psnr_
 from cosmos_rl.core import schema
 from cosmos_rl.data.captions import caption_source
 from cosmos_rl.data.cursor import PairCursor
-from cosmos_rl.core.flow import noisy_latents
+from cosmos_rl.core.flow import noisy_latents, training_timesteps
 from cosmos_rl.core.condition import Condition
 from cosmos_rl.core.errors import UserError
 from cosmos_rl.core.media import MediaSpec, frame_timing
@@ -140,7 +140,7 @@ class SFTTrainer(SPMDTrainer):
         batch = x0.shape[0]
         generator = torch.Generator().manual_seed(derive_seed("sft", self.config.job.seed, self.step, self.rank))
         eps = torch.randn(x0.shape, generator=generator).to(self.device)
-        t = torch.rand(batch, generator=generator).to(self.device)
+        t = training_timesteps(batch, generator, self.rl.timestep_sampling, self.rl.logit_mean, self.rl.logit_std).to(self.device)
         dropped = (torch.rand(batch, generator=generator) < self.rl.caption_dropout).tolist()
         layout = ActionLayout.of(spec, batch)
         a0 = model_rows(spec, raw.float(), int(self.parts.transformer.config.action_dim))
@@ -167,7 +167,7 @@ class SFTTrainer(SPMDTrainer):
             x0 = encode_pixels(self.parts.vae, self.media, pixels)
         generator = torch.Generator().manual_seed(derive_seed("sft", self.config.job.seed, self.step, self.rank))
         eps = torch.randn(x0.shape, generator=generator).to(self.device)
-        t = torch.rand(x0.shape[0], generator=generator).to(self.device)
+        t = training_timesteps(x0.shape[0], generator, self.rl.timestep_sampling, self.rl.logit_mean, self.rl.logit_std).to(self.device)
         dropped = (torch.rand(x0.shape[0], generator=generator) < self.rl.caption_dropout).tolist()
         ids = [self.prompt_ids(c) for c in captions]
         ids = [self._ids[""] if drop else i for drop, i in zip(dropped, ids)]
