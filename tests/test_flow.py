@@ -1,5 +1,7 @@
 """Flow-matching conventions, checked against values worked out by hand."""
 
+import math
+
 import pytest
 import torch
 
@@ -79,3 +81,31 @@ def test_uniform_timesteps_are_reproducible_and_in_range():
     assert a.min() >= 0.0 and a.max() < 1.0
     # U[0,1) has mean 1/2; 1000 draws put the sample mean within ~0.05 of it.
     assert abs(a.mean().item() - 0.5) < 0.05
+
+
+def test_training_timesteps_uniform_is_the_draw_of_before_and_logit_normal_by_hand():
+    from types import SimpleNamespace
+
+    from cosmos_rl.core.flow import training_timesteps
+    from cosmos_rl.trainers.dpo import DPOTrainer
+
+    # uniform: the one torch.rand draw DPO and SFT made before rl.timestep_sampling existed
+    assert torch.equal(training_timesteps(64, torch.Generator().manual_seed(3)), torch.rand(64, generator=torch.Generator().manual_seed(3)))
+    # logit_normal with a vanishing std: t = sigmoid(mean); mean = ln 3 -> 3 / (3 + 1) = 0.75, mean = 0 -> 0.5
+    t = training_timesteps(8, torch.Generator().manual_seed(0), "logit_normal", math.log(3.0), 1e-9)
+    assert torch.allclose(t, torch.full((8,), 0.75), atol=1e-6)
+    # mean 0, std 1: sigmoid of a standard normal draw, 1 / (1 + exp(-z)) per sample
+    z = torch.randn(5, generator=torch.Generator().manual_seed(1)).tolist()
+    t = training_timesteps(5, torch.Generator().manual_seed(1), "logit_normal", 0.0, 1.0).tolist()
+    assert t == pytest.approx([1 / (1 + math.exp(-v)) for v in z], rel=1e-6)
+    # symmetric about 0.5: the median of many draws is sigmoid(0) = 0.5, none at the ends
+    many = training_timesteps(20000, torch.Generator().manual_seed(2), "logit_normal")
+    assert abs(float(many.median()) - 0.5) < 0.02 and 0 < float(many.min()) and float(many.max()) < 1
+    with pytest.raises(ValueError, match="timestep_sampling"):
+        training_timesteps(1, torch.Generator(), "cosine")
+    with pytest.raises(ValueError, match="logit_std"):
+        training_timesteps(1, torch.Generator(), "logit_normal", 0.0, 0.0)
+    # DPO's draw of a step takes the knob: eps first, then t, from one generator
+    rl = SimpleNamespace(timestep_sampling="logit_normal", logit_mean=math.log(3.0), logit_std=1e-9)
+    eps, t = DPOTrainer._draw(SimpleNamespace(rl=rl, device="cpu"), (4, 2), "dpo", 0, 1)
+    assert eps.shape == (4, 2) and torch.allclose(t, torch.full((4,), 0.75), atol=1e-6)

@@ -18,6 +18,7 @@ from cosmos_rl.algorithms.grpo import (
     sde_step,
     sde_step_mean_std,
     step_log_prob,
+    step_kl,
     step_mean_std,
 )
 from cosmos_rl.algorithms.grpo_sampler import (
@@ -245,6 +246,30 @@ def test_kl_of_two_steps_matches_the_papers_closed_form_in_velocities():
     mean, std = sde_step_mean_std(x, torch.tensor([[1.0]]), 0.5, 0.25, 0.5)
     mean_ref, _ = sde_step_mean_std(x, torch.tensor([[0.0]]), 0.5, 0.25, 0.5)
     assert gaussian_kl(mean, mean_ref, std).item() == pytest.approx(0.6328125, abs=1e-6)
+
+
+def test_step_kl_exact_and_reference_forms_by_hand():
+    """The step of the test above (x = 0.3, s = 0.5 -> 0.25, a = 0.5, v = 1 vs v_ref = 0):
+    exact KL = 0.28125^2 / (2 * 0.25^2) = 0.6328125 (std = sigma_s sqrt(s - s') = 0.5 * 0.5).
+    Flow-GRPO's code divides by sigma_s^2 = 0.25 instead of std^2 = 0.0625:
+    0.28125^2 / (2 * 0.25) = 0.158203125 = 0.6328125 * (s - s') = 0.6328125 * 0.25.
+    The CPS step: the reference's std_dev_t is the step's own std, so the two forms agree:
+    x = 2, s = 0.5 -> 0.25, eta = 1, v = 1 vs v_ref = 0: means 0.75 * 1.5 = 1.125 and
+    0.75 * 2 = 1.5 (x0_hat = x - s v), std 0.25, KL = 0.375^2 / (2 * 0.0625) = 1.125 in both."""
+    x = torch.tensor([[0.3]], dtype=torch.float64)
+    mean, std = sde_step_mean_std(x, torch.tensor([[1.0]], dtype=torch.float64), 0.5, 0.25, 0.5)
+    mean_ref, _ = sde_step_mean_std(x, torch.tensor([[0.0]], dtype=torch.float64), 0.5, 0.25, 0.5)
+    s, s_next = torch.tensor(0.5, dtype=torch.float64), torch.tensor(0.25, dtype=torch.float64)
+    assert step_kl(mean, mean_ref, std, s, s_next).item() == pytest.approx(0.6328125, rel=1e-12)  # exact: the default
+    assert step_kl(mean, mean_ref, std, s, s_next, "exact").item() == pytest.approx(0.6328125, rel=1e-12)
+    assert step_kl(mean, mean_ref, std, s, s_next, "reference").item() == pytest.approx(0.158203125, rel=1e-12)
+    x = torch.tensor([[2.0]], dtype=torch.float64)
+    mean, std = cps_step_mean_std(x, torch.tensor([[1.0]], dtype=torch.float64), 0.5, 0.25, 1.0)
+    mean_ref, _ = cps_step_mean_std(x, torch.tensor([[0.0]], dtype=torch.float64), 0.5, 0.25, 1.0)
+    for form in ("exact", "reference"):
+        assert step_kl(mean, mean_ref, std, 0.5, 0.25, form, "cps").item() == pytest.approx(1.125, rel=1e-12)
+    with pytest.raises(ValueError, match="kl_form"):
+        step_kl(mean, mean_ref, std, 0.5, 0.25, "paper")
 
 
 # ------------------------------------------------------------------------------- advantages

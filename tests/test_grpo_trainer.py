@@ -184,6 +184,40 @@ def test_the_cps_scheduler_samples_and_trains_with_the_same_step(trainer):
         trainer.replay.clear()
 
 
+def test_the_kl_form_scales_the_trained_steps_kl_by_the_step_size(trainer):
+    """rl.kl_form = "reference" (Flow-GRPO's code): the KL the training half weighs is the exact
+    one times s - s' on every `sde` record, the policy loss the same; "exact" is the default."""
+    assert trainer.rl.kl_form == "exact" and trainer.rl.scheduler == "sde"
+    plain = trainer.rl
+    saved = _policy_tensors(trainer)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # move the policy off the reference, so the KL is not 0
+        for p in trainer.transformer.parameters():
+            if p.requires_grad:
+                p.add_(0.05 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+    try:
+        cursor = trainer.cursor.state_dict()
+        _, replay = _rollout(trainer, 5)
+        trainer.cursor.load_state_dict(cursor)
+        ids, records = replay[0]
+        for r in records:
+            _, exact = trainer._step_loss(r, ids, torch.ones(1), measure_kl=True)
+            trainer.rl = attrs.evolve(plain, kl_form="reference")
+            _, reference = trainer._step_loss(r, ids, torch.ones(1), measure_kl=True)
+            trainer.rl = plain
+            step = float(r.sigma - r.sigma_next)
+            assert 0 < step < 1 and float(exact["kl"]) > 0
+            assert float(reference["kl"]) == pytest.approx(float(exact["kl"]) * step, rel=1e-5)
+            assert float(reference["policy_loss"]) == float(exact["policy_loss"])
+    finally:
+        trainer.rl = plain
+        trainer.replay.clear()
+        with torch.no_grad():
+            for n, p in trainer.transformer.named_parameters():
+                if n in saved:
+                    p.copy_(saved[n])
+
+
 def test_the_fast_variant_draws_one_window_per_step_the_same_on_every_rank(trainer):
     """rl.sde_window = 1 over 3 steps (window range: steps 0-1): the window start is drawn from
     (job.seed, step), so both ranks' rollouts have one SDE record at the same index, the step

@@ -87,10 +87,63 @@ def test_linear_optimality_endpoints_and_official_form():
     assert torch.allclose(r, torch.tensor([0.0, 1.0, 0.5, 0.7, 0.0]))
 
 
-def test_linear_optimality_asymmetric_range():
-    """low = -1, high = 3: A = -1 -> 0, A = 3 -> 1, A = 0 -> 1/4, A = 1 -> 1/2."""
-    r = optimality(torch.tensor([-1.0, 3.0, 0.0, 1.0]), "linear", -1.0, 3.0, tau=1.0)
+def test_span_optimality_asymmetric_range():
+    """The map before rl.linear_map, (A - low) / (high - low); low = -1, high = 3:
+    A = -1 -> 0, A = 3 -> 1, A = 0 -> 1/4 (not 0.5), A = 1 -> 1/2."""
+    r = optimality(torch.tensor([-1.0, 3.0, 0.0, 1.0]), "linear", -1.0, 3.0, tau=1.0, linear="span")
     assert torch.allclose(r, torch.tensor([0.0, 1.0, 0.25, 0.5]))
+
+
+def test_per_side_optimality_keeps_zero_at_one_half_for_an_asymmetric_clamp():
+    """DiffusionNFT's map, each side on its own; low = -1, high = 5:
+    below 0, r = (A + 1) / 2:  A = -3 clamps to -1 -> 0; A = -1 -> 0; A = -0.5 -> 0.25;
+    from 0 up, r = (A + 5) / 10: A = 0 -> 0.5; A = 2.5 -> 0.75; A = 5 -> 1; A = 9 clamps to 5 -> 1.
+    The default of `optimality` is this map."""
+    a = torch.tensor([-3.0, -1.0, -0.5, 0.0, 2.5, 5.0, 9.0])
+    expected = torch.tensor([0.0, 0.0, 0.25, 0.5, 0.75, 1.0, 1.0])
+    assert torch.allclose(optimality(a, "linear", -1.0, 5.0, tau=1.0, linear="per_side"), expected)
+    assert torch.equal(optimality(a, "linear", -1.0, 5.0, tau=1.0), optimality(a, "linear", -1.0, 5.0, 1.0, linear="per_side"))
+    # the span map of the same clamp: A = 0 -> (0 + 1) / 6 = 1/6, A = 2.5 -> 3.5 / 6
+    span = optimality(torch.tensor([0.0, 2.5]), "linear", -1.0, 5.0, tau=1.0, linear="span")
+    assert torch.allclose(span, torch.tensor([1 / 6, 3.5 / 6]))
+
+
+def test_per_side_and_span_agree_bit_for_bit_for_a_symmetric_clamp():
+    """(A + s) / (2 s) with s = c = high = -low is (A - low) / (high - low) term by term, so the
+    shipped manifests' -5 / 5 (and any symmetric clamp) compute exactly what they did."""
+    a = torch.randn(1000, generator=torch.Generator().manual_seed(0)) * 4
+    for c in (5.0, 2.3, 1.0):
+        per_side = optimality(a, "linear", -c, c, 1.0, linear="per_side")
+        span = optimality(a, "linear", -c, c, 1.0, linear="span")
+        assert torch.equal(per_side, span)
+
+
+def test_per_side_needs_a_clamp_holding_zero_and_a_known_name():
+    with pytest.raises(ValueError, match="low < 0 < high"):
+        optimality(torch.zeros(1), "linear", 0.5, 3.0, 1.0, linear="per_side")
+    with pytest.raises(ValueError, match="linear_map"):
+        optimality(torch.zeros(1), "linear", -1.0, 1.0, 1.0, linear="centred")
+    # span takes any non-empty clamp: low = 1, high = 3, A = 2 -> 1/2
+    assert optimality(torch.tensor([2.0]), "linear", 1.0, 3.0, 1.0, linear="span").item() == 0.5
+
+
+def _equal_rewards_gradient(linear: str) -> torch.Tensor:
+    """d policy_loss / d v_theta for one sample of a group of equal rewards, clamp (-1, 5)."""
+    advantages = clamp_advantages(group_advantages(torch.tensor([[0.3, 0.3, 0.3, 0.3]], dtype=torch.float64)), -1.0, 5.0)
+    r = optimality(advantages, "linear", -1.0, 5.0, 1.0, linear=linear)[0, :1]
+    v_theta = torch.ones(1, 1, dtype=torch.float64, requires_grad=True)
+    loss, _ = nft_loss(v_theta, torch.ones(1, 1, dtype=torch.float64), None, torch.zeros(1, 1, dtype=torch.float64),
+                       r.to(torch.float64), beta=1.0, policy_loss_scale=1.0, kl_beta=0.0)
+    loss.backward()
+    return v_theta.grad
+
+
+def test_a_group_of_equal_rewards_moves_nothing_under_the_default_map():
+    """Equal rewards -> A = 0. With v_theta = v_old = 1, target v = 0, beta = 1, scale 1, one element:
+    loss = r (v_theta - 0)^2 + (1 - r) (2 v_old - v_theta)^2, so d/dv_theta = 2 r v_theta - 2 (1 - r)(2 - v_theta)
+    = 2 (2 r - 1) at v_theta = 1. per_side: r = 0.5 -> 0. span: r = 1/6 -> 2 (1/3 - 1) = -4/3."""
+    assert _equal_rewards_gradient("per_side").item() == 0.0
+    assert _equal_rewards_gradient("span").item() == pytest.approx(-4 / 3, rel=1e-12)
 
 
 def test_sigmoid_optimality():

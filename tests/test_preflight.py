@@ -75,6 +75,8 @@ def test_shipped_public_manifests_need_the_stub_model_folder(manifest, tmp_path)
 
 NFT_CASES = [
     # (overrides, key that must be named, text in the message)
+    (["rl.advantage_low=0.5"], "rl.advantage_low", "the clamp must hold 0"),
+    (["rl.advantage_low=-3.0", "rl.advantage_high=-1.0"], "rl.advantage_high", "the clamp must hold 0"),
     (['grid.backend="local"'], "grid.backend", "Ray actor group"),
     (['grid.grouping="per_role"'], "grid.grouping", 'set grid.grouping = "single"'),
     (['grid.gpu_placement="disaggregated"'], "grid.gpu_placement", "colocated"),
@@ -654,3 +656,19 @@ def test_an_lr_decay_that_outlasts_the_run_warns_where_the_run_stops_on_it(shipp
     # GRPO counts rl.updates_per_step optimizer steps a run step: 400 of them here, so no warning.
     assert "rl.optimizer.decay_steps" not in warnings(
         grpo, ['rl.optimizer.decay="linear"', "rl.optimizer.decay_steps=400", "rl.updates_per_step=2"])
+
+
+def test_the_audit_warnings_and_the_span_map():
+    # the span map takes a clamp that does not hold 0; per_side (the default) an asymmetric one
+    assert errors(NFT, ["rl.advantage_low=0.5", 'rl.linear_map="span"']) == {}
+    assert errors(NFT, ["rl.advantage_low=-1.0"]) == {}
+    # guided NFT rollouts: the smoke manifest samples CFG-free and does not warn
+    assert "rl.guidance" not in warnings(NFT, [])
+    assert "implicit-policy argument" in warnings(NFT, ["rl.guidance=3.0"])["rl.guidance"]
+    assert "implicit-policy argument" in warnings(NFT, ["rl.guidance=0.0"])["rl.guidance"]
+    # one prompt a step: the batch std is the group std (NFT's default scope; GRPO's when asked)
+    assert "rl.advantage_std_scope" not in warnings(NFT, [])  # 2 prompts a step
+    assert "is the group std" in warnings(NFT, ["rl.prompts_per_step=1"])["rl.advantage_std_scope"]
+    assert "rl.advantage_std_scope" not in warnings(NFT, ["rl.prompts_per_step=1", 'rl.advantage_std_scope="group"'])
+    assert "is the group std" in warnings(GRPO, ["rl.prompts_per_step=1"])["rl.advantage_std_scope"]  # its manifest: batch
+    assert "rl.advantage_std_scope" not in warnings(GRPO, [])  # 32 prompts a step

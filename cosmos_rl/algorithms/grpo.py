@@ -271,6 +271,42 @@ def gaussian_kl(mean: torch.Tensor, mean_ref: torch.Tensor, std: torch.Tensor) -
     return diff.pow(2).flatten(1).mean(dim=1) / (2 * std.to(mean.dtype).pow(2))
 
 
+# rl.kl_form: how the KL term scales with the step size.
+KL_FORMS = ("exact", "reference")
+
+
+def step_kl(
+    mean: torch.Tensor,
+    mean_ref: torch.Tensor,
+    std: torch.Tensor,
+    s: torch.Tensor | float,
+    s_next: torch.Tensor | float,
+    form: str = "exact",
+    dynamics: str = "sde",
+) -> torch.Tensor:
+    """The KL term per sample [B] of one trained step, as rl.kl_form says (MEAN over elements).
+
+    exact:     `gaussian_kl(mean, mean_ref, std)`, the true KL of the two step Gaussians (the paper's).
+    reference: what Flow-GRPO's reference code computes, mean((mean - mean_ref)^2) / (2 std_dev_t^2)
+               with its scheduler's std_dev_t: for the `sde` step that is sigma_s, without the step
+               size, so the reference KL is the exact one times (s - s') (the same kl_beta pulls
+               1 / (s - s') times harder in `exact`: 4-28x at 10 steps); for the `cps` step its
+               std_dev_t is the step's own std s' sin(eta pi / 2), and the two forms agree.
+    s, s_next: the step's sigmas (floats or 0-dim tensors, one step for the whole batch).
+    By hand, sde: mean [1, 3], mean_ref [0, 1], std 2, s = 0.5, s' = 0.25: exact 0.3125,
+    reference 0.3125 * 0.25 = 0.078125.
+    """
+    if form not in KL_FORMS:
+        raise ValueError(f"kl_form must be one of {list(KL_FORMS)}, got {form!r}")
+    if dynamics not in STEP_DYNAMICS:
+        raise ValueError(f"unknown step dynamics {dynamics!r}; known: {sorted(STEP_DYNAMICS)}")
+    kl = gaussian_kl(mean, mean_ref, std)
+    if form == "exact" or dynamics == "cps":
+        return kl
+    step = torch.as_tensor(s, dtype=kl.dtype, device=kl.device) - torch.as_tensor(s_next, dtype=kl.dtype, device=kl.device)
+    return kl * step
+
+
 def grpo_advantages(
     rewards: Mapping[str, torch.Tensor],
     weights: Mapping[str, float],

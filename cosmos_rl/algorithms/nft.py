@@ -10,6 +10,9 @@ import torch
 
 STD_SCOPES = ("group", "batch")
 R_MAPS = ("linear", "sigmoid")
+# How r_map = "linear" maps a clamped advantage (rl.linear_map): "per_side" is DiffusionNFT's
+# 0.5 + clip(A, -c, c) / (2c), each side of 0 on its own; "span" the map runs used before it.
+LINEAR_MAPS = ("per_side", "span")
 
 # Floor for the stop-gradient x0-error normaliser: at t == 0 the x0 error is exactly zero.
 _X0_WEIGHT_FLOOR = 1e-5
@@ -53,18 +56,34 @@ def clamp_advantages(a: torch.Tensor, low: float, high: float) -> torch.Tensor:
 
 
 def optimality(
-    a: torch.Tensor, r_map: str, low: float, high: float, tau: float
+    a: torch.Tensor, r_map: str, low: float, high: float, tau: float, linear: str = "per_side"
 ) -> torch.Tensor:
     """Optimality probability r in [0, 1] for each sample's advantage.
 
-    linear:  r = (clamp(A, low, high) - low) / (high - low); with low=-5, high=5 this is the
-             official 0.5 + clip(A, -5, 5) / 10. The clamp keeps r a probability even if the
-             caller skipped `clamp_advantages`.
+    linear, `linear = "per_side"` (the default; DiffusionNFT's map): A = 0 -> 0.5 for any clamp,
+             each side of 0 mapped on its own, [low, 0] -> [0, 0.5] and [0, high] -> [0.5, 1]:
+             r = (A + s) / (2 s) with s = -low below 0 and s = high from 0 up (needs low < 0 < high).
+             With low = -5, high = 5 it is the official 0.5 + clip(A, -5, 5) / 10.
+    linear, `linear = "span"` (what runs computed before rl.linear_map existed):
+             r = (A - low) / (high - low), which sends A = 0 to 0.5 only for a symmetric clamp;
+             with (-1, 5) a group of equal rewards gets r = 1/6 and still a gradient.
+             For a symmetric clamp the two agree bit for bit: s = high = -low and 2 s = high - low.
     sigmoid: r = sigmoid(A / tau).
+    The clamp keeps r a probability even if the caller skipped `clamp_advantages`.
     """
     if r_map == "linear":
         clamped = clamp_advantages(a, low, high)
-        return (clamped - low) / (high - low)
+        if linear == "span":
+            return (clamped - low) / (high - low)
+        if linear != "per_side":
+            raise ValueError(f"linear_map must be one of {list(LINEAR_MAPS)}, got {linear!r}")
+        if not low < 0 < high:
+            raise ValueError(
+                f"linear_map 'per_side' maps [low, 0] and [0, high] on their own, so it needs low < 0 < high, "
+                f"got low={low}, high={high}"
+            )
+        s = torch.where(clamped < 0, torch.full_like(clamped, -low), torch.full_like(clamped, high))
+        return (clamped + s) / (2 * s)
     if r_map == "sigmoid":
         if not tau > 0:
             raise ValueError(f"tau must be > 0 for r_map = 'sigmoid', got {tau}")
@@ -109,15 +128,18 @@ def nft_loss(
         policy_loss = policy_loss_scale * mean(r * err(v_pos) + (1 - r) * err(v_neg)) / beta
         kl_loss     = mean((v_theta - v_ref)^2)
         loss        = policy_loss + kl_beta * kl_loss
-    err() is the per-sample mean squared velocity error (MEAN reduction throughout).
+    err() is a per-sample mean (MEAN reduction throughout): in x0 space when x0_weighting_t is
+    given, which is what runs do by default (rl.x0_weighting = true), else the squared velocity
+    error of the spec's formula. r comes from `optimality` (default map: A = 0 -> r = 0.5).
     v_old and v_ref are detached here: they are constants of the objective. v_ref = None (only with
     kl_beta = 0) leaves the KL term out, and `kl_loss` out of the metrics: a KL that was not
     measured is never reported as 0.
 
-    x0_weighting_t (shape [B], default None): when given, err() is the official release's
-    stability variant instead - the squared error of x0_hat = x_t - t * v in x0 space, divided
-    by a stop-gradient of that sample's mean absolute x0 error. Off by default because the
-    spec's formula is the velocity-space one; turn it on to match the official numbers.
+    x0_weighting_t (shape [B]; None = velocity space): when given, err() is the official
+    release's stability variant - the squared error of x0_hat = x_t - t * v in x0 space, divided
+    by a stop-gradient of that sample's mean absolute x0 error. The trainer passes the samples'
+    t whenever rl.x0_weighting is true, its default, as the official release does; run
+    directories saved before that knob keep the velocity-space error (rl.x0_weighting = false).
 
     Metrics (detached 0-dim tensors, batch means): loss, policy_loss, kl_loss (when v_ref), positive_error,
     negative_error, optimality_mean, optimality_second_moment.

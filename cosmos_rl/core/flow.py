@@ -67,6 +67,29 @@ def uniform_timesteps(
     return t.to(device) if device is not None else t
 
 
+TIMESTEP_SAMPLING = ("uniform", "logit_normal")
+
+
+def training_timesteps(
+    n: int, generator: torch.Generator, sampling: str = "uniform", mean: float = 0.0, std: float = 1.0
+) -> torch.Tensor:
+    """`n` training timesteps (float32, on the generator's device) as rl.timestep_sampling says.
+
+    uniform:      t ~ U[0, 1), one `torch.rand` draw (what DPO and SFT drew before the knob, the
+                  same numbers from the same generator).
+    logit_normal: t = sigmoid(mean + std * z), z ~ N(0, 1), one `torch.randn` draw (flow_grpo's DPO
+                  and SD3's training: more weight on the middle times, where the velocity is hardest).
+    By hand: z = 0 -> sigmoid(mean); mean 0, std 1, z = ln 3 -> 3 / 4.
+    """
+    if sampling == "uniform":
+        return torch.rand(n, generator=generator)
+    if sampling == "logit_normal":
+        if not std > 0:
+            raise ValueError(f"logit_std must be > 0, got {std}")
+        return torch.sigmoid(mean + std * torch.randn(n, generator=generator))
+    raise ValueError(f"timestep_sampling must be one of {list(TIMESTEP_SAMPLING)}, got {sampling!r}")
+
+
 def model_timesteps(t: torch.Tensor, num_train_timesteps: int) -> torch.Tensor:
     """The integer timesteps the Cosmos3 pipeline feeds the transformer at flow times `t`: floor(N * t).
 

@@ -219,6 +219,12 @@ class DPOConfig(RLBase):
     algorithm: Literal["dpo"] = required("`dpo` selects offline Diffusion-DPO.")
     beta: float = knob(1000.0, "Preference sharpness; large because the MSE is a per-element mean.")
     pairs_per_step: int = knob(8, "Preference pairs per optimizer step, split evenly over the ranks.")
+    timestep_sampling: Literal["uniform", "logit_normal"] = knob(
+        "uniform", "How training draws each sample's flow time t: `uniform`, t ~ U[0, 1); `logit_normal`, t = sigmoid(logit_mean + logit_std * z) "
+        "with z ~ N(0, 1) (flow_grpo's DPO and SD3's training: more weight on the middle times)."
+    )
+    logit_mean: float = knob(0.0, "`logit_normal`: the mean of t's logit (0 centres t on 0.5; flow_grpo's DPO: 0).")
+    logit_std: float = knob(1.0, "`logit_normal`: the std of t's logit, > 0 (flow_grpo's DPO: 1).")
     latent_cache: Literal["disk", "memory", "off"] = knob(
         "disk",
         "Encode each pair image (or clip) with the VAE once: `disk` keeps the latents under `<job.output_dir>/.cache/latents/` "
@@ -262,6 +268,12 @@ class SFTConfig(RLBase):
     caption_dropout: float = knob(
         0.1, "`transformer`: chance that a sample trains with the empty prompt, which classifier-free guidance samples with."
     )
+    timestep_sampling: Literal["uniform", "logit_normal"] = knob(
+        "uniform", "`transformer`: how training draws each sample's flow time t: `uniform`, t ~ U[0, 1); `logit_normal`, t = sigmoid(logit_mean + logit_std * z) "
+        "with z ~ N(0, 1) (flow_grpo's DPO and SD3's training: more weight on the middle times)."
+    )
+    logit_mean: float = knob(0.0, "`logit_normal`: the mean of t's logit (0 centres t on 0.5; flow_grpo's DPO: 0).")
+    logit_std: float = knob(1.0, "`logit_normal`: the std of t's logit, > 0 (flow_grpo's DPO: 1).")
     init_from: str = knob("", "Base checkpoint: diffusers folder, DCP folder, `s3://` (pulled once) or `preset:NAME`; empty = model.*.")
     init_keys_to_skip_loading: list[str] = knob(
         attrs.Factory(list), "Glob patterns (`*` crosses dots) of base-checkpoint keys the model does not build; any other extra or missing key fails the load."
@@ -325,6 +337,14 @@ LATER_KNOB_DEFAULTS: dict[str, object] = {
     "model.action.scale": [],
     "rl.data.lerobot": "",
     "rl.data.camera": "",
+    # NFT's linear optimality map before `per_side` (DiffusionNFT's A = 0 -> 0.5 for any clamp).
+    # Its new default computes the same for a symmetric clamp, where the identity leaves it out
+    # (plan.identity_fields), so those runs keep their identity too.
+    "rl.linear_map": "span",
+    "rl.kl_form": "exact",
+    "rl.timestep_sampling": "uniform",
+    "rl.logit_mean": 0.0,
+    "rl.logit_std": 1.0,
 }
 
 # Fields that may change on an exact resume without changing what the run computes.

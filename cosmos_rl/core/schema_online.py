@@ -110,7 +110,15 @@ class NFTConfig(OnlineRLBase):
     advantage_std_scope: Literal["batch", "group"] = knob(
         "batch", "Normalise advantages by the std of the whole gathered batch or of each prompt's group."
     )
-    r_map: Literal["linear", "sigmoid"] = knob("linear", "Optimality map from advantage to r in [0, 1].")
+    r_map: Literal["linear", "sigmoid"] = knob("linear", "Optimality map from advantage to r in [0, 1] (`linear`: see rl.linear_map; `sigmoid`: r = sigmoid(A / r_tau)).")
+    linear_map: Literal["per_side", "span"] = knob(
+        "per_side",
+        "With r_map = `linear`, how the clamped advantage A becomes r: `per_side` (DiffusionNFT's map) sends A = 0 to 0.5 for any clamp, "
+        "[advantage_low, 0] to [0, 0.5] and [0, advantage_high] to [0.5, 1] (needs advantage_low < 0 < advantage_high); `span` is "
+        "r = (A - advantage_low) / (advantage_high - advantage_low), the map before this knob, which sends A = 0 to 0.5 only for a symmetric "
+        "clamp (with -1 and 5 a group of equal rewards gets r = 1/6 and still moves the policy). The two agree exactly for a symmetric clamp; "
+        "run directories written before this knob keep `span`.",
+    )
     r_tau: float = knob(0.5, "Temperature of the sigmoid map.")
     uniform_timestep: bool = knob(False, "Train at t ~ U(0, 1) instead of the sampler's timesteps.")
     timesteps_per_sample: int = knob(
@@ -149,7 +157,15 @@ class GRPOConfig(OnlineRLBase):
         "the step's std s' * sin(eta * pi / 2) (Flow-CPS's configs: 0.8), in (0, 1]."
     )
     clip_range: float = knob(1e-4, "PPO clip range of the ratio of per-element-mean log-probs (Flow-GRPO's base config); > 0.")
-    kl_beta: float = knob(0.04, "Weight of the exact KL between the policy's and the frozen reference's SDE steps (Flow-GRPO's 0.04); 0 = no KL term (measured on logged steps only).")
+    kl_beta: float = knob(
+        0.04, "Weight of the KL between the policy's and the frozen reference's SDE steps; 0 = no KL term (measured on logged steps only). With rl.kl_form = `exact` "
+        "(the default) the number is not Flow-GRPO's: its reference code's KL leaves out the step size (divides by sigma_s^2, not the step's variance "
+        "sigma_s^2 (s - s')), so 0.04 here pulls 1 / (s - s') times harder than its 0.04 (4-28x at 10 steps); rl.kl_form = `reference` takes its scaling."
+    )
+    kl_form: Literal["exact", "reference"] = knob(
+        "exact", "The KL term's scaling: `exact`, the true KL of the two step Gaussians (the paper's formula), or `reference`, Flow-GRPO's reference code's, "
+        "the exact KL times the step size (s - s') for the `sde` step (the same for `cps`, whose reference std is the step's own), so its configs' kl_beta means what it meant there."
+    )
     timestep_fraction: float = knob(
         0.99, "Plain Flow-GRPO (sde_window = 0): the first floor(fraction * sample_steps) sampler steps train, between 1 and sample_steps - 1 of them."
     )

@@ -65,7 +65,18 @@ def identity_fields(config: schema.RunConfig) -> dict:
     flat = load.flatten(load.to_dict(config))
     # A condition the replaced keys could say is hashed as they said it: older run dirs resume.
     flat = legacy_keys.identity_spelling(flat, config.rl.algorithm)
-    return {k: v for k, v in sorted(flat.items()) if not schema.non_identity(k) and not _at_later_default(k, v)}
+    return {k: v for k, v in sorted(flat.items())
+            if not schema.non_identity(k) and not _at_later_default(k, v) and not _computes_as_before(k, flat)}
+
+
+def _computes_as_before(key: str, flat: dict) -> bool:
+    """Whether a later knob away from its LATER_KNOB_DEFAULTS value still computes what that value
+    did for this config, so that it stays out of the identity and older run dirs of it resume:
+    NFT's `per_side` optimality map equals `span` for a symmetric clamp (every shipped manifest's
+    -5, 5) and is unused by the sigmoid map."""
+    if key != "rl.linear_map":
+        return False
+    return flat.get("rl.r_map") != "linear" or flat.get("rl.advantage_low") == -flat.get("rl.advantage_high", 0.0)
 
 
 def run_identity(config: schema.RunConfig) -> str:

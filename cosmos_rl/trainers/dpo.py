@@ -35,7 +35,7 @@ from cosmos_rl.core import schema
 from cosmos_rl.data.audit import leakage_audit
 from cosmos_rl.data.cursor import PairCursor
 from cosmos_rl.data.pairs import build_source, check_source_symmetry
-from cosmos_rl.core.flow import noisy_latents, velocity_target
+from cosmos_rl.core.flow import noisy_latents, training_timesteps, velocity_target
 from cosmos_rl.core.media import frame_timing
 from cosmos_rl.models.packing import velocity
 from cosmos_rl.models.setup import TrainableModel, build_trainable, optimizer_step
@@ -183,7 +183,7 @@ class DPOTrainer(SPMDTrainer):
     def _draw(self, shape, *parts) -> tuple[torch.Tensor, torch.Tensor]:
         generator = torch.Generator().manual_seed(derive_seed(*parts))
         eps = torch.randn(shape, generator=generator)
-        t = torch.rand(shape[0], generator=generator)
+        t = training_timesteps(shape[0], generator, self.rl.timestep_sampling, self.rl.logit_mean, self.rl.logit_std)
         return eps.to(self.device), t.to(self.device)
 
     def next_pairs(self) -> list:

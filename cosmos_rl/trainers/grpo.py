@@ -189,7 +189,7 @@ class GRPOTrainer(OnlineTrainer):
 
     def _step_loss(self, record: grpo_sampler.SDEStepRecord, prompt_ids, advantages: torch.Tensor, measure_kl: bool):
         """One trained step of this rank's samples: (loss with grad, metrics); `kl_loss` is named `kl`
-        (the exact KL of the two step Gaussians; NFT's `kl_loss` is a velocity MSE)."""
+        (the KL of the two step Gaussians in rl.kl_form's scaling; NFT's `kl_loss` is a velocity MSE)."""
         rl = self.rl
         x, s, s_next = record.x, record.sigma, record.sigma_next
         sigma = s.expand(x.shape[0])
@@ -201,7 +201,7 @@ class GRPOTrainer(OnlineTrainer):
         v = guided_velocity(self.transformer, prompt_ids, rl.guidance, x, sigma)
         mean, std = grpo_math.step_mean_std(rl.scheduler, x, v, s, s_next, rl.noise_level)
         logp = grpo_math.step_log_prob(record.x_next, mean, std)
-        kl = None if mean_ref is None else grpo_math.gaussian_kl(mean, mean_ref, std)
+        kl = None if mean_ref is None else grpo_math.step_kl(mean, mean_ref, std, s, s_next, rl.kl_form, rl.scheduler)
         loss, metrics = grpo_math.grpo_step_loss(logp, record.log_prob, advantages, kl, rl.clip_range, rl.kl_beta)
         if "kl_loss" in metrics:
             metrics["kl"] = metrics.pop("kl_loss")

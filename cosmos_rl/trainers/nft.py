@@ -52,7 +52,7 @@ class NFTTrainer(OnlineTrainer):
             combined_advantages(tables, self.reward_weights, rl.reward_combine, std_scope=rl.advantage_std_scope),
             rl.advantage_low, rl.advantage_high,
         )
-        r_all = nft_math.optimality(advantages, rl.r_map, rl.advantage_low, rl.advantage_high, rl.r_tau)
+        r_all = nft_math.optimality(advantages, rl.r_map, rl.advantage_low, rl.advantage_high, rl.r_tau, rl.linear_map)
 
         # -- train on this process's samples with the forward process
         samples = [(rank, x0, sigmas, r_all[:, rank].to(torch.float32)) for rank, (x0, sigmas, _) in zip(ranks, rollouts)]

@@ -34,7 +34,7 @@ from cosmos_rl.algorithms.sft import action_flow_loss, flow_matching_loss, psnr_
 from cosmos_rl.core import schema
 from cosmos_rl.data.captions import caption_source
 from cosmos_rl.data.cursor import PairCursor
-from cosmos_rl.core.flow import noisy_latents
+from cosmos_rl.core.flow import noisy_latents, training_timesteps
 from cosmos_rl.core.condition import Condition
 from cosmos_rl.core.errors import UserError
 from cosmos_rl.core.media import MediaSpec, frame_timing
@@ -144,7 +144,7 @@ class SFTTrainer(SPMDTrainer):
         batch = x0.shape[0]
         generator = torch.Generator().manual_seed(derive_seed("sft", self.config.job.seed, self.step, self.rank))
         eps = torch.randn(x0.shape, generator=generator).to(self.device)
-        t = torch.rand(batch, generator=generator).to(self.device)
+        t = training_timesteps(batch, generator, self.rl.timestep_sampling, self.rl.logit_mean, self.rl.logit_std).to(self.device)
         dropped = (torch.rand(batch, generator=generator) < self.rl.caption_dropout).tolist()
         a0 = model_rows(spec, raw.float(), int(self.parts.transformer.config.action_dim))
         eps_a = torch.randn(a0.shape, generator=generator).to(self.device)
@@ -169,6 +169,35 @@ class SFTTrainer(SPMDTrainer):
         for index, mode_spec in enumerate(specs if len(specs) > 1 else ()):
             extra[f"{mode_spec.mode}_share"] = picks.count(index) / batch
         return loss, extra
+
+    def _flow_loss(self, pixels: torch.Tensor, captions: list[str]) -> tuple[torch.Tensor, dict[str, float]]:
+        with torch.no_grad():
+            x0 = encode_pixels(self.parts.vae, self.media, pixels)
+        generator = torch.Generator().manual_seed(derive_seed("sft", self.config.job.seed, self.step, self.rank))
+        eps = torch.randn(x0.shape, generator=generator).to(self.device)
+        t = training_timesteps(x0.shape[0], generator, self.rl.timestep_sampling, self.rl.logit_mean, self.rl.logit_std).to(self.device)
+        dropped = (torch.rand(x0.shape[0], generator=generator) < self.rl.caption_dropout).tolist()
+        ids = [self.prompt_ids(c) for c in captions]
+        ids = [self._ids[""] if drop else i for drop, i in zip(dropped, ids)]
+        x_t = noisy_latents(x0, eps, t)
+        extra = {"caption_dropped": sum(dropped) / len(dropped)}
+        clean: list[int] = []
+        timing = frame_timing(self.media, self.parts.vae.config)
+        if self.media.is_video:
+            # Drawn for every clip run (conditioned or not) after the image run's draws, so an image
+            # run consumes exactly what it did before and a T2V run what it did before conditions.
+            share = self.condition.probability if self.condition.is_conditioned else 0.0
+            conditioned = (torch.rand(x0.shape[0], generator=generator) < share).tolist()
+            given = self.condition.clean_latent_frames(self.media, timing.get("temporal_factor", 1)) if any(conditioned) else 0
+            clean = [given if c else 0 for c in conditioned]
+            if any(clean):  # the given leading latent frames are the clean clip's own
+                held = torch.tensor(clean, dtype=torch.bool, device=x0.device)[:, None, None, None, None]
+                leading = torch.zeros_like(x0, dtype=torch.bool)
+                leading[:, :, :given] = True
+                x_t = torch.where(held & leading, x0, x_t)
+            extra["first_frame_conditioned"] = sum(map(bool, clean)) / len(clean)
+        v = velocity(self.module, x_t, t, ids, clean_frames=clean or 0, **timing)
+        return flow_matching_loss(v, x0, eps, clean or None), extra
 
     def _vae_loss(self, images: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         decoded, clip = reconstruction(self.module, images)  # [B, 3, 1, H, W] in the VAE's range

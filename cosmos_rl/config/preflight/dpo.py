@@ -14,6 +14,7 @@ def dpo_rules(c: schema.RunConfig, rl: schema.DPOConfig, r: Rules) -> None:
     data_parallel_grid(c, r)
     dp = c.model.config.parallelism.data_parallel_shard_degree
     r.positive("rl.beta", rl.beta)
+    r.positive("rl.logit_std", rl.logit_std)
     r.at_least("rl.pairs_per_step", rl.pairs_per_step, 1)
     if rl.pairs_per_step >= 1 and dp >= 1 and rl.pairs_per_step % dp:
         r.error("rl.pairs_per_step", f"must split evenly over the {dp} ranks", rl.pairs_per_step, f"use a multiple of {dp}")

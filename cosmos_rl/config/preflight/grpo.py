@@ -13,7 +13,7 @@ import math
 import attrs
 
 from cosmos_rl.core import schema
-from cosmos_rl.config.preflight.online import online_rules
+from cosmos_rl.config.preflight.online import batch_std_rule, online_rules
 from cosmos_rl.config.preflight.rules import Rules
 
 # The rollout step dynamics (algorithms.grpo.STEP_DYNAMICS's keys; tests check the two agree).
@@ -48,6 +48,7 @@ def grpo_rules(c: schema.RunConfig, rl: schema.GRPOConfig, r: Rules) -> None:
     r.positive("rl.clip_range", rl.clip_range)
     r.at_least("rl.kl_beta", rl.kl_beta, 0)
     r.positive("rl.advantage_clip", rl.advantage_clip)
+    batch_std_rule(rl, r)
     _ema_rules(c, rl, r)
     _update_rules(rl, r)
     r.at_least("rl.sde_window", rl.sde_window, 0, "set rl.sde_window to 0 (plain Flow-GRPO) or a window of 1 or 2 steps (Flow-GRPO-Fast)")

@@ -5,7 +5,7 @@ first frame (`condition.py`), the sampler type and the objective's knobs. The re
 from __future__ import annotations
 
 from cosmos_rl.config.preflight.media import frame_size
-from cosmos_rl.config.preflight.online import online_rules
+from cosmos_rl.config.preflight.online import batch_std_rule, online_rules
 from cosmos_rl.config.preflight.rules import Rules
 from cosmos_rl.core import schema
 from cosmos_rl.core.problems import show
@@ -36,6 +36,16 @@ def nft_rules(c: schema.RunConfig, rl: schema.NFTConfig, r: Rules) -> None:
         r.error("rl.scheduler", "only the UniPC sampler is supported", rl.scheduler, 'set rl.scheduler = "unipc"')
     if not rl.advantage_low < rl.advantage_high:
         r.error("rl.advantage_low", f"must be below rl.advantage_high ({rl.advantage_high})", rl.advantage_low, "e.g. -5.0 and 5.0")
+    elif rl.r_map == "linear" and rl.linear_map == "per_side" and not rl.advantage_low < 0 < rl.advantage_high:
+        # Each side of A = 0 is mapped on its own, so the clamp needs room on both sides of 0.
+        key, got = ("rl.advantage_low", rl.advantage_low) if rl.advantage_low >= 0 else ("rl.advantage_high", rl.advantage_high)
+        r.error(key, 'with rl.linear_map = "per_side" (A = 0 maps to r = 0.5) the clamp must hold 0: advantage_low < 0 < advantage_high',
+                got, 'e.g. advantage_low = -5.0 and advantage_high = 5.0, or rl.linear_map = "span"')
+    if rl.guidance != 1:
+        r.warn("rl.guidance", "NFT rollouts are guided while its training forwards are conditional only: DiffusionNFT samples CFG-free because its "
+               "implicit-policy argument assumes the samples come from v_old's own distribution (docs/nft.md, \"The knobs that matter\")", rl.guidance,
+               "set rl.guidance = 1.0 (CFG-free rollouts, as the official release trains)")
+    batch_std_rule(rl, r)
     r.positive("rl.r_tau", rl.r_tau)
     r.positive("rl.beta", rl.beta)
     r.at_least("rl.kl_beta", rl.kl_beta, 0)

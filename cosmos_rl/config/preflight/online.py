@@ -100,3 +100,12 @@ def online_rules(c: schema.RunConfig, rl: schema.OnlineRLBase, r: Rules) -> None
     r.at_least("rl.sample_grid_every", rl.sample_grid_every, 0)
     if rl.prompts.file:
         r.local_path("rl.prompts.file", rl.prompts.file, kind="file")
+
+
+def batch_std_rule(rl: "schema.NFTConfig | schema.GRPOConfig", r: Rules) -> None:
+    """`batch` normalises by one std over the step's rewards; with one prompt a step those rewards
+    are one prompt's group (NFT and GRPO)."""
+    if rl.advantage_std_scope == "batch" and rl.prompts_per_step == 1:
+        r.warn("rl.advantage_std_scope", "is \"batch\" with rl.prompts_per_step = 1: a step's batch is one prompt's group, so this is the group std "
+               "(every non-constant group scaled to unit advantages, however little its rewards differ)", rl.advantage_std_scope,
+               'raise rl.prompts_per_step so the batch spans several groups, or set rl.advantage_std_scope = "group" to say what runs')

@@ -30,6 +30,7 @@ def sft_rules(c: schema.RunConfig, rl: schema.SFTConfig, r: Rules) -> None:
         r.error("rl.samples_per_step", f"must split evenly over the {dp} ranks", rl.samples_per_step, f"use a multiple of {dp}")
     if not 0 <= rl.caption_dropout < 1:
         r.error("rl.caption_dropout", "must be in [0, 1)", rl.caption_dropout, "use e.g. 0.1 (0 trains no unconditional prompt)")
+    r.positive("rl.logit_std", rl.logit_std)
     vae_stage_rules(c, rl, r)
     data = rl.data
     used = [name for name in ("jsonl", "shards", "lerobot") if getattr(data, name)]
