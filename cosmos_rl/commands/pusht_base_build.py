@@ -14,7 +14,8 @@ result is a model folder (`<work>/model`, usable as `model.path`) plus float16 w
    `pusht` is domain 4; `ACTION_DIM` columns), every shared weight from the shipped
    `shapes_video` preset, the action heads random from the seed;
 3. `runs/vae`: SFT with `rl.train = "vae"` on every 9-frame window of the dataset
-   (foreground-weighted, `--vae-foreground-weight`), then the encoder's per-channel latent
+   (foreground-weighted, `--vae-foreground-weight`; the loss on the decoder's unclamped output,
+   `rl.unclamped_loss`), then the encoder's per-channel latent
    statistics over the first `LATENT_STAT_CLIPS` windows -> `vae_model/`;
 4. the gate: ground truth through the trained VAE, scored by the Push-T verifier
    (`pusht.verifier.verify_dynamics`) on held-out planner and random windows (episodes from
@@ -89,6 +90,10 @@ def stage_config(args, name: str, train: str, model_path: Path, dataset: Path):
             "optimizer": {"lr": args.vae_lr if vae else args.lr, "warmup_steps": 0 if vae else min(100, args.steps // 10)},
             "data": {"lerobot": str(dataset.resolve())},
             **({"foreground_weight": args.vae_foreground_weight} if vae and args.vae_foreground_weight != 1.0 else {}),
+            # The shapes video VAE (made on black frames) overshoots [-1, 1] on Push-T's white scene:
+            # through the decoder's clamp two thirds of the foreground get no gradient and the VAE
+            # never leaves a blank frame (docs/studies/2026-12-07-pusht-vae.md).
+            **({"unclamped_loss": True} if vae else {}),
         },
     }
     config = load.structure(raw, f"pusht_base stage {name}")
