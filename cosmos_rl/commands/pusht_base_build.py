@@ -60,7 +60,17 @@ PUSHT_RECIPE = dict(work="pusht_base_work", samples=64, vae_steps=600, vae_batch
 
 def _parser() -> argparse.ArgumentParser:
     parser, build = build_parser("python -m cosmos_rl.commands.pusht_base_build", __doc__, Path("pusht_base_out"), PUSHT_RECIPE,
-                                 unit="episodes (training)", what="the Push-T base")  # fmt: skip
+                                 unit="windows", what="the Push-T base")  # fmt: skip
+    # The shared options say "windows" (what a step trains on); two read differently here.
+    for action in build._actions:
+        if action.dest == "samples":
+            action.help = f"training episodes (half planner, half random); default {PUSHT_RECIPE['samples']}"
+        elif action.dest == "out":
+            action.help = "where the float16 weights and manifest.json go (no preset ships yet); default pusht_base_out"
+        elif action.dest == "work":
+            action.help = "folder for the dataset, the run directories and the model folders; default pusht_base_work"
+        elif action.dest == "eval_seeds":
+            action.help = "unused by this build yet (no held-out sampling of the transformer); default 0"
     build.add_argument("--size", type=int, default=SIDE, help=f"frame side in pixels; default {SIDE}")
     build.add_argument("--episode-frames", type=int, default=EPISODE_FRAMES, help=f"frames per training episode; default {EPISODE_FRAMES}")
     build.add_argument("--held-out-episodes", type=int, default=HELD_OUT_EPISODES,
