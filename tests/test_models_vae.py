@@ -61,3 +61,20 @@ def test_wrong_shapes_are_rejected(parts):
         encode_images(parts.vae, torch.rand(3, 32, 32))
     with pytest.raises(ValueError, match=r"\[B, C, T=1, h, w\]"):
         decode_latents(parts.vae, torch.rand(1, 4, 8, 8))
+
+
+def test_the_unclamped_decode_is_decode_before_its_clamp():
+    # The shapes video VAE on a white clip overshoots [-1, 1] (what the Push-T build met): clamped,
+    # the unclamped output is diffusers' decode exactly, and some of it lies outside the range.
+    from cosmos_rl.models.vae import decode_unclamped, reconstruction
+
+    vae = build_preset("shapes_video", 0).vae
+    clip = torch.ones(1, 3, 9, 32, 32)
+    clip[:, :, :, 8:16, 8:16] = 0.4  # a grey square on white
+    with torch.no_grad():
+        latents = vae.encode(clip * 2 - 1).latent_dist.mode()
+        unclamped = decode_unclamped(vae, latents)
+        assert torch.equal(unclamped.clamp(-1, 1), vae.decode(latents).sample)
+        assert (unclamped.abs() > 1).any()
+        decoded, _ = reconstruction(vae, clip, clamped=False)
+        assert torch.equal(decoded, unclamped)

@@ -590,6 +590,11 @@ def test_foreground_weight_is_the_vae_stages_and_at_least_one():
     assert "at least 1" in errors(SFT, ['rl.train="vae"', "model.lora.rank=0", "rl.foreground_weight=0.5"])["rl.foreground_weight"]
 
 
+def test_the_unclamped_loss_is_the_vae_stages():
+    assert not {"rl.unclamped_loss"} & set(errors(SFT, ['rl.train="vae"', "model.lora.rank=0", "rl.unclamped_loss=true"]))
+    assert "trains the transformer" in errors(SFT, ["rl.unclamped_loss=true"])["rl.unclamped_loss"]
+
+
 def _folder_with_vae(root: Path, **vae) -> Path:
     import json
 

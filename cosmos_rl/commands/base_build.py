@@ -110,7 +110,7 @@ def _vae_keys(args) -> dict:
     return {} if weight == 1.0 else {"foreground_weight": weight}
 
 
-def _train_stage(config):
+def train_stage(config):
     """Run (or continue) one stage in this process; returns the trainer holding the trained model."""
     import torch
 
@@ -185,12 +185,12 @@ def build_base(args, *, preset: str, module: str, prefix: str, write_shards, ini
     if not (init / "transformer").is_dir():
         save_parts(initial_parts(args.seed), init)
 
-    vae_trainer = _train_stage(stage(args, "vae", "vae", init, shards))
+    vae_trainer = train_stage(stage(args, "vae", "vae", init, shards))
     parts = vae_trainer.parts
     set_latent_stats(parts.vae, *stats(parts.vae.eval(), vae_trainer.source))
     save_parts(parts, work / "vae_model")
 
-    flow_trainer = _train_stage(stage(args, "transformer", "transformer", work / "vae_model", shards))
+    flow_trainer = train_stage(stage(args, "transformer", "transformer", work / "vae_model", shards))
     parts = flow_trainer.parts
     parts.transformer.eval()
     runs = work / "runs"
@@ -233,9 +233,11 @@ def build(args) -> dict:
     )
 
 
-def run_main(parser: argparse.ArgumentParser, build_fn, argv: Optional[Sequence[str]] = None, preset: str = "shapes") -> int:
+def run_main(parser: argparse.ArgumentParser, build_fn, argv: Optional[Sequence[str]] = None, preset: str = "shapes",
+             next_step: str | None = None) -> int:
     """Parse, check the counts, build; a user error is one line and exit 2. The result's JSON goes
-    to stdout, then the closing summary to stderr (so stdout stays one JSON object)."""
+    to stdout, then the closing summary to stderr (so stdout stays one JSON object); `next_step`
+    replaces the summary's `next:` line (default: evaluate the preset)."""
     args = parser.parse_args(argv)
     started = time.monotonic()
     try:
@@ -247,12 +249,12 @@ def run_main(parser: argparse.ArgumentParser, build_fn, argv: Optional[Sequence[
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(json.dumps({k: manifest[k] for k in ("files", "wall_clock_s", "held_out") if k in manifest}, indent=2), flush=True)
-    for line in closing_lines(preset, args.out, manifest, time.monotonic() - started):
+    for line in closing_lines(preset, args.out, manifest, time.monotonic() - started, next_step):
         print(line, file=sys.stderr, flush=True)
     return 0
 
 
-def closing_lines(preset: str, out: Path, manifest: dict, seconds: float) -> list[str]:
+def closing_lines(preset: str, out: Path, manifest: dict, seconds: float, next_step: str | None = None) -> list[str]:
     """A build's closing summary: its time (and each stage's, over every call that trained it), where
     the weights are, the held-out scores, what to run next."""
     from cosmos_rl.commands.run_summary import clock
@@ -263,7 +265,7 @@ def closing_lines(preset: str, out: Path, manifest: dict, seconds: float) -> lis
     if held_out:
         lines.append("  held-out: " + "; ".join(
             f"{name} strict {scores['strict']:.4f} partial {scores['partial']:.4f}" for name, scores in held_out.items()))
-    lines.append(f"  next: cosmos-rl eval preset:{preset}    # the shipped weights, when --out is the package's preset folder (the default)")
+    lines.append(next_step or f"  next: cosmos-rl eval preset:{preset}    # the shipped weights, when --out is the package's preset folder (the default)")
     return lines
 
 

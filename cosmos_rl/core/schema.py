@@ -263,6 +263,10 @@ class SFTConfig(RLBase):
         1.0,
         "`vae`: weight of foreground pixels (those whose colour differs from their frame's per-channel median) in the reconstruction MSE, against 1 for the rest; above 1 keeps a VAE trained on plain-background data (the shapes worlds) from settling on the background. 1 = plain MSE.",
     )
+    unclamped_loss: bool = knob(
+        False,
+        "`vae`: compare the decoder's output before its clamp to [-1, 1] (the reconstruction is clamped only when used), so pixels the VAE overshoots still get a gradient; needed when a VAE made on dark frames trains on light ones (the Push-T base). false = the clamped output, what the shapes bases trained on.",
+    )
     max_steps: int = knob(1000, "Optimizer steps.")
     samples_per_step: int = knob(32, "Image-caption samples per optimizer step, split evenly over the ranks.")
     caption_dropout: float = knob(
@@ -315,6 +319,7 @@ LATER_KNOB_DEFAULTS: dict[str, object] = {
     "model.condition.probability": 1.0,
     "rl.x0_weighting": False,
     "rl.foreground_weight": 1.0,
+    "rl.unclamped_loss": False,
     "rl.rewards": [],
     "rl.reward_combine": "weighted_sum",
     "rl.ema_decay": 0.0,

@@ -48,16 +48,39 @@ def raw_latents(vae: AutoencoderKLWan, images: torch.Tensor) -> torch.Tensor:
     return vae.encode(as_clip(images) * 2 - 1).latent_dist.mode()
 
 
-def reconstruction(vae: AutoencoderKLWan, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def reconstruction(vae: AutoencoderKLWan, images: torch.Tensor, clamped: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """(the VAE's reconstruction, its input) of [B, 3, H, W] images (or [B, 3, F, H, W] clips) in
     [0, 1], both [B, 3, F, H, W] in the VAE's [-1, 1] range (F = 1 for images); differentiable
-    (what VAE training compares)."""
+    (what VAE training compares). `clamped=False` returns the decoder's output before diffusers'
+    clamp to [-1, 1] (`decode_unclamped`)."""
     if images.dim() == 5:
         _check_clips(images)
         clip = images * 2.0 - 1.0
-        return vae.decode(vae.encode(clip).latent_dist.mode()).sample, clip
-    clip = as_clip(images * 2.0 - 1.0)
-    return vae.decode(vae.encode(clip).latent_dist.mode()).sample, clip
+    else:
+        clip = as_clip(images * 2.0 - 1.0)
+    latents = vae.encode(clip).latent_dist.mode()
+    return (vae.decode(latents).sample if clamped else decode_unclamped(vae, latents)), clip
+
+
+def decode_unclamped(vae: AutoencoderKLWan, latents: torch.Tensor) -> torch.Tensor:
+    """`vae.decode(latents).sample` before its final clamp to [-1, 1] (diffusers' untiled
+    `AutoencoderKLWan._decode`, step for step; a test checks clamping this gives decode's output).
+    A loss on the clamped output has no gradient where the output overshoots the range: a VAE
+    that draws a white frame above 1 (the shapes bases' VAEs, made on black, do on Push-T's white
+    scene) never learns the objects on it."""
+    vae.clear_cache()
+    x = vae.post_quant_conv(latents)
+    frames = []
+    for i in range(x.shape[2]):
+        vae._conv_idx = [0]
+        frames.append(vae.decoder(x[:, :, i:i + 1], feat_cache=vae._feat_map, feat_idx=vae._conv_idx, first_chunk=i == 0))
+    out = torch.cat(frames, 2)
+    if vae.config.patch_size is not None:
+        from diffusers.models.autoencoders.autoencoder_kl_wan import unpatchify
+
+        out = unpatchify(out, patch_size=vae.config.patch_size)
+    vae.clear_cache()
+    return out
 
 
 def _check_clips(clips: torch.Tensor) -> None:

@@ -200,7 +200,7 @@ class SFTTrainer(SPMDTrainer):
         return flow_matching_loss(v, x0, eps, clean or None), extra
 
     def _vae_loss(self, images: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-        decoded, clip = reconstruction(self.module, images)  # [B, 3, 1, H, W] in the VAE's range
+        decoded, clip = reconstruction(self.module, images, clamped=not self.rl.unclamped_loss)  # [B, 3, F, H, W] in the VAE's range
         if self.rl.foreground_weight == 1.0:
             return reconstruction_loss(decoded, clip), {}
         # The weighted loss trains; train/mse (plain) is what train/psnr reports.

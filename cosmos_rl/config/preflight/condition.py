@@ -76,7 +76,9 @@ def condition_rules(c: schema.RunConfig, r: Rules) -> None:
         if table.source != "data":
             r.error("model.condition.source", f"{entry.title} conditions each training clip on its own leading frames", table.source,
                     'set model.condition.source = "data"')
-        if isinstance(c.rl, schema.SFTConfig) and c.rl.train != "transformer":
+        # An action mode's windows are also the world model's VAE data (rl.train = "vae" reads the
+        # windows' frames; the actions ride along unused): only first-frame conditioning is refused.
+        if isinstance(c.rl, schema.SFTConfig) and c.rl.train != "transformer" and not kind.action_mode:
             r.error("model.condition.kind", "conditions a clip's first frame, and this run trains no clips through the transformer",
                     table.kind, 'remove [model.condition], or train rl.train = "transformer"')
         return

@@ -60,6 +60,9 @@ def vae_stage_rules(c: schema.RunConfig, rl: schema.SFTConfig, r: Rules) -> None
     elif rl.foreground_weight != 1 and rl.train != "vae":
         r.error("rl.foreground_weight", "weights the VAE's reconstruction loss, and this run trains the transformer", rl.foreground_weight,
                 'remove it, or set rl.train = "vae"')
+    if rl.unclamped_loss and rl.train != "vae":
+        r.error("rl.unclamped_loss", "changes the VAE's reconstruction loss, and this run trains the transformer", rl.unclamped_loss,
+                'remove it, or set rl.train = "vae"')
     if rl.train == "vae" and c.model.lora.rank > 0:
         r.error("model.lora.rank", "rl.train = \"vae\" trains every VAE weight; LoRA adapts the transformer only", c.model.lora.rank,
                 "set model.lora.rank = 0")

@@ -1,0 +1,94 @@
+"""Candidate VAEs for the Push-T base, judged by the Push-T verifier on ground truth through them
+(docs/studies/2026-12-07-pusht-vae.md).
+
+A VAE (the `shapes_video` preset's, as `pusht_base_build.initial_parts` starts it, or the same
+layout from random weights) trains as an autoencoder on every 9-frame window of a LeRobot Push-T
+dataset (`python -m cosmos_rl.pusht dataset DIR --episodes 64 --frames 40 --size S`), with the SFT
+VAE stage's loss (`weighted_reconstruction_loss` on `reconstruction`, clamped or not), AdamW and
+gradient clipping at 1; every `--every` steps the held-out windows of `--held-out` episodes
+(`pusht_base_build.held_out_windows`, the build's gate's episodes) go through it and are scored
+(`score_clips`: strict, partial, agent and block pass rates). `--steps 0` scores the start VAE.
+One JSON line per evaluation.
+
+    python bench/pusht_vae.py DATASET [--size 32] [--steps 900] [--every 300] [--lr 1e-3]
+        [--foreground-weight 10] [--unclamped] [--init video|random] [--held-out 4] [--png OUT.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import time
+
+import numpy as np
+import torch
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("dataset")
+    parser.add_argument("--size", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=900)
+    parser.add_argument("--every", type=int, default=300)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--foreground-weight", type=float, default=10.0)
+    parser.add_argument("--unclamped", action="store_true", help="the loss on the decoder's output before its clamp")
+    parser.add_argument("--init", choices=("video", "random"), default="video")
+    parser.add_argument("--held-out", type=int, default=4, help="held-out episodes (5 windows each)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--png", default="", help="write truth over reconstruction of the first held-out window")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+
+    from diffusers import AutoencoderKLWan
+
+    from cosmos_rl.algorithms.sft import psnr_db, reconstruction_loss, weighted_reconstruction_loss
+    from cosmos_rl.commands import pusht_base_build as pb
+    from cosmos_rl.data.lerobot import open_dataset
+    from cosmos_rl.models.architectures import SHAPES_VIDEO_VAE
+    from cosmos_rl.models.vae import reconstruction
+
+    torch.manual_seed(args.seed)
+    vae = pb.initial_parts(args.seed).vae if args.init == "video" else AutoencoderKLWan(**copy.deepcopy(SHAPES_VIDEO_VAE))
+    folder = open_dataset(args.dataset)
+    episodes = [folder.episode(i).frames for i in folder.meta.episodes]
+    windows = [(e, s) for e, frames in enumerate(episodes) for s in range(len(frames) - pb.FRAMES + 1)]
+    clips, states, kinds = pb.held_out_windows(args.held_out, args.size)
+    optimizer = torch.optim.AdamW(vae.parameters(), lr=args.lr)
+    rng = np.random.default_rng(args.seed)
+    started, psnr = time.perf_counter(), None
+
+    def evaluate(step: int) -> None:
+        vae.eval()
+        out = pb.vae_round_trip(vae, clips)
+        print(json.dumps({"step": step, "train_psnr": psnr, **pb.score_clips(out, states, kinds),
+                          "elapsed_s": round(time.perf_counter() - started)}), flush=True)
+        if args.png:
+            import cv2
+
+            rows = np.concatenate([np.concatenate(list(clips[0]), 1), np.concatenate(list(out[0]), 1)], 0)
+            cv2.imwrite(args.png, cv2.resize(rows[..., ::-1], None, fx=4, fy=4, interpolation=cv2.INTER_NEAREST))
+        vae.train()
+
+    if args.steps == 0:
+        evaluate(0)
+    vae.train()
+    for step in range(1, args.steps + 1):
+        picked = rng.choice(len(windows), args.batch, replace=False)
+        batch = np.stack([episodes[windows[i][0]][windows[i][1]:windows[i][1] + pb.FRAMES] for i in picked])
+        x = torch.from_numpy(batch).permute(0, 4, 1, 2, 3).float() / 255.0
+        decoded, clip = reconstruction(vae, x, clamped=not args.unclamped)
+        loss = weighted_reconstruction_loss(decoded, clip, args.foreground_weight)
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
+        optimizer.step()
+        if step % args.every == 0:
+            psnr = round(psnr_db(float(reconstruction_loss(decoded.detach().clamp(-1, 1), clip))), 2)
+            evaluate(step)
+
+
+if __name__ == "__main__":
+    main()

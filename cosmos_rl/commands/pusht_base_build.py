@@ -1,0 +1,290 @@
+"""Build the Push-T world-model base with the project's own SFT: `python -m cosmos_rl.commands.pusht_base_build build`.
+
+Stage 1 of the `pusht` base (issue 50, item 4): the stages below run and resume as the shapes
+bases' do (`commands.base_build`: each SFT stage is a run directory under `--work` with a
+checkpoint every `--checkpoint-every` steps; running the command again continues every unfinished
+stage, larger `--vae-steps` / `--steps` extend finished ones). No `pusht` preset ships yet: the
+result is a model folder (`<work>/model`, usable as `model.path`) plus float16 weights and
+`manifest.json` in `--out`.
+
+1. `dataset/`: `--samples` Push-T episodes of `--frames` frames at `--size` x `--size` (planner and
+   random targets, half each, `pusht.episodes.make_episodes` with `--seed`) as a LeRobot dataset;
+2. `init/`: the video base's architecture (`SHAPES_VIDEO_TRANSFORMER`, `SHAPES_VIDEO_VAE`) with
+   action heads (`action_gen`, `NUM_DOMAINS` = 21 embodiment domains as Cosmos3-Nano has, so
+   `pusht` is domain 4; `ACTION_DIM` columns), every shared weight from the shipped
+   `shapes_video` preset, the action heads random from the seed;
+3. `runs/vae`: SFT with `rl.train = "vae"` on every 9-frame window of the dataset
+   (foreground-weighted, `--vae-foreground-weight`; the loss on the decoder's unclamped output,
+   `rl.unclamped_loss`), then the encoder's per-channel latent
+   statistics over the first `LATENT_STAT_CLIPS` windows -> `vae_model/`;
+4. the gate: ground truth through the trained VAE, scored by the Push-T verifier
+   (`pusht.verifier.verify_dynamics`) on held-out planner and random windows (episodes from
+   `HELD_OUT_SEED`, never trained on), must score strict >= `VAE_GATE` (issue 50, item 3: a VAE
+   that rounds the scene caps every later number); below it the build stops with the figures;
+5. `runs/transformer`: SFT in `forward_dynamics` (frame 0 and the 8 action rows given, the 8
+   frames after it generated) on `vae_model/` -> `model/` and the float16 files in `--out`.
+
+Each stage prints its wall-clock; `manifest.json` records them and the gate's figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+from cosmos_rl.commands.base_build import build_parser, latent_stats, run_main, train_stage
+from cosmos_rl.core.errors import UserError
+
+FRAMES = 9  # a chunk of 8 actions + 1: 5 latent frames through the video VAE's 2x temporal stage (4k + 1 for the Wan VAE)
+SIDE = 32  # the smallest side at which the verifier passes the simulator's own frames (docs/studies/2026-12-07-pusht-vae.md)
+EPISODE_FRAMES = 40  # frames per training episode: 32 windows of 9 each
+ACTION_DIM = 2  # the transformer's action columns: Push-T's width (padding columns would be in no loss anyway)
+NUM_DOMAINS = 21  # Cosmos3-Nano's embodiment domains (`pusht` is 4)
+HELD_OUT_SEED = 1_000_003  # the held-out episodes' seed (the gate's); a build's --seed may not be it
+HELD_OUT_EPISODES = 16  # half planner, half random
+HELD_OUT_STRIDE = 4  # window starts in a held-out episode
+VAE_GATE = 0.9  # ground truth through the VAE: held-out strict at least this before the transformer trains
+LATENT_STAT_CLIPS = 512
+PUSHT = {"embodiment": "pusht", "offset": [256.0, 256.0], "scale": [256.0, 256.0]}  # pusht.episodes' normalisation
+
+# VAE learning rate and foreground weight: see the study (the shapes video VAE needed weight 10 to
+# draw small shapes on a plain background; Push-T's agent is a 2-px disc at 32 x 32).
+PUSHT_RECIPE = dict(work="pusht_base_work", samples=64, vae_steps=600, vae_batch=8, vae_foreground_weight=10.0,
+                    steps=2000, batch=16, eval_seeds=0)  # fmt: skip
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser, build = build_parser("python -m cosmos_rl.commands.pusht_base_build", __doc__, Path("pusht_base_out"), PUSHT_RECIPE,
+                                 unit="windows", what="the Push-T base")  # fmt: skip
+    # The shared options say "windows" (what a step trains on); two read differently here.
+    for action in build._actions:
+        if action.dest == "samples":
+            action.help = f"training episodes (half planner, half random); default {PUSHT_RECIPE['samples']}"
+        elif action.dest == "out":
+            action.help = "where the float16 weights and manifest.json go (no preset ships yet); default pusht_base_out"
+        elif action.dest == "work":
+            action.help = "folder for the dataset, the run directories and the model folders; default pusht_base_work"
+        elif action.dest == "eval_seeds":
+            action.help = "unused by this build yet (no held-out sampling of the transformer); default 0"
+    build.add_argument("--size", type=int, default=SIDE, help=f"frame side in pixels; default {SIDE}")
+    build.add_argument("--episode-frames", type=int, default=EPISODE_FRAMES, help=f"frames per training episode; default {EPISODE_FRAMES}")
+    build.add_argument("--held-out-episodes", type=int, default=HELD_OUT_EPISODES,
+                       help=f"held-out episodes the VAE gate scores (half planner, half random); default {HELD_OUT_EPISODES}")
+    return parser
+
+
+def stage_config(args, name: str, train: str, model_path: Path, dataset: Path):
+    """One stage's SFT config, preflighted like a manifest: forward dynamics on the dataset's
+    windows (the VAE stage reads the same windows; its loss ignores the actions)."""
+    from cosmos_rl.config import load, preflight
+    from cosmos_rl.core.problems import ManifestError
+    from cosmos_rl.pusht.sim import FPS
+
+    vae = train == "vae"
+    raw = {
+        "job": {"name": name, "output_dir": str((args.work / "runs").resolve()), "seed": args.seed, "log_every": 10, "progress": True},
+        "model": {"path": str(model_path.resolve()), "lora": {"rank": 0}, "num_frames": FRAMES, "fps": FPS,
+                  "height": args.size, "width": args.size,
+                  "condition": {"kind": "forward_dynamics", "source": "data"}, "action": PUSHT},
+        "grid": {"device": "cpu"},
+        "checkpoint": {"every": args.checkpoint_every, "keep": 1},
+        "rl": {
+            "algorithm": "sft", "train": train,
+            "max_steps": args.vae_steps if vae else args.steps,
+            "samples_per_step": args.vae_batch if vae else args.batch,
+            "optimizer": {"lr": args.vae_lr if vae else args.lr, "warmup_steps": 0 if vae else min(100, args.steps // 10)},
+            "data": {"lerobot": str(dataset.resolve())},
+            **({"foreground_weight": args.vae_foreground_weight} if vae and args.vae_foreground_weight != 1.0 else {}),
+            # The shapes video VAE (made on black frames) overshoots [-1, 1] on Push-T's white scene:
+            # through the decoder's clamp two thirds of the foreground get no gradient and the VAE
+            # never leaves a blank frame (docs/studies/2026-12-07-pusht-vae.md).
+            **({"unclamped_loss": True} if vae else {}),
+        },
+    }
+    config = load.structure(raw, f"pusht_base stage {name}")
+    errors = [p for p in preflight.check(config, args.work) if p.severity == "error"]
+    if errors:
+        raise ManifestError(errors, f"pusht_base stage {name}")
+    return config
+
+
+def initial_parts(seed: int):
+    """The video base's networks with Push-T action heads, random from `seed`, then every weight the
+    shipped `shapes_video` preset has (all but the action heads, which keep their random start)."""
+    import copy
+
+    import torch
+    from diffusers import AutoencoderKLWan, Cosmos3OmniTransformer
+
+    from cosmos_rl.models.architectures import SHAPES_VIDEO_TRANSFORMER, SHAPES_VIDEO_VAE
+    from cosmos_rl.models.build import ModelParts, build_preset, flow_scheduler
+    from cosmos_rl.models.tokenizer import build_tiny_tokenizer
+
+    tokenizer = build_tiny_tokenizer()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        vae = AutoencoderKLWan(**copy.deepcopy(SHAPES_VIDEO_VAE))
+        transformer = Cosmos3OmniTransformer(**copy.deepcopy(SHAPES_VIDEO_TRANSFORMER), vocab_size=len(tokenizer),
+                                             action_gen=True, action_dim=ACTION_DIM, num_embodiment_domains=NUM_DOMAINS)  # fmt: skip
+    video = build_preset("shapes_video", seed)
+    missing, unexpected = transformer.load_state_dict(video.transformer.state_dict(), strict=False)
+    # Only the action heads are new; anything else missing would be a silently random base.
+    assert not unexpected and missing and all(k.startswith("action_") for k in missing), (missing, unexpected)
+    vae.load_state_dict(video.vae.state_dict(), strict=True)
+    vae.register_to_config(latents_mean=list(video.vae.config.latents_mean), latents_std=list(video.vae.config.latents_std))
+    transformer.eval()
+    vae.eval()
+    return ModelParts(transformer, vae, tokenizer, flow_scheduler(), prompt_template="minimal")
+
+
+def write_episodes(folder: Path, count: int, seed: int, frames: int, size: int) -> Path:
+    """`count` Push-T episodes (half planner, half random) as a LeRobot dataset at `folder`."""
+    from cosmos_rl.data.lerobot_write import write_dataset
+    from cosmos_rl.pusht.episodes import make_episodes
+    from cosmos_rl.pusht.sim import FPS
+
+    episodes = make_episodes(count, seed, frames=frames, size=size)
+    return write_dataset(folder, episodes, fps=FPS, robot_type="pusht", robot_state=lambda e: e.states[:, :2])
+
+
+def held_out_windows(count: int, size: int, frames: int = FRAMES, stride: int = HELD_OUT_STRIDE, episode_frames: int = 25):
+    """(clips uint8 [N, frames, H, W, 3], states [N, frames, 10], kinds ['planner' | 'random']) of the
+    held-out episodes (`HELD_OUT_SEED`): windows starting every `stride` frames."""
+    import numpy as np
+
+    from cosmos_rl.pusht.episodes import make_episodes
+
+    episodes = make_episodes(count, HELD_OUT_SEED, frames=episode_frames, size=size)
+    planned = round(count * 0.5)  # make_episodes' split: the first half from the planner
+    clips, states, kinds = [], [], []
+    for episode in episodes:
+        for start in range(0, episode_frames - frames + 1, stride):
+            clips.append(episode.frames[start:start + frames])
+            states.append(episode.states[start:start + frames])
+            kinds.append("planner" if episode.index < planned else "random")
+    return np.stack(clips), np.stack(states), kinds
+
+
+def vae_round_trip(vae, clips, batch: int = 8):
+    """uint8 clips [N, F, H, W, 3] through `vae` (encode's posterior mean, decode), as uint8 again."""
+    import numpy as np
+    import torch
+
+    from cosmos_rl.models.vae import reconstruction
+
+    out = []
+    with torch.no_grad():
+        for start in range(0, len(clips), batch):
+            x = torch.from_numpy(np.ascontiguousarray(clips[start:start + batch])).permute(0, 4, 1, 2, 3).float() / 255.0
+            decoded, _ = reconstruction(vae, x)
+            out.append(((decoded.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).permute(0, 2, 3, 4, 1).numpy())
+    return np.concatenate(out)
+
+
+def score_clips(clips, states, kinds) -> dict:
+    """verify_dynamics (frame 0 given) of each clip against its states: strict, partial, the agent's
+    and the block's pass rates over judged frames, and strict per kind."""
+    import numpy as np
+
+    from cosmos_rl.pusht.verifier import verify_dynamics
+
+    verdicts = [verify_dynamics(clip, state) for clip, state in zip(clips, states)]
+    frames = [f for v in verdicts for f in v.frames]
+    result = {
+        "windows": len(verdicts),
+        "strict": round(float(np.mean([v.strict for v in verdicts])), 4),
+        "partial": round(float(np.mean([v.partial for v in verdicts])), 4),
+        "agent": round(float(np.mean([f.agent_ok for f in frames])), 4),
+        "block": round(float(np.mean([f.block_ok for f in frames])), 4),
+    }
+    for kind in sorted(set(kinds)):
+        result[f"strict_{kind}"] = round(float(np.mean([v.strict for v, k in zip(verdicts, kinds) if k == kind])), 4)
+    return result
+
+
+def vae_gate(vae, args) -> dict:
+    """Ground truth through `vae` on the held-out windows, scored; raises UserError below VAE_GATE."""
+    clips, states, kinds = held_out_windows(args.held_out_episodes, args.size)
+    scores = score_clips(vae_round_trip(vae, clips), states, kinds)
+    print(f"vae gate: ground truth through the VAE, {scores['windows']} held-out windows: strict {scores['strict']:.4f} "
+          f"partial {scores['partial']:.4f} (agent {scores['agent']:.4f}, block {scores['block']:.4f})", flush=True)
+    if scores["strict"] < VAE_GATE:
+        raise UserError(
+            f"the VAE gate failed: ground truth through the trained VAE scores strict {scores['strict']:.4f} < {VAE_GATE} on "
+            f"{scores['windows']} held-out windows (partial {scores['partial']:.4f}, agent {scores['agent']:.4f}, "
+            f"block {scores['block']:.4f}); the transformer would be capped by it: raise --vae-steps "
+            f"(continues {args.work / 'runs' / 'vae'}) or --vae-foreground-weight (a new --work)"
+        )
+    return scores
+
+
+def build(args) -> dict:
+    import torch
+
+    from cosmos_rl.models.build import save_parts
+    from cosmos_rl.models.shapes_preset import set_latent_stats, write_weights
+
+    if args.seed == HELD_OUT_SEED:
+        raise UserError(f"--seed {args.seed} is the held-out episodes' seed; pick another")
+    if args.size < 32 or args.size % 8 or args.episode_frames < FRAMES:
+        raise UserError(f"--size must be a multiple of 8 and >= 32, --episode-frames >= {FRAMES}; got {args.size}, {args.episode_frames}")
+    torch.set_num_threads(args.threads)
+    work = args.work
+    clock = {}
+    dataset = work / "dataset"
+    if not (dataset / "meta" / "info.json").is_file():
+        started = time.perf_counter()
+        write_episodes(dataset, args.samples, args.seed, args.episode_frames, args.size)
+        clock["dataset"] = time.perf_counter() - started
+    init = work / "init"
+    if not (init / "transformer").is_dir():
+        save_parts(initial_parts(args.seed), init)
+
+    vae_trainer = train_stage(stage_config(args, "vae", "vae", init, dataset))
+    parts = vae_trainer.parts
+    vae = parts.vae.eval()
+    set_latent_stats(vae, *latent_stats(vae, vae_trainer.source, LATENT_STAT_CLIPS, chunk=32, encode=_clip_means))
+    started = time.perf_counter()
+    gate = vae_gate(vae, args)
+    clock["vae_gate"] = time.perf_counter() - started
+    save_parts(parts, work / "vae_model")
+
+    flow_trainer = train_stage(stage_config(args, "transformer", "transformer", work / "vae_model", dataset))
+    parts = flow_trainer.parts
+    parts.transformer.eval()
+    save_parts(parts, work / "model")
+    runs = work / "runs"
+    clock.update({s: json.loads((runs / s / "wall_clock_s.json").read_text())["seconds"] for s in ("vae", "transformer")})
+    info = {
+        "preset": "pusht",
+        "command": shlex.join(["python", "-m", "cosmos_rl.commands.pusht_base_build", *sys.argv[1:]]),
+        "recipe": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("work", "out", "command")},
+        "media": {"frames": FRAMES, "size": args.size, "fps": 10.0},
+        "action": {"embodiment": "pusht", "action_dim": ACTION_DIM, "num_embodiment_domains": NUM_DOMAINS, **PUSHT},
+        "vae_gate": {**gate, "threshold": VAE_GATE, "held_out_seed": HELD_OUT_SEED},
+        "wall_clock_s": {k: round(v) for k, v in clock.items()},
+        "torch": torch.__version__,
+    }
+    manifest = write_weights(parts, args.out, info)
+    manifest["held_out"] = {"vae_gate": gate}  # what run_main prints beside the files
+    return manifest
+
+
+def _clip_means(vae, clips):
+    """The encoder's posterior means of [B, 3, F, H, W] clips in [0, 1]."""
+    return vae.encode(clips * 2 - 1).latent_dist.mode()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    # No preset ships yet: the trained model is a folder under --work, used as model.path.
+    return run_main(_parser(), build, argv, preset="pusht",
+                    next_step="  next: train on <work>/model as model.path (docs/world.md); no `pusht` preset is registered yet")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

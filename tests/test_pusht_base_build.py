@@ -1,0 +1,81 @@
+"""The Push-T base build's stages on a tiny budget (`commands.pusht_base_build`): the dataset, the
+starting model (the video base's weights plus action heads), the VAE stage, the VAE gate that
+stops the build, the forward-dynamics stage, the written weights, and a rerun that continues."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from cosmos_rl.commands import pusht_base_build as pb
+from cosmos_rl.core.actions import EMBODIMENT_DOMAIN_IDS
+from cosmos_rl.models.build import build_preset, load_parts
+
+TINY = ["--samples", "2", "--episode-frames", "10", "--vae-steps", "1", "--vae-batch", "2", "--steps", "1", "--batch", "2",
+        "--held-out-episodes", "2", "--checkpoint-every", "1"]  # fmt: skip
+
+
+def _build(tmp_path, *extra):
+    return pb.main(["build", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out"), *TINY, *extra])
+
+
+def test_the_start_is_the_video_base_with_pusht_action_heads():
+    parts, video = pb.initial_parts(0), build_preset("shapes_video", 0)
+    config = parts.transformer.config
+    assert config.action_gen and config.num_embodiment_domains == 21 and config.action_dim >= 2
+    assert EMBODIMENT_DOMAIN_IDS["pusht"] < config.num_embodiment_domains
+    ours, theirs = parts.transformer.state_dict(), video.transformer.state_dict()
+    assert all(torch.equal(ours[k], v) for k, v in theirs.items())
+    assert sorted({k.split(".")[0] for k in set(ours) - set(theirs)}) == ["action_modality_embed", "action_proj_in", "action_proj_out"]
+    assert all(torch.equal(parts.vae.state_dict()[k], v) for k, v in video.vae.state_dict().items())
+    assert list(parts.vae.config.latents_mean) == list(video.vae.config.latents_mean)
+
+
+def test_the_gate_stops_the_build_when_ground_truth_through_the_vae_fails(tmp_path, capsys):
+    # One VAE step from the shapes video VAE (drawn for black backgrounds) leaves Push-T's white
+    # scene unrecognisable: ground truth scores 0 < 0.9 and the transformer never trains.
+    assert _build(tmp_path) == 2
+    err = capsys.readouterr().err
+    assert "the VAE gate failed: ground truth through the trained VAE scores strict 0.0000 < 0.9" in err and "--vae-steps" in err
+    work = tmp_path / "work"
+    assert json.loads((work / "dataset" / "meta" / "info.json").read_text())["total_episodes"] == 2
+    assert (work / "runs" / "vae" / "metrics.jsonl").is_file()
+    assert not (work / "runs" / "transformer").exists() and not (tmp_path / "out").exists()
+
+
+def test_every_stage_runs_and_a_rerun_continues(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(pb, "VAE_GATE", 0.0)  # the plumbing past the gate, on a VAE trained one step
+    assert _build(tmp_path) == 0
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert set(manifest["files"]) == {"transformer.safetensors", "vae.safetensors"}
+    assert manifest["vae_gate"]["windows"] == 2 * 5  # 2 held-out episodes of 25 frames, windows every 4 frames
+    assert manifest["action"]["embodiment"] == "pusht" and manifest["media"] == {"frames": 9, "size": 32, "fps": 10.0}
+    assert set(manifest["wall_clock_s"]) == {"dataset", "vae_gate", "vae", "transformer"}
+    rows = [json.loads(line) for line in (tmp_path / "work" / "runs" / "transformer" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 1 and np.isfinite(rows[0]["train/frames_loss"]) and "train/actions_loss" not in rows[0]
+    model = load_parts(tmp_path / "work" / "model", heads=True)
+    assert model.transformer.config.action_gen and model.prompt_template == "minimal"
+    # The latent statistics measured after the VAE stage travel with the model.
+    assert list(model.vae.config.latents_mean) == manifest["latents_mean"] != [0.0] * 4
+    capsys.readouterr()
+    # A rerun with one more transformer step continues the finished stages rather than redoing them.
+    assert _build(tmp_path, "--steps", "2") == 0
+    assert "vae: steps 1 -> 1" in capsys.readouterr().out
+    rows = (tmp_path / "work" / "runs" / "transformer" / "metrics.jsonl").read_text().splitlines()
+    assert len(rows) == 2
+
+
+def test_the_held_out_seed_is_refused_as_a_training_seed(tmp_path, capsys):
+    assert _build(tmp_path, "--seed", str(pb.HELD_OUT_SEED)) == 2
+    assert "is the held-out episodes' seed" in capsys.readouterr().err
+
+
+def test_ground_truth_frames_pass_the_gate_scoring():
+    # The simulator's own frames at the build's size are what the gate's scorer must pass (the
+    # verifier's own property at 32 px); a VAE can only lose from there.
+    clips, states, kinds = pb.held_out_windows(2, pb.SIDE)
+    scores = pb.score_clips(clips, states, kinds)
+    assert scores["strict"] == 1.0 and set(kinds) == {"planner", "random"}
