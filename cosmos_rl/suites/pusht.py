@@ -19,14 +19,27 @@ predictions judged by the simulator (`suites.base`, "An episode suite").
 - **Actions**: Cosmos3's `pusht` embodiment, the agent's target normalised as
   `pusht.episodes.action_spec` documents.
 
+- **Training windows by key** (`window_of`, an online run's prompt rows with `[model.condition]
+  source = "pusht"`): a key `pusht window seed=S task=T episode=I start=K length=L` names window
+  K.. of episode I of maker T (planner, random) built from the env's start for seed
+  (S, task number, I), as the held-out split is built from `SPLIT_SEED`, `L` frames long, so the
+  window is rebuilt bit for bit in any process from the key alone (S = `SPLIT_SEED` is refused:
+  that is the held-out split). `training_keys` lists them, `python -m cosmos_rl.pusht windows`
+  writes them as a prompt file. The key is each rollout's prompt string, so the rewards
+  `pusht_forward_strict` and `pusht_forward_partial` (`score_forward`) judge a clip against its
+  key's true states with the forward-dynamics verifier (frame 0 given), in the reward service
+  as anywhere else.
+
 Reading the `Suite` value imports no world (its code is import strings); the functions here import
 the world on their first call.
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from cosmos_rl.core.media import MediaSpec
-from cosmos_rl.suites.base import Suite, WindowVerdict
+from cosmos_rl.suites.base import Suite, SuiteReward, WindowVerdict
 
 SPLIT_SEED = 50_000  # the held-out split; a training build of Push-T episodes must use another seed
 TASKS = ("planner", "random")  # the episode makers, in report order
@@ -34,6 +47,88 @@ HELD_OUT_PER_TASK = 32  # episodes per task in the whole split (per_task 0)
 EPISODE_FRAMES = 30  # frames per held-out episode (more when a window needs them)
 ACTION_TOLERANCE_UNITS = 7.5  # world units: half the disc's radius, as the verifier's agent check
 CONTINUATION = "continuation"  # leading frames given, no action rows (video to video, image to video)
+
+
+TRAIN_LENGTH = 30  # frames per training episode unless a key says otherwise (as the held-out episodes)
+_KEY = "pusht window seed={seed} task={task} episode={episode} start={start} length={length}"
+_KEY_PATTERN = r"pusht window seed=(\d+) task=(\w+) episode=(\d+) start=(\d+) length=(\d+)"
+MAX_KEY_LENGTH = 1000  # frames: a key past it would build an episode no window needs
+
+
+def window_key(seed: int, task: str, episode: int, start: int, length: int = TRAIN_LENGTH) -> str:
+    """The key of a training window (module docstring)."""
+    return _KEY.format(seed=int(seed), task=task, episode=int(episode), start=int(start), length=int(length))
+
+
+def parse_key(key: str) -> tuple[int, str, int, int, int]:
+    """(seed, task, episode, start, length) of a training window's key; ValueError naming the problem."""
+    import re
+
+    match = re.fullmatch(_KEY_PATTERN, key.strip())
+    if match is None:
+        raise ValueError(f"{key!r} is not a Push-T window key ({_KEY.format(seed='S', task='planner|random', episode='I', start='K', length='L')})")
+    seed, task, episode, start, length = match.groups()
+    seed, episode, start, length = int(seed), int(episode), int(start), int(length)
+    if task not in TASKS:
+        raise ValueError(f"{key!r}: task {task!r} is not one of {', '.join(TASKS)}")
+    if seed == SPLIT_SEED:
+        raise ValueError(f"{key!r}: seed {SPLIT_SEED} is the held-out split, which no training run may use; use another seed")
+    if not 2 <= length <= MAX_KEY_LENGTH:
+        raise ValueError(f"{key!r}: length must be in [2, {MAX_KEY_LENGTH}] frames")
+    return seed, task, episode, start, length
+
+
+def training_keys(episodes: int, seed: int, chunk: int, length: int = TRAIN_LENGTH, stride: int = 1) -> list[str]:
+    """The keys of every `stride`-th window of `chunk + 1` frames of `episodes` episodes per task
+    (planner first), episode seed `seed` (never `SPLIT_SEED`)."""
+    if seed == SPLIT_SEED:
+        raise ValueError(f"seed {SPLIT_SEED} is the held-out split; use another seed")
+    if episodes < 1 or chunk < 1 or stride < 1 or length <= chunk:
+        raise ValueError(f"need episodes >= 1, chunk >= 1, stride >= 1 and length > chunk, got {episodes}, {chunk}, {stride}, {length}")
+    return [window_key(seed, task, i, start, length) for task in TASKS for i in range(episodes) for start in range(0, length - chunk, stride)]
+
+
+@lru_cache(maxsize=256)
+def _episode(seed: int, task: str, episode: int, length: int, size: tuple[int, int]):
+    """The training episode a key names (cached: a group's rollouts and every step share it)."""
+    import numpy as np
+
+    from cosmos_rl.pusht.episodes import planner_episode, random_episode
+
+    number = TASKS.index(task)
+    episode_seed = int(np.random.SeedSequence([seed, number, episode]).generate_state(1)[0])
+    return (planner_episode, random_episode)[number](episode, episode_seed, length, size)
+
+
+def window_of(key: str, media: MediaSpec):
+    """The training `EpisodeWindow` of `key` (module docstring): `media.frames` frames from its start,
+    rendered at `media`'s size; ValueError for a bad key or a window past the episode's end."""
+    from cosmos_rl.data.episodes import EpisodeWindow
+
+    seed, task, episode, start, length = parse_key(key)
+    chunk = media.frames - 1
+    if chunk < 1 or start + chunk >= length:
+        raise ValueError(f"{key!r}: a window of {media.frames} frames at frame {start} runs past the episode's {length} frames")
+    return EpisodeWindow(episode=_episode(seed, task, episode, length, _size(media)), start=start, chunk=chunk, task=task)
+
+
+def score_forward(clips, prompts, mode: str = "strict") -> list[float]:
+    """Each clip (uint8 [N, F, H, W, 3]) judged in forward dynamics against the true states of the
+    window its prompt (a key) names, frame 0 given: the verifier's `mode` score (strict or partial)."""
+    import numpy as np
+
+    from cosmos_rl.pusht.sim import FPS
+    from cosmos_rl.pusht.verifier import verify_dynamics
+
+    clips = np.asarray(clips)
+    if mode not in ("strict", "partial"):
+        raise ValueError(f"mode must be strict or partial, got {mode!r}")
+    media = MediaSpec(frames=int(clips.shape[1]), height=int(clips.shape[2]), width=int(clips.shape[3]), fps=FPS)
+    scores = []
+    for clip, key in zip(clips, prompts):
+        verdict = verify_dynamics(clip, window_of(key, media).states, given=1)
+        scores.append(float(verdict.strict if mode == "strict" else verdict.partial))
+    return scores
 
 
 def _size(media: MediaSpec) -> tuple[int, int]:
@@ -93,8 +188,12 @@ def action_spec(mode: str, chunk: int):
 
 
 PUSHT = Suite(
-    name="pusht", title="Push-T", media=MediaSpec(frames=9, height=96, width=96, fps=10.0), rewards=(),
+    name="pusht", title="Push-T", media=MediaSpec(frames=9, height=96, width=96, fps=10.0),
+    rewards=(
+        SuiteReward(name="pusht_forward_strict", scorer="cosmos_rl.suites.pusht:score_forward", part="strict"),
+        SuiteReward(name="pusht_forward_partial", scorer="cosmos_rl.suites.pusht:score_forward", part="partial"),
+    ),
     tasks_of="cosmos_rl.suites.pusht:TASKS", held_out_title=f"Push-T held-out episodes (split seed {SPLIT_SEED})",
     held_out_windows="cosmos_rl.suites.pusht:held_out_windows", judge_window="cosmos_rl.suites.pusht:judge",
-    action_spec="cosmos_rl.suites.pusht:action_spec",
+    action_spec="cosmos_rl.suites.pusht:action_spec", window_of="cosmos_rl.suites.pusht:window_of",
 )  # fmt: skip
