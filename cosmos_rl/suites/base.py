@@ -30,9 +30,10 @@ place of the prompt fields (held-out prompts, `caption_task`, `verifier`, reward
   no actions), `frames` uint8 [F, H, W, 3] the sample's clip, `actions` [chunk, width] its action
   rows in the embodiment's units (given or generated), `given` the leading frames that were given;
 - its actions (`action_spec(mode, chunk)` -> `core.actions.ActionSpec`: embodiment and normalisation);
-- optionally, training windows named by a key (`window_of(key, media)` -> `EpisodeWindow`: the
-  window a prompt row's key names, rebuilt deterministically; a ValueError for a key outside its
-  grammar or in the held-out split). An online run's prompt rows are such keys
+- optionally, training windows named by a key (`window_of(key, media, check_only=False)` ->
+  `EpisodeWindow`: the window a prompt row's key names, rebuilt deterministically; a ValueError for
+  a key outside its grammar, in the held-out split or too short for `media`; `check_only` checks
+  the key without building the window and returns None). An online run's prompt rows are such keys
   (`[model.condition] source = NAME`), and the suite's rewards (allowed then) are scorers of clips
   against the keys' windows: the key travels with each rollout as its prompt string.
 `cosmos-rl eval --suite NAME` scores an episode suite's windows x seeds (`evaluation.world`);
@@ -222,12 +223,13 @@ class Suite:
         """An episode suite whose training windows are named by keys (`window_of`): an online run's source."""
         return self.is_episodic and bool(self.window_of)
 
-    def window(self, key: str, media: MediaSpec):
+    def window(self, key: str, media: MediaSpec, check_only: bool = False):
         """The training `EpisodeWindow` that `key` names, `media.frames` frames at `media`'s size;
-        ValueError for a key outside the suite's grammar (or one it has no keyed windows for)."""
+        ValueError for a key outside the suite's grammar (or one it has no keyed windows for).
+        `check_only`: the key checked, nothing built (None)."""
         if not self.keys_windows:
             raise ValueError(f"suite {self.name!r} names no training windows by key")
-        return self.resolve("window_of")(key, media)
+        return self.resolve("window_of")(key, media, check_only=check_only)
 
     def actions_of(self, mode: str, chunk: int):
         """The `ActionSpec` of an action mode over `chunk` rows (embodiment and normalisation)."""

@@ -100,15 +100,18 @@ def _episode(seed: int, task: str, episode: int, length: int, size: tuple[int, i
     return (planner_episode, random_episode)[number](episode, episode_seed, length, size)
 
 
-def window_of(key: str, media: MediaSpec):
+def window_of(key: str, media: MediaSpec, check_only: bool = False):
     """The training `EpisodeWindow` of `key` (module docstring): `media.frames` frames from its start,
-    rendered at `media`'s size; ValueError for a bad key or a window past the episode's end."""
+    rendered at `media`'s size; ValueError for a bad key or a window past the episode's end.
+    `check_only`: the key's checks alone (no simulation), None returned."""
     from cosmos_rl.data.episodes import EpisodeWindow
 
     seed, task, episode, start, length = parse_key(key)
     chunk = media.frames - 1
     if chunk < 1 or start + chunk >= length:
         raise ValueError(f"{key!r}: a window of {media.frames} frames at frame {start} runs past the episode's {length} frames")
+    if check_only:
+        return None
     return EpisodeWindow(episode=_episode(seed, task, episode, length, _size(media)), start=start, chunk=chunk, task=task)
 
 
@@ -196,4 +199,5 @@ PUSHT = Suite(
     tasks_of="cosmos_rl.suites.pusht:TASKS", held_out_title=f"Push-T held-out episodes (split seed {SPLIT_SEED})",
     held_out_windows="cosmos_rl.suites.pusht:held_out_windows", judge_window="cosmos_rl.suites.pusht:judge",
     action_spec="cosmos_rl.suites.pusht:action_spec", window_of="cosmos_rl.suites.pusht:window_of",
+    prompt_source="python -m cosmos_rl.pusht windows OUT.txt --episodes N --frames F (training-window keys)",
 )  # fmt: skip
