@@ -143,8 +143,10 @@ def test_one_forward_dynamics_nft_step_holds_frame_0_and_the_action_rows_out_of_
 def test_window_keys_rebuild_their_windows_and_refuse_the_held_out_split():
     from cosmos_rl.core.media import MediaSpec
     from cosmos_rl.suites import registry
-    from cosmos_rl.suites.pusht import SPLIT_SEED, training_keys, window_key
+    from cosmos_rl.pusht.windows import HELD_OUT_SEED, MAKERS, training_keys, window_key
+    from cosmos_rl.suites.pusht import SPLIT_SEED, TASKS
 
+    assert (HELD_OUT_SEED, MAKERS) == (SPLIT_SEED, TASKS)  # the keys' refusal is the suite's split
     suite = registry.get("pusht")
     media = MediaSpec(frames=FRAMES, height=SIZE, width=SIZE, fps=10.0)
     window = suite.window(KEYS[1], media)

@@ -9,7 +9,7 @@ and the agent's position as `observation.state`, as LeRobot's own Push-T dataset
 arguments write the same dataset, byte for byte in its tables.
 
 ``python -m cosmos_rl.pusht windows OUT.txt --episodes N --frames F ...``: write the keys of Push-T
-training windows (`suites/pusht.py`, "Training windows by key"), one a line: the prompt file of an
+training windows (`pusht/windows.py`), one a line: the prompt file of an
 online world-model run (`[model.condition] source = "pusht"`); nothing is simulated until a run
 draws a row.
 """
@@ -48,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _windows(args) -> None:
-    from cosmos_rl.suites.pusht import training_keys
+    from cosmos_rl.pusht.windows import training_keys
 
     keys = training_keys(args.episodes, args.seed, args.frames - 1, length=args.length, stride=args.stride)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -24,8 +24,8 @@ predictions judged by the simulator (`suites.base`, "An episode suite").
   K.. of episode I of maker T (planner, random) built from the env's start for seed
   (S, task number, I), as the held-out split is built from `SPLIT_SEED`, `L` frames long, so the
   window is rebuilt bit for bit in any process from the key alone (S = `SPLIT_SEED` is refused:
-  that is the held-out split). `training_keys` lists them, `python -m cosmos_rl.pusht windows`
-  writes them as a prompt file. The key is each rollout's prompt string, so the rewards
+  that is the held-out split). `pusht.windows` holds the grammar (`window_key`, `parse_key`,
+  `training_keys`), `python -m cosmos_rl.pusht windows` writes keys as a prompt file. The key is each rollout's prompt string, so the rewards
   `pusht_forward_strict` and `pusht_forward_partial` (`score_forward`) judge a clip against its
   key's true states with the forward-dynamics verifier (frame 0 given), in the reward service
   as anywhere else.
@@ -35,8 +35,6 @@ the world on their first call.
 """
 
 from __future__ import annotations
-
-from functools import lru_cache
 
 from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.suites.base import Suite, SuiteReward, WindowVerdict
@@ -49,62 +47,12 @@ ACTION_TOLERANCE_UNITS = 7.5  # world units: half the disc's radius, as the veri
 CONTINUATION = "continuation"  # leading frames given, no action rows (video to video, image to video)
 
 
-TRAIN_LENGTH = 30  # frames per training episode unless a key says otherwise (as the held-out episodes)
-_KEY = "pusht window seed={seed} task={task} episode={episode} start={start} length={length}"
-_KEY_PATTERN = r"pusht window seed=(\d+) task=(\w+) episode=(\d+) start=(\d+) length=(\d+)"
-MAX_KEY_LENGTH = 1000  # frames: a key past it would build an episode no window needs
-
-
-def window_key(seed: int, task: str, episode: int, start: int, length: int = TRAIN_LENGTH) -> str:
-    """The key of a training window (module docstring)."""
-    return _KEY.format(seed=int(seed), task=task, episode=int(episode), start=int(start), length=int(length))
-
-
-def parse_key(key: str) -> tuple[int, str, int, int, int]:
-    """(seed, task, episode, start, length) of a training window's key; ValueError naming the problem."""
-    import re
-
-    match = re.fullmatch(_KEY_PATTERN, key.strip())
-    if match is None:
-        raise ValueError(f"{key!r} is not a Push-T window key ({_KEY.format(seed='S', task='planner|random', episode='I', start='K', length='L')})")
-    seed, task, episode, start, length = match.groups()
-    seed, episode, start, length = int(seed), int(episode), int(start), int(length)
-    if task not in TASKS:
-        raise ValueError(f"{key!r}: task {task!r} is not one of {', '.join(TASKS)}")
-    if seed == SPLIT_SEED:
-        raise ValueError(f"{key!r}: seed {SPLIT_SEED} is the held-out split, which no training run may use; use another seed")
-    if not 2 <= length <= MAX_KEY_LENGTH:
-        raise ValueError(f"{key!r}: length must be in [2, {MAX_KEY_LENGTH}] frames")
-    return seed, task, episode, start, length
-
-
-def training_keys(episodes: int, seed: int, chunk: int, length: int = TRAIN_LENGTH, stride: int = 1) -> list[str]:
-    """The keys of every `stride`-th window of `chunk + 1` frames of `episodes` episodes per task
-    (planner first), episode seed `seed` (never `SPLIT_SEED`)."""
-    if seed == SPLIT_SEED:
-        raise ValueError(f"seed {SPLIT_SEED} is the held-out split; use another seed")
-    if episodes < 1 or chunk < 1 or stride < 1 or length <= chunk:
-        raise ValueError(f"need episodes >= 1, chunk >= 1, stride >= 1 and length > chunk, got {episodes}, {chunk}, {stride}, {length}")
-    return [window_key(seed, task, i, start, length) for task in TASKS for i in range(episodes) for start in range(0, length - chunk, stride)]
-
-
-@lru_cache(maxsize=256)
-def _episode(seed: int, task: str, episode: int, length: int, size: tuple[int, int]):
-    """The training episode a key names (cached: a group's rollouts and every step share it)."""
-    import numpy as np
-
-    from cosmos_rl.pusht.episodes import planner_episode, random_episode
-
-    number = TASKS.index(task)
-    episode_seed = int(np.random.SeedSequence([seed, number, episode]).generate_state(1)[0])
-    return (planner_episode, random_episode)[number](episode, episode_seed, length, size)
-
-
 def window_of(key: str, media: MediaSpec, check_only: bool = False):
     """The training `EpisodeWindow` of `key` (module docstring): `media.frames` frames from its start,
     rendered at `media`'s size; ValueError for a bad key or a window past the episode's end.
     `check_only`: the key's checks alone (no simulation), None returned."""
     from cosmos_rl.data.episodes import EpisodeWindow
+    from cosmos_rl.pusht.windows import key_episode, parse_key
 
     seed, task, episode, start, length = parse_key(key)
     chunk = media.frames - 1
@@ -112,7 +60,7 @@ def window_of(key: str, media: MediaSpec, check_only: bool = False):
         raise ValueError(f"{key!r}: a window of {media.frames} frames at frame {start} runs past the episode's {length} frames")
     if check_only:
         return None
-    return EpisodeWindow(episode=_episode(seed, task, episode, length, _size(media)), start=start, chunk=chunk, task=task)
+    return EpisodeWindow(episode=key_episode(seed, task, episode, length, _size(media)), start=start, chunk=chunk, task=task)
 
 
 def score_forward(clips, prompts, mode: str = "strict") -> list[float]:
