@@ -120,7 +120,7 @@ def condition_rules(c: schema.RunConfig, r: Rules) -> None:
 def action_rules(c: schema.RunConfig, kind, r: Rules) -> None:
     """The world model's action modes: `[model.action]` names an embodiment exactly when the kind is
     an action mode, its normalisation fits the embodiment's width, and (this release) SFT trains it
-    on every window of a LeRobot dataset."""
+    on every window of a LeRobot dataset, or NFT in forward dynamics on an episode suite's window keys."""
     a, rl = c.model.action, c.rl
     lerobot = getattr(getattr(rl, "data", None), "lerobot", "")
     modes = list(c.model.condition.modes)
