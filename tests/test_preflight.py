@@ -28,13 +28,22 @@ def warnings(manifest: Path, overrides: list[str]) -> dict[str, str]:
 
 
 PUBLIC = sorted((ROOT / "manifests").glob("*_public_*gpu.toml"))  # the 4-GPU image and 8-GPU video ones
-SMOKE = sorted(set((ROOT / "manifests").glob("*.toml")) - set(PUBLIC))
+# CPU manifests of a base that does not ship yet (the Push-T world model's): refused naming the model
+# until it is given (tests/test_nft_world.py passes them with a folder that has action heads).
+AWAITING_BASE = {ROOT / "manifests" / "nft_pusht_dynamics_cpu.toml"}
+SMOKE = sorted(set((ROOT / "manifests").glob("*.toml")) - set(PUBLIC) - AWAITING_BASE)
 
 
 @pytest.mark.parametrize("manifest", SMOKE, ids=lambda p: p.name)
 def test_shipped_smoke_manifests_pass_preflight(manifest, shipped_manifests):
     # From a copy beside the data the shapes manifests' headers say to write first.
     assert errors(shipped_manifests / manifest.name, []) == {}
+
+
+@pytest.mark.parametrize("manifest", sorted(AWAITING_BASE), ids=lambda p: p.name)
+def test_manifests_awaiting_their_base_are_refused_naming_the_model_alone(manifest, shipped_manifests):
+    found = errors(shipped_manifests / manifest.name, [])
+    assert list(found) == ["model.path", "rl.init_from"] and "no model named" in found["model.path"], found
 
 
 @pytest.mark.parametrize("manifest", ["dpo_t2i_smoke.toml", "nft_t2i_smoke.toml", "sft_shapes_cpu.toml"])

@@ -141,7 +141,10 @@ def test_the_builtin_clip_rewards_name_their_scorer_by_one_import_string():
     for name, mode in [("shapes_video_i2v_strict", "strict"), ("shapes_video_i2v_partial", "partial")]:
         assert (registry[name].fn.target, registry[name].fn.mode) == ("cosmos_rl.shapes.first_frame_check:score_i2v_clips", mode)
     clip_rewards = {name for name, reward in registry.items() if reward.modalities == ("video",)}
-    assert clip_rewards == set(suites.builtin_reward_names(clips=True)) == set(VIDEO_SUITE.reward_names())  # the suite's, all served
+    world = {"pusht_forward_strict", "pusht_forward_partial"}  # the pusht episode suite's, scoring window keys' clips
+    assert clip_rewards == set(suites.builtin_reward_names(clips=True)) == set(VIDEO_SUITE.reward_names()) | world  # all served
+    for name in world:
+        assert registry[name].fn.target == "cosmos_rl.suites.pusht:score_forward" and registry[name].fn._function is None
     with pytest.raises(ValueError, match="modalities"):
         Reward("x", lambda i, p: [], "x:1", modalities=("audio",))
 

@@ -79,9 +79,12 @@ def test_the_built_in_suites_register_the_rewards_served_before_under_their_name
 
     assert suites.names()[:2] == ["shapes", "shapes_video"]
     assert suites.builtin_reward_names(clips=False) == list(OLD_IMAGE_REWARDS)
-    assert suites.builtin_reward_names(clips=True) == list(OLD_CLIP_REWARDS)
+    # the pusht episode suite's forward-dynamics rewards (window keys as prompts) come after them
+    world = ["pusht_forward_strict", "pusht_forward_partial"]
+    assert suites.builtin_reward_names(clips=True) == [*OLD_CLIP_REWARDS, *world]
     served = builtin_rewards()
-    assert set(served) == {*REWARDS, *OLD_IMAGE_REWARDS, *OLD_CLIP_REWARDS}
+    assert set(served) == {*REWARDS, *OLD_IMAGE_REWARDS, *OLD_CLIP_REWARDS, *world}
+    assert all(served[name].modalities == ("video",) and suites.reward_owner(name).name == "pusht" for name in world)
     for name in OLD_IMAGE_REWARDS:
         r = served[name]
         assert (r.modalities, r.max_batch, r.revision, r.uses_prompt) == (("image",), 256, f"{name}:builtin-1", True)
@@ -203,6 +206,8 @@ def test_pairs_mine_asks_the_rewards_suite_what_it_may_rank():
     # An image suite's reward on clips counts under its clip suite's tasks; a weight-free one under the image suite's.
     assert [scoring_suite(r, 9).name for r in ("shapes_partial", "shapes_video_strict", "brightness")] == ["shapes_video", "shapes_video", "shapes"]
     check_reward(f"{STANDIN}/colour_match", IMAGE, None, "TARGET 'x'")  # an outside image suite's reward ranks images
+    with pytest.raises(UserError, match="pusht_forward_strict: judges a world model's clips .* pairs mine samples captions"):
+        check_reward("pusht_forward_strict", MediaSpec(frames=9, height=32, width=32, fps=10.0), None, "TARGET 'x'")
     with pytest.raises(UserError, match=f"--reward {STANDIN}/colour_match: scores images, and TARGET 'x' makes 5-frame clips; pass --frame-reduce"):
         check_reward(f"{STANDIN}/colour_match", MediaSpec(frames=5, height=32, width=32), None, "TARGET 'x'")
     with pytest.raises(UserError, match="--reward shapes_video_i2v_partial: judges image-to-video clips, .* use shapes_video_partial"):

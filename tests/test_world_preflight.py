@@ -94,7 +94,7 @@ def test_world_keys_at_their_defaults_leave_every_older_run_identity_alone():
 
     for manifest in sorted((ROOT / "manifests").glob("*.toml")):
         fields = plan.identity_fields(load.load(manifest))
-        if "world" not in manifest.name:
+        if "world" not in manifest.name and "pusht" not in manifest.name:
             assert not any(k.startswith("model.action.") or k in ("rl.data.lerobot", "rl.data.camera") for k in fields), manifest.name
 
 

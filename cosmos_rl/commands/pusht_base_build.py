@@ -1,6 +1,6 @@
 """Build the Push-T world-model base with the project's own SFT: `python -m cosmos_rl.commands.pusht_base_build build`.
 
-Stage 1 of the `pusht` base (issue 50, item 4): the stages below run and resume as the shapes
+Stage 1 of the `pusht` base: the stages below run and resume as the shapes
 bases' do (`commands.base_build`: each SFT stage is a run directory under `--work` with a
 checkpoint every `--checkpoint-every` steps; running the command again continues every unfinished
 stage, larger `--vae-steps` / `--steps` extend finished ones). No `pusht` preset ships yet: the
@@ -19,7 +19,7 @@ result is a model folder (`<work>/model`, usable as `model.path`) plus float16 w
    statistics over the first `LATENT_STAT_CLIPS` windows -> `vae_model/`;
 4. the gate: ground truth through the trained VAE, scored by the Push-T verifier
    (`pusht.verifier.verify_dynamics`) on held-out planner and random windows (episodes from
-   `HELD_OUT_SEED`, never trained on), must score strict >= `VAE_GATE` (issue 50, item 3: a VAE
+   `HELD_OUT_SEED`, never trained on), must score strict >= `VAE_GATE` (a VAE
    that rounds the scene caps every later number); below it the build stops with the figures;
 5. `runs/transformer`: SFT in `forward_dynamics` (frame 0 and the 8 action rows given, the 8
    frames after it generated) on `vae_model/` -> `model/` and the float16 files in `--out`.

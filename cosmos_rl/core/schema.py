@@ -81,7 +81,8 @@ class ConditionConfig:
         "Where the given frames come from: `image` (online runs: each prompt row's `image`, a JSONL rl.prompts.file, paths "
         "relative to it, the clip's exact size), `data` (SFT: each training clip's own frames), or a suite's name "
         "(`shapes_video`: the suite's ground truth of each caption, e.g. frame 0 of the moving-shapes world's clip at seed 0, "
-        "what `cosmos-rl eval` conditions on) or import string; `none` with kind `none`.",
+        "what `cosmos-rl eval` conditions on; `pusht` with `forward_dynamics` on NFT: each prompt row a Push-T training-window "
+        "key whose frame 0, actions and true states are rebuilt from it, docs/world.md) or import string; `none` with kind `none`.",
     )
     probability: float = knob(
         1.0,

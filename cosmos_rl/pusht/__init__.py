@@ -8,7 +8,9 @@ agent's target position (2 wide).
   `random_episode`, `make_episodes`), the action normalisation (`action_spec`,
   `normalise_actions`, `denormalise_actions`: (a - 256) / 256);
 - `verifier`: `verify_dynamics` (forward dynamics, continuation), `action_error` (inverse
-  dynamics), `verify_policy` (policy), `judge_frame`; its module docstring is the suite's API.
+  dynamics), `verify_policy` (policy), `judge_frame`; its module docstring is the suite's API;
+- `windows`: training windows named by a key (`window_key`, `parse_key`, `training_keys`,
+  `key_episode`): an online world-model run's prompt rows.
 
 Nothing is imported here: gym-pusht pulls in pygame, OpenCV and gymnasium, which only the modules
 that draw or step need.

@@ -7,6 +7,11 @@ resized), the actions are the agent's target positions in the 512 x 512 world (C
 embodiment, 2 wide), the simulator's full state rides along as `observation.environment_state`
 and the agent's position as `observation.state`, as LeRobot's own Push-T dataset has it. The same
 arguments write the same dataset, byte for byte in its tables.
+
+``python -m cosmos_rl.pusht windows OUT.txt --episodes N --frames F ...``: write the keys of Push-T
+training windows (`pusht/windows.py`), one a line: the prompt file of an
+online world-model run (`[model.condition] source = "pusht"`); nothing is simulated until a run
+draws a row.
 """
 
 from __future__ import annotations
@@ -32,7 +37,23 @@ def _parser() -> argparse.ArgumentParser:
     dataset.add_argument("--size", type=int, default=NATIVE_SIZE, help=f"frame side in pixels; default {NATIVE_SIZE} (gym-pusht's)")
     dataset.add_argument("--seed", type=int, default=0, help="episode seed (start states, planner and random targets); default 0")
     dataset.add_argument("--random-share", type=float, default=0.5, help="share of random-action episodes; default 0.5")
+    windows = commands.add_parser("windows", help="write the keys of training windows as a prompt file")
+    windows.add_argument("out", type=Path, help="the prompt file to write (.txt)")
+    windows.add_argument("--episodes", type=int, required=True, help="episodes per maker (planner, random)")
+    windows.add_argument("--frames", type=int, required=True, help="frames per window: the run's model.num_frames (chunk + 1)")
+    windows.add_argument("--length", type=int, default=30, help="frames per episode; default 30")
+    windows.add_argument("--stride", type=int, default=1, help="frames between window starts; default 1")
+    windows.add_argument("--seed", type=int, default=0, help="episode seed (never 50000, the held-out split); default 0")
     return parser
+
+
+def _windows(args) -> None:
+    from cosmos_rl.pusht.windows import training_keys
+
+    keys = training_keys(args.episodes, args.seed, args.frames - 1, length=args.length, stride=args.stride)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("".join(f"{key}\n" for key in keys))
+    print(f"wrote {len(keys)} window keys ({args.episodes} episodes per maker, {args.frames} frames each): {args.out}")
 
 
 def _dataset(args) -> None:
@@ -47,8 +68,8 @@ def _dataset(args) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        _dataset(args)
-    except (UserError, ValueError) as exc:
+        (_windows if args.command == "windows" else _dataset)(args)
+    except (UserError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -29,7 +29,13 @@ place of the prompt fields (held-out prompts, `caption_task`, `verifier`, reward
   `mode` is an action mode (`core.actions.ACTION_MODES`) or "continuation" (leading frames given,
   no actions), `frames` uint8 [F, H, W, 3] the sample's clip, `actions` [chunk, width] its action
   rows in the embodiment's units (given or generated), `given` the leading frames that were given;
-- its actions (`action_spec(mode, chunk)` -> `core.actions.ActionSpec`: embodiment and normalisation).
+- its actions (`action_spec(mode, chunk)` -> `core.actions.ActionSpec`: embodiment and normalisation);
+- optionally, training windows named by a key (`window_of(key, media, check_only=False)` ->
+  `EpisodeWindow`: the window a prompt row's key names, rebuilt deterministically; a ValueError for
+  a key outside its grammar, in the held-out split or too short for `media`; `check_only` checks
+  the key without building the window and returns None). An online run's prompt rows are such keys
+  (`[model.condition] source = NAME`), and the suite's rewards (allowed then) are scorers of clips
+  against the keys' windows: the key travels with each rollout as its prompt string.
 `cosmos-rl eval --suite NAME` scores an episode suite's windows x seeds (`evaluation.world`);
 `is_episodic` tells the two kinds apart, and a prompt-suite question asked of an episode suite
 (`held_out`, `task_of`, `verify`, `default_reward`) is a ValueError naming it.
@@ -85,7 +91,7 @@ class Suite:
     name: str
     title: str  # in prose: "the {title} verifier", "{title} held-out prompts"
     media: MediaSpec  # what the verifier judges (frames > 1: clips) at the size its base makes
-    rewards: tuple[SuiteReward, ...]  # the first is evaluation's default: the verifier's strict score; () for an episode suite
+    rewards: tuple[SuiteReward, ...]  # the first is evaluation's default: the verifier's strict score; an episode suite: () or, with window_of, scorers of keyed windows
     tasks_of: Code  # the tuple of its task names, in report order
     held_out_title: str  # the held-out prompts (or windows) for people: "shapes held-out prompts (split seed 0)"
     held_out_prompts: Code = ""  # (per_task) -> [(caption, task), ...] in task order; "" for an episode suite
@@ -101,15 +107,21 @@ class Suite:
     held_out_windows: Code = ""  # (per_task, media) -> [EpisodeWindow, ...] in task order
     judge_window: Code = ""  # (mode, window, frames, actions, given) -> WindowVerdict
     action_spec: Code = ""  # (mode, chunk) -> ActionSpec
+    window_of: Code = ""  # (key, media) -> EpisodeWindow of a training window's key; "" = no keyed windows (no rewards)
 
     def __attrs_post_init__(self):
         episode = (self.held_out_windows, self.judge_window, self.action_spec)
         prompt = (self.held_out_prompts, self.caption_task, self.verifier)
         if any(episode):
-            if not all(episode) or any(prompt) or self.rewards:
+            if not all(episode) or any(prompt) or (self.rewards and not self.window_of):
                 raise ValueError(f"suite {self.name!r}: an episode suite has held_out_windows, judge_window and action_spec, "
-                                 "and no held-out prompts, caption_task, verifier or rewards")  # fmt: skip
+                                 "no held-out prompts, caption_task or verifier, and rewards only with window_of")  # fmt: skip
+            names = [r.name for r in self.rewards]
+            if len(set(names)) != len(names):
+                raise ValueError(f"suite {self.name!r}: reward names repeat: {names}")
             return
+        if self.window_of:
+            raise ValueError(f"suite {self.name!r}: window_of names training windows, which only an episode suite has")
         if not all(prompt):
             raise ValueError(f"suite {self.name!r}: a prompt suite needs held_out_prompts, caption_task and verifier")
         if not self.rewards:
@@ -205,6 +217,19 @@ class Suite:
         if not self.is_episodic:
             raise ValueError(f"suite {self.name!r} is a prompt suite: it judges captions (`verify`), not episode windows")
         return self.resolve("judge_window")(mode, window, frames, actions, given)
+
+    @property
+    def keys_windows(self) -> bool:
+        """An episode suite whose training windows are named by keys (`window_of`): an online run's source."""
+        return self.is_episodic and bool(self.window_of)
+
+    def window(self, key: str, media: MediaSpec, check_only: bool = False):
+        """The training `EpisodeWindow` that `key` names, `media.frames` frames at `media`'s size;
+        ValueError for a key outside the suite's grammar (or one it has no keyed windows for).
+        `check_only`: the key checked, nothing built (None)."""
+        if not self.keys_windows:
+            raise ValueError(f"suite {self.name!r} names no training windows by key")
+        return self.resolve("window_of")(key, media, check_only=check_only)
 
     def actions_of(self, mode: str, chunk: int):
         """The `ActionSpec` of an action mode over `chunk` rows (embodiment and normalisation)."""

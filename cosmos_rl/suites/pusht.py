@@ -19,6 +19,17 @@ predictions judged by the simulator (`suites.base`, "An episode suite").
 - **Actions**: Cosmos3's `pusht` embodiment, the agent's target normalised as
   `pusht.episodes.action_spec` documents.
 
+- **Training windows by key** (`window_of`, an online run's prompt rows with `[model.condition]
+  source = "pusht"`): a key `pusht window seed=S task=T episode=I start=K length=L` names window
+  K.. of episode I of maker T (planner, random) built from the env's start for seed
+  (S, task number, I), as the held-out split is built from `SPLIT_SEED`, `L` frames long, so the
+  window is rebuilt bit for bit in any process from the key alone (S = `SPLIT_SEED` is refused:
+  that is the held-out split). `pusht.windows` holds the grammar (`window_key`, `parse_key`,
+  `training_keys`), `python -m cosmos_rl.pusht windows` writes keys as a prompt file. The key is each rollout's prompt string, so the rewards
+  `pusht_forward_strict` and `pusht_forward_partial` (`score_forward`) judge a clip against its
+  key's true states with the forward-dynamics verifier (frame 0 given), in the reward service
+  as anywhere else.
+
 Reading the `Suite` value imports no world (its code is import strings); the functions here import
 the world on their first call.
 """
@@ -26,7 +37,7 @@ the world on their first call.
 from __future__ import annotations
 
 from cosmos_rl.core.media import MediaSpec
-from cosmos_rl.suites.base import Suite, WindowVerdict
+from cosmos_rl.suites.base import Suite, SuiteReward, WindowVerdict
 
 SPLIT_SEED = 50_000  # the held-out split; a training build of Push-T episodes must use another seed
 TASKS = ("planner", "random")  # the episode makers, in report order
@@ -34,6 +45,41 @@ HELD_OUT_PER_TASK = 32  # episodes per task in the whole split (per_task 0)
 EPISODE_FRAMES = 30  # frames per held-out episode (more when a window needs them)
 ACTION_TOLERANCE_UNITS = 7.5  # world units: half the disc's radius, as the verifier's agent check
 CONTINUATION = "continuation"  # leading frames given, no action rows (video to video, image to video)
+
+
+def window_of(key: str, media: MediaSpec, check_only: bool = False):
+    """The training `EpisodeWindow` of `key` (module docstring): `media.frames` frames from its start,
+    rendered at `media`'s size; ValueError for a bad key or a window past the episode's end.
+    `check_only`: the key's checks alone (no simulation), None returned."""
+    from cosmos_rl.data.episodes import EpisodeWindow
+    from cosmos_rl.pusht.windows import key_episode, parse_key
+
+    seed, task, episode, start, length = parse_key(key)
+    chunk = media.frames - 1
+    if chunk < 1 or start + chunk >= length:
+        raise ValueError(f"{key!r}: a window of {media.frames} frames at frame {start} runs past the episode's {length} frames")
+    if check_only:
+        return None
+    return EpisodeWindow(episode=key_episode(seed, task, episode, length, _size(media)), start=start, chunk=chunk, task=task)
+
+
+def score_forward(clips, prompts, mode: str = "strict") -> list[float]:
+    """Each clip (uint8 [N, F, H, W, 3]) judged in forward dynamics against the true states of the
+    window its prompt (a key) names, frame 0 given: the verifier's `mode` score (strict or partial)."""
+    import numpy as np
+
+    from cosmos_rl.pusht.sim import FPS
+    from cosmos_rl.pusht.verifier import verify_dynamics
+
+    clips = np.asarray(clips)
+    if mode not in ("strict", "partial"):
+        raise ValueError(f"mode must be strict or partial, got {mode!r}")
+    media = MediaSpec(frames=int(clips.shape[1]), height=int(clips.shape[2]), width=int(clips.shape[3]), fps=FPS)
+    scores = []
+    for clip, key in zip(clips, prompts):
+        verdict = verify_dynamics(clip, window_of(key, media).states, given=1)
+        scores.append(float(verdict.strict if mode == "strict" else verdict.partial))
+    return scores
 
 
 def _size(media: MediaSpec) -> tuple[int, int]:
@@ -93,8 +139,13 @@ def action_spec(mode: str, chunk: int):
 
 
 PUSHT = Suite(
-    name="pusht", title="Push-T", media=MediaSpec(frames=9, height=96, width=96, fps=10.0), rewards=(),
+    name="pusht", title="Push-T", media=MediaSpec(frames=9, height=96, width=96, fps=10.0),
+    rewards=(
+        SuiteReward(name="pusht_forward_strict", scorer="cosmos_rl.suites.pusht:score_forward", part="strict"),
+        SuiteReward(name="pusht_forward_partial", scorer="cosmos_rl.suites.pusht:score_forward", part="partial"),
+    ),
     tasks_of="cosmos_rl.suites.pusht:TASKS", held_out_title=f"Push-T held-out episodes (split seed {SPLIT_SEED})",
     held_out_windows="cosmos_rl.suites.pusht:held_out_windows", judge_window="cosmos_rl.suites.pusht:judge",
-    action_spec="cosmos_rl.suites.pusht:action_spec",
+    action_spec="cosmos_rl.suites.pusht:action_spec", window_of="cosmos_rl.suites.pusht:window_of",
+    prompt_source="python -m cosmos_rl.pusht windows OUT.txt --episodes N --frames F (training-window keys)",
 )  # fmt: skip

@@ -4,7 +4,12 @@ Built with the run's prompts, so a bad row stops the run before step 1, naming `
 with source `image` each row's image is opened and checked (header and size,
 `data.first_frame_files`; pixels are decoded when the row is first sampled); with a suite as the
 source each caption is read by that suite (`suites.registry`), whose ground truth gives the
-frames. A row's frames are then encoded once (`models.generate.condition_latents`) and kept: the
+frames. A world-model run (an action mode, `[model.condition] source` an episode suite that keys
+its training windows, e.g. `pusht`) has a window key per row (`suites/base.py`): the key is
+checked at build, its window built on first draw, and the row gives frame 0 of the window, its
+true action rows (`action_rows`) and its task as the description of the structured caption
+(`caption`); the key itself stays the row's prompt, so it travels with every rollout to the
+rewards, which rebuild the window from it. A row's frames are then encoded once (`models.generate.condition_latents`) and kept: the
 same clean latent frames every time the row is drawn, on every rank. Nothing here draws a random
 number, so the seed contract (and `resume --exact`) is that of an unconditioned run.
 """
@@ -42,9 +47,20 @@ class FirstFrames:
         self.rows: list[PromptRow] = rows
         height, width = media.height, media.width
         self.suite = suites.get(self.source) if self.source != "image" else None
+        self.keyed = self.suite is not None and self.suite.keys_windows
+        if condition.has_actions != self.keyed:
+            raise UserError(f'model.condition.source = "{self.source}": an online run of an action mode takes its windows from an episode '
+                            "suite that keys its training windows (e.g. \"pusht\"), and only such a run does")  # fmt: skip
+        self._windows: dict[int, object] = {}
         for row in rows:
             origin = f"{self.path}:{row.line}"
-            if self.source == "image":
+            if self.keyed:
+                try:
+                    self.suite.window(row.prompt, media, check_only=True)
+                except ValueError as exc:
+                    raise UserError(f'{origin}: model.condition.source = "{self.source}" needs a {self.suite.title} window key ({exc}); '
+                                    f"write them with python -m cosmos_rl.{self.source} windows") from None  # fmt: skip
+            elif self.source == "image":
                 if row.image is None:
                     raise first_frame_files.missing(self.path, row.line)
                 first_frame_files.check_first_frame(row.image, origin, height, width)
@@ -63,9 +79,29 @@ class FirstFrames:
         """uint8 [H, W, 3] first frame of prompt row `row`."""
         return self.given(row)[0]
 
+    def window(self, row: int):
+        """The `EpisodeWindow` a keyed row names (built on its first draw, then kept)."""
+        if row not in self._windows:
+            self._windows[row] = self.suite.window(self.rows[row].prompt, self.media)
+        return self._windows[row]
+
+    def caption(self, row: int) -> str:
+        """The description of row `row`'s structured action caption: its window's task."""
+        return self.window(row).caption
+
+    def action_rows(self, rows: list[int], action_dim: int, device: torch.device) -> torch.Tensor:
+        """float32 [len(rows), chunk, action_dim]: the rows' true actions as the model's normalised rows
+        (`[model.action]`'s offset and scale, zero-padded to the transformer's `action_dim`)."""
+        from cosmos_rl.models.actions import model_rows
+
+        raw = torch.from_numpy(np.stack([self.window(row).actions for row in rows]).astype(np.float32)).to(device)
+        return model_rows(self.condition.action, raw, action_dim)
+
     def given(self, row: int) -> np.ndarray:
         """uint8 [k, H, W, 3]: the given leading frames of prompt row `row`."""
         entry, media = self.rows[row], self.media
+        if self.keyed:
+            return self.window(row).frames[: self.count]
         if self.source == "image":
             return first_frame_files.read_first_frame(entry.image, f"{self.path}:{entry.line}", media.height, media.width)[None]
         if self.count == 1:

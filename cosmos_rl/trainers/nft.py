@@ -9,6 +9,11 @@ Image-to-video (`[model.condition]`): the rollouts' first latent frames are the 
 training forwards they stay clean (x_t keeps x0's frames there, the model is told they are clean
 and predicts velocity 0 for them) and the loss is taken over the other frames only, as SFT's
 flow loss leaves its clean frames out. The draws (timesteps, noise) are those of text-to-video.
+
+Forward dynamics (the world model, `trainers/online.py`): besides frame 0 every training forward
+carries the rows' true action rows, clean (no timestep, velocity 0, as the rollout held them) in
+the same packed forward (`actions=`, `action_layout=`); the action velocity is in no loss, so the
+loss is the generated latent frames' alone, as for I2V.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ class NFTTrainer(OnlineTrainer):
             raise TypeError("NFTTrainer needs an NFT config")
         super().__init__(config, run_dir, device, comm, score)
 
-    def learn(self, step, rollouts, tables, cond, condition=None):
+    def learn(self, step, rollouts, tables, cond, condition=None, actions=None):
         from cosmos_rl.models import lora
 
         rl, ranks = self.rl, self.comm.ranks
@@ -57,7 +62,7 @@ class NFTTrainer(OnlineTrainer):
         # -- train on this process's samples with the forward process
         samples = [(rank, x0, sigmas, r_all[:, rank].to(torch.float32)) for rank, (x0, sigmas, _) in zip(ranks, rollouts)]
         clean = 0 if condition is None else int(condition.shape[2])  # leading latent frames held clean
-        train_metrics = self._train(step, samples, cond, clean)
+        train_metrics = self._train(step, samples, cond, clean, actions)
         if rl.old.build_old and step % rl.old.update_every == 0:
             keep = nft_math.old_decay(step, rl.old.decay_cap, rl.old.decay_rate)
             lora.blend_adapter(self.transformer, OLD, POLICY, keep)
@@ -94,7 +99,7 @@ class NFTTrainer(OnlineTrainer):
             x_t[:, :, :clean] = x0_rep[:, :, :clean]
         return x_t, t, ids, velocity_target(x0_rep, eps), r_rep
 
-    def _rank_loss(self, measure_kl: bool, clean: int, x_t, t, ids, target, r_rep):
+    def _rank_loss(self, measure_kl: bool, clean: int, x_t, t, ids, target, r_rep, actions: torch.Tensor | None = None):
         from functools import partial
 
         from cosmos_rl.core.media import frame_timing
@@ -104,6 +109,12 @@ class NFTTrainer(OnlineTrainer):
         # The clips' time positions as the rollout placed them (fps modulation, the VAE's temporal
         # compression): training at other positions would train another model than the one sampled.
         velocity = partial(packed_velocity, clean_frames=clean, **frame_timing(self.media, self.model.vae.config))
+        if actions is not None:
+            # Forward dynamics: each training row beside its true action rows, all clean; only the
+            # frames' velocity is kept (the clean rows' is 0 and trains nothing).
+            rows = actions.repeat_interleave(x_t.shape[0] // actions.shape[0], dim=0)
+            world = partial(packed_velocity, clean_frames=clean, **frame_timing(self.media, self.model.vae.config), **self.action_inputs(rows))
+            velocity = lambda *a: world(*a)[0]  # noqa: E731
         with torch.no_grad():
             v_old = None
             if rl.old.build_old:
@@ -125,7 +136,8 @@ class NFTTrainer(OnlineTrainer):
             rl.beta, rl.policy_loss_scale, rl.kl_beta, x0_weighting_t=t if rl.x0_weighting else None,
         )
 
-    def _train(self, step: int, samples: list, cond: list[torch.Tensor], clean: int = 0) -> list[dict[str, float]]:
+    def _train(self, step: int, samples: list, cond: list[torch.Tensor], clean: int = 0,
+               actions: torch.Tensor | None = None) -> list[dict[str, float]]:
         """One optimizer step on every played rank's samples; one metrics dict per played rank.
 
         The loss is the mean of the played ranks' losses: FSDP averages gradients over ranks, so a
@@ -141,7 +153,8 @@ class NFTTrainer(OnlineTrainer):
         losses, metrics = [], []
         with gathered_while_training(self.transformer):
             for rank, x0, sigmas, r in samples:
-                loss, rank_metrics = self._rank_loss(measure_kl, clean, *self._training_inputs(step, rank, x0, sigmas, cond, r, clean))
+                loss, rank_metrics = self._rank_loss(measure_kl, clean, *self._training_inputs(step, rank, x0, sigmas, cond, r, clean),
+                                                     actions=actions)
                 losses.append(loss)
                 metrics.append(rank_metrics)
             loss = losses[0] if len(losses) == 1 else torch.stack(losses).mean()

@@ -7,7 +7,8 @@ makes ONE sample per row, so a prompt's group is the row's samples across the ra
 world size).
 
 `OnlineTrainer` is one process's share of that work, and an algorithm's rank trainer subclasses it
-with its training half, `learn(step, rollouts, tables, cond[, condition])` (`condition` only on an I2V run; NFT: `trainers/nft.py`), and, when
+with its training half, `learn(step, rollouts, tables, cond[, condition][, actions=])` (`condition` only on a conditioned run,
+`actions` only on a world-model run; NFT: `trainers/nft.py`), and, when
 it samples its own way, its rollout sampler `sample` (GRPO's SDE: `trainers/grpo.py`). In a run,
 each Ray actor (`trainers.ray_driver.RankWorker`) holds one and plays one rank; the ranks meet
 through `RankCollectives` (gloo/NCCL). For fast tests, the test suite builds one trainer that plays
@@ -23,6 +24,13 @@ rank, counter): rollout noise from the source-row counter (`rollout_seed_clock =
 the n-th prompt row the run visits) or the optimizer step (`"optimizer_step"`), training
 timesteps and noise from the step. A rerun therefore reproduces every sample, and a resumed run
 continues exactly.
+
+World model (`[model.condition]` an action mode, rows from an episode suite's window keys:
+`first_frames.py`): a row's rollouts are given its window's frame 0 (clean latent frame 0) and
+its true action rows, held clean through the same packed forward (`actions=`, `action_layout=`)
+as `models.generate` samples forward dynamics; the caption is the pipeline's structured action
+caption of the window's task, the prompt string the rewards see is the key. Clean rows draw no
+noise, so the seed contract is the unconditioned one.
 """
 
 from __future__ import annotations
@@ -134,6 +142,16 @@ class OnlineTrainer:
         # checked now so a bad row stops the run before step 1.
         self.condition = Condition.from_model_config(config.model)
         self.first_frames = FirstFrames(self.condition, rl.prompts.file, self.media) if self.condition.is_conditioned else None
+        if self.condition.has_actions:  # the folder's transformer must carry action heads that fit the embodiment
+            from cosmos_rl.core.errors import UserError
+            from cosmos_rl.models.actions import ActionLayout
+
+            if self.condition.action.mode != "forward_dynamics":
+                raise UserError(f"model.condition.kind = {self.condition.kind.name!r}: online runs train forward_dynamics in this release")
+            try:
+                ActionLayout.of(self.condition.action, 1).check(self.transformer.config)
+            except ValueError as exc:
+                raise UserError(f"model.path: {exc}; use a Cosmos3 folder built with action_gen = true (Cosmos3-Nano has them)") from None
 
         self.evaluator = None
         if rl.eval.every:  # [rl.eval]: built now, so a bad evaluation prompt stops the run before step 1
@@ -202,7 +220,13 @@ class OnlineTrainer:
         template = self.model.parts.prompt_template
         for row in rows:
             if row not in self._token_cache:
-                cond, uncond = model_prompt_ids(self.model.tokenizer, template, [self.prompts[row]], self.media)
+                if self.condition.has_actions:  # the pipeline's structured action caption of the window's task
+                    from cosmos_rl.models.actions import action_prompt_ids
+
+                    caption = self.first_frames.caption(row)
+                    cond, uncond = action_prompt_ids(self.model.tokenizer, template, [caption], self.condition.action, self.media)
+                else:
+                    cond, uncond = model_prompt_ids(self.model.tokenizer, template, [self.prompts[row]], self.media)
                 self._token_cache[row] = (cond[0].to(self.device), uncond[0].to(self.device))
         return [self._token_cache[r][0] for r in rows], [self._token_cache[r][1] for r in rows]
 
@@ -223,9 +247,14 @@ class OnlineTrainer:
         cond, uncond = self._tokens(rows)
         # I2V: the rows' clean first latent frames [rows, C, 1, h, w], the same for every rank
         condition = None if self.first_frames is None else self.first_frames.latents(self.model.vae, rows, self.device)
+        # World model: the rows' true action rows [rows, chunk, action_dim], clean in rollouts and training
+        actions = None
+        if self.condition.has_actions:
+            actions = self.first_frames.action_rows(rows, int(self.transformer.config.action_dim), self.device)
+        world = {} if actions is None else {"actions": actions}
 
         t0 = time.perf_counter()
-        rollouts = self.rollout(step, cond, uncond, condition)
+        rollouts = self.rollout(step, cond, uncond, condition, **world)
         t1 = time.perf_counter()
         try:
             tables = self._scores(rollouts, texts)
@@ -239,7 +268,7 @@ class OnlineTrainer:
         t2 = time.perf_counter()
         # An algorithm written before I2V takes no condition: it is passed only to an I2V run's step.
         learn_args = (step, rollouts, tables, cond) if condition is None else (step, rollouts, tables, cond, condition)
-        per_rank, extra = self.learn(*learn_args)
+        per_rank, extra = self.learn(*learn_args, **world)
         t3 = time.perf_counter()
 
         if rl.sample_grid_every and step % rl.sample_grid_every == 0:
@@ -258,14 +287,17 @@ class OnlineTrainer:
         return metrics
 
     def learn(self, step: int, rollouts: list[Rollout], tables: dict[str, torch.Tensor], cond: list[torch.Tensor],
-              condition: torch.Tensor | None = None):
+              condition: torch.Tensor | None = None, actions: torch.Tensor | None = None):
         """The algorithm's training half: (one metrics dict per played rank, step metrics to add).
-        `condition`: an I2V run's clean first latent frames of the rows (None: text-to-video)."""
+        `condition`: an I2V run's clean first latent frames of the rows (None: text-to-video);
+        `actions` (passed only on a world-model run): the rows' clean action rows."""
         raise NotImplementedError
 
-    def rollout(self, step: int, cond: list[torch.Tensor], uncond: list[torch.Tensor], condition: torch.Tensor | None = None) -> list[Rollout]:
+    def rollout(self, step: int, cond: list[torch.Tensor], uncond: list[torch.Tensor], condition: torch.Tensor | None = None,
+                actions: torch.Tensor | None = None) -> list[Rollout]:
         """One sample per row for each rank this process plays, with the old policy (or the policy),
-        each rank's by `sample` from its seeded initial noise (and, I2V, the rows' first latent frames)."""
+        each rank's by `sample` from its seeded initial noise (and, I2V, the rows' first latent frames;
+        world model, their clean action rows)."""
         from cosmos_rl.models.sampler_settings import SamplerSettings
         from cosmos_rl.dist.fsdp import gathered_while_sampling
         from cosmos_rl.models.text_kv import held_while_sampling
@@ -279,6 +311,8 @@ class OnlineTrainer:
             for rank in self.comm.ranks:
                 start = rollout_noise(rl, self.config.job.seed, self.noise_rank(rank), step, self.latent_shape, self.device)
                 given = {} if condition is None else {"condition": condition}
+                if actions is not None:
+                    given["actions"] = actions
                 rollouts.append(self.sample(step, rank, start, (cond, uncond), settings, **given))
         self._activate(POLICY)
         return rollouts
@@ -288,7 +322,8 @@ class OnlineTrainer:
         from one noise answers one rank for all)."""
         return rank
 
-    def sample(self, step: int, rank: int, noise: torch.Tensor, prompt_ids, settings, condition: torch.Tensor | None = None) -> Rollout:
+    def sample(self, step: int, rank: int, noise: torch.Tensor, prompt_ids, settings, condition: torch.Tensor | None = None,
+               actions: torch.Tensor | None = None) -> Rollout:
         """Rank `rank`'s rollout of `step` from its initial `noise`: the algorithm's rollout sampler.
 
         This default is the model's own UniPC sampler (`models.generate.generate`), recording the
@@ -296,15 +331,27 @@ class OnlineTrainer:
         (GRPO's SDE) overrides it; it runs under no grad, the gathered weights and the rollout's
         adapter, and returns (x0 latents, the sigmas the model was evaluated at, uint8 pixels).
         `condition` (I2V): the clean first latent frames `generate` holds (x0 keeps them).
+        `actions` (forward dynamics): the rows' clean action rows [rows, chunk, action_dim], held as
+        `generate` holds given rows (every row clean, so no noise is drawn for them).
         """
         from cosmos_rl.models.generate import generate
 
         sigmas: list[torch.Tensor] = []
-        x0, pixels = generate(
+        extra = {} if actions is None else self.action_inputs(actions)
+        out = generate(
             self.model.parts, self.media, prompt_ids, noise, settings, condition=condition,
-            record=lambda index, sigma, latents, v: sigmas.append(sigma),
+            record=lambda index, sigma, latents, v: sigmas.append(sigma), **extra,
         )
-        return x0, torch.stack(sigmas), pixels
+        return out[0], torch.stack(sigmas), out[1]
+
+    def action_inputs(self, actions: torch.Tensor) -> dict:
+        """`actions=` and `action_layout=` of a forward-dynamics batch of clean rows [B, chunk, action_dim]
+        (every row clean: the layout's clean_rows are the chunk)."""
+        from cosmos_rl.models.actions import ActionLayout, start_rows
+
+        layout = ActionLayout.of(self.condition.action, int(actions.shape[0]))
+        assert all(clean == layout.rows for clean in layout.clean_rows), "forward dynamics holds every action row clean"
+        return {"actions": start_rows(torch.zeros_like(actions), actions, layout), "action_layout": layout}
 
     def _scores(self, rollouts: list[Rollout], texts: list[str]) -> dict[str, torch.Tensor] | None:
         """Each reward's [rows, G] table, every rank's images scored; None when another rank's

@@ -33,8 +33,10 @@ from cosmos_rl.suites.base import Suite
 
 
 def clip_rewards() -> list[str]:
-    """The built-in text-to-video clip rewards: those of the suites of clips, none judging a given frame."""
-    return [r.name for suite in suites.builtin_suites() if suite.judges_clips for r in suite.rewards if not r.given_frame]
+    """The built-in text-to-video clip rewards: those of the prompt suites of clips, none judging a
+    given frame (an episode suite's rewards judge a window key's clips: no caption's)."""
+    return [r.name for suite in suites.builtin_suites() if suite.judges_clips and not suite.is_episodic
+            for r in suite.rewards if not r.given_frame]  # fmt: skip
 
 
 def reward_suite(reward: str) -> Suite | None:
@@ -65,6 +67,9 @@ def check_reward(reward: str, media: MediaSpec, frame_reduce: Optional[str], tar
         return
     clip = f"{target} makes {frames}-frame clips"
     clips = clip_rewards()
+    if suite is not None and suite.is_episodic:
+        raise UserError(f"--reward {reward}: judges a world model's clips against the {suite.title} window each prompt's key names, "
+                        f"and pairs mine samples captions; use {' or '.join(clips)}")  # fmt: skip
     if suite is not None and suite.reward(reward).given_frame:
         part = suite.reward(reward).part
         plain = next((r.name for r in suite.rewards if r.part == part and not r.given_frame), None)

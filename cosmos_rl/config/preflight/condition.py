@@ -43,6 +43,12 @@ def condition_rules(c: schema.RunConfig, r: Rules) -> None:
         r.error(key, f"judges frame 0 against the {suite.title} world's first frame of the caption, and this run's rollouts "
                 f"are not conditioned on it (model.condition.source = {table.source!r})", name,
                 f'set [model.condition] kind = "first_frame", source = "{suite.name}"' + (f", or use {plain!r}" if plain else ""))  # fmt: skip
+    for key, name in _reward_names(c.rl):
+        suite = owner(name)  # an episode suite's reward judges a rollout against the window its key names
+        if suite is not None and suite.is_episodic and (table.source != suite.name or table.kind != "forward_dynamics"):
+            r.error(key, f"judges each clip against the {suite.title} window its prompt's key names, and this run's rollouts are "
+                    f"not that world's forward dynamics (model.condition kind {table.kind!r}, source {table.source!r})", name,
+                    f'set [model.condition] kind = "forward_dynamics", source = "{suite.name}", with its window keys as rl.prompts.file')
     try:
         kind = kind_named(table.kind)
     except UnknownCondition as exc:
@@ -99,7 +105,12 @@ def condition_rules(c: schema.RunConfig, r: Rules) -> None:
             r.error("model.condition.source", f"names no source of given frames: {exc.problem}", table.source,
                     f'use "image", or a suite that gives frames ({", ".join(_frame_suites())}); {exc.fix}')
             return
-        if not suite.gives_frames:
+        if suite.keys_windows != bool(kind.action_mode):
+            if suite.keys_windows:
+                r.error("model.condition.source", f"names the episode suite {suite.name!r}, whose rows are window keys for an action "
+                        f"mode, and model.condition.kind is {kind.name!r}", table.source, 'set model.condition.kind = "forward_dynamics"')
+            # an action mode from a suite that keys no windows: _online_world_rules says so
+        elif not suite.gives_frames and not suite.keys_windows:
             r.error("model.condition.source", f"names the suite {suite.name!r}, which gives no frames", table.source,
                     f'use "image", or a suite that gives frames ({", ".join(_frame_suites())})')
         elif not prompts:
@@ -111,7 +122,7 @@ def condition_rules(c: schema.RunConfig, r: Rules) -> None:
 def action_rules(c: schema.RunConfig, kind, r: Rules) -> None:
     """The world model's action modes: `[model.action]` names an embodiment exactly when the kind is
     an action mode, its normalisation fits the embodiment's width, and (this release) SFT trains it
-    on every window of a LeRobot dataset."""
+    on every window of a LeRobot dataset, or NFT in forward dynamics on an episode suite's window keys."""
     a, rl = c.model.action, c.rl
     lerobot = getattr(getattr(rl, "data", None), "lerobot", "")
     modes = list(c.model.condition.modes)
@@ -151,9 +162,12 @@ def action_rules(c: schema.RunConfig, kind, r: Rules) -> None:
     if a.view_point and a.view_point not in VIEW_POINTS:
         r.error("model.action.view_point", "names no camera view of the structured caption", a.view_point,
                 f"use one of {', '.join(VIEW_POINTS)}, or \"\" for none")
+    if isinstance(rl, schema.NFTConfig):
+        _online_world_rules(c, kind, r)
+        return
     if not isinstance(rl, schema.SFTConfig):
-        r.error("model.condition.kind", f"{kind.name} trains with rl.algorithm = \"sft\" in this release", kind.name,
-                "train the world model with sft on a LeRobot dataset (rl.data.lerobot)")
+        r.error("model.condition.kind", f"{kind.name} trains with rl.algorithm = \"sft\" (or \"nft\" in forward_dynamics) in this release",
+                kind.name, "train the world model with sft on a LeRobot dataset (rl.data.lerobot), or nft on a suite's windows")
         return
     other = [name for name in ("jsonl", "shards") if getattr(rl.data, name)]
     if other and not lerobot:  # no source at all is sft.py's to say
@@ -164,6 +178,36 @@ def action_rules(c: schema.RunConfig, kind, r: Rules) -> None:
     if rl.eval.every:
         r.error("rl.eval.every", f"evaluates held-out prompts, and a {kind.name} run has episodes, not prompts, in this release",
                 rl.eval.every, "set rl.eval.every = 0")
+
+
+def _online_world_rules(c: schema.RunConfig, kind, r: Rules) -> None:
+    """NFT on the world model (trainers/online.py): forward dynamics, rows that are an episode
+    suite's training-window keys, LoRA, no prompt evaluation."""
+    rl, table = c.rl, c.model.condition
+    if kind.action_mode != "forward_dynamics":
+        r.error("model.condition.kind", f"nft trains the world model in forward_dynamics in this release, not {kind.name}", kind.name,
+                'set model.condition.kind = "forward_dynamics" (or train this mode with sft)')
+    if table.source not in FILE_SOURCES:
+        try:
+            suite = suites.get(table.source)
+        except suites.UnknownSuite:
+            suite = None  # condition_rules names the unknown source
+        if suite is not None and not suite.keys_windows:
+            r.error("model.condition.source", f"an nft {kind.name} run's rows are an episode suite's training-window keys, and "
+                    f"{suite.name!r} keys none", table.source, f'use one that does ({", ".join(_keyed_suites())})')
+    elif table.source != "data":  # "data" is condition_rules' own message
+        r.error("model.condition.source", f"an nft {kind.name} run's rows are an episode suite's training-window keys (frame 0, "
+                "actions and true states rebuilt from each key)", table.source, f'use a suite that keys them ({", ".join(_keyed_suites())})')
+    if c.model.lora.rank == 0:
+        r.error("model.lora.rank", f"nft on {kind.name} trains LoRA adapters (the action heads no loss reaches stay untouched)", 0,
+                "set model.lora.rank > 0")
+    if rl.eval.every:
+        r.error("rl.eval.every", f"evaluates held-out prompts, and a {kind.name} run has episode windows; score it with "
+                "cosmos-rl eval RUN --suite SUITE after training", rl.eval.every, "set rl.eval.every = 0")
+
+
+def _keyed_suites() -> list[str]:
+    return [s.name for s in suites.builtin_suites() if s.keys_windows]
 
 
 def _folder_action_heads(c: schema.RunConfig, embodiment: str, width: int, r: Rules) -> None:
@@ -197,4 +241,4 @@ def _folder_action_heads(c: schema.RunConfig, embodiment: str, width: int, r: Ru
 
 
 def _frame_suites() -> list[str]:
-    return [s.name for s in suites.builtin_suites() if s.gives_frames]
+    return [s.name for s in suites.builtin_suites() if s.gives_frames or s.keys_windows]
