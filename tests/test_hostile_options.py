@@ -210,7 +210,7 @@ def test_a_deep_checkpoint_meta_is_a_checkpoint_error(tmp_path):
 
     (tmp_path / "step_1").mkdir()
     (tmp_path / "step_1" / "meta.json").write_text("[" * 100_000 + "]" * 100_000)
-    with pytest.raises(CheckpointError, match="meta.json: JSON nested too deeply"):
+    with pytest.raises(CheckpointError, match=r"step_1: meta.json .*meta.json is JSON nested too deeply to read; fix or regenerate it$"):
         read_meta(tmp_path, 1)
 
 
