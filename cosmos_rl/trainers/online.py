@@ -49,6 +49,7 @@ from cosmos_rl.core import schema
 from cosmos_rl.core.condition import Condition
 from cosmos_rl.core.errors import RewardUnavailable
 from cosmos_rl.core.media import MediaSpec, latent_shape
+from cosmos_rl.models.actions import ActionLayout, action_prompt_ids, start_rows
 from cosmos_rl.rewards.multi import reward_terms
 from cosmos_rl.trainers.first_frames import FirstFrames
 from cosmos_rl.trainers.online_collectives import Collectives, RankCollectives
@@ -144,7 +145,6 @@ class OnlineTrainer:
         self.first_frames = FirstFrames(self.condition, rl.prompts.file, self.media) if self.condition.is_conditioned else None
         if self.condition.has_actions:  # the folder's transformer must carry action heads that fit the embodiment
             from cosmos_rl.core.errors import UserError
-            from cosmos_rl.models.actions import ActionLayout
 
             if self.condition.action.mode != "forward_dynamics":
                 raise UserError(f"model.condition.kind = {self.condition.kind.name!r}: online runs train forward_dynamics in this release")
@@ -221,7 +221,6 @@ class OnlineTrainer:
         for row in rows:
             if row not in self._token_cache:
                 if self.condition.has_actions:  # the pipeline's structured action caption of the window's task
-                    from cosmos_rl.models.actions import action_prompt_ids
 
                     caption = self.first_frames.caption(row)
                     cond, uncond = action_prompt_ids(self.model.tokenizer, template, [caption], self.condition.action, self.media)
@@ -347,7 +346,6 @@ class OnlineTrainer:
     def action_inputs(self, actions: torch.Tensor) -> dict:
         """`actions=` and `action_layout=` of a forward-dynamics batch of clean rows [B, chunk, action_dim]
         (every row clean: the layout's clean_rows are the chunk)."""
-        from cosmos_rl.models.actions import ActionLayout, start_rows
 
         layout = ActionLayout.of(self.condition.action, int(actions.shape[0]))
         assert all(clean == layout.rows for clean in layout.clean_rows), "forward dynamics holds every action row clean"
