@@ -195,3 +195,40 @@ def two_video_streams() -> bytes:
         for stream in streams:
             container.mux(stream.encode(None))
     return buffer.getvalue()
+
+
+# ------------------------------------------------------------------------ silent slice damage
+def silent_flip(mp4: bytes, frames: int, height: int, width: int) -> int:
+    """The offset in `mp4` of a byte inside its coded frames (mdat) whose one flipped bit FFmpeg
+    decodes without an error, to different pixels: the damage only a checksum catches. Searched
+    from the end of the slice data back (the last frames' slices), so the same file gives the same
+    byte; found by decoding with the project's own decoder, not assumed."""
+    from cosmos_rl.data.clips import decode_clip
+
+    good = decode_clip(mp4, frames, height, width, "probe")
+    offset, size = box(mp4, b"mdat")
+    for at in range(offset + size - 1, offset + 8, -1):
+        damaged = bytearray(mp4)
+        damaged[at] ^= 0x01
+        try:
+            pixels = decode_clip(bytes(damaged), frames, height, width, "probe")
+        except Exception:  # noqa: BLE001 - a flip FFmpeg reports is not the one sought
+            continue
+        if not bool((pixels == good).all()):
+            return at
+    raise AssertionError("no silently decoding bit flip in this clip's slice data")
+
+
+def flip_member_byte(shard, name: str, at: int) -> bytes:
+    """Flip bit 0 of byte `at` of tar member `name` in place in `shard`; returns the member's new bytes."""
+    import tarfile
+
+    with tarfile.open(shard) as tar:
+        start = tar.getmember(name).offset_data
+    with open(shard, "r+b") as handle:
+        handle.seek(start + at)
+        byte = handle.read(1)[0]
+        handle.seek(start + at)
+        handle.write(bytes([byte ^ 0x01]))
+    with tarfile.open(shard) as tar:
+        return tar.extractfile(name).read()

@@ -1,6 +1,7 @@
 """Clips (mp4) as data: the lossless round trip, byte-identical encodes, every hostile clip refused with
 its file and row before it can cost memory, clip-caption shards and JSONL rows, and `validate --data`."""
 
+import hashlib
 import io
 import json
 import subprocess
@@ -13,6 +14,8 @@ import numpy as np
 import pytest
 import torch
 from _clip_helpers import (
+    flip_member_byte,
+    silent_flip,
     squares_clip,
     squares_mp4,
     two_video_streams,
@@ -146,7 +149,9 @@ def test_clip_shards_round_trip_and_are_byte_identical(tmp_path):
     assert [p.read_bytes() for p in paths] == [p.read_bytes() for p in again]
     with tarfile.open(paths[0]) as tar:
         assert tar.getnames() == [f"0000000{i}.{ext}" for i in (0, 1) for ext in ("mp4", "txt", "json")]
-        assert json.loads(tar.extractfile("00000001.json").read()) == {"caption": "clip number 1", "seed": 1, "task": "motion"}
+        clip = tar.extractfile("00000001.mp4").read()
+        assert json.loads(tar.extractfile("00000001.json").read()) == {
+            "caption": "clip number 1", "seed": 1, "task": "motion", "sha256": {"mp4": hashlib.sha256(clip).hexdigest()}}
     source = CaptionShards([str(p) for p in paths], MediaSpec(9, 32, 32))
     assert len(source) == 3
     sample = source[2]
@@ -154,6 +159,58 @@ def test_clip_shards_round_trip_and_are_byte_identical(tmp_path):
     assert torch.equal(sample.image, torch.from_numpy(np.roll(squares_clip(), 2, axis=2)).permute(3, 0, 1, 2).float() / 255)
     with pytest.raises(UserError, match="already exist"):
         write_clip_shards(tmp_path / "a", _records(1), fps=24.0)
+
+
+def test_a_silently_decoding_bit_flip_in_a_written_clip_is_refused_naming_the_member(tmp_path):
+    """H.264 has no checksum: the flipped bit below decodes without an error, to other pixels. The
+    SHA-256 the writer recorded in the json catches it, in training's reader and in validate --data."""
+    paths = write_clip_shards(tmp_path, _records(2), fps=24.0)
+    with tarfile.open(paths[0]) as tar:
+        clip = tar.extractfile("00000001.mp4").read()
+    damaged = flip_member_byte(paths[0], "00000001.mp4", silent_flip(clip, 9, 32, 32))
+    assert not np.array_equal(decode_clip(damaged, 9, 32, 32, "x"), decode_clip(clip, 9, 32, 32, "x"))  # FFmpeg: no error
+    source = CaptionShards([str(paths[0])], MediaSpec(9, 32, 32))
+    assert source[0].caption == "clip number 0"  # the sound sample still reads
+    with pytest.raises(UserError) as refused:
+        source[1]
+    message = str(refused.value)
+    assert message.startswith(f"{paths[0]} sample '00000001': member 'mp4' is damaged: its SHA-256 is "
+                              f"{hashlib.sha256(damaged).hexdigest()}, the sample's json records {hashlib.sha256(clip).hexdigest()}")
+    assert "write the shards again" in message and "\n" not in message
+
+    class Data:
+        shards, jsonl = [str(paths[0])], ""
+
+    problems, _ = scan.check_captions(Data(), tmp_path, False, (9, 32, 32))
+    assert [p.render() for p in problems] == [f"rl.data.shards: {message}"]
+
+
+def test_clip_shards_without_recorded_digests_read_as_before_and_bad_digest_fields_are_refused(tmp_path):
+    """Shards whose json records no sha256 (older ones, a user's own) are read unverified; a sha256
+    field that is not the project's mapping, or names a member the sample lacks, is refused."""
+    clip = squares_mp4()
+
+    def shard(name, meta):
+        path = tmp_path / name
+        with tarfile.open(path, "w") as tar:
+            for member, data in [("k0.mp4", clip), ("k0.json", json.dumps({"caption": "a clip", **meta}).encode())]:
+                info = tarfile.TarInfo(member)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        return path
+
+    plain = shard("plain.tar", {})
+    damaged = flip_member_byte(plain, "k0.mp4", silent_flip(clip, 9, 32, 32))
+    read = CaptionShards(str(plain), MediaSpec(9, 32, 32))[0].image  # unverified: decodes as FFmpeg decodes it
+    assert torch.equal(read, decode_clip(damaged, 9, 32, 32, "x"))
+    for meta, needle in [
+        ({"sha256": "0" * 64}, "json field 'sha256' must map member names"),
+        ({"sha256": {"mp4": "ABC"}}, "json field 'sha256' must map member names"),
+        ({"sha256": {"winner.mp4": "0" * 64}}, "json field 'sha256' records a digest for 'winner.mp4', a member the sample does not hold"),
+    ]:
+        with pytest.raises(UserError, match=rf"bad\.tar sample 'k0': {needle}"):
+            CaptionShards(str(shard("bad.tar", meta)), MediaSpec(9, 32, 32))
+        (tmp_path / "bad.tar").unlink()
 
 
 def test_shards_read_a_one_frame_clip_as_an_image_and_refuse_images_for_clips(tmp_path):

@@ -159,3 +159,70 @@ def test_brace_patterns_expand_inside_a_list_of_shards(tmp_path):
     _shard(tmp_path / "q.tar", [_sample("k2", "c")])
     source = TarShardPairs([str(tmp_path / "p-{0..1}.tar"), tmp_path / "q.tar"], MediaSpec.image(8))
     assert source.membership_ids() == ["a", "b", "c"]
+
+
+# ------------------------------------------------------------------- clip pairs' recorded SHA-256
+def _clip_pairs(out):
+    """Two clip pairs as `pairs mine` writes them (its PairShardWriter), in one shard."""
+    from _clip_helpers import squares_clip
+
+    from cosmos_rl.commands.mining.shards import PairShardWriter
+
+    writer = PairShardWriter(out, per_shard=4, fps=24.0)
+    for index in range(2):
+        clip = np.roll(squares_clip(), index, axis=2)
+        writer.add({"id": f"p{index}", "prompt": f"prompt {index}"}, clip, clip[:, ::-1].copy())
+    return writer.close()
+
+
+def test_mined_clip_pairs_record_both_sides_sha256_and_write_byte_identical_shards(tmp_path):
+    import hashlib
+    import json
+
+    shards = _clip_pairs(tmp_path / "a")
+    assert [p.read_bytes() for p in shards] == [p.read_bytes() for p in _clip_pairs(tmp_path / "b")]
+    with tarfile.open(shards[0]) as tar:
+        meta = json.loads(tar.extractfile("00000001.json").read())
+        sides = {side: tar.extractfile(f"00000001.{side}").read() for side in ("winner.mp4", "loser.mp4")}
+    assert meta["sha256"] == {side: hashlib.sha256(data).hexdigest() for side, data in sides.items()}
+    pairs = TarShardPairs([str(p) for p in shards], MediaSpec(9, 32, 32))
+    assert [pairs[i].winner.shape for i in range(2)] == [(3, 9, 32, 32)] * 2
+
+
+def test_a_silently_decoding_flip_in_a_mined_clip_pair_is_refused_naming_the_member(tmp_path):
+    import hashlib
+
+    from _clip_helpers import flip_member_byte, silent_flip
+
+    from cosmos_rl.data import scan
+    from cosmos_rl.data.clips import decode_clip
+
+    shards = _clip_pairs(tmp_path)
+    with tarfile.open(shards[0]) as tar:
+        clip = tar.extractfile("00000000.loser.mp4").read()
+    damaged = flip_member_byte(shards[0], "00000000.loser.mp4", silent_flip(clip, 9, 32, 32))
+    assert not torch.equal(decode_clip(damaged, 9, 32, 32, "x"), decode_clip(clip, 9, 32, 32, "x"))  # FFmpeg: no error
+    pairs = TarShardPairs([str(shards[0])], MediaSpec(9, 32, 32))
+    assert pairs[1].id == "p1"
+    with pytest.raises(UserError) as refused:
+        pairs[0]
+    message = str(refused.value)
+    assert message.startswith(f"{shards[0]} sample '00000000' (id 'p0') loser: member 'loser.mp4' is damaged: its SHA-256 is "
+                              f"{hashlib.sha256(damaged).hexdigest()}, the sample's json records {hashlib.sha256(clip).hexdigest()}")
+    assert "write the shards again" in message
+
+    class Data:  # validate --data reads the same member the same way
+        synthetic_pairs, jsonl, shards, factory = False, "", [str(tmp_path / "pairs-000000.tar")], ""
+
+    problems, _ = scan._pairs("rl.data", Data(), tmp_path, False, (9, 32, 32))
+    assert [p.render() for p in problems] == [f"rl.data.shards: {message}"]
+
+
+def test_clip_pairs_without_recorded_digests_read_as_before(tmp_path):
+    """A user's own clip pairs (no sha256 in the json) are decoded unverified, as before."""
+    from _clip_helpers import squares_mp4
+
+    clip = squares_mp4()
+    sample = {"__key__": "k0", "json": {"id": "a", "prompt": "p"}, "winner.mp4": clip, "loser.mp4": clip}
+    pair = TarShardPairs(_shard(tmp_path / "own.tar", [sample]), MediaSpec(9, 32, 32))[0]
+    assert torch.equal(pair.winner, pair.loser) and pair.winner.shape == (3, 9, 32, 32)

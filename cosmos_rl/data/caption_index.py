@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from cosmos_rl.core.files import check_name
+from cosmos_rl.data.member_checksums import recorded
 from cosmos_rl.data.tar_index import CLIP_EXTENSIONS, IMAGE_EXTENSIONS, Blob, index_members, metadata_member, side_blob
 from cosmos_rl.data.textfile import read_lines
 from cosmos_rl.core.errors import UserError
@@ -63,15 +64,16 @@ def _clips_expected(origin: str, frames: int, where: str) -> UserError:
     return UserError(f"{origin}: an image, but clips of {frames} frames are expected (model.num_frames); {where}")
 
 
-def _media_member(members: dict, origin: str, frames: int) -> tuple[str, Blob]:
-    """(kind, bytes) of the sample's image or clip member, by the rule of the module docstring."""
+def _media_member(members: dict, origin: str, frames: int, checksums: dict) -> tuple[str, Blob]:
+    """(kind, bytes) of the sample's image or clip member, by the rule of the module docstring, with
+    the digest its json's ``sha256`` records (``checksums``), verified when it is read."""
     has_image = any(ext in members for ext in IMAGE_EXTENSIONS)
     has_clip = any(ext in members for ext in CLIP_EXTENSIONS)
     if frames > 1 and has_image and not has_clip:
         raise _clips_expected(origin, frames, "give every sample one mp4 clip member")
     if frames > 1 or (has_clip and not has_image):
-        return "clip", side_blob(members, "", origin, CLIP_EXTENSIONS, "clip")
-    return "image", side_blob(members, "", origin)
+        return "clip", side_blob(members, "", origin, CLIP_EXTENSIONS, "clip", checksums)
+    return "image", side_blob(members, "", origin, checksums=checksums)
 
 
 def _shard_entry(archive: tarfile.TarFile, key: str, members: dict, shard: Path, frames: int) -> ShardEntry:
@@ -93,7 +95,7 @@ def _shard_entry(archive: tarfile.TarFile, key: str, members: dict, shard: Path,
         caption = _caption_of(row, origin)
     else:
         raise UserError(f"{origin}: no caption: give it a 'txt' member or a 'json' member with 'caption' (members: {', '.join(sorted(members))})")
-    kind, media = _media_member(members, origin, frames)
+    kind, media = _media_member(members, origin, frames, recorded(row, members, origin))
     return ShardEntry(shard, key, str(row.get("id", f"{shard.name}/{key}")), caption, media, kind)
 
 

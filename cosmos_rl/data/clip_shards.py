@@ -2,7 +2,9 @@
 
 Sample ``i`` of a set is three tar members sharing the key ``%08d`` % i: ``<key>.mp4`` (the frames,
 encoded by :func:`cosmos_rl.data.clip_files.encode_clip`: lossless H.264), ``<key>.txt`` (the
-caption, UTF-8) and ``<key>.json`` (the sample's metadata with ``caption``, sorted keys). Shards are
+caption, UTF-8) and ``<key>.json`` (the sample's metadata with ``caption`` and ``sha256``: ``{"mp4":
+<the mp4 member's SHA-256>}``, which the readers verify (:mod:`cosmos_rl.data.member_checksums`);
+sorted keys). Shards are
 ``<prefix>-%06d.tar``, ``per_shard`` samples each, written by :mod:`cosmos_rl.data.tar_write` (fixed
 member metadata, renamed once complete), so the same samples write byte-identical files for one
 PyAV build. :class:`cosmos_rl.data.captions.CaptionShards` reads them back with ``frames`` = F.
@@ -18,6 +20,7 @@ from typing import Iterable, Union
 import numpy as np
 
 from cosmos_rl.data.clip_files import encode_clip
+from cosmos_rl.data.member_checksums import FIELD, digest
 from cosmos_rl.data.tar_write import add_member, refuse_existing, shard
 from cosmos_rl.core.errors import UserError
 
@@ -26,7 +29,7 @@ from cosmos_rl.core.errors import UserError
 class ClipRecord:
     frames: np.ndarray  # uint8 [F, H, W, 3]
     caption: str
-    meta: dict = field(default_factory=dict)  # more json fields (task, spec, seed, ...); "caption" is set
+    meta: dict = field(default_factory=dict)  # more json fields (task, spec, seed, ...); "caption" and "sha256" are set
 
 
 def write_clip_shards(
@@ -52,8 +55,9 @@ def write_clip_shards(
         with shard(path) as tar:
             for _ in range(per_shard):
                 key = f"{index:08d}"
-                meta = {**record.meta, "caption": record.caption}
-                add_member(tar, f"{key}.mp4", encode_clip(record.frames, fps))
+                clip = encode_clip(record.frames, fps)
+                meta = {**record.meta, "caption": record.caption, FIELD: {"mp4": digest(clip)}}
+                add_member(tar, f"{key}.mp4", clip)
                 add_member(tar, f"{key}.txt", record.caption.encode("utf-8"))
                 add_member(tar, f"{key}.json", json.dumps(meta, sort_keys=True).encode("utf-8"))
                 index += 1

@@ -16,7 +16,9 @@ Clips (mp4 members or ``"video"`` rows of an image-caption source; both sides of
 preference pairs) are sampled the same way and checked by
 :func:`~cosmos_rl.data.clip_files.check_clip` against the run's frames and size: the container, one
 video stream, the declared size and frame count (a decoding bomb is refused before any decoding),
-then every frame decoded: only decoding finds a damaged stream.
+then every frame decoded: only decoding finds a damaged stream. A shard member whose json records
+its SHA-256 (the clips the project writes) is hashed first, by the run's own
+:func:`~cosmos_rl.data.tar_index.read_blob`: damage FFmpeg decodes silently is found there.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 The one reader of the layout (see :mod:`cosmos_rl.data.tar_pairs`): it expands the shard list,
 reads each shard's member table and ``json`` members, and records where each side's image bytes
-lie. The run's source stops at the first problem it returns, ``validate`` lists all of them.
+lie, with the SHA-256 the sample's json records for it (:mod:`cosmos_rl.data.member_checksums`),
+verified when the bytes are read (:func:`read_blob`). The run's source stops at the first problem it returns, ``validate`` lists all of them.
 A shard that ends early (cut during a copy) is a problem of that shard: ``tarfile`` itself stops
 silently at a cut that falls on a member header, so the end-of-archive block is checked too.
 """
@@ -16,13 +17,14 @@ import tarfile
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Mapping, Optional, Sequence, Union
 
 from braceexpand import braceexpand
 
 from cosmos_rl.core.files import MAX_METADATA_BYTES, check_name
 from cosmos_rl.data.clip_files import MAX_CLIP_BYTES
 from cosmos_rl.data.image_files import MAX_IMAGE_BYTES
+from cosmos_rl.data.member_checksums import recorded, verify
 from cosmos_rl.data.pair_metadata import parse_pair_metadata
 from cosmos_rl.core.errors import UserError
 
@@ -35,6 +37,8 @@ _BLOCK = 512  # tar's record unit: headers and data are padded to it
 class Blob:
     offset: int
     size: int
+    member: str = ""  # its extension within the sample ("winner.mp4"), named when its checksum fails
+    sha256: Optional[str] = None  # what the sample's json records for it; None: read unverified
 
 
 @dataclass(frozen=True)
@@ -212,10 +216,12 @@ def _members_by_sample(shard: Path, members: list[tarfile.TarInfo]) -> list[tupl
 
 
 def side_blob(
-    members: dict[str, tarfile.TarInfo], side: str, origin: str, extensions: Sequence[str] = IMAGE_EXTENSIONS, what: str = "image"
+    members: dict[str, tarfile.TarInfo], side: str, origin: str, extensions: Sequence[str] = IMAGE_EXTENSIONS, what: str = "image",
+    checksums: Mapping[str, str] = {},
 ) -> Blob:
     """The one ``<side>.<ext>`` member's bytes (``side`` "" for a plain ``<ext>``), ``ext`` one of
-    ``extensions`` (a ``what``: "image", or "clip" with CLIP_EXTENSIONS)."""
+    ``extensions`` (a ``what``: "image", or "clip" with CLIP_EXTENSIONS), with the digest
+    ``checksums`` (the json's ``sha256``, member extension -> hex) records for it, if any."""
     found = [ext for ext in (f"{side}.{e}" if side else e for e in extensions) if ext in members]
     if len(found) != 1:
         problem = "no" if not found else f"{len(found)} ({', '.join(found)})"
@@ -230,7 +236,7 @@ def side_blob(
     if member.size > limit:
         raise UserError(f"{origin}: member {member.name!r} declares {member.size} bytes, over the {limit}-byte limit for "
                         f"a{'n' if what == 'image' else ''} {what}; it is damaged or not one: re-pack the shard")
-    return Blob(member.offset_data, member.size)
+    return Blob(member.offset_data, member.size, found[0], checksums.get(found[0]))
 
 
 def metadata_member(archive: tarfile.TarFile, member: tarfile.TarInfo, origin: str) -> bytes:
@@ -266,7 +272,7 @@ def _check_complete(shard: Path, handle, members: list[tarfile.TarInfo]) -> None
         )
 
 
-def _side_of(members: dict[str, tarfile.TarInfo], side: str, origin: str, frames: int) -> Blob:
+def _side_of(members: dict[str, tarfile.TarInfo], side: str, origin: str, frames: int, checksums: Mapping[str, str]) -> Blob:
     """One side's media member: an image at ``frames`` = 1, an mp4 clip of a video run (``frames`` > 1).
     The wrong kind is named as such, so a shard written for the other kind of run says so."""
     images = [f"{side}.{e}" for e in IMAGE_EXTENSIONS if f"{side}.{e}" in members]
@@ -277,13 +283,13 @@ def _side_of(members: dict[str, tarfile.TarInfo], side: str, origin: str, frames
                 f"{origin}: {side} is an image ({images[0]}), but clips of {frames} frames are expected "
                 f"(model.num_frames); give every sample {side}.mp4 (or set model.num_frames = 1)"
             )
-        return side_blob(members, side, origin, CLIP_EXTENSIONS, "clip")
+        return side_blob(members, side, origin, CLIP_EXTENSIONS, "clip", checksums)
     if clips and not images:
         raise UserError(
             f"{origin}: {side} is a clip ({clips[0]}), but this run trains images (model.num_frames = 1); "
             f"give every sample a {side} image, or set model.num_frames to the clips' frame count"
         )
-    return side_blob(members, side, origin)
+    return side_blob(members, side, origin, checksums=checksums)
 
 
 def _sample_of(
@@ -300,8 +306,9 @@ def _sample_of(
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: nested too deeply
         raise UserError(f"{origin}: json member is not valid JSON ({exc})") from exc
     pair_id, prompt, winner_prompt, loser_prompt = parse_pair_metadata(row, origin)
-    winner = _side_of(members, "winner", origin, frames)
-    loser = _side_of(members, "loser", origin, frames)
+    checksums = recorded(row, members, origin)
+    winner = _side_of(members, "winner", origin, frames, checksums)
+    loser = _side_of(members, "loser", origin, frames, checksums)
     return TarSample(shard, key, pair_id, prompt, winner, loser, winner_prompt, loser_prompt)
 
 
@@ -364,9 +371,11 @@ def index_shards(shards: Sequence[Path], frames: int) -> tuple[list[TarSample], 
 
 
 def read_blob(sample: TarSample, blob: Blob, origin: str) -> bytes:
+    """The blob's bytes, verified against the SHA-256 the sample's json records for it (if any)."""
     with open(sample.shard, "rb") as handle:
         handle.seek(blob.offset)
         data = handle.read(blob.size)
     if len(data) != blob.size:
         raise UserError(f"{origin}: shard is shorter than when it was indexed; was it rewritten?")
+    verify(data, blob.sha256, blob.member, origin)
     return data

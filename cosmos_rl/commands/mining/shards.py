@@ -3,7 +3,9 @@
 Pair `i` is three members sharing the key `%08d` % i: `<key>.json` (`id`, `prompt`, the two
 scores and how they were made), `<key>.winner.png` and `<key>.loser.png`; pairs of clips
 (uint8 [F, H, W, 3]) are `<key>.winner.mp4` and `<key>.loser.mp4` instead, encoded losslessly at
-the writer's `fps` (`data.clip_files.encode_clip`), the layout a video DPO run reads. Shards are
+the writer's `fps` (`data.clip_files.encode_clip`), the layout a video DPO run reads; their json then
+records both members' SHA-256 (`"sha256": {"winner.mp4": ..., "loser.mp4": ...}`), which the
+readers verify (`data.member_checksums`): H.264 has no checksum of its own. Shards are
 named `pairs-%06d.tar`, `per_shard` pairs each, written with fixed member metadata (data.tar_write).
 """
 
@@ -15,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from cosmos_rl.data.clip_files import encode_clip
+from cosmos_rl.data.member_checksums import FIELD, digest
 from cosmos_rl.data.tar_write import add_member, png_bytes, refuse_existing, shard
 
 PREFIX = "pairs"
@@ -51,9 +54,13 @@ class PairShardWriter:
         with shard(path) as tar:
             for meta, winner, loser in self._pending:
                 key = f"{self.count:08d}"
+                sides = {f"{side}.{self._suffix(pixels)}": self._encoded(pixels) for side, pixels in (("winner", winner), ("loser", loser))}
+                clips = {ext: digest(data) for ext, data in sides.items() if ext.endswith(".mp4")}  # PNG checks its own chunks
+                if clips:
+                    meta = {**meta, FIELD: clips}
                 add_member(tar, f"{key}.json", json.dumps(meta, sort_keys=True).encode("utf-8"))
-                for side, pixels in (("winner", winner), ("loser", loser)):
-                    add_member(tar, f"{key}.{side}.{self._suffix(pixels)}", self._encoded(pixels))
+                for ext, data in sides.items():
+                    add_member(tar, f"{key}.{ext}", data)
                 self.count += 1
         self._pending = []
         self.paths.append(path)
