@@ -8,18 +8,19 @@ diffusers) are imported only by the commands that run models.
 from __future__ import annotations
 
 import enum
-import json
 import sys
 import time
 from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
+from cosmos_rl.commands.console import check_device as _check_device, err, fail as _fail, out, print_json as _json, warn
+from cosmos_rl.commands.options import checked_path, finite_float, out_path
+from cosmos_rl.commands.pairs_cli import pairs_app
 from cosmos_rl.commands.progress import CommandProgress
-from cosmos_rl.commands.options import bind_host, checked_path, finite_float, out_path
+from cosmos_rl.commands.reward_cli import reward_app
 from cosmos_rl.core.errors import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE, UserError
 
 app = typer.Typer(
@@ -28,13 +29,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Post-train Cosmos3 flow models with Diffusion-DPO, DiffusionNFT, Flow-GRPO or SFT, on images and video: text to image, text to video and image to video.",
 )
-reward_app = typer.Typer(no_args_is_help=True, help="The HTTP reward service that scores NFT and GRPO rollouts.")
 app.add_typer(reward_app, name="reward")
-pairs_app = typer.Typer(no_args_is_help=True, help="DPO preference pairs (images or clips) from a model's own rollouts.")
 app.add_typer(pairs_app, name="pairs")
-
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
 
 
 def _print_version(value: bool) -> None:
@@ -52,12 +48,6 @@ def _options(
     pass  # the options of `cosmos-rl` itself; every command is a subcommand
 
 
-def _json(value) -> None:
-    """Print JSON output; allow_nan=False because `Infinity`/`NaN` are not JSON (every number the
-    commands print is finite by their checks, so a non-finite one is a bug, not a user's mistake)."""
-    print(json.dumps(value, indent=2, allow_nan=False))
-
-
 OVERRIDES = typer.Argument(
     None, help="KEY=VALUE overrides with TOML values, e.g. rl.max_steps=5 'job.name=\"x\"' (a string's TOML quotes inside shell quotes).",
     show_default=False,
@@ -70,22 +60,6 @@ class DataCheck(str, enum.Enum):
     sample = "sample"
     all = "all"
     none = "none"
-
-
-# Every message below may hold outside text (paths, another rank's error, a library's message, with
-# brackets such as gloo's "[/__w/pytorch/...]"): it is escaped or printed with markup=False, never
-# parsed as rich markup.
-def _fail(exc: BaseException) -> None:
-    from cosmos_rl.core.problems import ManifestError
-
-    if isinstance(exc, ManifestError):
-        err.print(f"[bold red]error[/]: {escape(exc.source or 'manifest')}: {len(exc.problems)} problem(s)", highlight=False)
-        for problem in exc.problems:
-            err.print(f"  {problem.render()}", highlight=False, markup=False)
-    else:
-        err.print("[bold red]error[/]: ", end="", highlight=False)
-        err.print(str(exc), markup=False, highlight=False)
-    raise typer.Exit(EXIT_USAGE)
 
 
 def _checked(manifest: Path, overrides: list[str], data: DataCheck = DataCheck.none):
@@ -257,17 +231,6 @@ def report(
     out.print(f"[bold green]wrote[/] {escape(str(path))}", highlight=False)
 
 
-def warn(line: str) -> None:
-    """A warning line on stderr; `line` may hold outside text, so it is never parsed as markup."""
-    err.print("[yellow]warning[/]: ", end="", highlight=False)
-    err.print(line, markup=False, highlight=False)
-
-
-def _check_device(device: str) -> None:
-    if device not in ("auto", "cpu", "cuda"):
-        _fail(UserError(f"--device: {device!r} is not one of auto, cpu, cuda"))
-
-
 @app.command()
 def compare(
     run_dirs: List[Path] = typer.Argument(..., help="Run directories (each holds manifest.toml and metrics.jsonl) of runs from one base."),
@@ -379,106 +342,6 @@ def export(
     out.print(f"[bold green]exported[/] step {summary['step']} of {escape(run_dir)} ({summary['trained']}) to {escape(out_dir)} "
               f"in {time.monotonic() - started:.0f} s", highlight=False)  # fmt: skip
     out.print(f"  use it with: model.path = \"{escape(out_dir)}\"  or  cosmos-rl eval {escape(out_dir)}", highlight=False)
-
-
-@reward_app.command("serve")
-def reward_serve(
-    host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default); any other needs --token-env or --insecure."),
-    port: int = typer.Option(8000, help="Port to bind; 0 picks a free one (uvicorn only)."),
-    revision: str = typer.Option(..., help="Revision the service declares; runs pin it in rl.reward.revision."),
-    token_env: str = typer.Option("", help="Environment variable holding a bearer token clients must send."),
-    model: Optional[List[str]] = typer.Option(None, "--model", help="NAME=FOLDER: serve a model reward (pickscore, clipscore, aesthetic) from a local folder; repeatable."),
-    insecure: bool = typer.Option(False, "--insecure", help="Allow a non-loopback --host without a token."),
-    replicas: int = typer.Option(0, help="Serve on this many Ray Serve replicas (joins RAY_ADDRESS / --ray-address, else starts a local cluster); 0 = one uvicorn process."),
-    cpus_per_replica: float = typer.Option(1.0, parser=finite_float, help="CPUs each Ray Serve replica reserves."),
-    gpus_per_replica: float = typer.Option(0.0, parser=finite_float, help="GPUs each Ray Serve replica reserves (model rewards then run on CUDA)."),
-    ray_address: str = typer.Option("", help="Ray cluster to join with --replicas; empty = RAY_ADDRESS, else a local cluster."),
-) -> None:
-    """Serve the built-in rewards (and model rewards from local folders) over HTTP until interrupted."""
-    import os
-
-    from cosmos_rl.rewards.registry import parse_model_specs
-
-    try:
-        host = bind_host(host)
-        token = None
-        if token_env:
-            token = os.environ.get(token_env)
-            if not token:
-                raise UserError(f"--token-env: environment variable {token_env} is empty or unset; export it or drop --token-env")
-        models = parse_model_specs(model or [])
-        if replicas:
-            from cosmos_rl.rewards.serve_ray import serve_forever_ray
-
-            serve_forever_ray(host, port, revision, token, models, insecure, replicas, cpus_per_replica, gpus_per_replica, ray_address)
-        else:
-            from cosmos_rl.rewards.server import serve_forever_cli
-
-            serve_forever_cli(host, port, revision, token, models, insecure)
-    except UserError as exc:
-        _fail(exc)
-
-
-@reward_app.command("convert-head")
-def reward_convert_head(
-    source: Path = typer.Argument(..., help="The published head, a pickled .pth/.pt state dict."),
-    target: Path = typer.Argument(..., help="Where to write it as safetensors, e.g. FOLDER/aesthetic_head.safetensors."),
-) -> None:
-    """One-time: convert a pickled aesthetic head to safetensors (read with weights_only=True, so no code runs)."""
-    from cosmos_rl.rewards.models import convert_head
-
-    try:
-        names = convert_head(source, target)
-    except UserError as exc:
-        _fail(exc)
-    out.print(f"[bold green]wrote[/] {escape(str(target))} ({len(names)} tensors: {escape(', '.join(names))})", highlight=False)
-
-
-@pairs_app.command("mine")
-def pairs_mine(
-    target: str = typer.Argument(..., help="The model that samples: a run directory (its newest checkpoint, or --step), a diffusers model folder, or preset:NAME."),
-    reward: str = typer.Option(..., "--reward", help="Built-in weight-free reward that scores the samples (shapes_partial ranks by partial credit, shapes_strict by all-or-nothing; clips: shapes_video_partial, shapes_video_strict)."),
-    prompts: Path = typer.Option(..., "--prompts", help="Prompt file (.txt or .jsonl): one pair at most per row."),
-    samples: int = typer.Option(4, "--samples", help="Samples per prompt row (K >= 2); the best and the worst make the pair."),
-    out_dir: str = typer.Option(..., "--out", help="Folder for pairs-NNNNNN.tar and mine.json (must hold no pairs-*.tar yet)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the samples' noise; another seed mines other samples."),
-    batch_size: int = typer.Option(32, "--batch-size", help="Samples per sampler call."),
-    per_shard: int = typer.Option(1000, "--per-shard", help="Pairs per shard."),
-    device: str = typer.Option("auto", "--device", help="auto (CUDA when available), cpu or cuda."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object."),
-    sample_steps: Optional[int] = typer.Option(None, "--sample-steps", help="Sampler steps instead of the target's own (a run's \\[rl.eval] or rl.sample_steps, an exported folder's cosmos_rl.json, else 20)."),
-    guidance: Optional[float] = typer.Option(None, "--guidance", parser=finite_float, help="Guidance instead of the target's own (a run's \\[rl.eval] or rl.guidance, an exported folder's cosmos_rl.json, else 3.0)."),
-    step: Optional[int] = typer.Option(None, "--step", help="A run's committed checkpoint step to use (default: the newest)."),
-    frames: Optional[int] = typer.Option(None, "--frames", help="Frames per clip for a bare model (4k + 1; default: a preset's own, else 1 = images): mine clip pairs; a run uses its model.num_frames."),
-    frame_reduce: Optional[str] = typer.Option(None, "--frame-reduce", help="Clips ranked by an image reward: score every frame and reduce (mean, min, first, last)."),
-) -> None:
-    """Sample K images (or clips) per prompt, score them, write best-vs-worst pairs (ties dropped) as webdataset shards for rl.data.shards."""
-    from cosmos_rl.commands.mining.command import run_mine
-    from cosmos_rl.commands.run_summary import clock
-
-    _check_device(device)
-    started = time.monotonic()
-    try:
-        with CommandProgress("mining", "prompt rows") as rows:
-            summary = run_mine(
-                target, reward=reward, prompts=checked_path(prompts, "--prompts"), samples=samples, out_dir=out_path(out_dir), seed=seed,
-                batch_size=batch_size, per_shard=per_shard, device=device, warn=warn, sample_steps=sample_steps, guidance=guidance, step=step,
-                frames=frames, frame_reduce=frame_reduce, progress=lambda done, total: rows("", done, total),
-            )
-    except UserError as exc:
-        _fail(exc)
-    if as_json:
-        _json(summary)
-        return
-    out.print(
-        f"[bold green]wrote[/] {summary['pairs']} pairs from {summary['rows']} prompt rows "
-        f"({summary['ties_dropped']} tied and dropped) to {len(summary['shards'])} shard(s) in {escape(out_dir)} "
-        f"in {clock(time.monotonic() - started)}",
-        highlight=False,
-    )
-    out.print(f"  use them with: rl.data.shards = [\"{escape(out_dir)}/pairs-{{000000..{len(summary['shards']) - 1:06d}}}.tar\"]", highlight=False)
-    if summary["frames"] > 1:
-        out.print(f"  and model.num_frames = {summary['frames']} (clip pairs)", highlight=False)
 
 
 def main() -> None:

@@ -14,7 +14,8 @@ from braceexpand import braceexpand
 from typer.testing import CliRunner
 
 from cosmos_rl.planning import run_dir as run
-from cosmos_rl.cli import app, bind_host
+from cosmos_rl.cli import app
+from cosmos_rl.commands.options import bind_host
 from cosmos_rl.config import load
 from cosmos_rl.core.problems import ManifestError
 from cosmos_rl.data.tar_index import SHARD_NAMES_MAX, brace_count

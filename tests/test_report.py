@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from cosmos_rl.commands import report
+from cosmos_rl.commands import report, report_figures
 
 ROOT = Path(__file__).resolve().parent.parent
-PLOT_PX = (round(report.FIG_SIZE_IN[0] * report.FIG_DPI), round(report.FIG_SIZE_IN[1] * report.FIG_DPI))
+PLOT_PX = (round(report_figures.FIG_SIZE_IN[0] * report_figures.FIG_DPI), round(report_figures.FIG_SIZE_IN[1] * report_figures.FIG_DPI))
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
@@ -227,14 +227,14 @@ def test_a_video_runs_report_plays_the_eval_clips_and_draws_eval_per_task(tmp_pa
 
 
 def test_task_panels_pair_each_tasks_score_with_its_partial():
-    series = [report.Series("eval/task/motion", (2, 4), (0.0, 0.5)), report.Series("eval/task_partial/motion", (2, 4), (0.25, 0.75)),
-              report.Series("eval/task/static", (2, 4), (1.0, 1.0))]  # fmt: skip
-    panels = report.task_panels(series)
+    series = [report_figures.Series("eval/task/motion", (2, 4), (0.0, 0.5)), report_figures.Series("eval/task_partial/motion", (2, 4), (0.25, 0.75)),
+              report_figures.Series("eval/task/static", (2, 4), (1.0, 1.0))]  # fmt: skip
+    panels = report_figures.task_panels(series)
     assert list(panels) == ["motion", "static"]
-    assert panels["motion"] == [report.Series("score", (2, 4), (0.0, 0.5)), report.Series("partial", (2, 4), (0.25, 0.75))]
-    assert panels["static"] == [report.Series("score", (2, 4), (1.0, 1.0))]  # a reward without partial scores
-    assert report.families([s.name for s in series]) == {"eval/task": [s.name for s in sorted(series, key=lambda s: s.name)]}
-    assert report.task_figure_px(1) == (320, 240) and report.task_figure_px(4) == (960, 480)
+    assert panels["motion"] == [report_figures.Series("score", (2, 4), (0.0, 0.5)), report_figures.Series("partial", (2, 4), (0.25, 0.75))]
+    assert panels["static"] == [report_figures.Series("score", (2, 4), (1.0, 1.0))]  # a reward without partial scores
+    assert report_figures.families([s.name for s in series]) == {"eval/task": [s.name for s in sorted(series, key=lambda s: s.name)]}
+    assert report_figures.task_figure_px(1) == (320, 240) and report_figures.task_figure_px(4) == (960, 480)
 
 
 def test_the_online_sample_grid_of_clips_is_a_gif_and_strips_that_the_report_embeds(tmp_path):
@@ -279,10 +279,10 @@ def test_figures_come_in_reading_order_eval_and_reward_first():
     nft = ["train/advantage_mean", "train/reward_mean", "train/reward_std", "train/policy_loss", "train/kl_loss", "train/lr",
            "train/grad_norm", "time/rollout_s", "time/train_s", "eval/score", "eval/score_lo", "eval/score_hi",
            "eval/task/counting", "train/optimality_mean", "train/brightness/reward_mean", "train/brightness/reward_std"]  # fmt: skip
-    assert list(report.families(nft)) == ["eval", "eval/task", "reward", "train/brightness", "loss_terms", "advantage_mean",
+    assert list(report_figures.families(nft)) == ["eval", "eval/task", "reward", "train/brightness", "loss_terms", "advantage_mean",
                                           "optimality", "grad_norm", "lr", "time"]  # fmt: skip
     dpo = ["train/loss", "val/loss", "train/dpo_accuracy", "val/dpo_accuracy", "train/dpo_reward_margin", "time/step_s", "train/lr"]
-    assert list(report.families(dpo)) == ["loss", "dpo_accuracy", "dpo_reward_margin", "lr", "time"]
+    assert list(report_figures.families(dpo)) == ["loss", "dpo_accuracy", "dpo_reward_margin", "lr", "time"]
 
 
 @pytest.mark.parametrize("family, label", [
@@ -290,7 +290,7 @@ def test_figures_come_in_reading_order_eval_and_reward_first():
     ("advantage_mean", "advantage mean"), ("train/brightness", "brightness"),
 ])  # fmt: skip
 def test_every_plot_labels_its_y_axis(family, label):
-    figure = report.family_figure(family, [report.Series("train/x", (1, 2), (0.5, 0.25))])
+    figure = report_figures.family_figure(family, [report_figures.Series("train/x", (1, 2), (0.5, 0.25))])
     assert figure.axes[0].get_ylabel() == label and figure.axes[0].get_xlabel() == "step"
 
 
@@ -321,7 +321,7 @@ def test_the_base_score_is_a_dashed_line_on_the_eval_curve_when_measured_alike(t
     run = _run_with_eval_curve(tmp_path, seeds=2)
     (base, label), note = report.base_line(report.load_run(run))
     assert base == 0.2 and label == "base 0.200 (eval/eval.json)"
-    figure = report.family_figure("eval", [report.load_run(run).series["eval/score"]], (base, label))
+    figure = report_figures.family_figure("eval", [report.load_run(run).series["eval/score"]], (base, label))
     dashed = [line for line in figure.axes[0].get_lines() if line.get_linestyle() == "--"]
     assert len(dashed) == 1 and set(dashed[0].get_ydata()) == {0.2} and dashed[0].get_label() == label
     text = report.write_report(run).read_text()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from cosmos_rl.commands.compare import FIG_DPI, FIG_SIZE_IN, FIGURE_FILE, JSON_FILE, SCORE
 from cosmos_rl.core.errors import UserError
-from cosmos_rl.commands.report import Series
+from cosmos_rl.commands.report_figures import Series
 
 
 def write(result: dict, out_dir: Path) -> tuple[Path, Path]:
@@ -39,7 +39,7 @@ def figure(result: dict):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from cosmos_rl.commands.report import draw_series
+    from cosmos_rl.commands.report_figures import draw_series
 
     fig = Figure(figsize=FIG_SIZE_IN, dpi=FIG_DPI)
     FigureCanvasAgg(fig)
