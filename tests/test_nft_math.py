@@ -282,3 +282,18 @@ def test_old_decay_schedule():
     assert old_decay(10, cap=0.9, rate=0.05) == pytest.approx(0.5)
     with pytest.raises(ValueError):
         old_decay(-1)
+
+
+def test_old_decay_flat_start():
+    """DiffusionNFT's OCR schedule (flat 75, rate 0.0075, cap 0.999): 0 through step 74, then
+    0.0075 * (step - 75): step 75 -> 0, 76 -> 0.0075, 175 -> 0.75, 300 -> min(1.6875, 0.999)."""
+    schedule = dict(cap=0.999, rate=0.0075, flat=75)
+    assert old_decay(0, **schedule) == 0.0
+    assert old_decay(74, **schedule) == 0.0
+    assert old_decay(75, **schedule) == 0.0
+    assert old_decay(76, **schedule) == pytest.approx(0.0075)
+    assert old_decay(175, **schedule) == pytest.approx(0.75)
+    assert old_decay(300, **schedule) == 0.999
+    assert old_decay(100, flat=0) == old_decay(100)  # flat 0 is the plain schedule
+    with pytest.raises(ValueError, match="flat"):
+        old_decay(5, flat=-1)

@@ -125,6 +125,7 @@ NFT_CASES = [
     (["grid.nodes=2"], "rl.reward.url", "other nodes cannot reach"),
     (["rl.old.update_every=0"], "rl.old.update_every", ">= 1 when rl.old.build_old"),
     (["rl.old.decay_cap=1.0"], "rl.old.decay_cap", "[0, 1)"),
+    (["rl.old.flat_steps=-1"], "rl.old.flat_steps", ">= 0"),
     (["rl.ref.update_every=5"], "rl.ref.update_every", "frozen"),
     (["rl.advantage_low=5.0", "rl.advantage_high=-5.0"], "rl.advantage_low", "below rl.advantage_high"),
     (['rl.r_map="exp"'], "rl.r_map", "unknown option"),

@@ -209,12 +209,18 @@ def timestep_picks(
     )
 
 
-def old_decay(step: int, cap: float = 0.5, rate: float = 0.001) -> float:
-    """Keep-fraction d for the old policy at `step`: min(rate * step, cap).
+def old_decay(step: int, cap: float = 0.5, rate: float = 0.001, flat: int = 0) -> float:
+    """Keep-fraction d for the old policy at `step`: 0 for the first `flat` steps, then
+    min(rate * (step - flat), cap) (DiffusionNFT's schedule; its OCR recipe holds it flat for 75).
 
     Early on the old policy tracks the policy closely (d near 0); later it lags behind more
-    (d up to `cap`), which steadies the implicit negative branch.
+    (d up to `cap`), which steadies the implicit negative branch. A flat start keeps the old
+    policy equal to the policy while the first, noisiest updates land.
     """
     if step < 0:
         raise ValueError(f"step must be >= 0, got {step}")
-    return min(rate * step, cap)
+    if flat < 0:
+        raise ValueError(f"flat must be >= 0, got {flat}")
+    if step < flat:
+        return 0.0
+    return min(rate * (step - flat), cap)

@@ -24,7 +24,10 @@ class PromptSourceConfig:
 class OldPolicyConfig:
     build_old: bool = knob(True, "Keep a moving old policy (second adapter) for rollouts and v_old.")
     update_every: int = knob(1, "Refresh the old policy every this many steps (>= 1 when build_old).")
-    decay_rate: float = knob(0.001, "Old-policy keep factor grows as min(decay_rate * step, decay_cap).")
+    decay_rate: float = knob(0.001, "Old-policy keep factor grows as min(decay_rate * (step - flat_steps), decay_cap) after rl.old.flat_steps.")
+    flat_steps: int = knob(
+        0, "Steps from the start during which the keep factor stays 0 (the old policy is the policy), before it grows: "
+        "DiffusionNFT's flat-start schedule (its OCR recipe: flat_steps 75, decay_rate 0.0075, decay_cap 0.999); >= 0.")
     decay_cap: float = knob(0.5, "Upper bound of the keep factor: old = keep * old + (1 - keep) * policy.")
 
 

@@ -64,7 +64,7 @@ class NFTTrainer(OnlineTrainer):
         clean = 0 if condition is None else int(condition.shape[2])  # leading latent frames held clean
         train_metrics = self._train(step, samples, cond, clean, actions)
         if rl.old.build_old and step % rl.old.update_every == 0:
-            keep = nft_math.old_decay(step, rl.old.decay_cap, rl.old.decay_rate)
+            keep = nft_math.old_decay(step, rl.old.decay_cap, rl.old.decay_rate, rl.old.flat_steps)
             lora.blend_adapter(self.transformer, OLD, POLICY, keep)
         extra = {
             "train/advantage_mean": float(advantages.mean()),

@@ -85,6 +85,7 @@ def online_rules(c: schema.RunConfig, rl: schema.OnlineRLBase, r: Rules) -> None
         r.error("rl.old.update_every", "must be >= 1 when rl.old.build_old is on", rl.old.update_every, "set rl.old.update_every = 1 or more")
     if not 0 <= rl.old.decay_rate:
         r.error("rl.old.decay_rate", "must be >= 0", rl.old.decay_rate, "use e.g. 0.001")
+    r.at_least("rl.old.flat_steps", rl.old.flat_steps, 0, "use 0 (no flat start) or e.g. 75 (DiffusionNFT's OCR recipe)")
     if not 0 <= rl.old.decay_cap < 1:
         r.error("rl.old.decay_cap", "must be in [0, 1)", rl.old.decay_cap, "use e.g. 0.5")
     if rl.ref.update_every != 0:
