@@ -126,6 +126,8 @@ NFT_CASES = [
     (["rl.old.update_every=0"], "rl.old.update_every", ">= 1 when rl.old.build_old"),
     (["rl.old.decay_cap=1.0"], "rl.old.decay_cap", "[0, 1)"),
     (["rl.old.flat_steps=-1"], "rl.old.flat_steps", ">= 0"),
+    (['grid.ray_address="head-node"'], "grid.ray_address", "is not host:port, ray://host:port or auto"),
+    (['grid.ray_address="10.0.0.1:99999"'], "grid.ray_address", "not a number in 1..65535"),
     (["rl.ref.update_every=5"], "rl.ref.update_every", "frozen"),
     (["rl.advantage_low=5.0", "rl.advantage_high=-5.0"], "rl.advantage_low", "below rl.advantage_high"),
     (['rl.r_map="exp"'], "rl.r_map", "unknown option"),

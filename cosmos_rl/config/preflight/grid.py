@@ -9,6 +9,7 @@ import os
 
 from cosmos_rl.config.preflight.rules import Rules, algorithm_name
 from cosmos_rl.core import schema
+from cosmos_rl.dist.addresses import ray_address_problem
 
 RDZV_ENV = "COSMOS_RL_RDZV_ENDPOINT"
 # gloo turns a timeout into an int64-nanosecond deadline, which wraps past ~292 years (9.2e9 s) and
@@ -26,6 +27,11 @@ def grid_rules(c: schema.RunConfig, r: Rules) -> None:
     if c.grid.timeout_s > 0 and not c.grid.timeout_s <= GRID_TIMEOUT_MAX_S:
         r.error("grid.timeout_s", f"must be finite and at most {GRID_TIMEOUT_MAX_S} s (7 days)", c.grid.timeout_s,
                 "a collective that takes longer is stuck; use e.g. 600, or 3600 for very slow checkpoint loads")
+    # Judged here so that a typo fails validate, not ray.init minutes into train.
+    problem = ray_address_problem(c.grid.ray_address) if c.grid.ray_address else None
+    if problem:
+        r.error("grid.ray_address", problem, c.grid.ray_address,
+                'give the cluster\'s head as "host:6379", "ray://host:10001" or "auto", or leave it empty for a local cluster')
 
 
 def data_parallel_grid(c: schema.RunConfig, r: Rules) -> None:
