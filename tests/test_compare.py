@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from cosmos_rl.commands import compare, compare_output
 from cosmos_rl.cli import app
-from cosmos_rl.core.errors import EXIT_USAGE
+from cosmos_rl.core.errors import EXIT_USAGE, UserError
 
 EVAL_SETTINGS = {
     "reward": "shapes_strict", "prompts": "the shapes held-out prompts (all 319)", "n_prompts": 319,
@@ -353,3 +353,16 @@ def test_a_zero_width_interval_a_rounding_error_past_its_value_still_draws(tmp_p
 def test_a_run_name_with_brackets_prints_verbatim(tmp_path):
     code, output = cli(nft_run(tmp_path, "exp[bold]a[x]"), "--out", tmp_path / "out")
     assert code == 0 and "exp[bold]a[x]" in output and "the runs' [rl.eval])" in output
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("{rows: 1", "not valid JSON"),          # malformed: the bounded reader's parse error, the file named
+    ("[1, 2]", "not the summary"),           # JSON, but not the object pairs mine writes
+    ('{"rows": -1, "samples": 8}', "must be counts"),
+])
+def test_a_damaged_mine_json_is_refused_naming_it(tmp_path, text, expected):
+    run = dpo_run(tmp_path, mine={"rows": 1, "samples": 1})
+    (tmp_path / "pairs" / "mine.json").write_text(text)
+    with pytest.raises(UserError, match=expected) as caught:
+        compare.compare([run])
+    assert "mine.json" in str(caught.value)

@@ -41,6 +41,7 @@ import attrs
 from cosmos_rl.config import algorithms
 from cosmos_rl.core import schema
 from cosmos_rl.core.errors import UserError
+from cosmos_rl.core.files import read_user_json
 from cosmos_rl.commands.measurement import base_of, differences, held_out_of
 from cosmos_rl.commands.report import EVAL_DIR, EVAL_RESULT, MANIFEST, load_run
 from cosmos_rl.evaluation.scores import score_range
@@ -143,10 +144,11 @@ def _mined_images(rl) -> int | None:
         path = folder / MINE_SUMMARY
         if not path.is_file():
             return None
+        # A FIFO or a huge file named mine.json must not hang or fill memory: the bounded reader.
+        summary = read_user_json(path, "compare", "pairs summary")
         try:
-            summary = json.loads(path.read_text(encoding="utf-8"))
             rows, samples = summary["rows"], summary["samples"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (KeyError, TypeError) as exc:
             raise UserError(f"{path}: not the summary `cosmos-rl pairs mine` writes ({type(exc).__name__}: {exc}); mine the pairs again, or delete it") from None
         if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (rows, samples)):
             raise UserError(f"{path}: \"rows\" and \"samples\" must be counts (got {rows!r}, {samples!r}); mine the pairs again, or delete it")
