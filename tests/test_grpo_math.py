@@ -10,6 +10,7 @@ from cosmos_rl.algorithms.grpo import (
     STEP_DYNAMICS,
     clipped_surrogate,
     cps_step_mean_std,
+    ema_warmup_decay,
     gaussian_kl,
     grpo_advantages,
     grpo_step_loss,
@@ -199,6 +200,38 @@ def test_clip_inside_outside_and_both_advantage_signs():
     assert torch.allclose(logp_new.grad, expected)
     per_sample = clipped_surrogate(r, adv, 0.2)
     assert torch.allclose(per_sample, torch.tensor([-1.1, -1.2, -0.5, 1.5, 0.8, 0.9], dtype=torch.float64))
+
+
+def test_asymmetric_clip_widens_only_the_upper_bound():
+    """clip_range 0.2, clip_range_high 0.6 (band [0.8, 1.6]); r = [1.5, 1.7, 0.5, 1.5], A = [1, 1, 1, -1].
+    Per sample max(-A r, -A clip(r)): A=+1 r=1.5 now inside -> -1.5 (gradient; the symmetric band
+    would clip it to -1.2); A=+1 r=1.7 above -> max(-1.7, -1.6) = -1.6 (clipped); A=+1 r=0.5 below ->
+    max(-0.5, -0.8) = -0.5; A=-1 r=1.5 inside -> 1.5. clip_fraction: 1.7 and 0.5 outside -> 2/4.
+    d loss / d logp_i = (1/4)(-A_i r_i) where not clipped: [-1.5, 0, -0.5, 1.5] / 4."""
+    r = torch.tensor([1.5, 1.7, 0.5, 1.5], dtype=torch.float64)
+    adv = torch.tensor([1.0, 1.0, 1.0, -1.0], dtype=torch.float64)
+    assert torch.allclose(clipped_surrogate(r, adv, 0.2, 0.6), torch.tensor([-1.5, -1.6, -0.5, 1.5], dtype=torch.float64))
+    assert torch.allclose(clipped_surrogate(r, adv, 0.2, None), clipped_surrogate(r, adv, 0.2))  # unset: symmetric
+    logp_new = r.log().requires_grad_()
+    loss, m = grpo_step_loss(logp_new, torch.zeros(4, dtype=torch.float64), adv, None, clip_range=0.2, kl_beta=0.0, clip_range_high=0.6)
+    assert loss.item() == pytest.approx((-1.5 - 1.6 - 0.5 + 1.5) / 4)
+    assert m["clip_fraction"].item() == pytest.approx(2 / 4)
+    loss.backward()
+    assert torch.allclose(logp_new.grad, torch.tensor([-1.5, 0.0, -0.5, 1.5], dtype=torch.float64) / 4)
+    with pytest.raises(ValueError, match="clip_range_high"):
+        clipped_surrogate(r, adv, 0.2, 0.0)
+
+
+def test_ema_warmup_decay_by_hand():
+    """min((1 + t) / (10 + t), decay): t = 0 -> 0.1, 8 -> 0.5, 80 -> 81/90 = 0.9, capped by decay 0.9
+    from there; decay 0.5 caps t = 8 at 0.5 and t = 20 (21/30 = 0.7) at 0.5."""
+    assert ema_warmup_decay(0, 0.9) == pytest.approx(0.1)
+    assert ema_warmup_decay(8, 0.9) == pytest.approx(0.5)
+    assert ema_warmup_decay(80, 0.9) == pytest.approx(0.9)
+    assert ema_warmup_decay(1000, 0.9) == 0.9
+    assert ema_warmup_decay(20, 0.5) == 0.5
+    with pytest.raises(ValueError):
+        ema_warmup_decay(-1, 0.9)
 
 
 def test_step_loss_adds_the_weighted_kl():

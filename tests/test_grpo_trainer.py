@@ -377,6 +377,21 @@ def test_two_updates_a_step_train_each_slice_once_and_the_second_is_off_policy(t
     assert metrics["train/ratio_mean"] != 1.0 and metrics["train/approx_kl"] > 0.0
 
 
+def test_the_moving_average_warms_up_as_flow_grpos_wrapper(tmp_path):
+    """rl.ema_warmup with rl.ema_decay = 0.9, rl.ema_every = 1: step 1's update uses decay
+    min((1 + 1) / (10 + 1), 0.9) = 2/11 (t = 1 optimizer step taken), so ema = 2/11 x start + 9/11 x
+    the step-1 policy (from the tensors, by hand), not 0.9 x start + 0.1 x policy."""
+    config = _config(tmp_path, ema_decay=0.9, ema_every=1, ema_warmup=True)
+    trainer = local_trainer(config, tmp_path / "run")
+    trainer.build(resume=False)
+    start = _adapter(trainer.transformer, "ema")
+    trainer.train_step(1)
+    policy, ema = _adapter(trainer.transformer, "policy"), _adapter(trainer.transformer, "ema")
+    assert any(not torch.equal(policy[k], start[k]) for k in policy)
+    for key in ema:
+        torch.testing.assert_close(ema[key], (2 / 11) * start[key] + (9 / 11) * policy[key], rtol=0, atol=1e-7)
+
+
 @pytest.mark.parametrize(
     ("rl", "lora_rank", "key", "severity"),
     [
@@ -385,6 +400,8 @@ def test_two_updates_a_step_train_each_slice_once_and_the_second_is_off_policy(t
         ({"ema_decay": 0.9, "ema_every": 0}, 4, "rl.ema_every", "error"),
         ({"ema_decay": 0.9}, 0, "rl.ema_decay", "error"),  # a full fine-tune has no adapter to average into
         ({"ema_every": 4}, 4, "rl.ema_every", "warning"),  # no moving average: the cadence does nothing
+        ({"ema_warmup": True}, 4, "rl.ema_warmup", "warning"),  # nor its warm-up
+        ({"clip_range_high": 0.0}, 4, "rl.clip_range_high", "error"),
         ({"updates_per_step": 0}, 4, "rl.updates_per_step", "error"),
         ({"prompts_per_step": 3, "updates_per_step": 2}, 4, "rl.updates_per_step", "error"),  # slices must be equal
     ],

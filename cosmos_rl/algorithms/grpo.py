@@ -234,23 +234,45 @@ def policy_ratio(logp_new: torch.Tensor, logp_old: torch.Tensor) -> torch.Tensor
     return torch.exp(logp_new - logp_old.detach())
 
 
-def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, clip_range: float) -> torch.Tensor:
-    """PPO's pessimistic clipped loss per sample [B]: max(-A r, -A clip(r, 1 - eps, 1 + eps)).
+def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, clip_range: float,
+                      clip_range_high: float | None = None) -> torch.Tensor:
+    """PPO's pessimistic clipped loss per sample [B]: max(-A r, -A clip(r, 1 - eps, 1 + eps_high)),
+    eps_high = eps unless given (DAPO's "clip-higher": a wider upper bound lets a rare good step's
+    probability grow further before its gradient stops).
 
-    With A > 0 the gradient stops once r > 1 + eps (nothing more to gain from pushing it up) but
-    not below 1 - eps; with A < 0 the other way round. By hand, eps = 0.2:
+    With A > 0 the gradient stops once r > 1 + eps_high (nothing more to gain from pushing it up)
+    but not below 1 - eps; with A < 0 the other way round. By hand, eps = 0.2:
     A = 1, r = 1.5 -> max(-1.5, -1.2) = -1.2 (clipped, no gradient); A = 1, r = 0.5 -> -0.5;
     A = -1, r = 1.5 -> 1.5; A = -1, r = 0.5 -> max(0.5, 0.8) = 0.8 (clipped).
     """
+    high = clip_range if clip_range_high is None else clip_range_high
     if not clip_range > 0:
         raise ValueError(f"clip_range must be > 0, got {clip_range}")
+    if not high > 0:
+        raise ValueError(f"clip_range_high must be > 0, got {high}")
     if ratio.shape != advantages.shape or ratio.dim() != 1:
         raise ValueError(
             f"ratio and advantages must both be shaped [B], got {tuple(ratio.shape)} and {tuple(advantages.shape)}"
         )
     a = advantages.detach().to(ratio.dtype)
-    clipped = ratio.clamp(1 - clip_range, 1 + clip_range)
+    clipped = ratio.clamp(1 - clip_range, 1 + high)
     return torch.maximum(-a * ratio, -a * clipped)
+
+
+def outside(ratio: torch.Tensor, clip_range: float, clip_range_high: float | None = None) -> torch.Tensor:
+    """Which ratios lie outside the clip interval [1 - clip_range, 1 + clip_range_high] (bool, as `ratio`)."""
+    high = clip_range if clip_range_high is None else clip_range_high
+    return (ratio < 1 - clip_range) | (ratio > 1 + high)
+
+
+def ema_warmup_decay(optimizer_steps: int, decay: float) -> float:
+    """The moving average's decay after `optimizer_steps` optimizer steps with Flow-GRPO's warm-up
+    (its EMA wrapper, as diffusers' EMAModel): min((1 + t) / (10 + t), decay). Early averages follow
+    the policy (t = 0: 0.1), so the average does not sit near the base for the run's first hundred
+    steps. By hand: t = 0 -> 0.1, t = 8 -> 0.5, t = 80 with decay 0.9 -> min(81/90, 0.9) = 0.9."""
+    if optimizer_steps < 0:
+        raise ValueError(f"optimizer_steps must be >= 0, got {optimizer_steps}")
+    return min((1 + optimizer_steps) / (10 + optimizer_steps), decay)
 
 
 def gaussian_kl(mean: torch.Tensor, mean_ref: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
@@ -337,11 +359,12 @@ def grpo_step_loss(
     kl: torch.Tensor | None,
     clip_range: float = DEFAULT_CLIP_RANGE,
     kl_beta: float = DEFAULT_KL_BETA,
+    clip_range_high: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The loss of one trained sampler step for a batch of B samples, and its metrics.
 
         ratio       = exp(logp_new - logp_old)                        [B]
-        policy_loss = mean(clipped_surrogate(ratio, A, clip_range))
+        policy_loss = mean(clipped_surrogate(ratio, A, clip_range, clip_range_high))
         kl_loss     = mean(kl)                                        (kl from `gaussian_kl`, [B])
         loss        = policy_loss + kl_beta * kl_loss
 
@@ -349,7 +372,7 @@ def grpo_step_loss(
     policy's (detached); advantages: one per sample [B] (a sample's advantage at every one of its
     steps). kl = None (only with kl_beta = 0) leaves the KL out, and `kl_loss` out of the metrics.
     Metrics (detached 0-dim tensors): loss, policy_loss, kl_loss (when kl), ratio_mean,
-    clip_fraction (share of samples with |ratio - 1| > clip_range), approx_kl
+    clip_fraction (share of samples with the ratio outside [1 - clip_range, 1 + clip_range_high]), approx_kl
     (0.5 * mean((logp_new - logp_old)^2), the usual estimate of KL(old || new)).
     """
     if kl is None and kl_beta != 0:
@@ -359,7 +382,7 @@ def grpo_step_loss(
     if kl is not None and kl.shape != logp_new.shape:
         raise ValueError(f"kl must be shaped like logp_new {tuple(logp_new.shape)}, got {tuple(kl.shape)}")
     ratio = policy_ratio(logp_new, logp_old)
-    policy_loss = clipped_surrogate(ratio, advantages, clip_range).mean()
+    policy_loss = clipped_surrogate(ratio, advantages, clip_range, clip_range_high).mean()
     loss = policy_loss
     metrics = {"policy_loss": policy_loss.detach()}
     if kl is not None:
@@ -371,6 +394,6 @@ def grpo_step_loss(
         "loss": loss.detach(),
         **metrics,
         "ratio_mean": ratio.detach().mean(),
-        "clip_fraction": ((ratio.detach() - 1).abs() > clip_range).to(ratio.dtype).mean(),
+        "clip_fraction": outside(ratio.detach(), clip_range, clip_range_high).to(ratio.dtype).mean(),
         "approx_kl": 0.5 * log_ratio.pow(2).mean(),
     }

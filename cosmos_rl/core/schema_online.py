@@ -160,6 +160,10 @@ class GRPOConfig(OnlineRLBase):
         "the step's std s' * sin(eta * pi / 2) (Flow-CPS's configs: 0.8), in (0, 1]."
     )
     clip_range: float = knob(1e-4, "PPO clip range of the ratio of per-element-mean log-probs (Flow-GRPO's base config); > 0.")
+    clip_range_high: Optional[float] = knob(
+        None, "The upper clip bound's own range (asymmetric clip, DAPO's clip-higher): the ratio is clipped to [1 - clip_range, 1 + clip_range_high]; "
+        "unset = rl.clip_range on both sides (Flow-GRPO); > 0."
+    )
     kl_beta: float = knob(
         0.04, "Weight of the KL between the policy's and the frozen reference's SDE steps; 0 = no KL term (measured on logged steps only). With rl.kl_form = `exact` "
         "(the default) the number is not Flow-GRPO's: its reference code's KL leaves out the step size (divides by sigma_s^2, not the step's variance "
@@ -187,6 +191,10 @@ class GRPOConfig(OnlineRLBase):
         "`[rl.eval]`, `cosmos-rl eval`, `export` and `pairs mine` use it, rollouts and training the policy (Flow-GRPO's reference code: 0.9); 0 = none, in [0, 1)."
     )
     ema_every: int = knob(8, "Steps between updates of the moving average (rl.ema_decay > 0; Flow-GRPO's reference code: 8); >= 1.")
+    ema_warmup: bool = knob(
+        False, "Warm the moving average up as Flow-GRPO's EMA wrapper does: each update's decay is min((1 + t) / (10 + t), rl.ema_decay), "
+        "t the optimizer steps taken so far, so early averages follow the policy; false = rl.ema_decay from the first update."
+    )
     updates_per_step: int = knob(
         1, "Optimizer steps a run step takes: each rank's samples split into this many equal slices by prompt, one update per slice, each later slice's ratio off-policy "
         "and clipped (Flow-GRPO's reference code: 2 a sampling round); divides rl.prompts_per_step, >= 1."

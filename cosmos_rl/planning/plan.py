@@ -269,13 +269,16 @@ def grpo_section(config: schema.RunConfig, base_dir: Path) -> dict:
         evaluation="held-out evaluation samples with UniPC (the model's own scheduler), as every algorithm's",
     )  # fmt: skip
     out["per_step"]["trained_steps_per_sample"] = trained
-    out["objective"] = {"clip_range": rl.clip_range, "kl_beta": rl.kl_beta, "kl": "exact KL of the policy's and the reference's SDE steps"}
+    out["objective"] = {"clip_range": rl.clip_range if rl.clip_range_high is None else [rl.clip_range, rl.clip_range_high], "kl_beta": rl.kl_beta,
+                        "kl": ("exact KL of the policy's and the reference's SDE steps" if rl.kl_form == "exact"
+                               else "Flow-GRPO's reference-code KL: the exact KL times the step size")}
     out["per_step"]["optimizer_steps"] = rl.updates_per_step
     if rl.updates_per_step > 1:
         out["per_step"]["prompts_per_update"] = rl.prompts_per_step // rl.updates_per_step
     if rl.ema_decay:
         out["moving_average"] = (f"ema = {rl.ema_decay:g} x ema + {1 - rl.ema_decay:g} x policy every {rl.ema_every} steps: "
-                                 "the run's model, what [rl.eval], eval, export and pairs mine use")
+                                 "the run's model, what [rl.eval], eval, export and pairs mine use"
+                                 + ("; warmed up: decay min((1 + t) / (10 + t), that), t = optimizer steps" if rl.ema_warmup else ""))
     return out
 
 

@@ -179,7 +179,9 @@ class GRPOTrainer(OnlineTrainer):
         if rl.ema_decay and step % rl.ema_every == 0:
             from cosmos_rl.models import lora
 
-            lora.blend_adapter(self.transformer, EMA, POLICY, rl.ema_decay)
+            # Warm-up (Flow-GRPO's EMA wrapper): t = the optimizer steps taken so far, this step's included.
+            decay = grpo_math.ema_warmup_decay(step * rl.updates_per_step, rl.ema_decay) if rl.ema_warmup else rl.ema_decay
+            lora.blend_adapter(self.transformer, EMA, POLICY, decay)
         extra = {
             "train/advantage_mean": float(advantages.mean()),
             # near the clamp bound = the advantages are pinned there (rewards too spread for the range)
@@ -202,7 +204,7 @@ class GRPOTrainer(OnlineTrainer):
         mean, std = grpo_math.step_mean_std(rl.scheduler, x, v, s, s_next, rl.noise_level)
         logp = grpo_math.step_log_prob(record.x_next, mean, std)
         kl = None if mean_ref is None else grpo_math.step_kl(mean, mean_ref, std, s, s_next, rl.kl_form, rl.scheduler)
-        loss, metrics = grpo_math.grpo_step_loss(logp, record.log_prob, advantages, kl, rl.clip_range, rl.kl_beta)
+        loss, metrics = grpo_math.grpo_step_loss(logp, record.log_prob, advantages, kl, rl.clip_range, rl.kl_beta, rl.clip_range_high)
         if "kl_loss" in metrics:
             metrics["kl"] = metrics.pop("kl_loss")
         return loss, metrics

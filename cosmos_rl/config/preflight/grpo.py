@@ -46,6 +46,8 @@ def grpo_rules(c: schema.RunConfig, rl: schema.GRPOConfig, r: Rules) -> None:
                 "set rl.old.build_old = false")
     r.positive("rl.noise_level", rl.noise_level)
     r.positive("rl.clip_range", rl.clip_range)
+    if rl.clip_range_high is not None:
+        r.positive("rl.clip_range_high", rl.clip_range_high)
     r.at_least("rl.kl_beta", rl.kl_beta, 0)
     r.positive("rl.advantage_clip", rl.advantage_clip)
     batch_std_rule(rl, r)
@@ -88,6 +90,9 @@ def _ema_rules(c: schema.RunConfig, rl: schema.GRPOConfig, r: Rules) -> None:
                 "set rl.ema_decay = 0, or train a LoRA adapter (model.lora.rank > 0)")
     elif rl.ema_decay == 0 and rl.ema_every != attrs.fields(schema.GRPOConfig).ema_every.default:
         r.warn("rl.ema_every", "has no effect without a moving average (rl.ema_decay = 0)", rl.ema_every,
+               "remove it, or set rl.ema_decay (e.g. 0.9)")
+    if rl.ema_decay == 0 and rl.ema_warmup:
+        r.warn("rl.ema_warmup", "has no effect without a moving average (rl.ema_decay = 0)", rl.ema_warmup,
                "remove it, or set rl.ema_decay (e.g. 0.9)")
 
 
