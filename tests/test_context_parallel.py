@@ -101,3 +101,84 @@ def test_a_group_of_one_is_no_context_parallelism():
     assert context_parallel_of(transformer).size == 2
     set_context_parallel(transformer, None)
     assert context_parallel_of(transformer) is None
+
+
+# ---------------------------------------------------------------------- grid.context_parallel
+DPO = REPO / "manifests" / "dpo_t2i_smoke.toml"  # 2 ranks, the tiny preset: 4 heads (2 KV), 16 vision tokens
+WORLD = REPO / "manifests" / "sft_world_pusht_public_8gpu.toml"  # 8 ranks, forward dynamics: action rows
+
+
+def _problems(manifest: Path, overrides: list[str]) -> list:
+    from cosmos_rl.config import load
+
+    _, problems = load.load_all_problems(manifest, overrides)
+    return [p for p in problems if p.path == "grid.context_parallel"]
+
+
+def test_one_rank_per_sample_is_the_default_and_passes():
+    assert _problems(DPO, []) == [] and _problems(DPO, ["grid.context_parallel=1"]) == []
+    [problem] = _problems(DPO, ["grid.context_parallel=0"])
+    assert "must be >= 1" in problem.render()
+
+
+def test_a_size_that_fits_is_refused_only_because_no_training_loop_runs_it_yet():
+    [problem] = _problems(DPO, ["grid.context_parallel=2"])
+    assert problem.severity == "error" and "no training loop runs context parallel" in problem.render()
+    assert "set grid.context_parallel = 1" in problem.render()
+
+
+def test_ranks_heads_and_tokens_that_do_not_split_are_each_named_with_the_sizes_that_would():
+    rendered = [p.render() for p in _problems(DPO, ["grid.context_parallel=3"])]
+    assert any("must divide the run's 2 ranks" in line for line in rendered), rendered
+    assert any("does not divide the model's 4 attention heads" in line for line in rendered), rendered
+    assert any("does not divide a sample's 16 vision tokens" in line for line in rendered), rendered
+    # 2 is the one size above 1 dividing 2 ranks, 4 heads and 16 tokens.
+    assert all("set grid.context_parallel to one of [2]" in line for line in rendered[1:]), rendered
+
+
+def test_kv_heads_that_do_not_split_are_a_warning_not_an_error():
+    found = _problems(DPO, ["grid.context_parallel=4", "grid.gpus_per_node=4", "model.config.parallelism.data_parallel_shard_degree=4"])
+    warnings = [p.render() for p in found if p.severity == "warning"]
+    assert warnings == [
+        "grid.context_parallel: does not divide the model's 2 KV heads: they are repeated to 4 before the all-to-all "
+        "(2x the key/value traffic) (got 4); set grid.context_parallel to one of [2] to split them as they are"
+    ]
+
+
+@pytest.fixture
+def eight_head_folder(tmp_path) -> Path:
+    # The tiny preset's configs with 8 attention heads: at 96x96 a frame is 24x24 cells, 144 tokens.
+    from _model_folders import stub_model_folder
+
+    from cosmos_rl.models.architectures import TINY_TRANSFORMER, TINY_VAE
+
+    folder = stub_model_folder(tmp_path / "model")
+    (folder / "transformer" / "config.json").write_text(json.dumps({**TINY_TRANSFORMER, "num_attention_heads": 8}))
+    (folder / "vae").mkdir()
+    (folder / "vae" / "config.json").write_text(json.dumps(TINY_VAE))
+    return folder
+
+
+def test_action_rows_count_with_the_vision_tokens(eight_head_folder):
+    # 5 frames: 5 latent frames x 144 = 720 vision tokens (8 divides), + 4 action rows = 724 (it does not).
+    overrides = [f'model.path="{eight_head_folder}"', "model.num_frames=5", "grid.context_parallel=8"]
+    rendered = [p.render() for p in _problems(WORLD, overrides)]
+    assert any("does not divide a sample's 720 vision tokens + 4 action rows = 724" in line for line in rendered), rendered
+    assert not any("attention heads" in line for line in rendered), rendered
+    # The same model and size without action rows splits.
+    plain = [p.render() for p in _problems(WORLD, overrides + ['model.condition.kind="none"', 'model.condition.source="none"'])]
+    assert not any("does not divide a sample's" in line for line in plain), plain
+
+
+def test_plan_says_what_one_rank_of_a_group_holds():
+    from cosmos_rl.config import load
+    from cosmos_rl.planning.media_cost import context_parallel_section
+    from cosmos_rl.planning.plan import build
+
+    config, _ = load.load_all_problems(DPO, ["grid.context_parallel=4", "grid.gpus_per_node=4", "model.config.parallelism.data_parallel_shard_degree=4"])
+    section = context_parallel_section(config, DPO.parent)
+    assert section["ranks"] == 4 and section["heads_per_rank"] == "1 of 4 in attention"
+    assert section["kv_heads"] == "2: repeated to 4, then split"
+    assert section["tokens_per_rank"] == "4 of a sample's 16 vision tokens"
+    off, _ = load.load_all_problems(DPO, [])
+    assert build(off, str(DPO))["context_parallel"]["summary"].startswith("off (grid.context_parallel = 1)")
