@@ -10,6 +10,7 @@ every rank's largest differences to the JSON file named on the command line.
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 
@@ -24,10 +25,10 @@ from cosmos_rl.models.packing import set_context_parallel, velocity
 CHANNELS, SIDE, PATCH = 4, 8, 2  # the tiny preset's latents: 8x8 cells, patch 2 -> 16 tokens a frame
 
 
-def _batch(case: str, vocab: int):
+def _batch(case: str, vocab: int, seed: int = 7):
     # Two samples with prompts of different lengths (two attention segments), 3 latent frames:
     # 48 vision tokens a sample; the action case adds 4 rows (52), every count divides by 4.
-    generator = torch.Generator().manual_seed(7)
+    generator = torch.Generator().manual_seed(seed)
     x_t = torch.randn(2, CHANNELS, 3, SIDE, SIDE, generator=generator)
     sigma = torch.tensor([0.8, 0.35])
     ids = [torch.randint(0, vocab, (5,), generator=generator), torch.randint(0, vocab, (9,), generator=generator)]
@@ -48,15 +49,18 @@ def _batch(case: str, vocab: int):
     return x_t, sigma, ids, kwargs
 
 
-def _forward_backward(transformer, case: str, vocab: int):
-    x_t, sigma, ids, kwargs = _batch(case, vocab)
-    transformer.zero_grad(set_to_none=True)
-    out = velocity(transformer, x_t, sigma, ids, **kwargs)
+def _loss(transformer, case: str, vocab: int, seed: int = 7):
+    out = velocity(transformer, *_batch(case, vocab, seed)[:3], **_batch(case, vocab, seed)[3])
     outputs = out if isinstance(out, tuple) else (out,)
-    weights = torch.Generator().manual_seed(3)
+    weights = torch.Generator().manual_seed(seed + 1)
     # A fixed weighting, so every output element has its own cotangent; a mean, as the training
     # losses are (a sum makes gradients of ~40 here, whose float32 rounding alone is ~4e-6).
-    loss = sum((o * torch.randn(o.shape, generator=weights)).mean() for o in outputs)
+    return sum((o * torch.randn(o.shape, generator=weights)).mean() for o in outputs), outputs
+
+
+def _forward_backward(transformer, case: str, vocab: int):
+    transformer.zero_grad(set_to_none=True)
+    loss, outputs = _loss(transformer, case, vocab)
     loss.backward()
     grads = {name: p.grad.clone() for name, p in transformer.named_parameters() if p.grad is not None}
     return [o.detach().clone() for o in outputs], grads
@@ -83,6 +87,39 @@ def _compare(transformer, cp, case: str, vocab: int, seen: list) -> dict:
         # vision/action rows the first decoder layer got on this rank (the whole batch: 2 samples)
         local_rows=seen[0],
         outputs=len(out),
+    )
+
+
+def _data_context_step(transformer, vocab: int) -> dict:
+    """2 data-parallel x 2 context-parallel ranks, FSDP2 over the world: each context group trains
+    its own action batch; the gradients must be those of one process on the mean of both losses."""
+    from torch.distributed.tensor import DTensor
+
+    from cosmos_rl.dist.context_parallel import data_context_layout
+    from cosmos_rl.dist.fsdp import shard_transformer
+
+    seeds = (7, 8)  # data-parallel rank d trains batch seeds[d]
+    reference = copy.deepcopy(transformer)
+    reference.zero_grad(set_to_none=True)
+    (sum(_loss(reference, "action", vocab, seed)[0] for seed in seeds) / len(seeds)).backward()
+    expected = {name: p.grad for name, p in reference.named_parameters() if p.grad is not None}
+
+    layout = data_context_layout(2)
+    sharded = copy.deepcopy(transformer)
+    sharded.zero_grad(set_to_none=True)
+    set_context_parallel(sharded, layout.cp)
+    shard_transformer(sharded, mixed_precision=False)
+    _loss(sharded, "action", vocab, seeds[layout.dp_rank])[0].backward()
+    got = {}
+    for name, p in sharded.named_parameters():
+        if p.grad is not None:
+            got[name] = p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
+    return dict(
+        dp_rank=layout.dp_rank,
+        cp_rank=layout.cp.rank,
+        grad_keys_match=sorted(got) == sorted(expected),
+        grad_diff=max((got[k] - expected[k]).abs().max().item() for k in expected),
+        grad_max=max(g.abs().max().item() for g in expected.values()),
     )
 
 
@@ -114,6 +151,8 @@ def main(path: str) -> None:
         except ValueError as error:
             results[f"odd/{size}"] = str(error)
         set_context_parallel(transformer, None)
+
+    results["fsdp_dp2_cp2"] = _data_context_step(parts.transformer, vocab)
 
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, results)

@@ -3,7 +3,8 @@ one-rank velocities and parameter gradients, on groups of 2 and of 4 CPU ranks.
 
 One torchrun world of 4 gloo ranks (tests/_context_parallel_worker.py) runs every case on the
 whole world (a group of 4) and on two groups of 2, against the same forward without context
-parallelism in the same process. The tiny preset has 4 attention heads and 2 KV heads: a group of
+parallelism in the same process, then one FSDP2 backward over 2 data-parallel x 2 context-parallel
+ranks against one process. The tiny preset has 4 attention heads and 2 KV heads: a group of
 2 splits the KV heads, a group of 4 repeats them first.
 """
 
@@ -76,6 +77,19 @@ def test_velocities_and_gradients_equal_the_one_rank_computation(ranks, case, si
         # Each rank really held 1/size of the batch's vision (+ action) rows: 2 samples of 48 (+4).
         per_sample = 52 if case.startswith("action") else 48
         assert result["local_rows"] == 2 * per_sample // size, where
+
+
+@pytest.mark.slow
+def test_fsdp2_over_data_x_context_ranks_gives_the_gradients_of_the_mean_loss(ranks):
+    # 2 data-parallel x 2 context-parallel ranks (dist.context_parallel.data_context_layout), FSDP2
+    # over all 4: each context group trains its own action batch, and the reduced gradients equal
+    # one process's gradients of the mean of the two batches' losses.
+    layout = [(results["fsdp_dp2_cp2"]["dp_rank"], results["fsdp_dp2_cp2"]["cp_rank"]) for results in ranks]
+    assert layout == [(0, 0), (0, 1), (1, 0), (1, 1)]  # consecutive ranks share a context group
+    for rank, results in enumerate(ranks):
+        result = results["fsdp_dp2_cp2"]
+        assert result["grad_keys_match"] and result["grad_max"] > 1e-3, rank
+        assert result["grad_diff"] <= 1e-6, rank
 
 
 @pytest.mark.slow

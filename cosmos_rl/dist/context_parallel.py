@@ -42,6 +42,36 @@ def context_parallel_group(group=None) -> ContextParallel:
     return ContextParallel(group, dist.get_rank(group), dist.get_world_size(group))
 
 
+class DataContextLayout(NamedTuple):
+    """The world as (data parallel) x (context parallel): `dp_size` groups of `cp.size` consecutive
+    ranks; every rank of a context group trains the same samples, those of data-parallel rank
+    `dp_rank`. `mesh` is the 2-D device mesh ("dp", "cp")."""
+
+    dp_rank: int
+    dp_size: int
+    cp: ContextParallel
+    mesh: object  # torch.distributed.device_mesh.DeviceMesh
+
+
+def data_context_layout(context: int, device_type: str = "cpu") -> DataContextLayout:
+    """Split the default process group into data-parallel x context-parallel (`context` ranks per
+    group, consecutive ranks together, so a group stays inside a node when it fits one).
+
+    FSDP2 over the whole world (`dist.fsdp.shard_transformer` without a mesh) then averages every
+    gradient over dp x cp ranks: the mean over each context group (this module's convention) and
+    the mean over the data-parallel ranks' samples, as without context parallelism."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if not dist.is_initialized():
+        raise RuntimeError("context parallelism needs an initialised torch.distributed process group")
+    world = dist.get_world_size()
+    if context < 1 or world % context:
+        raise ValueError(f"grid.context_parallel = {context} does not divide the {world} ranks; use a divisor of {world}")
+    mesh = init_device_mesh(device_type, (world // context, context), mesh_dim_names=("dp", "cp"))
+    cp = ContextParallel(mesh.get_group("cp"), mesh.get_local_rank("cp"), context)
+    return DataContextLayout(mesh.get_local_rank("dp"), world // context, cp, mesh)
+
+
 def _all_to_all(blocks: torch.Tensor, cp: ContextParallel) -> torch.Tensor:
     # blocks: [size, ...]; block j goes to rank j, block i of the result came from rank i.
     blocks = blocks.contiguous()
