@@ -150,6 +150,13 @@ def main(path: str) -> None:
             results[f"odd/{size}"] = "no error"
         except ValueError as error:
             results[f"odd/{size}"] = str(error)
+        # A rank fed another batch than its group (here: its own sigma) is refused on every rank.
+        x_t, sigma, ids, kwargs = _batch("t2v", vocab)
+        try:
+            velocity(transformer, x_t, sigma + 0.01 * cp.rank, ids, **kwargs)
+            results[f"mismatch/{size}"] = "no error"
+        except ValueError as error:
+            results[f"mismatch/{size}"] = str(error)
         set_context_parallel(transformer, None)
 
     results["fsdp_dp2_cp2"] = _data_context_step(parts.transformer, vocab)

@@ -100,6 +100,14 @@ def test_a_token_count_that_does_not_split_names_the_key_and_the_fix(ranks, size
         assert f"17 vision/action tokens of this batch do not split over grid.context_parallel = {size}" in message
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("size", SIZES)
+def test_ranks_of_a_group_fed_different_batches_all_raise_instead_of_mixing_samples(ranks, size):
+    others = "[1]" if size == 2 else "[1, 2, 3]"
+    for results in ranks:
+        assert results[f"mismatch/{size}"].startswith(f"context-parallel ranks {others} got another batch than rank 0"), results[f"mismatch/{size}"]
+
+
 def test_heads_that_do_not_split_are_refused_before_any_forward():
     transformer = build_preset("tiny", seed=0).transformer  # 4 attention heads
     with pytest.raises(ValueError, match="4 attention heads do not split over 3 .*grid.context_parallel"):

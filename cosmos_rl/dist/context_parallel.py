@@ -133,6 +133,23 @@ def heads_to_sequence(x: torch.Tensor, cp: ContextParallel) -> torch.Tensor:
     return _HeadsToSequence.apply(x, cp)
 
 
+def check_same_input(cp: ContextParallel, fingerprint: torch.Tensor, what: str) -> None:
+    """Raise on every rank of the group unless every rank passed the same `fingerprint` (a few
+    float64 numbers of its input, on the group's device: sizes and sums). The group's collectives
+    assume one shared input: different sizes would hang an all-to-all and different values would
+    mix samples silently. One small all-gather, so every rank sees every fingerprint and all raise
+    together."""
+    mine = fingerprint.detach().to(torch.float64).contiguous()
+    everyone = [torch.empty_like(mine) for _ in range(cp.size)]
+    dist.all_gather(everyone, mine, group=cp.group)
+    differing = [rank for rank, theirs in enumerate(everyone) if not torch.equal(theirs, everyone[0])]
+    if differing:
+        raise ValueError(
+            f"context-parallel ranks {differing} got another {what} than rank 0 of their group: every rank of a "
+            "context group must run the same samples (feed them by data-parallel rank, dist.context_parallel.data_context_layout)"
+        )
+
+
 def local_slice(x: torch.Tensor, cp: ContextParallel, dim: int = 0) -> torch.Tensor:
     """This rank's contiguous 1/size of `x` (the same on every rank) along `dim`; a plain slice, so
     the backward hands the rest of `x` a zero gradient (the other ranks account for it)."""

@@ -29,7 +29,7 @@ from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import (
 )
 
 from cosmos_rl.core.flow import model_timesteps
-from cosmos_rl.dist.context_parallel import ContextParallel, gather_sequence, local_slice
+from cosmos_rl.dist.context_parallel import ContextParallel, check_same_input, gather_sequence, local_slice
 from cosmos_rl.models import text_kv
 from cosmos_rl.models.packed_attention import Segments, install_packed_attention
 
@@ -165,6 +165,11 @@ def _segments_in_rotary_tuple(
     def add_segments(und_seq, gen_seq, rotary_emb):
         # Reusing held text keys/values: the text stream enters the layers empty (zero rows).
         if cp is not None:
+            # First, before any rank can raise alone: token counts and sums of the hidden states
+            # entering the layers, bitwise equal across the group when its ranks run one batch.
+            sizes = torch.tensor([und_seq.shape[0], gen_seq.shape[0]], dtype=torch.float64, device=gen_seq.device)
+            sums = torch.stack([und_seq.detach().double().sum(), gen_seq.detach().double().sum()])
+            check_same_input(cp, torch.cat([sizes, sums]), "batch")
             if gen_seq.shape[0] % cp.size:
                 raise ValueError(
                     f"{gen_seq.shape[0]} vision/action tokens of this batch do not split over grid.context_parallel = "
