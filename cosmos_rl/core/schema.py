@@ -187,6 +187,14 @@ class GridConfig:
     timeout_s: float = knob(
         600.0, "Seconds a collective or an actor call may take before the run fails naming the rank (at most 7 days)."
     )
+    context_parallel: int = knob(
+        1,
+        "Ranks that share one sample's vision tokens (Ulysses context parallelism: each holds 1/N of them, an all-to-all "
+        "over attention heads around every attention; text tokens are replicated on every rank). 1 = off. N must divide "
+        "the attention heads and the vision (+ action) tokens per sample; KV heads that do not divide are repeated. "
+        "The forward and backward are in place (exact against one rank); no training loop uses them yet, so preflight "
+        "refuses N > 1 (docs/scale.md).",
+    )
 
 
 # --------------------------------------------------------------------------------------------- DPO
@@ -351,6 +359,7 @@ LATER_KNOB_DEFAULTS: dict[str, object] = {
     "rl.timestep_sampling": "uniform",
     "rl.logit_mean": 0.0,
     "rl.logit_std": 1.0,
+    "grid.context_parallel": 1,
 }
 
 # Fields that may change on an exact resume without changing what the run computes.

@@ -29,6 +29,7 @@ from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import (
 )
 
 from cosmos_rl.core.flow import model_timesteps
+from cosmos_rl.dist.context_parallel import ContextParallel, check_same_input, gather_sequence, local_slice
 from cosmos_rl.models import text_kv
 from cosmos_rl.models.packed_attention import Segments, install_packed_attention
 
@@ -119,31 +120,84 @@ def _layout(
     )
 
 
+_CONTEXT_PARALLEL = "_cosmos_rl_context_parallel"
+
+
+def set_context_parallel(transformer: Cosmos3OmniTransformer, cp: "ContextParallel | None") -> None:
+    """Run every later packed forward of `transformer` context parallel over `cp`
+    (`dist.context_parallel.context_parallel_group`), or not (None).
+
+    Every rank of the group must call `velocity` with the same batch; each returns the whole
+    velocity. The vision tokens (with any action rows) of the batch are split into `cp.size`
+    contiguous slices, one per rank, so their count must divide by it (per sample, preflight checks
+    `grid.context_parallel`); the text tokens are replicated on every rank. Parameter gradients are
+    the group MEAN of the ranks' gradients (`dist.context_parallel`), which FSDP2 over a (data x
+    context) mesh computes."""
+    if cp is None:
+        if hasattr(transformer, _CONTEXT_PARALLEL):
+            delattr(transformer, _CONTEXT_PARALLEL)
+        return
+    config = transformer.config
+    heads = int(config.num_attention_heads)
+    if heads % cp.size:
+        raise ValueError(
+            f"{heads} attention heads do not split over {cp.size} context-parallel ranks; "
+            "set grid.context_parallel to a divisor of the head count"
+        )
+    setattr(transformer, _CONTEXT_PARALLEL, cp if cp.size > 1 else None)
+
+
+def context_parallel_of(transformer: Cosmos3OmniTransformer) -> "ContextParallel | None":
+    """The group `set_context_parallel` gave `transformer` (None: every forward is whole)."""
+    return getattr(transformer, _CONTEXT_PARALLEL, None)
+
+
 @contextmanager
 def _segments_in_rotary_tuple(
     transformer: Cosmos3OmniTransformer, layout: _Layout, plan: "text_kv.TextKVPlan | None" = None
 ) -> Iterator[None]:
     if transformer._cp_shard_fn is not None:
-        raise RuntimeError("packed forwards do not support context parallelism (_cp_shard_fn is already set)")
+        raise RuntimeError("packed forwards bring their own context parallelism (_cp_shard_fn is already set)")
     reuse = plan is not None and plan.reuse
-    extra = (layout.segments,) if plan is None else (layout.segments, plan)
+    cp = context_parallel_of(transformer)
+    extra = (layout.segments,) if plan is None and cp is None else (layout.segments, plan, cp)
 
     def add_segments(und_seq, gen_seq, rotary_emb):
         # Reusing held text keys/values: the text stream enters the layers empty (zero rows).
+        if cp is not None:
+            # First, before any rank can raise alone: token counts and sums of the hidden states
+            # entering the layers, bitwise equal across the group when its ranks run one batch.
+            sizes = torch.tensor([und_seq.shape[0], gen_seq.shape[0]], dtype=torch.float64, device=gen_seq.device)
+            sums = torch.stack([und_seq.detach().double().sum(), gen_seq.detach().double().sum()])
+            check_same_input(cp, torch.cat([sizes, sums]), "batch")
+            if gen_seq.shape[0] % cp.size:
+                raise ValueError(
+                    f"{gen_seq.shape[0]} vision/action tokens of this batch do not split over grid.context_parallel = "
+                    f"{cp.size} ranks; choose a size, frame count or patch grid whose token count per sample divides by it"
+                )
+            # This rank's contiguous slice of the vision tokens and of their rotary tables.
+            cos_und, sin_und, cos_gen, sin_gen = rotary_emb
+            gen_seq = local_slice(gen_seq, cp)
+            rotary_emb = (cos_und, sin_und, local_slice(cos_gen, cp), local_slice(sin_gen, cp))
         return (und_seq[:0] if reuse else und_seq), gen_seq, (*rotary_emb, *extra)
 
-    def text_rows_back(und_out, gen_out):
-        # The final hidden state is indexed as [text | vision]; only vision rows are read.
-        return und_out.new_zeros(layout.und_len, und_out.shape[-1]), gen_out
+    def rows_back(und_out, gen_out):
+        # The final hidden state is indexed as [text | vision]; only vision rows are read (text rows
+        # are zeros when the text stream did not run, and are read by no output head otherwise).
+        if reuse:
+            und_out = und_out.new_zeros(layout.und_len, und_out.shape[-1])
+        if cp is not None:
+            gen_out = gather_sequence(gen_out, cp)
+        return und_out, gen_out
 
     transformer._cp_shard_fn = add_segments
-    if reuse:
-        transformer._cp_gather_fn = text_rows_back
+    if reuse or cp is not None:
+        transformer._cp_gather_fn = rows_back
     try:
         yield
     finally:
         del transformer._cp_shard_fn  # back to the class default (None)
-        if reuse:
+        if reuse or cp is not None:
             del transformer._cp_gather_fn
 
 

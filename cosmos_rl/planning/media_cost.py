@@ -1,7 +1,6 @@
 """`plan`'s `media` section: what one sample is, what it costs the model, read from configs alone.
 
-For a `model.path` folder its `transformer/config.json` and `vae/config.json` are read as JSON; a
-preset's come from `models.architectures`. Nothing is built or loaded.
+The configs come from `config.architecture` (a folder's JSON, or a preset's). Nothing is built or loaded.
 
 Activation memory is an estimate of what one training forward keeps for backward per sample
 (vision tokens only; the prompt adds its own tokens, a few dozen with the `minimal` template and
@@ -15,38 +14,16 @@ the VAE and framework overheads come on top.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
+from cosmos_rl.config.architecture import action_rows_per_sample, run_architecture, sample_latent
 from cosmos_rl.core import schema
-from cosmos_rl.models.architectures import PRESET_ARCHITECTURES
-from cosmos_rl.checkpoint.weight_files import config_problem, read_config
-from cosmos_rl.models.folder_check import TRANSFORMER_BOUNDS, VAE_BOUNDS, with_class_defaults
 from cosmos_rl.core.condition import Condition
-from cosmos_rl.core.media import MediaSpec, latent_shape
+from cosmos_rl.core.media import MediaSpec
 
 HIDDEN_VECTORS_PER_LAYER = 12
 MLP_VECTORS_PER_LAYER = 4
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
-# The config keys the costs read; a folder's config may leave any out (the class default applies).
-TRANSFORMER_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "latent_patch_size", "latent_channel")
-VAE_KEYS = ("dim_mult", "patch_size", "temperal_downsample")
-
-
-def _architecture(config: schema.RunConfig, base_dir: Path) -> tuple[dict, dict] | None:
-    model = config.model
-    if model.preset is not None and not model.path:
-        return PRESET_ARCHITECTURES.get(model.preset)
-    folder = Path(model.path) if Path(model.path).is_absolute() else base_dir / model.path
-    try:
-        transformer = read_config(folder / "transformer" / "config.json", "transformer/config.json")
-        vae = read_config(folder / "vae" / "config.json", "vae/config.json")
-    except ValueError:
-        return None
-    # A config out of bounds has no costs to show: loading the folder refuses it, naming the key.
-    if config_problem(transformer, TRANSFORMER_BOUNDS, folder) or config_problem(vae, VAE_BOUNDS, folder):
-        return None
-    return with_class_defaults("transformer", transformer, TRANSFORMER_KEYS), with_class_defaults("vae", vae, VAE_KEYS)
 
 
 def activation_bytes(tokens: int, transformer: dict, dtype: str, checkpointing: bool) -> int:
@@ -65,18 +42,16 @@ def _mib(n: int) -> float:
 def sample_costs(config: schema.RunConfig, base_dir: Path) -> tuple[list[int], int, int] | None:
     """(latent [C, T, h, w], vision tokens, activation bytes) of one sample, or None when the
     configs are unreadable or the size is one the VAE cannot take (preflight reports that)."""
-    architecture = _architecture(config, base_dir)
+    architecture = run_architecture(config, base_dir)
     if architecture is None:
         return None
     transformer, vae = architecture
-    try:
-        channels, frames, height, width = latent_shape(MediaSpec.from_model_config(config.model), vae, transformer)
-    except (ValueError, KeyError, TypeError):
+    latent = sample_latent(config, transformer, vae)
+    if latent is None:
         return None
-    patch = int(transformer["latent_patch_size"])
-    tokens = frames * math.ceil(height / patch) * math.ceil(width / patch)
+    shape, tokens = latent
     used = activation_bytes(tokens, transformer, config.model.dtype, config.model.gradient_checkpointing)
-    return [channels, frames, height, width], tokens, used
+    return shape, tokens, used
 
 
 def media_section(config: schema.RunConfig, base_dir: Path) -> dict:
@@ -98,4 +73,25 @@ def media_section(config: schema.RunConfig, base_dir: Path) -> dict:
         activation_estimate=("layer inputs + one recomputed layer (gradient checkpointing)" if checkpointing
                              else "every layer's activations (no gradient checkpointing)") + "; vision tokens only, see docs/video.md",
     )
+    return out
+
+
+def context_parallel_section(config: schema.RunConfig, base_dir: Path) -> dict:
+    """`plan`'s `context_parallel`: the group size and what one rank of a group holds (preflight
+    has judged that every count divides)."""
+    n = config.grid.context_parallel
+    if n <= 1:
+        return {"ranks": 1, "summary": "off (grid.context_parallel = 1): every rank holds whole samples"}
+    out: dict = {"ranks": n, "text": "replicated on every rank of a group"}
+    architecture = run_architecture(config, base_dir)
+    if architecture is not None:
+        transformer, vae = architecture
+        heads, kv_heads = int(transformer["num_attention_heads"]), int(transformer["num_key_value_heads"])
+        out["heads_per_rank"] = f"{heads // n} of {heads} in attention"
+        out["kv_heads"] = f"{kv_heads}: " + ("split" if kv_heads % n == 0 else f"repeated to {heads}, then split")
+        latent, rows = sample_latent(config, transformer, vae), action_rows_per_sample(config)
+        if latent is not None and rows is not None:
+            tokens = latent[1] + rows
+            out["tokens_per_rank"] = f"{tokens // n} of a sample's {tokens} vision{' + action' if rows else ''} tokens"
+    out["summary"] = f"{n} ranks per sample (Ulysses: all-to-all over heads around every attention)"
     return out

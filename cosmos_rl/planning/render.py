@@ -58,6 +58,9 @@ def render_plan(console: Console, plan: dict) -> None:
     rows.append(("per step", _value(plan["per_step"])))
     if "media" in plan:
         rows.append(("media", _media(plan["media"])))
+    if "context_parallel" in plan:
+        cp = plan["context_parallel"]
+        rows.append(("context parallel", "; ".join([cp["summary"], *(f"{k.replace('_', ' ')} {v}" for k, v in cp.items() if k not in ("ranks", "summary"))])))
     for key in ("trains", "data", "validation", "eval", "beta", "moving_average"):
         if key in plan:
             rows.append((key, _value(plan[key])))

@@ -5,7 +5,7 @@ filesystem checks only and never imports torch, ray or diffusers. ``machine_prob
 machine `train` runs on, which `validate` never asks.
 
 The rules live by concern beside this entry: the shared ones (`rules` the collector, `numbers`,
-`job`, `model`, `media`, `grid`, `optimizer`, `data`, `rewards`, `evaluation`, `condition`, and
+`job`, `model`, `media`, `grid`, `context_parallel`, `optimizer`, `data`, `rewards`, `evaluation`, `condition`, and
 `online` for every online algorithm) and one file per algorithm (`dpo`, `sft`, `nft`, `grpo`),
 whose rules function the algorithm registry names (config/algorithms.py).
 """
@@ -17,6 +17,7 @@ from pathlib import Path
 
 from cosmos_rl.config import algorithms
 from cosmos_rl.config.preflight.condition import condition_rules
+from cosmos_rl.config.preflight.context_parallel import context_parallel_rules
 from cosmos_rl.config.preflight.evaluation import eval_rules
 from cosmos_rl.config.preflight.grid import GRID_TIMEOUT_MAX_S, RDZV_ENV, grid_rules
 from cosmos_rl.config.preflight.job import job_rules
@@ -59,6 +60,7 @@ def common_rules(c: schema.RunConfig, r: Rules) -> None:
     size_rules(c.model, r)
     frame_rules(c.model, r)
     grid_rules(c, r)
+    context_parallel_rules(c, r)
     seed_rule("job.seed", c.job.seed, r)
     r.at_least("grid.cpus_per_rank", c.grid.cpus_per_rank, 0)
     optimizer_rules(c.rl, r)
