@@ -391,6 +391,7 @@ NON_IDENTITY_FIELDS = frozenset(
         "rl.eval.seeds",
         "rl.eval.reward",
         "rl.eval.hacking_window",
+        "rl.eval.stop_on_hacking",
         "rl.eval.sample_steps",
         "rl.eval.guidance",
     }

@@ -254,25 +254,25 @@ def evaluate_ranks(
     evaluator: Evaluator, transformer: torch.nn.Module, ranks: Sequence[int], world: int,
     mean: Callable[[list[dict[str, float]]], dict[str, float]],
 ) -> dict[str, float]:  # fmt: skip
-    """The `eval/` metrics of a group: each rank this process plays samples its share, and `mean`
+    """The `eval/` metrics of a group (with the watch's per-prompt scores, `EvalScores.watched`): each rank this process plays samples its share, and `mean`
     (the group's metric mean, e.g. an NFT collectives' `mean`) averages the totals over the group;
     times `world` that is their sum."""
     done = [evaluator.scored(transformer, rank, world) for rank in ranks]
     total = Totals.from_dict({key: value * world for key, value in mean([d.totals.as_dict() for d in done]).items()}, groups_of(evaluator.suite))
     # The prompt sums in a second mean, so the task sums above are reduced exactly as before they existed.
     summed = {key: value * world for key, value in mean([d.prompts.as_dict() for d in done]).items()}
-    return evaluator.scores(total, PromptTotals.from_dict(summed, len(evaluator.captions))).metrics()
+    return evaluator.scores(total, PromptTotals.from_dict(summed, len(evaluator.captions))).watched()
 
 
 def evaluate_all_reduce(evaluator: Evaluator, transformer: torch.nn.Module, rank: int, world: int) -> dict[str, float]:
-    """The `eval/` metrics when every rank of a torch.distributed world (or one process) calls this:
+    """The `eval/` metrics (with the watch's per-prompt scores, `EvalScores.watched`) when every rank of a torch.distributed world (or one process) calls this:
     each samples its share, then one all-reduce sums the totals (on the evaluator's device: NCCL
     reduces CUDA tensors only)."""
     done = evaluator.scored(transformer, rank, world)
     # Two all-reduces: the task sums alone, exactly as before the prompt sums existed, then the prompt sums.
     totals = Totals.from_dict(_summed(done.totals.as_dict(), evaluator.device), groups_of(evaluator.suite))
     prompts = PromptTotals.from_dict(_summed(done.prompts.as_dict(), evaluator.device), len(evaluator.captions))
-    return evaluator.scores(totals, prompts).metrics()
+    return evaluator.scores(totals, prompts).watched()
 
 
 def _summed(flat: dict[str, float], device: torch.device) -> dict[str, float]:

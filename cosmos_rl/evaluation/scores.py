@@ -149,6 +149,32 @@ class EvalScores:
                 out["eval/score_partial_lo"], out["eval/score_partial_hi"] = self.intervals_partial.overall
         return out
 
+    def watched(self) -> dict[str, float]:
+        """`metrics()` plus each task's per-prompt scores under `PROMPT_KEY` keys, what the
+        reward-hacking watch needs to judge a drop against its noise (`evaluation.hacking`);
+        `evaluation.during` takes them out before the row is written."""
+        out = self.metrics()
+        assert self.prompt_scores is not None, "watched() needs with_intervals first"
+        for task, values in self.prompt_scores.items():
+            out.update({f"{PROMPT_KEY}{task}/{i}": v for i, v in enumerate(values)})
+        return out
+
+
+# The prefix of the per-prompt scores an evaluation during training hands the watch (never logged).
+PROMPT_KEY = "watch/prompt/"
+
+
+def split_prompt_scores(metrics: dict[str, float]) -> tuple[dict[str, float], dict[str, tuple[float, ...]]]:
+    """(the metrics without the `PROMPT_KEY` entries, {task: per-prompt scores in prompt order})."""
+    rest, found = {}, {}
+    for key, value in metrics.items():
+        if key.startswith(PROMPT_KEY):
+            task, index = key[len(PROMPT_KEY):].rsplit("/", 1)
+            found.setdefault(task, {})[int(index)] = value
+        else:
+            rest[key] = value
+    return rest, {task: tuple(v[i] for i in sorted(v)) for task, v in found.items()}
+
 
 @dataclass
 class Totals:

@@ -14,8 +14,14 @@ def eval_rules(c: schema.RunConfig, e: schema.EvalConfig, r: Rules) -> None:
     """[rl.eval] (every algorithm): evaluation during training (docs/eval.md)."""
     r.at_least("rl.eval.every", e.every, 0, "set rl.eval.every to 0 (off) or a number of steps")
     suite = eval_suite(c, e, r)  # also names the suite `cosmos-rl eval RUN_DIR` evaluates
+    if e.stop_on_hacking and e.every <= 0:
+        r.error("rl.eval.stop_on_hacking", "needs evaluations during training (rl.eval.every is 0), so it would never stop the run",
+                e.stop_on_hacking, "set rl.eval.every to a number of steps, or remove rl.eval.stop_on_hacking")
     if e.every <= 0:
         return
+    if e.stop_on_hacking and not _train_signal(c):
+        r.warn("rl.eval.stop_on_hacking", f"has no effect: {c.rl.algorithm} logs no training reward for the watch to compare",
+               e.stop_on_hacking, "remove it")
     if c.job.log_every >= 1 and e.every % c.job.log_every:
         r.error("rl.eval.every", f"must be a multiple of job.log_every ({c.job.log_every}), or its eval/ rows are never written", e.every,
                 f"use a multiple of {c.job.log_every}")
@@ -32,6 +38,12 @@ def eval_rules(c: schema.RunConfig, e: schema.EvalConfig, r: Rules) -> None:
         r.local_path("rl.eval.prompts", e.prompts, kind="file")
         if e.per_task != schema.EvalConfig().per_task:
             r.warn("rl.eval.per_task", "has no effect with rl.eval.prompts (every prompt of the file is used)", e.per_task, "remove it")
+
+
+def _train_signal(c: schema.RunConfig) -> str:
+    from cosmos_rl.config import algorithms
+
+    return algorithms.of(c).train_signal  # the name was looked up when the manifest was read
 
 
 def eval_suite(c: schema.RunConfig, e: schema.EvalConfig, r: Rules):
