@@ -307,7 +307,7 @@ class RunConfig:
 
 
 # The online tables (NFT, GRPO and what they share) are declared in schema_online.
-from cosmos_rl.core.schema_online import GRPOConfig, GRPOOldPolicyConfig, NFTConfig, OldPolicyConfig, OnlineRLBase, PromptSourceConfig, RefPolicyConfig, RewardClientConfig, RewardConfig, WeightedRewardConfig
+from cosmos_rl.core.schema_online import GRPOConfig, GRPOOldPolicyConfig, JudgeConfig, NFTConfig, OldPolicyConfig, OnlineRLBase, PromptSourceConfig, RefPolicyConfig, RewardClientConfig, RewardConfig, WeightedRewardConfig
 
 # Knobs added after checkpoint format 1 whose default reproduces what every run did before they
 # existed. Left at that default they are not part of the run identity (plan.identity_fields), so run
