@@ -14,7 +14,7 @@ from cosmos_rl.config import load
 from cosmos_rl.core.errors import EXIT_HACKING, HackingStopped, exit_code_for
 from cosmos_rl.evaluation.during import TrainingEval
 from cosmos_rl.evaluation.hacking import Evaluation, HackingWatch, collapsed, fell, score_drop, slope
-from cosmos_rl.evaluation.scores import PROMPT_KEY
+from cosmos_rl.evaluation.scores import GOLD_KEY, PROMPT_KEY, PromptTotals, gold_metrics
 
 SMOKE = Path(__file__).resolve().parents[1] / "manifests" / "nft_t2i_smoke.toml"
 
@@ -117,6 +117,37 @@ def test_training_eval_strips_the_prompt_scores_and_halts_with_stop_on_hacking()
     assert buffer.getvalue().count("possible reward hacking") == 1
 
 
+def test_gold_metrics_by_hand():
+    # Two prompts of "counting" and one of "colors", one image each: gold 1, 0 and 1.
+    gold = PromptTotals.empty(3)
+    for prompt, value in enumerate([1.0, 0.0, 1.0]):
+        gold.add(prompt, value, None)
+    out = gold_metrics(gold, ["counting", "counting", "colors"])
+    assert out["eval/gold"] == pytest.approx(0.75)  # the mean of the task means 0.5 and 1.0
+    assert out[f"{GOLD_KEY}counting/1"] == 0.0 and out[f"{GOLD_KEY}colors/0"] == 1.0
+    assert out["eval/gold_lo"] <= 0.75 <= out["eval/gold_hi"]
+
+
+def test_with_a_gold_reward_the_watch_judges_the_gold_score_not_eval_score():
+    config = load.load(SMOKE, ["rl.eval.every=1", "rl.eval.hacking_window=2", 'rl.eval.gold="prompt_colour"'])
+    # eval/score collapses beyond its noise while the gold reward holds: no warning; then the
+    # other way round: a warning naming the gold reward.
+    held = iter([(BEFORE, BEFORE), (ALL_LOST, BEFORE), (ALL_LOST, ALL_LOST)])
+
+    def evaluate(step):
+        score, gold = next(held)
+        out = _metrics(score, sum(score["counting"]) / 10)
+        out["eval/gold"] = sum(gold["counting"]) / 10
+        out.update({f"{GOLD_KEY}counting/{i}": v for i, v in enumerate(gold["counting"])})
+        return out
+
+    hook = TrainingEval(config, evaluate, main=False)
+    step = hook.wrap_step(lambda s: {"train/reward_mean": 0.1 * s})
+    rows = [{**step(s), **hook.holdout(s)} for s in (1, 2, 3)]
+    assert not any(k.startswith(GOLD_KEY) for r in rows for k in r) and all("eval/gold" in r for r in rows)
+    assert len(hook.warnings) == 1 and "steps 2-3) while eval/gold (prompt_colour) fell 0.5 -> 0" in hook.warnings[0]
+
+
 def test_the_loop_commits_then_raises_hacking_stopped(tmp_path):
     from cosmos_rl.trainers.loop import LoopSpec, run_steps
 
@@ -173,7 +204,7 @@ def test_an_online_run_with_a_collapsing_dimension_warns_and_stops_with_a_commit
     overrides = ["rl.max_steps=6", "rl.sample_steps=2", "rl.timesteps_per_sample=1", "job.progress=false",
                  "rl.sample_grid_every=0", "checkpoint.every=0", "rl.eval.every=1", "rl.eval.per_task=1",
                  "rl.eval.seeds=1", "rl.eval.sample_steps=2", 'rl.eval.reward="brightness"', "rl.eval.hacking_window=3",
-                 "rl.eval.stop_on_hacking=true", f'job.output_dir="{tmp_path}"', 'job.name="run"']  # fmt: skip
+                 'rl.eval.gold="shapes_partial"', "rl.eval.stop_on_hacking=true", f'job.output_dir="{tmp_path}"', 'job.name="run"']  # fmt: skip
     config = load.load(manifest, overrides)
     assert [t.name for t in config.rl.rewards] == ["rising", "collapsing"]
     with pytest.raises(HackingStopped) as caught:
@@ -185,4 +216,5 @@ def test_an_online_run_with_a_collapsing_dimension_warns_and_stops_with_a_commit
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert [r["train/collapsing/reward_mean"] for r in rows] == [1.0, 0.5, 0.0]
-    assert not any(k.startswith(PROMPT_KEY) for r in rows for k in r)
+    assert not any(k.startswith((PROMPT_KEY, GOLD_KEY)) for r in rows for k in r)
+    assert all(0.0 <= r["eval/gold_lo"] <= r["eval/gold"] <= r["eval/gold_hi"] <= 1.0 for r in rows)  # the gold reward scored the same samples

@@ -392,6 +392,7 @@ NON_IDENTITY_FIELDS = frozenset(
         "rl.eval.reward",
         "rl.eval.hacking_window",
         "rl.eval.stop_on_hacking",
+        "rl.eval.gold",
         "rl.eval.sample_steps",
         "rl.eval.guidance",
     }

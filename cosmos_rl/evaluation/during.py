@@ -6,7 +6,8 @@ scores the evaluation items on every rank and returns the group's `eval/` metric
 every rank) and adds its metrics to the step's row. The watch (`evaluation.hacking`) gets the
 training signal's and each reward dimension's (`train/<name>/reward_mean`, a run of several
 rewards) per-step values since the previous evaluation and the evaluation's per-prompt scores
-(which the evaluation hands over under `scores.PROMPT_KEY` keys, taken out of the row here). With
+(which the evaluation hands over under `scores.PROMPT_KEY` keys, taken out of the row here); with
+`rl.eval.gold` the gold reward's score and per-prompt scores (`scores.GOLD_KEY`) instead. With
 `rl.eval.stop_on_hacking` a warning also asks the step loop to stop (`halt`): it commits the step's
 checkpoint and ends with `HackingStopped` (exit 3). The watch starts afresh on resume. Torch-free:
 the NFT driver runs it.
@@ -20,7 +21,7 @@ from typing import Callable
 from cosmos_rl.config import algorithms
 from cosmos_rl.core import schema
 from cosmos_rl.evaluation.hacking import Evaluation, HackingWatch
-from cosmos_rl.evaluation.scores import split_prompt_scores
+from cosmos_rl.evaluation.scores import GOLD_KEY, split_prompt_scores
 
 Metrics = dict[str, float]
 # A reward dimension's per-step mean on a run of several rewards (algorithms.multi_reward.reward_metric_names).
@@ -34,7 +35,10 @@ class TrainingEval:
         # The training reward the algorithm logs (its registry entry's train_signal): DPO's implicit
         # one is the margin; SFT has none, so its watch sees no signal and never warns.
         self.signal_name = algorithms.of(config).train_signal
-        self.watch = HackingWatch(cfg.hacking_window, self.signal_name)
+        # The held-out reference: rl.eval.gold's score when set (a judge distinct from the training
+        # reward), else eval/score.
+        self.gold = cfg.gold
+        self.watch = HackingWatch(cfg.hacking_window, self.signal_name, f"eval/gold ({cfg.gold})" if cfg.gold else "eval/score")
         self.stop_on_hacking = cfg.stop_on_hacking
         self.warnings: list[str] = []
         self.stop_reason: str | None = None  # the first warning, with rl.eval.stop_on_hacking
@@ -59,9 +63,11 @@ class TrainingEval:
         if self.every <= 0 or step % self.every:
             return {}
         metrics, prompts = split_prompt_scores(self.evaluate(step))
-        if not prompts:
-            raise AssertionError("an evaluation during training returns its per-prompt scores (EvalScores.watched)")
-        seen = Evaluation(step, tuple(self._since), metrics["eval/score"], prompts, {k: tuple(v) for k, v in self._dims.items()})
+        metrics, gold = split_prompt_scores(metrics, GOLD_KEY)
+        if not prompts or bool(gold) != bool(self.gold):
+            raise AssertionError("an evaluation during training returns its per-prompt scores (EvalScores.watched, scores.gold_metrics)")
+        score, prompts = (metrics["eval/gold"], gold) if self.gold else (metrics["eval/score"], prompts)
+        seen = Evaluation(step, tuple(self._since), score, prompts, {k: tuple(v) for k, v in self._dims.items()})
         self._since, self._dims = [], {}
         for line in self.watch.observe(seen):
             self.warnings.append(line)
