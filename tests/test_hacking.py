@@ -218,3 +218,11 @@ def test_an_online_run_with_a_collapsing_dimension_warns_and_stops_with_a_commit
     assert [r["train/collapsing/reward_mean"] for r in rows] == [1.0, 0.5, 0.0]
     assert not any(k.startswith((PROMPT_KEY, GOLD_KEY)) for r in rows for k in r)
     assert all(0.0 <= r["eval/gold_lo"] <= r["eval/gold"] <= r["eval/gold_hi"] <= 1.0 for r in rows)  # the gold reward scored the same samples
+
+
+def test_the_plan_shows_the_watch_options_only_when_set():
+    from cosmos_rl.planning import plan
+
+    on = plan.build(load.load(SMOKE, ["rl.eval.every=1", 'rl.eval.gold="shapes_partial"', "rl.eval.stop_on_hacking=true"]))["eval"]
+    assert on["gold"] == "shapes_partial" and on["stop_on_hacking"] == "commit and exit 3 at the first warning"
+    assert not {"gold", "stop_on_hacking"} & set(plan.build(load.load(SMOKE, ["rl.eval.every=1"]))["eval"])

@@ -227,3 +227,15 @@ def test_preflight_of_the_judge_table():
     assert "not a regular expression" in problems(url, 'rl.reward.judge.score_regex="Score: ([0-9]+"')["rl.reward.judge.score_regex"]
     assert "lo < hi" in problems(url, "rl.reward.judge.score_range=[10, 0]")["rl.reward.judge.score_range"]
     assert ">= 1" in problems(url, "rl.reward.judge.concurrency=0")["rl.reward.judge.concurrency"]
+
+
+def test_the_plan_names_the_judge_and_the_frames_it_sees():
+    from cosmos_rl.planning import plan
+
+    config = _judge_config("http://127.0.0.1:8000/v1")
+    assert plan.build(config)["reward"]["endpoint"] == f"VLM judge {MODEL} at http://127.0.0.1:8000/v1"
+    from cosmos_rl.core.schema_online import WeightedRewardConfig
+    from cosmos_rl.planning.plan import _frames_scored
+
+    term = WeightedRewardConfig(name="judge", url="http://127.0.0.1:8000/v1", judge=JudgeConfig(model=MODEL, frames=3))
+    assert _frames_scored(term, 17) == "frames 0, 8, 16 of each clip, in one judge message"
