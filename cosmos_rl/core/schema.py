@@ -351,6 +351,11 @@ LATER_KNOB_DEFAULTS: dict[str, object] = {
     "rl.timestep_sampling": "uniform",
     "rl.logit_mean": 0.0,
     "rl.logit_std": 1.0,
+    # A reward that is not a VLM judge (judge.model empty, every judge key at its default): what
+    # every run before the judge existed did.
+    **{f"{table}.judge.{key}": value
+       for table in ("rl.reward", "rl.rewards[]")
+       for key, value in attrs.asdict(JudgeConfig()).items()},  # fmt: skip
 }
 
 # Fields that may change on an exact resume without changing what the run computes.
