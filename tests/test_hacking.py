@@ -226,3 +226,32 @@ def test_the_plan_shows_the_watch_options_only_when_set():
     on = plan.build(load.load(SMOKE, ["rl.eval.every=1", 'rl.eval.gold="shapes_partial"', "rl.eval.stop_on_hacking=true"]))["eval"]
     assert on["gold"] == "shapes_partial" and on["stop_on_hacking"] == "commit and exit 3 at the first warning"
     assert not {"gold", "stop_on_hacking"} & set(plan.build(load.load(SMOKE, ["rl.eval.every=1"]))["eval"])
+
+
+def test_the_cli_exits_3_on_hacking_stopped():
+    import typer
+
+    from cosmos_rl import cli
+
+    def stopped():
+        raise HackingStopped("step 3: possible reward hacking: ...; rl.eval.stop_on_hacking stopped the run after committing step 3")
+
+    with pytest.raises(typer.Exit) as caught:
+        cli._run(stopped)
+    assert caught.value.exit_code == 3
+
+
+def test_torchrun_ranks_that_stopped_on_hacking_make_the_launcher_raise_it(tmp_path):
+    """DPO under torchrun: each rank records exit 3 (spmd_worker) and the launcher raises HackingStopped."""
+    import json
+
+    from cosmos_rl.trainers import spmd_launch
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    message = "step 4: possible reward hacking: ...; rl.eval.stop_on_hacking stopped the run after committing step 4"
+    for rank in (0, 1):
+        (logs / f"rank{rank}.status").write_text(json.dumps({"code": EXIT_HACKING, "message": message}))
+    with pytest.raises(HackingStopped) as caught:
+        spmd_launch._raise_for(tmp_path, 3, config_world=2)
+    assert str(caught.value) == message
