@@ -239,3 +239,17 @@ def test_the_plan_names_the_judge_and_the_frames_it_sees():
 
     term = WeightedRewardConfig(name="judge", url="http://127.0.0.1:8000/v1", judge=JudgeConfig(model=MODEL, frames=3))
     assert _frames_scored(term, 17) == "frames 0, 8, 16 of each clip, in one judge message"
+
+
+def test_the_documented_rewards_table_loads_and_passes_preflight(tmp_path):
+    """The `[[rl.rewards]]` + `[rl.rewards.judge]` example of docs/rewards.md, in the smoke manifest."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "rewards.md").read_text()
+    example = re.search(r"```toml\n(\[\[rl\.rewards\]\]\nname = \"vlm_judge\".*?)```", doc, re.S).group(1)
+    text = re.sub(r"\[rl\.reward\]\n(?:[^\n]+\n)*", "", SMOKE.read_text(), count=1).replace("[checkpoint]", example + "\n[checkpoint]")
+    manifest = tmp_path / "judge.toml"
+    manifest.write_text(text)
+    config = load.load(manifest)
+    (term,) = config.rl.rewards
+    assert term.judge.model == MODEL and term.judge.score_range == [0, 10] and term.url == "http://127.0.0.1:8000/v1"
+    assert parse_score("Score: 8", re.compile(term.judge.score_regex), *term.judge.score_range) == 8.0
+    assert _problems(config) == {}
