@@ -38,6 +38,7 @@ class StandIn:
         self.answers: dict[str, str] = {}
         self.slow: set[str] = set()
         self.requests: list[dict] = []
+        self.by_brightness = False
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -64,7 +65,11 @@ class StandIn:
                 caption = re.search(r'caption "([^"]*)"', text).group(1)
                 if caption in owner.slow:
                     time.sleep(2.0)
-                self._send({"choices": [{"index": 0, "message": {"role": "assistant", "content": owner.answers[caption]}}]})
+                if owner.by_brightness:  # a judge that likes bright images: 10 x the first image's mean level
+                    answer = f"Score: {10 * _decoded(body['messages'][0]['content'][0]).mean() / 255:.3f}"
+                else:
+                    answer = owner.answers[caption]
+                self._send({"choices": [{"index": 0, "message": {"role": "assistant", "content": answer}}]})
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
@@ -253,3 +258,22 @@ def test_the_documented_rewards_table_loads_and_passes_preflight(tmp_path):
     assert term.judge.model == MODEL and term.judge.score_range == [0, 10] and term.url == "http://127.0.0.1:8000/v1"
     assert parse_score("Score: 8", re.compile(term.judge.score_regex), *term.judge.score_range) == 8.0
     assert _problems(config) == {}
+
+
+@pytest.mark.slow  # a Ray run of the smoke manifest: minutes on 2 shared cores
+def test_nft_trains_two_steps_on_the_judge(ray_cluster, judge_server, tmp_path):
+    """The smoke manifest's NFT run (4 Ray actors) with the judge as its one reward, 2 steps."""
+    from rich.console import Console
+
+    from cosmos_rl.commands import launch
+
+    judge_server.by_brightness = True
+    config = load.load(SMOKE, ['rl.reward.name="judge"', 'rl.reward.revision="judge-1"', f'rl.reward.url="{judge_server.url}"',
+                               f'rl.reward.judge.model="{MODEL}"', "rl.max_steps=2", "rl.sample_steps=4", "rl.timesteps_per_sample=1",
+                               "job.progress=false", "rl.sample_grid_every=0", "checkpoint.every=0", f'job.output_dir="{tmp_path}"'])  # fmt: skip
+    assert launch.train(config, SMOKE, Console(stderr=True)) == 0
+    rows = [json.loads(line) for line in (tmp_path / config.job.name / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(0.0 < r["train/reward_mean"] < 10.0 for r in rows)
+    # every sample of both steps (2 prompts x 4 ranks) went to the judge once
+    assert len(judge_server.requests) == 2 * 8
