@@ -1,6 +1,7 @@
 """The `cosmos-rl` command line: parse, call, map exceptions to exit codes. Nothing else lives here.
 
-Exit codes: 0 done; 2 invalid usage or manifest; 1 runtime failure; 75 stopped by SIGTERM/SIGUSR1
+Exit codes: 0 done; 2 invalid usage or manifest; 1 runtime failure; 3 stopped by the reward-hacking
+watch (rl.eval.stop_on_hacking); 75 stopped by SIGTERM/SIGUSR1
 after committing a checkpoint (requeue, then `resume --exact`). Heavy libraries (torch, ray,
 diffusers) are imported only by the commands that run models.
 """
@@ -169,7 +170,7 @@ def _summary_line(line: str) -> None:
 
 def _run(action) -> None:
     """Run a training action, mapping failures to exit codes with one clear line."""
-    from cosmos_rl.core.errors import Preempted, RunFailed
+    from cosmos_rl.core.errors import EXIT_HACKING, HackingStopped, Preempted, RunFailed
 
     try:
         code = action()
@@ -178,6 +179,9 @@ def _run(action) -> None:
     except Preempted as exc:
         err.print(f"[yellow]stopped[/]: {escape(str(exc))}", highlight=False)
         raise typer.Exit(EXIT_REQUEUE)
+    except HackingStopped as exc:
+        err.print(f"[yellow]stopped[/]: {escape(str(exc))}", highlight=False)
+        raise typer.Exit(EXIT_HACKING)
     except KeyboardInterrupt:
         err.print("[red]interrupted[/]")
         raise typer.Exit(130)

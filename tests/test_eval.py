@@ -22,9 +22,8 @@ from cosmos_rl.core.errors import UserError
 from cosmos_rl.evaluation.during import TrainingEval
 from cosmos_rl.models.build import build_preset
 from cosmos_rl.core.media import MediaSpec
-from cosmos_rl.evaluation.hacking import HackingWatch, hacking
 from cosmos_rl.evaluation.prompts import held_out_captions, make_items, overlap, rank_share, spread
-from cosmos_rl.evaluation.scores import Totals, caption_groups, groups_of
+from cosmos_rl.evaluation.scores import PROMPT_KEY, Totals, caption_groups, groups_of
 from cosmos_rl.shapes import TASKS, parse_caption, render, split_prompts
 from cosmos_rl.suites import registry as suites
 
@@ -123,28 +122,25 @@ def test_ranks_sharing_the_items_give_the_scores_of_one_process():
 
 
 # ---------------------------------------------------------------------------------- hacking
-def test_hacking_watch_follows_the_worked_example():
-    assert hacking([0.2, 0.3, 0.4], [0.5, 0.5, 0.4], 3)
-    assert not hacking([0.2, 0.3, 0.4], [0.5, 0.5, 0.5], 3) and not hacking([0.4], [0.4], 3)
-    watch = HackingWatch(3, "train/reward_mean")
-    said = [watch.observe(step, r, s) for step, (r, s) in
-            enumerate([(0.2, 0.5), (0.3, 0.5), (0.4, 0.4), (0.5, 0.3), (0.5, 0.6), (0.6, 0.5), (0.7, 0.4)], start=1)]  # fmt: skip
-    assert [i + 1 for i, line in enumerate(said) if line] == [3, 7]  # once per occurrence
-    assert "train/reward_mean rose 0.2 -> 0.4 over the last 3 evaluations (steps 1-3) while eval/score fell 0.5 -> 0.4" in said[2]
-
-
 def test_training_eval_adds_eval_rows_on_its_steps_and_warns_once():
     config = load.load(SMOKE, ["rl.eval.every=2", "rl.eval.hacking_window=2"])
-    scores = iter([0.5, 0.4, 0.3])
+    # One task of ten prompts: 1,0,1,0,... (0.5), then every 1 lost (0.0, beyond the noise), then 0.0 again.
+    held = iter([(1.0, 0.0) * 5, (0.0,) * 10, (0.0,) * 10])
+
+    def evaluate(step):
+        values = next(held)
+        return {"eval/score": sum(values) / 10, **{f"{PROMPT_KEY}counting/{i}": v for i, v in enumerate(values)}}
+
     buffer = io.StringIO()
-    hook = TrainingEval(config, lambda step: {"eval/score": next(scores)}, main=True, console=Console(file=buffer, width=300))
+    hook = TrainingEval(config, evaluate, main=True, console=Console(file=buffer, width=300))
     step = hook.wrap_step(lambda s: {"train/reward_mean": 0.1 * s})
     rows = []
     for s in range(1, 7):
         rows.append({**step(s), **hook.holdout(s)})
     assert [("eval/score" in r) for r in rows] == [False, True, False, True, False, True]
-    # Signals are the means since the previous evaluation: 0.15, 0.35, 0.55; scores fall at 4 and 6.
-    assert hook.watch.signal == pytest.approx([0.15, 0.35, 0.55])
+    assert not any(k.startswith(PROMPT_KEY) for r in rows for k in r)
+    # The watch gets the signal of every step since the previous evaluation.
+    assert [e.signal for e in hook.watch.seen] == [pytest.approx((0.1, 0.2)), pytest.approx((0.3, 0.4)), pytest.approx((0.5, 0.6))]
     assert len(hook.warnings) == 1 and buffer.getvalue().count("possible reward hacking") == 1
     assert "step 4:" in buffer.getvalue()
 

@@ -226,6 +226,9 @@ EVAL_CASES = [
     ([*EVAL_ON, "rl.eval.seeds=0"], "rl.eval.seeds", ">= 1"),
     ([*EVAL_ON, "rl.eval.per_task=-1"], "rl.eval.per_task", ">= 0"),
     ([*EVAL_ON, "rl.eval.hacking_window=1"], "rl.eval.hacking_window", ">= 2"),
+    ([*EVAL_ON, 'rl.eval.gold="nope"'], "rl.eval.gold", "not a reward the evaluation scores in-process"),
+    ([*EVAL_ON, 'rl.eval.gold="shapes_strict"'], "rl.eval.gold", "is rl.eval.reward itself"),
+    (["rl.eval.stop_on_hacking=true"], "rl.eval.stop_on_hacking", "needs evaluations during training (rl.eval.every is 0)"),
     ([*EVAL_ON, "rl.eval.sample_steps=-1"], "rl.eval.sample_steps", ">= 0"),
     ([*EVAL_ON, "rl.eval.guidance=-0.5"], "rl.eval.guidance", ">= 0"),
     ([*EVAL_ON, 'rl.eval.reward="pickscore"'], "rl.eval.reward", "not a built-in weight-free reward"),
@@ -249,6 +252,10 @@ def test_eval_rule_warnings_and_a_valid_eval_table(tmp_path):
     on = ["rl.eval.every=10", "rl.eval.seeds=1", 'rl.eval.reward="shapes_partial"', f'rl.eval.prompts="{prompts}"']
     assert errors(NFT, on) == {} and errors(DPO, on) == {}
     assert errors(NFT, ["rl.eval.seeds=0"]) == {}  # evaluation off: its other knobs are not judged
+    assert errors(NFT, ["rl.eval.every=10", "rl.eval.stop_on_hacking=true", 'rl.eval.gold="shapes_partial"']) == {}
+    assert "is a reward the run trains on" in warnings(NFT, ["rl.eval.every=10", 'rl.eval.gold="brightness"'])["rl.eval.gold"]
+    # SFT logs no training reward: the watch never warns, so stopping on it is a no-op worth saying
+    assert "has no effect" in warnings(SFT, ["rl.eval.every=10", "rl.eval.stop_on_hacking=true"])["rl.eval.stop_on_hacking"]
 
 
 def test_several_rewards_pass_and_one_reward_form_still_does():

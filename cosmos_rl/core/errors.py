@@ -1,6 +1,6 @@
 """The exceptions that decide a run's exit code, and the codes themselves (defined here only)."""
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REQUEUE = 0, 1, 2, 75
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_HACKING, EXIT_REQUEUE = 0, 1, 2, 3, 75
 
 
 class UserError(Exception):
@@ -18,6 +18,11 @@ class RunFailed(Exception):
     """
 
 
+class HackingStopped(Exception):
+    """The reward-hacking watch warned and `rl.eval.stop_on_hacking` asked to stop: the step's
+    checkpoint is committed; the CLI exits 3 (look at the samples, then resume or discard)."""
+
+
 class RewardUnavailable(RunFailed):
     """The reward service failed for good during a step, before that step trained anything: every
     rank has put its prompt cursor back, so the previous step's state can still be committed."""
@@ -27,6 +32,8 @@ def exit_code_for(exc: BaseException) -> int:
     """The CLI's exit code for an exception that ended a run (or a rank of it)."""
     if isinstance(exc, Preempted):
         return EXIT_REQUEUE
+    if isinstance(exc, HackingStopped):
+        return EXIT_HACKING
     if isinstance(exc, UserError):
         return EXIT_USAGE
     return EXIT_FAILED

@@ -315,7 +315,7 @@ class RunConfig:
 
 
 # The online tables (NFT, GRPO and what they share) are declared in schema_online.
-from cosmos_rl.core.schema_online import GRPOConfig, GRPOOldPolicyConfig, NFTConfig, OldPolicyConfig, OnlineRLBase, PromptSourceConfig, RefPolicyConfig, RewardClientConfig, RewardConfig, WeightedRewardConfig
+from cosmos_rl.core.schema_online import GRPOConfig, GRPOOldPolicyConfig, JudgeConfig, NFTConfig, OldPolicyConfig, OnlineRLBase, PromptSourceConfig, RefPolicyConfig, RewardClientConfig, RewardConfig, WeightedRewardConfig
 
 # Knobs added after checkpoint format 1 whose default reproduces what every run did before they
 # existed. Left at that default they are not part of the run identity (plan.identity_fields), so run
@@ -360,6 +360,11 @@ LATER_KNOB_DEFAULTS: dict[str, object] = {
     "rl.logit_mean": 0.0,
     "rl.logit_std": 1.0,
     "grid.context_parallel": 1,
+    # A reward that is not a VLM judge (judge.model empty, every judge key at its default): what
+    # every run before the judge existed did.
+    **{f"{table}.judge.{key}": value
+       for table in ("rl.reward", "rl.rewards[]")
+       for key, value in attrs.asdict(JudgeConfig()).items()},  # fmt: skip
 }
 
 # Fields that may change on an exact resume without changing what the run computes.
@@ -400,6 +405,8 @@ NON_IDENTITY_FIELDS = frozenset(
         "rl.eval.seeds",
         "rl.eval.reward",
         "rl.eval.hacking_window",
+        "rl.eval.stop_on_hacking",
+        "rl.eval.gold",
         "rl.eval.sample_steps",
         "rl.eval.guidance",
     }

@@ -36,6 +36,25 @@ class RefPolicyConfig:
     update_every: int = knob(0, "The reference is frozen; any non-zero value is rejected.")
 
 
+# The VLM judge's defaults: a 0-10 rating read from "Score: N" (rewards/vlm_judge.py).
+JUDGE_PROMPT = ('Rate from 0 to 10 how well the image matches the caption "{prompt}": shapes, colours, counts and positions. '
+                'Answer with "Score: N" and nothing else.')  # fmt: skip
+JUDGE_REGEX = r"(?i)score\s*[:=]\s*(-?[0-9]+(?:\.[0-9]+)?)"
+
+
+@frozen
+class JudgeConfig:
+    """A VLM judge over the OpenAI-compatible chat API (vLLM, SGLang) as the reward (docs/rewards.md, "A VLM judge")."""
+
+    model: str = knob("", "The model the judge server serves (its `GET {url}/models` id), e.g. `Qwen/Qwen2.5-VL-7B-Instruct`; set, the reward is this judge at the table's `url` (the API root, e.g. `http://127.0.0.1:8000/v1`) instead of a reward service; empty = not a judge.")
+    prompt: str = knob(JUDGE_PROMPT, "The instruction sent after the image(s); `{prompt}` is replaced by the sample's caption (the only placeholder).")
+    frames: int = knob(1, "Clips: this many frames, evenly spaced from the first to the last, go to the judge in one message (1 = the first frame). Images: the image itself. >= 1.")
+    score_regex: str = knob(JUDGE_REGEX, "Python regular expression searched in the judge's answer; its first capture group (group 1) is the score, a number. No match, or a number outside score_range, stops the step with the sample and the answer named (never a 0).")
+    score_range: list[float] = knob(attrs.Factory(lambda: [0.0, 10.0]), "[lo, hi]: the scores the judge may give (inclusive); the reward is the score as given, not rescaled.")
+    max_tokens: int = knob(32, "The answer's token limit (`max_tokens`); the judge samples at temperature 0.")
+    concurrency: int = knob(8, "Judge requests in flight at once (one per sample) from each rank.")
+
+
 @frozen
 class RewardClientConfig:
     """How the run reaches one reward service (shared by `[rl.reward]` and each `[[rl.rewards]]`)."""
@@ -48,6 +67,7 @@ class RewardClientConfig:
     token_env: str = knob("", "Environment variable holding a bearer token for the service; empty = none.")
     frame_reduce: FrameReduce = knob("mean", "Video runs, an image reward (its service lists no `video` modality) scoring clips frame by frame: the clip's score is the `mean` or `min` of its scored frames' scores, or the score of its `first` or `last` frame alone (docs/rewards.md). Image runs: leave it.")
     frame_stride: int = knob(1, "Video runs, an image reward: score every this many frames, from frame 0 (1 = every frame; with `frame_reduce` `mean` or `min`). Image runs: leave it.")
+    judge: JudgeConfig = section(JudgeConfig, "A VLM judge as this reward (`judge.model` set): the url is its OpenAI-compatible API root; timeout_s, max_retries, backoff_s and token_env apply to each judge request.")
 
 
 @frozen

@@ -24,7 +24,7 @@ from cosmos_rl.core import schema
 from cosmos_rl.dist.addresses import free_loopback_port, is_loopback
 from cosmos_rl.dist.ray_head import ACTOR_ENV, LOOPBACK_ENV, Head, local_ray_init_kwargs  # noqa: F401 (re-exported)
 from cosmos_rl.dist.warm_workers import actor_env, expected_cpus_per_rank
-from cosmos_rl.core.errors import Preempted, RunFailed, UserError
+from cosmos_rl.core.errors import HackingStopped, Preempted, RunFailed, UserError
 
 # Seconds the placement group may take to become ready before we report needed vs available.
 PLACEMENT_TIMEOUT_S = 60.0
@@ -381,7 +381,7 @@ class ActorGroup:
                     raise RunFailed(f"rank {rank}: no answer to {method} within {limit:.0f} s") from None
                 except RayTaskError as exc:
                     cause = _unwrap(exc)
-                    if isinstance(cause, (UserError, Preempted, RunFailed)):
+                    if isinstance(cause, (UserError, Preempted, HackingStopped, RunFailed)):
                         raise cause from None  # RunFailed: its one line already names the rank and cause
                     raise RunFailed(
                         f"rank {rank}: {method} failed: {type(cause).__name__}: {_first_line(cause)}"

@@ -10,7 +10,7 @@ a built-in weight-free reward (`evaluation.scores`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Callable, Sequence
 
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from cosmos_rl.evaluation.prompts import Item, eval_captions, make_items, rank_share
-from cosmos_rl.evaluation.scores import EvalScores, PromptTotals, Totals, caption_groups, groups_of, score_images, with_intervals
+from cosmos_rl.evaluation.scores import EvalScores, PromptTotals, Totals, caption_groups, gold_metrics, groups_of, score_images, with_intervals
 from cosmos_rl.config.run_suite import run_suite
 from cosmos_rl.config.sampler import DEFAULT_BATCH, run_settings
 from cosmos_rl.suites import registry as suites
@@ -35,7 +35,7 @@ class Evaluator:
         self, captions: Sequence[str], seeds: int, reward: str, settings: SamplerSettings, *,
         tokenizer, vae, media: MediaSpec, latent_shape: tuple[int, ...], device: torch.device,
         batch_size: int = DEFAULT_BATCH, origin: str = "the evaluation prompts", model_parts=None,
-        condition: Condition = Condition(), suite: Suite | None = None,
+        condition: Condition = Condition(), suite: Suite | None = None, gold: str = "",
     ):  # fmt: skip
         # The suite whose tasks (and verifier, with its reward) count the images: the reward's own by default.
         suite = suite if suite is not None else suites.reward_owner(reward)
@@ -47,6 +47,9 @@ class Evaluator:
         self.items = make_items(self.captions, seeds)
         self.seeds = seeds
         self.reward, self.settings = reward, settings
+        # A second held-out reward scoring the same samples (rl.eval.gold): the reward-hacking watch's
+        # reference when set; "" = none. Its per-prompt sums travel beside the reward's (Scored.gold).
+        self.gold = gold
         self.tokenizer, self.vae, self.device = tokenizer, vae, device
         self.model_parts = model_parts  # the ModelParts whose scheduler config rollouts use (None: default UniPC)
         self.media, self.batch_size = media, batch_size
@@ -81,6 +84,7 @@ class Evaluator:
             media=media, latent_shape=latent_shape(media, parts.vae.config, parts.transformer.config),
             device=device, origin=f"rl.eval.prompts {cfg.prompts}" if cfg.prompts else "rl.eval",
             model_parts=getattr(parts, "parts", parts), condition=Condition.from_model_config(config.model).evaluated(), suite=suite,
+            gold=cfg.gold,
         )
 
     def identity(self) -> dict:
@@ -192,7 +196,15 @@ class Evaluator:
             captions = [item.caption for item, _ in counted]
             scores, partials = score_images(self.reward, np.stack([image for _, image in counted]), captions, self.suite)
         kept = {item.index: image for item, image in counted if item.index in keep}
-        return self.tally([item for item, _ in counted], scores, partials, kept)
+        done = self.tally([item for item, _ in counted], scores, partials, kept)
+        if not self.gold:
+            return done
+        gold = PromptTotals.empty(len(self.captions))
+        if counted:
+            values, _ = score_images(self.gold, np.stack([image for _, image in counted]), captions, self.suite)
+            for (item, _), value in zip(counted, values):
+                gold.add(item.prompt, value, None)
+        return replace(done, gold=gold)
 
     def tally(
         self, items: Sequence[Item], scores: Sequence[float], partials: Sequence[float] | None, images: dict[int, np.ndarray]
@@ -248,31 +260,40 @@ class Scored:
     # for one process): what the evaluation cache keeps.
     scores: tuple[float, ...] = ()
     partials: tuple[float, ...] | None = None
+    gold: PromptTotals | None = None  # the rl.eval.gold reward's per-prompt sums (Evaluator.gold), else None
 
 
 def evaluate_ranks(
     evaluator: Evaluator, transformer: torch.nn.Module, ranks: Sequence[int], world: int,
     mean: Callable[[list[dict[str, float]]], dict[str, float]],
 ) -> dict[str, float]:  # fmt: skip
-    """The `eval/` metrics of a group: each rank this process plays samples its share, and `mean`
+    """The `eval/` metrics of a group (with the watch's per-prompt scores, `EvalScores.watched`): each rank this process plays samples its share, and `mean`
     (the group's metric mean, e.g. an NFT collectives' `mean`) averages the totals over the group;
     times `world` that is their sum."""
     done = [evaluator.scored(transformer, rank, world) for rank in ranks]
     total = Totals.from_dict({key: value * world for key, value in mean([d.totals.as_dict() for d in done]).items()}, groups_of(evaluator.suite))
     # The prompt sums in a second mean, so the task sums above are reduced exactly as before they existed.
     summed = {key: value * world for key, value in mean([d.prompts.as_dict() for d in done]).items()}
-    return evaluator.scores(total, PromptTotals.from_dict(summed, len(evaluator.captions))).metrics()
+    metrics = evaluator.scores(total, PromptTotals.from_dict(summed, len(evaluator.captions))).watched()
+    if evaluator.gold:  # a third mean: the gold reward's prompt sums
+        gold = {key: value * world for key, value in mean([d.gold.as_dict() for d in done]).items()}
+        metrics.update(gold_metrics(PromptTotals.from_dict(gold, len(evaluator.captions)), evaluator.tasks_of()))
+    return metrics
 
 
 def evaluate_all_reduce(evaluator: Evaluator, transformer: torch.nn.Module, rank: int, world: int) -> dict[str, float]:
-    """The `eval/` metrics when every rank of a torch.distributed world (or one process) calls this:
+    """The `eval/` metrics (with the watch's per-prompt scores, `EvalScores.watched`) when every rank of a torch.distributed world (or one process) calls this:
     each samples its share, then one all-reduce sums the totals (on the evaluator's device: NCCL
     reduces CUDA tensors only)."""
     done = evaluator.scored(transformer, rank, world)
     # Two all-reduces: the task sums alone, exactly as before the prompt sums existed, then the prompt sums.
     totals = Totals.from_dict(_summed(done.totals.as_dict(), evaluator.device), groups_of(evaluator.suite))
     prompts = PromptTotals.from_dict(_summed(done.prompts.as_dict(), evaluator.device), len(evaluator.captions))
-    return evaluator.scores(totals, prompts).metrics()
+    metrics = evaluator.scores(totals, prompts).watched()
+    if evaluator.gold:  # a third all-reduce: the gold reward's prompt sums
+        gold = PromptTotals.from_dict(_summed(done.gold.as_dict(), evaluator.device), len(evaluator.captions))
+        metrics.update(gold_metrics(gold, evaluator.tasks_of()))
+    return metrics
 
 
 def _summed(flat: dict[str, float], device: torch.device) -> dict[str, float]:

@@ -149,6 +149,46 @@ class EvalScores:
                 out["eval/score_partial_lo"], out["eval/score_partial_hi"] = self.intervals_partial.overall
         return out
 
+    def watched(self) -> dict[str, float]:
+        """`metrics()` plus each task's per-prompt scores under `PROMPT_KEY` keys, what the
+        reward-hacking watch needs to judge a drop against its noise (`evaluation.hacking`);
+        `evaluation.during` takes them out before the row is written."""
+        out = self.metrics()
+        assert self.prompt_scores is not None, "watched() needs with_intervals first"
+        for task, values in self.prompt_scores.items():
+            out.update({f"{PROMPT_KEY}{task}/{i}": v for i, v in enumerate(values)})
+        return out
+
+
+# The prefix of the per-prompt scores an evaluation during training hands the watch (never logged),
+# and of the rl.eval.gold reward's.
+PROMPT_KEY = "watch/prompt/"
+GOLD_KEY = "watch/gold/"
+
+
+def gold_metrics(gold: "PromptTotals", tasks_of: Sequence[str]) -> dict[str, float]:
+    """The rl.eval.gold reward's row entries: `eval/gold` (the unweighted mean of its task means,
+    as eval/score), `eval/gold_lo` and `eval/gold_hi` (its bootstrap interval over prompts), and its
+    per-prompt scores under `GOLD_KEY` keys for the watch."""
+    by_task = gold.by_task(tasks_of, "score")
+    out = {"eval/gold": float(np.mean([np.mean(v) for v in by_task.values()]))}
+    out["eval/gold_lo"], out["eval/gold_hi"] = bootstrap(by_task).overall
+    for task, values in by_task.items():
+        out.update({f"{GOLD_KEY}{task}/{i}": v for i, v in enumerate(values)})
+    return out
+
+
+def split_prompt_scores(metrics: dict[str, float], prefix: str = PROMPT_KEY) -> tuple[dict[str, float], dict[str, tuple[float, ...]]]:
+    """(the metrics without the `prefix` entries, {task: per-prompt scores in prompt order})."""
+    rest, found = {}, {}
+    for key, value in metrics.items():
+        if key.startswith(prefix):
+            task, index = key[len(prefix):].rsplit("/", 1)
+            found.setdefault(task, {})[int(index)] = value
+        else:
+            rest[key] = value
+    return rest, {task: tuple(v[i] for i in sorted(v)) for task, v in found.items()}
+
 
 @dataclass
 class Totals:

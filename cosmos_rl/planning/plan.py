@@ -89,9 +89,20 @@ def _frames_scored(t, frames: int) -> str:
     """How a video run's reward `t` scores a clip of `frames` frames (docs/rewards.md, "Video")."""
     if not t.url and scores_clips(t.name):
         return "whole clips (a clip reward)"
+    if t.judge.model:
+        from cosmos_rl.rewards.vlm_judge import sampled_frames
+
+        return f"frames {', '.join(map(str, sampled_frames(frames, t.judge.frames)))} of each clip, in one judge message"
     picked = {"first": [0], "last": [frames - 1]}.get(t.frame_reduce, list(range(0, frames, t.frame_stride)))
     how = f"frames {', '.join(map(str, picked))} of each clip, their {t.frame_reduce}" if len(picked) > 1 else f"frame {picked[0]} of each clip alone"
     return how + ("" if not t.url else " (if the service scores images; a clip reward gets whole clips)")
+
+
+def _endpoint(t, builtin: str) -> str:
+    """Where a reward is scored: a VLM judge's model and server, a service's url, or the built-in service."""
+    if t.judge.model:
+        return f"VLM judge {t.judge.model} at {t.url}"
+    return t.url or builtin
 
 
 def _reward_summary(rl: schema.OnlineRLBase, media: MediaSpec) -> dict:
@@ -99,13 +110,13 @@ def _reward_summary(rl: schema.OnlineRLBase, media: MediaSpec) -> dict:
     builtin = "built-in service, started on a free 127.0.0.1 port"
     frames = media.frames
     if not rl.rewards:
-        out = {"endpoint": rl.reward.url or builtin, "name": rl.reward.name, "revision": rl.reward.revision}
+        out = {"endpoint": _endpoint(rl.reward, builtin), "name": rl.reward.name, "revision": rl.reward.revision}
         return {**out, "frames": _frames_scored(rl.reward, frames)} if media.is_video else out
     return {
-        "endpoint": ", ".join(r.url or builtin for r in rl.rewards),
+        "endpoint": ", ".join(_endpoint(r, builtin) for r in rl.rewards),
         "name": " + ".join(f"{r.weight:g} x {r.name}" for r in rl.rewards) + f" ({rl.reward_combine})",
         "revision": ", ".join(r.revision for r in rl.rewards),
-        "terms": [{"name": r.name, "weight": r.weight, "endpoint": r.url or builtin, "revision": r.revision,
+        "terms": [{"name": r.name, "weight": r.weight, "endpoint": _endpoint(r, builtin), "revision": r.revision,
                    "reward_revision": r.reward_revision, "model": r.model,
                    **({"frames": _frames_scored(r, frames)} if media.is_video else {})} for r in rl.rewards],
     }  # fmt: skip
@@ -404,8 +415,14 @@ def _eval_summary(config: schema.RunConfig) -> dict | str:
     sampler = run_settings(config)
     # An algorithm with no training signal (SFT trains on no reward) has nothing to compare, so its window means nothing.
     watch = e.hacking_window if algorithms.of(config).train_signal else "none (no training reward)"
-    return {"every": e.every, "prompts": prompts, "seeds": e.seeds, "reward": e.reward, "hacking_window": watch,
-            "sampler": f"{sampler.steps} steps, guidance {sampler.guidance:g}"}  # fmt: skip
+    out = {"every": e.every, "prompts": prompts, "seeds": e.seeds, "reward": e.reward, "hacking_window": watch,
+           "sampler": f"{sampler.steps} steps, guidance {sampler.guidance:g}"}  # fmt: skip
+    # The watch's options, shown only when set (a plan without them reads as before).
+    if e.gold:
+        out["gold"] = e.gold
+    if e.stop_on_hacking:
+        out["stop_on_hacking"] = "commit and exit 3 at the first warning"
+    return out
 
 
 def _shard_count(entries: list[str]) -> int:

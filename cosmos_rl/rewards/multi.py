@@ -11,7 +11,8 @@ turns either into the same list. The driver, before Ray starts:
         services.stop()
 
 and each worker scores with `MultiRewardClient.from_config(config.rl, urls, tokens)`, getting one
-score list per reward name (the requests to the services go out in parallel). `check_revisions`
+score list per reward name (a reward with `judge.model` set is a VLM judge at its url, scored by
+`rewards.vlm_judge.VLMJudgeClient` through the same calls) (the requests to the services go out in parallel). `check_revisions`
 takes the run's media (`core.media.MediaSpec`); a video run scores clips, each image reward frame by frame
 (`RewardClient.score`); the built-in shapes image verifier scores a clip's frames against the
 static part of its moving-shapes caption (`frame_prompt_rule`), the only caption it can parse.
@@ -50,6 +51,7 @@ class RewardTerm:
     token_env: str
     frame_reduce: str = "mean"  # how an image reward scores a clip (cosmos_rl.rewards.frames)
     frame_stride: int = 1
+    judge: object = None  # a VLM judge's JudgeConfig (rewards/vlm_judge.py) when judge.model is set, else None
 
 
 def reward_terms(rl) -> list[RewardTerm]:
@@ -57,12 +59,16 @@ def reward_terms(rl) -> list[RewardTerm]:
     if rl.rewards:
         return [
             RewardTerm(f"rl.rewards[{i}]", t.name, t.weight, t.url, t.revision, t.reward_revision, t.model,
-                       t.timeout_s, t.max_retries, t.backoff_s, t.token_env, t.frame_reduce, t.frame_stride)
+                       t.timeout_s, t.max_retries, t.backoff_s, t.token_env, t.frame_reduce, t.frame_stride, _judge(t))
             for i, t in enumerate(rl.rewards)
         ]  # fmt: skip
     r = rl.reward
     return [RewardTerm("rl.reward", r.name, 1.0, r.url, r.revision, "", "", r.timeout_s, r.max_retries, r.backoff_s, r.token_env,
-                       r.frame_reduce, r.frame_stride)]
+                       r.frame_reduce, r.frame_stride, _judge(r))]
+
+
+def _judge(table):
+    return table.judge if table.judge.model else None
 
 
 def token_for(term: RewardTerm, environ: Mapping[str, str] = os.environ) -> str | None:
@@ -84,7 +90,12 @@ def frame_prompt_rule(term: RewardTerm) -> Callable[[str], str | None] | None:
     return lambda caption: builtin_frame_prompts(term.name, [caption])[0]
 
 
-def client_for(term: RewardTerm, url: str, token: str | None) -> RewardClient:
+def client_for(term: RewardTerm, url: str, token: str | None):
+    """The term's client: a `RewardClient` of its service, or a `VLMJudgeClient` for a VLM judge."""
+    if term.judge is not None:
+        from cosmos_rl.rewards.vlm_judge import VLMJudgeClient
+
+        return VLMJudgeClient(url, term.name, term.judge, term.timeout_s, term.max_retries, term.backoff_s, token, key=term.key)
     return RewardClient(
         url, term.name, term.revision, term.timeout_s, term.max_retries, term.backoff_s, token,
         key=term.key, expected_reward_revision=term.reward_revision, frame_reduce=term.frame_reduce,
@@ -111,9 +122,11 @@ class RewardServices:
             try:
                 answers[t.name] = client.check_revision(media)
             except RewardServiceError as exc:
+                what = "VLM judge" if t.judge is not None else "reward service"
                 raise UserError(
-                    f"{t.key}.url: the reward service at {self.urls[t.name]} cannot be reached before training ({exc}); "
-                    f"start it, or fix {t.key}.url (empty starts the built-in service)"
+                    f"{t.key}.url: the {what} at {self.urls[t.name]} cannot be reached before training ({exc}); "
+                    + ("start it (docs/rewards.md, \"A VLM judge\"), or fix the url (its API root, e.g. http://127.0.0.1:8000/v1)"
+                       if t.judge is not None else f"start it, or fix {t.key}.url (empty starts the built-in service)")
                 ) from None
             finally:
                 client.close()

@@ -11,7 +11,8 @@ is not one of its steps). The loop owns the rest, the same way for every algorit
 - progress: on the main process, the rich bar on a terminal, plain lines on stdout when it is not
   one (a log: one every `job.log_every` steps or `job.progress_every_s` seconds, core.metrics.Progress);
 - a step whose `train/loss` or `train/grad_norm` is not finite stops the run (RunFailed);
-- checkpoints at `checkpoint_due` steps, and before stopping on SIGTERM/SIGUSR1 (then `Preempted`).
+- checkpoints at `checkpoint_due` steps, and before stopping on SIGTERM/SIGUSR1 (then `Preempted`)
+  or on a reward-hacking warning with `rl.eval.stop_on_hacking` (`halt`; then `HackingStopped`).
 
 Where the loop runs differs per backend and is the caller's business: DPO runs it in every rank
 (collectives inside `step_fn`/`holdout_fn`/`save_fn` line up because every rank walks the same
@@ -30,7 +31,7 @@ import attrs
 from cosmos_rl.checkpoint import checkpoint_due
 from cosmos_rl.config import load
 from cosmos_rl.core import schema
-from cosmos_rl.core.errors import Preempted, RunFailed
+from cosmos_rl.core.errors import HackingStopped, Preempted, RunFailed
 
 Metrics = dict[str, float]
 FINITE_METRICS = ("train/loss", "train/grad_norm")
@@ -57,13 +58,15 @@ def run_steps(
     stop_requested: Callable[[], str | None],
     holdout_fn: Callable[[int], Metrics] | None = None,
     stop_committed: Callable[[], None] = lambda: None,
+    halt: Callable[[], str | None] = lambda: None,
 ) -> list[dict]:
     """Run steps `start_step + 1 .. rl.max_steps`; returns the rows this call wrote.
 
     `stop_requested()` returns the stop signal's name (or a truthy label) once a stop was asked
     for; it is called after every step but the last, on every process the loop runs in.
     `stop_committed()` is called once the stop's checkpoint is committed (a second signal is then
-    harmless; see `preempt.StopFlag`).
+    harmless; see `preempt.StopFlag`). `halt()` returns the reward-hacking warning that stops the
+    run (`evaluation.during`), read after every step, the last included, on every process.
     """
     from cosmos_rl.core.metrics import MetricsWriter, Progress
 
@@ -103,6 +106,15 @@ def run_steps(
             saved = checkpoint_due(step, max_steps, config.checkpoint.every)
             if saved:
                 save_fn(step)
+            halted = halt()
+            if halted:
+                if not saved:
+                    save_fn(step)
+                raise HackingStopped(
+                    f"{halted}; rl.eval.stop_on_hacking stopped the run after committing step {step} "
+                    f"({spec.run_dir / 'checkpoints' / f'step_{step}'}); look at the samples, then "
+                    f"`cosmos-rl resume {spec.run_dir}` with rl.eval.stop_on_hacking = false to go on"
+                )
             stop = None if last else stop_requested()
             if stop:
                 if not saved:
@@ -128,9 +140,9 @@ def run_rank_steps(
     from cosmos_rl.evaluation.during import with_eval
     from cosmos_rl.dist.preempt import StopFlag
 
-    step_fn, holdout_fn = with_eval(config, step_fn, holdout_fn, evaluate, main=spec.main)
+    step_fn, holdout_fn, halt = with_eval(config, step_fn, holdout_fn, evaluate, main=spec.main)
     stop = StopFlag().install()
     try:
-        return run_steps(config, spec, step_fn, save_fn, stop.should_stop, holdout_fn, stop_committed=stop.mark_committed)
+        return run_steps(config, spec, step_fn, save_fn, stop.should_stop, holdout_fn, stop_committed=stop.mark_committed, halt=halt)
     finally:
         stop.uninstall()

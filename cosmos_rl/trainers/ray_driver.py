@@ -183,8 +183,8 @@ def start(config: schema.RunConfig, run_dir: Path, resume: bool, console) -> int
             )
         from cosmos_rl.evaluation.during import with_eval
 
-        step_fn, holdout = with_eval(config, step_fn, holdout_fn if built["holdout"] else None, evaluate, main=True, console=console)
-        run_steps(config, spec, step_fn, save_fn, lambda: stop.signalled, holdout, stop_committed=stop.mark_committed)
+        step_fn, holdout, halt = with_eval(config, step_fn, holdout_fn if built["holdout"] else None, evaluate, main=True, console=console)
+        run_steps(config, spec, step_fn, save_fn, lambda: stop.signalled, holdout, stop_committed=stop.mark_committed, halt=halt)
         group.call_all("shutdown", timeout_s=CALL_SLACK_S)
         return 0
     finally:

@@ -30,7 +30,7 @@ from rich.markup import escape
 
 from cosmos_rl.planning import plan
 from cosmos_rl.core import schema
-from cosmos_rl.core.errors import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE, Preempted, RunFailed, UserError
+from cosmos_rl.core.errors import EXIT_FAILED, EXIT_HACKING, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE, HackingStopped, Preempted, RunFailed, UserError
 from cosmos_rl.trainers.spmd_worker import QUIET_WORKERS_ENV
 
 # Every stop signal reaches torchrun as SIGTERM. SIGUSR1 (a scheduler's "about to preempt"): torchrun
@@ -102,6 +102,8 @@ def _raise_for(run_dir: Path, returncode: int, stopped_by: str | None = None, co
         raise UserError(by_code[EXIT_USAGE])
     if EXIT_REQUEUE in by_code:
         raise Preempted(by_code[EXIT_REQUEUE])
+    if EXIT_HACKING in by_code:
+        raise HackingStopped(by_code[EXIT_HACKING])
     if EXIT_FAILED in by_code:
         raise RunFailed(by_code[EXIT_FAILED])
     raise RunFailed(

@@ -18,7 +18,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from cosmos_rl.core.errors import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE
+from cosmos_rl.core.errors import EXIT_FAILED, EXIT_HACKING, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE
 
 # Set by the launcher (trainers/spmd_launch.py), which prints every outcome itself.
 QUIET_WORKERS_ENV = "COSMOS_RL_QUIET_WORKERS"
@@ -70,11 +70,13 @@ def run_worker(manifest: Path, resume: bool) -> int:
         init_process_group(device, me.rank, me.world_size, config.grid.timeout_s)
         trainer(config, run_dir, device, resume=resume).run()
     except BaseException as exc:  # noqa: BLE001 - every failure must become an exit code and a line
-        from cosmos_rl.core.errors import Preempted, UserError
+        from cosmos_rl.core.errors import HackingStopped, Preempted, UserError
 
         logging.getLogger(__name__).error("rank %d failed:\n%s", me.rank, traceback.format_exc())
         if isinstance(exc, Preempted):
             code, message = EXIT_REQUEUE, str(exc)
+        elif isinstance(exc, HackingStopped):
+            code, message = EXIT_HACKING, str(exc)
         elif isinstance(exc, UserError):
             code, message = EXIT_USAGE, str(exc)
         else:

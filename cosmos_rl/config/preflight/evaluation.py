@@ -14,8 +14,14 @@ def eval_rules(c: schema.RunConfig, e: schema.EvalConfig, r: Rules) -> None:
     """[rl.eval] (every algorithm): evaluation during training (docs/eval.md)."""
     r.at_least("rl.eval.every", e.every, 0, "set rl.eval.every to 0 (off) or a number of steps")
     suite = eval_suite(c, e, r)  # also names the suite `cosmos-rl eval RUN_DIR` evaluates
+    if e.stop_on_hacking and e.every <= 0:
+        r.error("rl.eval.stop_on_hacking", "needs evaluations during training (rl.eval.every is 0), so it would never stop the run",
+                e.stop_on_hacking, "set rl.eval.every to a number of steps, or remove rl.eval.stop_on_hacking")
     if e.every <= 0:
         return
+    if e.stop_on_hacking and not _train_signal(c):
+        r.warn("rl.eval.stop_on_hacking", f"has no effect: {c.rl.algorithm} logs no training reward for the watch to compare",
+               e.stop_on_hacking, "remove it")
     if c.job.log_every >= 1 and e.every % c.job.log_every:
         r.error("rl.eval.every", f"must be a multiple of job.log_every ({c.job.log_every}), or its eval/ rows are never written", e.every,
                 f"use a multiple of {c.job.log_every}")
@@ -28,10 +34,43 @@ def eval_rules(c: schema.RunConfig, e: schema.EvalConfig, r: Rules) -> None:
     if e.guidance is not None:
         r.at_least("rl.eval.guidance", e.guidance, 0, "set rl.eval.guidance to 1 (conditional only) or more, or remove it")
     eval_reward_rule(c, e, suite, r)
+    if e.gold:
+        from cosmos_rl.config.run_suite import run_suite
+
+        try:  # the suite the evaluation scores in (the rules above named any problem with it)
+            scoring = run_suite(c)
+        except suites.UnknownSuite:
+            scoring = None
+        gold_rule(c, e, scoring, r)
     if e.prompts:
         r.local_path("rl.eval.prompts", e.prompts, kind="file")
         if e.per_task != schema.EvalConfig().per_task:
             r.warn("rl.eval.per_task", "has no effect with rl.eval.prompts (every prompt of the file is used)", e.per_task, "remove it")
+
+
+def gold_rule(c: schema.RunConfig, e: schema.EvalConfig, suite, r: Rules) -> None:
+    """rl.eval.gold: a reward the evaluation can score in-process, other than rl.eval.reward and the training rewards."""
+    if suite is None:
+        return  # rl.eval.suite or rl.eval.reward is already an error
+    names = list(suite.reward_names())
+    if c.model.num_frames == 1 and not suite.judges_clips:
+        names = [*WEIGHT_FREE_REWARDS, *names]
+    if e.gold not in names:
+        r.error("rl.eval.gold", "not a reward the evaluation scores in-process", e.gold, f"use one of {', '.join(show(n) for n in names)}, or leave it empty")
+        return
+    if e.gold == e.reward:
+        r.error("rl.eval.gold", "is rl.eval.reward itself, so it adds nothing to the watch", e.gold, "name another reward, or leave it empty")
+    rl = c.rl
+    trained = {t.name for t in rl.rewards} | ({rl.reward.name} if not rl.rewards else set()) if isinstance(rl, schema.OnlineRLBase) else set()
+    if e.gold in trained:
+        r.warn("rl.eval.gold", "is a reward the run trains on: the watch would compare the reward with itself", e.gold,
+               "name a reward the run does not train on")
+
+
+def _train_signal(c: schema.RunConfig) -> str:
+    from cosmos_rl.config import algorithms
+
+    return algorithms.of(c).train_signal  # the name was looked up when the manifest was read
 
 
 def eval_suite(c: schema.RunConfig, e: schema.EvalConfig, r: Rules):

@@ -106,6 +106,11 @@ def _frame_keys(c: schema.RunConfig, prefix: str, t, r: Rules) -> None:
     default = schema.RewardClientConfig()
     changed = [k for k in ("frame_reduce", "frame_stride") if getattr(t, k) != getattr(default, k)]
     builtin_video = not t.url and scores_clips(t.name)
+    if t.judge.model:
+        for k in changed:
+            r.error(f"{prefix}.{k}", "plays no part for a VLM judge, which sees judge.frames frames of each clip at once", getattr(t, k),
+                    f"remove {prefix}.{k}; set {prefix}.judge.frames")
+        return
     if c.model.num_frames == 1:
         for k in changed:
             r.error(f"{prefix}.{k}", "set for an image run (model.num_frames = 1), where no clip is scored frame by frame", getattr(t, k),
@@ -120,14 +125,45 @@ def _frame_keys(c: schema.RunConfig, prefix: str, t, r: Rules) -> None:
                     f"remove {prefix}.{k} (it is for image rewards scoring clips)")
 
 
+def _judge_keys(prefix: str, t, r: Rules) -> None:
+    """A VLM judge (`judge.model` set): reached at its url, read by its regex, within its range."""
+    j = t.judge
+    if not j.model:
+        if j != schema.JudgeConfig():
+            r.error(f"{prefix}.judge.model", "required: the judge's other keys are set but no model names it", "",
+                    "set judge.model to the model the server serves, or remove the judge table")
+        return
+    if not t.url:
+        r.error(f"{prefix}.url", "required for a VLM judge: the OpenAI-compatible server's API root", "",
+                "e.g. http://127.0.0.1:8000/v1 (vllm serve) or http://127.0.0.1:30000/v1 (sglang)")
+    if getattr(t, "model", ""):
+        r.error(f"{prefix}.model", "a folder for the built-in service's model rewards; a VLM judge is served by its own server", t.model, "remove model")
+    try:
+        groups = re.compile(j.score_regex).groups
+    except re.error as exc:
+        r.error(f"{prefix}.judge.score_regex", f"not a regular expression ({exc})", j.score_regex, "fix it, e.g. 'Score:\\s*([0-9.]+)'")
+    else:
+        if groups < 1:
+            r.error(f"{prefix}.judge.score_regex", "has no capture group: group 1 is the score", j.score_regex, "put the number in one, e.g. 'Score:\\s*([0-9.]+)'")
+    lo_hi = j.score_range
+    if len(lo_hi) != 2 or not all(math.isfinite(v) for v in lo_hi) or not lo_hi[0] < lo_hi[1]:
+        r.error(f"{prefix}.judge.score_range", "must be [lo, hi], two finite numbers with lo < hi", lo_hi, "e.g. [0, 10]")
+    r.at_least(f"{prefix}.judge.frames", j.frames, 1)
+    r.at_least(f"{prefix}.judge.max_tokens", j.max_tokens, 1)
+    r.at_least(f"{prefix}.judge.concurrency", j.concurrency, 1)
+    if "{prompt}" not in j.prompt:
+        r.warn(f"{prefix}.judge.prompt", "has no {prompt}: the judge never sees the caption", j.prompt[:60], "add {prompt} where the caption goes")
+
+
 def _one_reward(c: schema.RunConfig, rl: schema.NFTConfig, r: Rules) -> None:
     if not rl.reward.revision:
         r.error("rl.reward.revision", "required: the provider's revision is part of the run identity", "", "set rl.reward.revision to the revision the service declares")
     if rl.reward.url and not re.match(r"https?://", rl.reward.url):
         r.error("rl.reward.url", "must be an http:// or https:// URL", rl.reward.url, "e.g. http://127.0.0.1:8000, or empty for the built-in service")
-    unknown = unknown_reward(rl.reward.name) if not rl.reward.url else None
+    unknown = unknown_reward(rl.reward.name) if not rl.reward.url and not rl.reward.judge.model else None
     if unknown:
         r.error("rl.reward.name", unknown[0], rl.reward.name, unknown[1])
+    _judge_keys("rl.reward", rl.reward, r)
     _client_limits("rl.reward", rl.reward, r)
     _frame_keys(c, "rl.reward", rl.reward, r)
     if rl.reward_combine != "weighted_sum":
@@ -154,8 +190,9 @@ def _reward_terms(c: schema.RunConfig, rl: schema.NFTConfig, r: Rules) -> None:
             r.error(f"rl.rewards[{i}].url", "must be an http:// or https:// URL", t.url, "e.g. http://127.0.0.1:8000, or empty for the built-in service")
         if t.url and t.model:
             r.error(f"rl.rewards[{i}].model", "only for the built-in service (empty url); a service at a URL loads its own models", t.model, "remove model, or clear url")
-        if not t.url:
+        if not t.url and not t.judge.model:
             _builtin_term(c, t, i, r)
+        _judge_keys(f"rl.rewards[{i}]", t, r)
         _client_limits(f"rl.rewards[{i}]", t, r)
         _frame_keys(c, f"rl.rewards[{i}]", t, r)
 
