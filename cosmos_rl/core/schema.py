@@ -360,6 +360,9 @@ LATER_KNOB_DEFAULTS: dict[str, object] = {
     "rl.logit_mean": 0.0,
     "rl.logit_std": 1.0,
     "grid.context_parallel": 1,
+    "rl.old.flat_steps": 0,  # NFT's old policy without a flat start
+    "rl.clip_range_high": None,  # GRPO's symmetric clip
+    "rl.ema_warmup": False,
     # A reward that is not a VLM judge (judge.model empty, every judge key at its default): what
     # every run before the judge existed did.
     **{f"{table}.judge.{key}": value
