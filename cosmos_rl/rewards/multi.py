@@ -131,10 +131,18 @@ def start_reward_services(rl, environ: Mapping[str, str] = os.environ) -> Reward
     One service per such reward (loading its model folder), declaring that reward's pinned
     revision; the rest keep their url. Tokens are read here, once, so workers get the values.
     """
+    terms = reward_terms(rl)
+    return start_services(terms, {t.name: token_for(t, environ) for t in terms})
+
+
+def start_services(terms: list[RewardTerm], tokens: dict[str, str | None], model_option: str = "--model") -> RewardServices:
+    """The services of `terms` (tokens already read): a built-in loopback service for every term
+    with no url, loading its model folder (`term.model`; a bad folder is a UserError naming
+    `model_option`), declaring the term's revision; the rest keep their url. A run's
+    (`start_reward_services`) and an evaluation's (`evaluation.served`) rewards start here."""
     from cosmos_rl.rewards.server import RewardServer
 
-    terms, urls, servers = reward_terms(rl), {}, []
-    tokens = {t.name: token_for(t, environ) for t in terms}
+    urls, servers = {}, []
     try:
         for term in terms:
             if term.url:
@@ -144,7 +152,7 @@ def start_reward_services(rl, environ: Mapping[str, str] = os.environ) -> Reward
             owner = suites.reward_owner(term.name)
             outside = (owner.name,) if owner is not None and owner.name not in suites.BUILT_IN else ()
             server = RewardServer("127.0.0.1", 0, revision=term.revision or None, models={term.name: term.model} if term.model else None,
-                                  outside_suites=outside)  # fmt: skip
+                                  outside_suites=outside, model_option=model_option)  # fmt: skip
             urls[term.name] = server.start()
             servers.append(server)
     except BaseException:

@@ -1,0 +1,158 @@
+"""`cosmos-rl eval` and `pairs mine` with the rewards a run trains on: a model reward from a local
+folder (a tiny random PickScore-shaped CLIP folder, save_pretrained from the real classes), a
+reward service at a url (the real service in-process on loopback, with a token), several weighted;
+and each mistake a user can make named in one line."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import socket
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from _reward_models import tiny_clip_folder
+from cosmos_rl.core.errors import UserError
+
+RUN = Path(__file__).parent / "fixtures" / "old_runs" / "nft_lora"  # a tiny LoRA NFT run, committed at step 2
+PROMPTS = ["a cat asleep on a red mat", "an old lighthouse at dusk", "two apples on a table"]  # the user's own: no suite grammar
+SMALL = {"seeds": 2, "sample_steps": 4, "device": "cpu"}
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("served")
+    run = root / "run"
+    shutil.copytree(RUN, run)
+    prompts = root / "prompts.txt"
+    prompts.write_text("\n".join(PROMPTS) + "\n")
+    return run, prompts, tiny_clip_folder(root / "pickscore")
+
+
+@pytest.fixture(scope="module")
+def by_folder(setup):
+    from cosmos_rl.commands.evaluate import run_eval
+
+    run, prompts, folder = setup
+    return run_eval(str(run), reward=[f"pickscore={folder}"], prompts=prompts, out_dir=run / "eval_pick", **SMALL)
+
+
+def test_a_model_reward_from_a_folder_scores_a_checkpoint_against_its_base_with_intervals(setup, by_folder):
+    from cosmos_rl.commands.eval_result import read
+    from cosmos_rl.rewards.models import revision_of
+
+    run, _, folder = setup
+    out = by_folder
+    assert out["kind"] == "run" and out["step"] == 2 and out["reward"] == "pickscore" and out["n_images"] == 6
+    # The user's prompts are no suite's captions: one task, no verifier, no partial score.
+    assert list(out["tasks"]) == ["other"] and out["score_partial"] is None and out["base_score"] is not None
+    assert out["diff_score"] == pytest.approx(out["score"] - out["base_score"])
+    lo, hi = out["score_interval"]
+    assert lo <= out["score"] <= hi and out["diff_score_interval"][0] <= out["diff_score"] <= out["diff_score_interval"][1]
+    assert len(out["prompt_scores"]["other"]) == len(PROMPTS)
+    assert out["rewards"] == [{"name": "pickscore", "weight": 1.0, "folder": str(folder.resolve()), "url": None,
+                               "revision": revision_of("pickscore", folder.resolve())}]  # fmt: skip
+    # A random CLIP scores outside [0, 1]: the file check takes a model reward's scale, not a verifier's.
+    assert not all(0.0 <= v <= 1.0 for v in (*out["prompt_scores"]["other"], *out["base_prompt_scores"]["other"]))
+    assert read(run / "eval_pick" / "eval.json", "eval.json") == out
+
+
+def test_a_service_url_with_a_token_scores_what_the_folder_scores(setup, by_folder, monkeypatch):
+    from cosmos_rl.commands.evaluate import run_eval
+    from cosmos_rl.rewards.server import RewardServer
+
+    run, prompts, folder = setup
+    monkeypatch.setenv("EVAL_REWARD_TOKEN", "s3cret")
+    with RewardServer(revision="pick-1", token="s3cret", models={"pickscore": str(folder)}) as server:
+        out = run_eval(str(run), reward=["pickscore"], reward_url=server.url, reward_token_env="EVAL_REWARD_TOKEN", prompts=prompts,
+                       out_dir=run / "eval_url", **SMALL)  # fmt: skip
+        # The same weights behind a url give the same numbers; the service's revision is read and recorded.
+        assert out["prompt_scores"] == by_folder["prompt_scores"] and out["base_score"] == by_folder["base_score"]
+        assert out["rewards"][0]["url"] == server.url and out["rewards"][0]["revision"] == by_folder["rewards"][0]["revision"]
+        monkeypatch.delenv("EVAL_REWARD_TOKEN")
+        with pytest.raises(UserError, match="^--reward-token-env EVAL_REWARD_TOKEN: the variable is not set; export EVAL_REWARD_TOKEN=TOKEN"):
+            run_eval(str(run), reward=["pickscore"], reward_url=server.url, reward_token_env="EVAL_REWARD_TOKEN", prompts=prompts,
+                     out_dir=run / "eval_url", **SMALL)  # fmt: skip
+        with pytest.raises(UserError, match=f"^the reward service at {server.url} refused the bearer token .*; pass --reward-token-env VAR"):
+            run_eval(str(run), reward=["pickscore"], reward_url=server.url, prompts=prompts, out_dir=run / "e", **SMALL)
+        monkeypatch.setenv("EVAL_REWARD_TOKEN", "s3cret")
+        with pytest.raises(UserError, match=f"^--reward aesthetic: the service at {server.url} offers no 'aesthetic'; pick one of"):
+            run_eval(str(run), reward=["aesthetic"], reward_url=server.url, reward_token_env="EVAL_REWARD_TOKEN", prompts=prompts,
+                     out_dir=run / "e", **SMALL)  # fmt: skip
+
+
+def test_several_rewards_give_the_weighted_sum_of_each(setup, tmp_path):
+    """Two built-in rewards served and weighted (as a run's `[[rl.rewards]]` are) against each scored
+    in-process alone: the weighted sum of the two, prompt by prompt."""
+    from cosmos_rl.commands.evaluate import run_eval
+
+    run, prompts, _ = setup
+    own = run_eval(str(run), reward="brightness", prompts=prompts, out_dir=tmp_path / "own", **SMALL)
+    both = run_eval(str(run), reward=["brightness", "jpeg_compressibility"], reward_weights=["brightness=2", "jpeg_compressibility=0.5"],
+                    prompts=prompts, out_dir=tmp_path / "both", **SMALL)  # fmt: skip
+    jpeg = run_eval(str(run), reward="jpeg_compressibility", prompts=prompts, out_dir=tmp_path / "colour", **SMALL)
+    assert both["reward"] == "2*brightness+0.5*jpeg_compressibility" and [r["weight"] for r in both["rewards"]] == [2.0, 0.5]
+    expected = [2 * a + 0.5 * b for a, b in zip(own["prompt_scores"]["other"], jpeg["prompt_scores"]["other"])]
+    assert both["prompt_scores"]["other"] == pytest.approx(expected, abs=1e-9)
+
+
+def test_pairs_mine_ranks_by_a_model_reward(setup, tmp_path):
+    from cosmos_rl.commands.mining.command import run_mine
+    from cosmos_rl.rewards.models import ClipRewardModel
+
+    run, prompts, folder = setup
+    summary = run_mine(str(run), reward=[f"pickscore={folder}"], prompts=prompts, samples=3, out_dir=tmp_path / "pairs",
+                       sample_steps=4, device="cpu")  # fmt: skip
+    assert summary["reward"] == "pickscore" and summary["ranked_by"] == "score" and summary["pairs"] == len(PROMPTS)
+    # Each pair's winner and loser, read back from the shard, score what the pair says under the model itself.
+    model = ClipRewardModel("pickscore", folder, device="cpu")
+    with tarfile.open(summary["shards"][0]) as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
+    keys = sorted(name[: -len(".json")] for name in members if name.endswith(".json"))
+    assert len(keys) == len(PROMPTS)
+    for key in keys:
+        meta = json.loads(members[f"{key}.json"])
+        images = [np.asarray(Image.open(io.BytesIO(members[f"{key}.{side}.png"])).convert("RGB")) for side in ("winner", "loser")]
+        assert model(np.stack(images), [meta["prompt"]] * 2) == pytest.approx([meta["winner_score"], meta["loser_score"]], abs=1e-4)
+        assert meta["winner_score"] == max(meta["scores"]) > meta["loser_score"] == min(meta["scores"])
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_each_reward_mistake_names_the_option_what_was_found_and_the_fix(setup, tmp_path):
+    from cosmos_rl.commands.evaluate import run_eval
+    from cosmos_rl.commands.mining.command import run_mine
+    from cosmos_rl.rewards.registry import Reward, builtin_rewards
+    from cosmos_rl.rewards.server import RewardServer
+
+    run, prompts, folder = setup
+    bad = [
+        (["pickscor=" + str(folder)], {}, "^--reward pickscor=.*: unknown model reward 'pickscor'; a folder is for one of pickscore, clipscore, aesthetic$"),
+        (["nope"], {}, "^--reward: 'nope' is not a built-in weight-free reward of the suite shapes; use one of .*, a model reward's folder "
+                       r"\(pickscore=FOLDER, .* or --reward-url URL for a service's$"),
+        (["nope", "brightness"], {}, "^--reward nope: unknown reward; use a built-in one .* or --reward-url URL for a service's$"),
+        (["pickscore"], {}, "^--reward pickscore: a model reward needs its weights; pass --reward pickscore=FOLDER"),
+        ([f"pickscore={tmp_path / 'missing'}"], {}, "^--reward pickscore=.*missing: folder not found; pass a local folder with a transformers CLIP"),
+        (["pickscore"], {"reward_url": f"http://127.0.0.1:{_closed_port()}"}, "^--reward-url http://127.0.0.1:.*: the reward service cannot be reached .*; start it"),
+        (["pickscore"], {"reward_url": "localhost:8000"}, "^--reward-url 'localhost:8000': not an http:// or https:// URL"),
+        ([f"pickscore={folder}"], {"reward_weights": ["pickscore=-1"]}, "^--reward-weight pickscore=-1: the weight must be a finite number > 0"),
+    ]  # fmt: skip
+    for rewards, extra, message in bad:
+        with pytest.raises(UserError, match=message):
+            run_eval(str(run), reward=rewards, prompts=prompts, out_dir=tmp_path / "e", **SMALL, **extra)
+    with pytest.raises(UserError, match="^--reward nope: unknown reward"):
+        run_mine(str(run), reward=["nope", "brightness"], prompts=prompts, samples=2, out_dir=tmp_path / "m")
+    # A reward whose output is not a score: the service answers, the scores are not numbers.
+    junk = {**builtin_rewards(), "junk": Reward("junk", lambda images, prompts: [float("nan")] * len(images), "junk:1")}
+    with RewardServer(revision="junk-1", registry=junk) as server:
+        with pytest.raises(UserError, match="^--reward junk: the reward service gave no scores .*; fix the service"):
+            run_eval(str(run), reward=["junk"], reward_url=server.url, prompts=prompts, out_dir=tmp_path / "j", **SMALL)
