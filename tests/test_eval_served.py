@@ -86,19 +86,21 @@ def test_a_service_url_with_a_token_scores_what_the_folder_scores(setup, by_fold
                      out_dir=run / "e", **SMALL)  # fmt: skip
 
 
-def test_several_rewards_give_the_weighted_sum_of_each(setup, tmp_path):
-    """Two built-in rewards served and weighted (as a run's `[[rl.rewards]]` are) against each scored
-    in-process alone: the weighted sum of the two, prompt by prompt."""
-    from cosmos_rl.commands.evaluate import run_eval
+def test_several_rewards_give_the_weighted_sum_of_each():
+    """Two built-in rewards served and weighted (through the services and client a run's
+    `[[rl.rewards]]` use) against each function called in-process: the weighted sum, image by image."""
+    from cosmos_rl.core.media import MediaSpec
+    from cosmos_rl.evaluation.served import ServedRewards, label, served_terms
+    from cosmos_rl.rewards.functions import REWARDS
 
-    run, prompts, _ = setup
-    own = run_eval(str(run), reward="brightness", prompts=prompts, out_dir=tmp_path / "own", **SMALL)
-    both = run_eval(str(run), reward=["brightness", "jpeg_compressibility"], reward_weights=["brightness=2", "jpeg_compressibility=0.5"],
-                    prompts=prompts, out_dir=tmp_path / "both", **SMALL)  # fmt: skip
-    jpeg = run_eval(str(run), reward="jpeg_compressibility", prompts=prompts, out_dir=tmp_path / "colour", **SMALL)
-    assert both["reward"] == "2*brightness+0.5*jpeg_compressibility" and [r["weight"] for r in both["rewards"]] == [2.0, 0.5]
-    expected = [2 * a + 0.5 * b for a, b in zip(own["prompt_scores"]["other"], jpeg["prompt_scores"]["other"])]
-    assert both["prompt_scores"]["other"] == pytest.approx(expected, abs=1e-9)
+    terms = served_terms(["brightness", "jpeg_compressibility"], weights=["brightness=2", "jpeg_compressibility=0.5"])
+    assert label(terms) == "2*brightness+0.5*jpeg_compressibility"
+    images = np.random.default_rng(0).integers(0, 256, (3, 16, 16, 3), dtype=np.uint8)
+    with ServedRewards(terms, MediaSpec(frames=1, height=16, width=16)) as served:
+        scores = served.score(images, PROMPTS)
+        assert [r["weight"] for r in served.describe()] == [2.0, 0.5]
+    expected = [2 * a + 0.5 * b for a, b in zip(REWARDS["brightness"](images, PROMPTS), REWARDS["jpeg_compressibility"](images, PROMPTS))]
+    assert scores == pytest.approx(expected, abs=1e-9)
 
 
 def test_pairs_mine_ranks_by_a_model_reward(setup, tmp_path):
