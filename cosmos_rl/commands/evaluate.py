@@ -188,7 +188,7 @@ def run_eval(
     `reward` may also be a list of `--reward` items; with a model reward's folder (`pickscore=FOLDER`),
     `reward_url`, `reward_weights` (`NAME=W`) or several items the images are scored through reward
     services as a run's are (`evaluation.served`): the weighted sum, one score per image, no partial."""
-    from cosmos_rl.evaluation.served import ServedRewards, label, served_terms
+    from cosmos_rl.evaluation.served import ServedRewards, label, manifest_terms, served_terms
 
     items = [reward] if isinstance(reward, str) else list(reward or [])
     terms = served_terms(items, reward_url, reward_weights, reward_token_env)
@@ -229,6 +229,9 @@ def run_eval(
         raise UserError(f"{what}: an action mode generates episode windows, and the suite {chosen.name} scores prompts; "
                         "pass --suite pusht (or another episode suite)")  # fmt: skip
     video = t.media.is_video
+    from_manifest = terms is None and reward is None and t.config is not None and bool(t.config.rl.eval.rewards)
+    if from_manifest:  # a run that evaluates with [[rl.eval.rewards]] is scored with them unless --reward says otherwise
+        terms = manifest_terms(t.config)
     if terms is None:
         reward = chosen.default_reward if reward is None else reward
         check_sampling_options(reward, batch_size, chosen)
@@ -244,7 +247,7 @@ def run_eval(
 
     where = pick_device(device)
     # A served reward is started and checked (its folder loaded, its service's /info read) before the target loads.
-    served = None if terms is None else ServedRewards(terms, t.media)
+    served = None if terms is None else ServedRewards(terms, t.media, manifest=from_manifest)
     try:
         model = t.load(where)
         t.settings = t.settings.replaced(sample_steps, guidance)

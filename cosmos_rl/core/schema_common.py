@@ -50,6 +50,31 @@ class OptimizerConfig:
     min_lr_ratio: float = knob(0.0, "The decay's end as a fraction of lr, in [0, 1].")
 
 
+# ------------------------------------------------------------------------------------------ rewards
+@frozen
+class RewardClientConfig:
+    """How the run reaches one reward service (shared by `[rl.reward]` and each `[[rl.rewards]]`)."""
+
+    url: str = knob("", "Reward service URL; empty = start a built-in service for this reward on a free loopback port.")
+    revision: str = knob("", "Provider revision the service must declare (required; part of the run identity).")
+    timeout_s: float = knob(30.0, "Seconds to wait for one scoring request.")
+    max_retries: int = knob(3, "Retries after a failed request before the run stops.")
+    backoff_s: float = knob(0.5, "First retry delay; doubles on each retry.")
+    token_env: str = knob("", "Environment variable holding a bearer token for the service; empty = none.")
+    frame_reduce: FrameReduce = knob("mean", "Video runs, an image reward (its service lists no `video` modality) scoring clips frame by frame: the clip's score is the `mean` or `min` of its scored frames' scores, or the score of its `first` or `last` frame alone (docs/rewards.md). Image runs: leave it.")
+    frame_stride: int = knob(1, "Video runs, an image reward: score every this many frames, from frame 0 (1 = every frame; with `frame_reduce` `mean` or `min`). Image runs: leave it.")
+
+
+@frozen
+class WeightedRewardConfig(RewardClientConfig):
+    name: str = knob("", "Reward the service computes (required), e.g. `pickscore` or `brightness`; unique within rl.rewards.")
+    weight: float = knob(1.0, "Weight of this reward in the combined advantage (> 0); see rl.reward_combine.")
+    reward_revision: str = knob(
+        "", "The reward's own revision as the service's /info lists it under `revisions` (model rewards: a hash of the weights); empty = not pinned."
+    )
+    model: str = knob("", "Built-in service only (url empty): local folder of a model reward (`pickscore`, `clipscore`, `aesthetic`) to load.")
+
+
 # -------------------------------------------------------------------------------------------- eval
 @frozen
 class EvalConfig:
@@ -59,6 +84,9 @@ class EvalConfig:
     seeds: int = knob(2, "Sampling seeds per prompt (seeds 0 .. N-1, the same noise for every run and call).")
     reward: str = knob("shapes_strict", "Built-in reward that scores the images: one of the suite's (its verifier, both scores: `shapes_strict` or `shapes_partial` of the shapes suite; a video run (model.num_frames > 1) names a clip suite's, `shapes_video_strict` or `shapes_video_partial`; a suite outside the package's is `package.module:SUITE/REWARD`) or, for images, a weight-free one (one score).")
     suite: str = knob("", "The suite (world) the evaluation scores in: its held-out prompts, its verifier, its first frames for an image-to-video run (docs/eval.md, \"Suites\"): `shapes`, `shapes_video`, or `package.module:SUITE` for a suite outside the package (importable by every process); empty = the suite that registers rl.eval.reward, else one that registers the training reward, else `shapes` (`shapes_video` for a video run).")
+    rewards: list[WeightedRewardConfig] = knob(
+        attrs.Factory(list), "Score the evaluation with rewards served as a run's are, one `[[rl.eval.rewards]]` table each (the fields of `[[rl.rewards]]`): a model reward from a local folder (`model`), a service's (`url`), several weighted; `eval/score` is the weighted sum (no partial score), over the suite's prompts or rl.eval.prompts. Empty = rl.eval.reward in-process. Also what `cosmos-rl eval RUN_DIR` scores with when given no --reward."
+    )
     hacking_window: int = knob(3, "Warn of reward hacking when over the last this many evaluations the training reward rose while `eval/score` fell.")
     sample_steps: int = knob(0, "Sampler steps of the evaluation (and of `cosmos-rl eval RUN_DIR`); 0 = the run's own (NFT and GRPO: rl.sample_steps; DPO and SFT: 20).")
     guidance: Optional[float] = knob(None, "Guidance of the evaluation (and of `cosmos-rl eval RUN_DIR`); unset = the run's own (NFT and GRPO: rl.guidance; DPO and SFT: 3.0).")

@@ -12,6 +12,8 @@ import attrs
 
 from cosmos_rl.core import schema_common
 from cosmos_rl.core.schema_common import FrameReduce, OptimizerConfig, RLBase, frozen, knob, required, section  # noqa: F401 (annotations)
+# A reward table is shared with `[[rl.eval.rewards]]`, so it is declared in schema_common; re-exported here.
+from cosmos_rl.core.schema_common import RewardClientConfig, WeightedRewardConfig  # noqa: F401
 
 # --------------------------------------------------------------------------------------------- NFT
 @frozen
@@ -34,32 +36,8 @@ class RefPolicyConfig:
 
 
 @frozen
-class RewardClientConfig:
-    """How the run reaches one reward service (shared by `[rl.reward]` and each `[[rl.rewards]]`)."""
-
-    url: str = knob("", "Reward service URL; empty = start a built-in service for this reward on a free loopback port.")
-    revision: str = knob("", "Provider revision the service must declare (required; part of the run identity).")
-    timeout_s: float = knob(30.0, "Seconds to wait for one scoring request.")
-    max_retries: int = knob(3, "Retries after a failed request before the run stops.")
-    backoff_s: float = knob(0.5, "First retry delay; doubles on each retry.")
-    token_env: str = knob("", "Environment variable holding a bearer token for the service; empty = none.")
-    frame_reduce: FrameReduce = knob("mean", "Video runs, an image reward (its service lists no `video` modality) scoring clips frame by frame: the clip's score is the `mean` or `min` of its scored frames' scores, or the score of its `first` or `last` frame alone (docs/rewards.md). Image runs: leave it.")
-    frame_stride: int = knob(1, "Video runs, an image reward: score every this many frames, from frame 0 (1 = every frame; with `frame_reduce` `mean` or `min`). Image runs: leave it.")
-
-
-@frozen
 class RewardConfig(RewardClientConfig):
     name: str = knob("jpeg_compressibility", "Reward function the service computes.")
-
-
-@frozen
-class WeightedRewardConfig(RewardClientConfig):
-    name: str = knob("", "Reward the service computes (required), e.g. `pickscore` or `brightness`; unique within rl.rewards.")
-    weight: float = knob(1.0, "Weight of this reward in the combined advantage (> 0); see rl.reward_combine.")
-    reward_revision: str = knob(
-        "", "The reward's own revision as the service's /info lists it under `revisions` (model rewards: a hash of the weights); empty = not pinned."
-    )
-    model: str = knob("", "Built-in service only (url empty): local folder of a model reward (`pickscore`, `clipscore`, `aesthetic`) to load.")
 
 
 @frozen

@@ -75,13 +75,20 @@ class Evaluator:
         """The `[rl.eval]` evaluation of a run, sampling with `parts` (anything with .transformer,
         .vae and .tokenizer, e.g. a TrainableModel) in the run's suite (`config.run_suite`). A
         conditioned run (`[model.condition]`, e.g. I2V NFT) evaluates conditioned, as `cosmos-rl eval`
-        of its run directory does: the task it trains."""
+        of its run directory does: the task it trains. `[[rl.eval.rewards]]` score through reward
+        services (`evaluation.served`) instead of rl.eval.reward."""
         cfg = config.rl.eval
         media = MediaSpec.from_model_config(config.model)
         suite = run_suite(config)
         captions, _ = eval_captions(cfg.prompts, cfg.per_task, suite)
+        from cosmos_rl.evaluation.served import ServedRewards, eval_reward_name, manifest_terms
+
+        # `[[rl.eval.rewards]]`: this process starts (or reaches) their services once, for the whole
+        # run; the loopback ones are daemon threads that end with it.
+        terms = manifest_terms(config)
+        scorer = ServedRewards(terms, media, manifest=True) if terms else None
         return cls(
-            captions, cfg.seeds, cfg.reward, run_settings(config), tokenizer=parts.tokenizer, vae=parts.vae,
+            captions, cfg.seeds, eval_reward_name(config), run_settings(config), scorer=scorer, tokenizer=parts.tokenizer, vae=parts.vae,
             media=media, latent_shape=latent_shape(media, parts.vae.config, parts.transformer.config),
             device=device, origin=f"rl.eval.prompts {cfg.prompts}" if cfg.prompts else "rl.eval",
             model_parts=getattr(parts, "parts", parts), condition=Condition.from_model_config(config.model).evaluated(), suite=suite,

@@ -33,7 +33,7 @@ from cosmos_rl.core.errors import UserError
 from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.evaluation.scores import SERVED_RANGE
 from cosmos_rl.rewards.client import RewardClient, RewardServiceError
-from cosmos_rl.rewards.multi import MultiRewardClient, RewardTerm, client_for, start_services
+from cosmos_rl.rewards.multi import MultiRewardClient, RewardTerm, client_for, start_services, token_for, weighted_terms
 
 TOKEN_FIX = "pass --reward-token-env VAR naming an environment variable that holds the service's token"
 LOCAL_REVISION = "eval-local"  # what a service this evaluation starts for itself declares
@@ -135,25 +135,45 @@ def label(terms: Sequence[RewardTerm]) -> str:
     return "+".join(f"{t.weight:g}*{t.name}" for t in terms)
 
 
+def manifest_terms(config) -> list[RewardTerm] | None:
+    """A run's `[[rl.eval.rewards]]` as reward terms, None when it has none (rl.eval.reward in-process)."""
+    tables = config.rl.eval.rewards
+    return weighted_terms(tables, "rl.eval.rewards") if tables else None
+
+
+def eval_reward_name(config) -> str:
+    """The name a run's evaluation scores under (its `eval/score`'s reward): the label of its
+    `[[rl.eval.rewards]]`, else rl.eval.reward (`scores.score_range` bounds it)."""
+    terms = manifest_terms(config)
+    return label(terms) if terms else config.rl.eval.reward
+
+
 class ServedRewards:
     """The services of an evaluation's reward terms, started and checked; `score` gives one number per
     image (or clip): the weighted sum of every reward's. `close` stops what was started."""
 
-    def __init__(self, terms: list[RewardTerm], media: MediaSpec, environ: Mapping[str, str] = os.environ):
-        token = read_token(terms[0].token_env or None, environ) if any(t.url for t in terms) else None
-        tokens = {t.name: token if t.url else None for t in terms}
-        self._services = start_services(terms, tokens, model_option="--reward")
+    def __init__(self, terms: list[RewardTerm], media: MediaSpec, environ: Mapping[str, str] = os.environ, manifest: bool = False):
+        # `manifest`: the terms are `[[rl.eval.rewards]]` tables (messages name their keys, tokens come
+        # from each table's token_env); else the command's options (`served_terms`).
+        self.manifest = manifest
+        if manifest:
+            tokens = {t.name: token_for(t, environ) for t in terms}
+        else:
+            token = read_token(terms[0].token_env or None, environ) if any(t.url for t in terms) else None
+            tokens = {t.name: token if t.url else None for t in terms}
+        self._services = start_services(terms, tokens, model_option="--model" if manifest else "--reward")
         try:
             pinned, self.revisions = [], {}
             for term in terms:
                 url = self._services.urls[term.name]
                 info = self._info(term, url, tokens[term.name])
-                pinned.append(attrs.evolve(term, revision=info["revision"]) if term.url else term)
+                # A command's url is pinned to what it declares now; a manifest's table pins its own revision.
+                pinned.append(attrs.evolve(term, revision=info["revision"]) if term.url and not term.revision else term)
                 # The reward's own revision (a model reward's: a hash of its weights), else the service's.
                 self.revisions[term.name] = (info.get("revisions") or {}).get(term.name) or info["revision"]
             self.terms = pinned
             clients = [client_for(t, self._services.urls[t.name], tokens[t.name]) for t in pinned]
-            for client in clients:
+            for client in clients if not manifest else ():
                 client.token_fix = TOKEN_FIX
             self.client = MultiRewardClient(pinned, clients)
             self.client.check_revisions(media)
@@ -162,22 +182,24 @@ class ServedRewards:
             raise
         self.name = label(pinned)
 
-    @staticmethod
-    def _info(term: RewardTerm, url: str, token: str | None) -> dict:
+    def _info(self, term: RewardTerm, url: str, token: str | None) -> dict:
         """The service's /info, with the reward and a revision in it; a UserError naming the option otherwise."""
         probe = RewardClient(url, term.name, "", term.timeout_s, 0, 0.0, token, key=term.key)
-        probe.token_fix = TOKEN_FIX
+        option = f"{term.key}.url" if self.manifest else "--reward-url"
+        if not self.manifest:
+            probe.token_fix = TOKEN_FIX
         try:
             info = probe.info()
         except RewardServiceError as exc:
-            raise UserError(f"--reward-url {url}: the reward service cannot be reached ({exc}); start it "
-                            "(`cosmos-rl reward serve`), or fix --reward-url") from None  # fmt: skip
+            raise UserError(f"{option} {url}: the reward service cannot be reached ({exc}); start it "
+                            f"(`cosmos-rl reward serve`), or fix {option}") from None  # fmt: skip
         finally:
             probe.close()
         if term.name not in info["rewards"]:
-            raise UserError(f"{term.key}: the service at {url} offers no {term.name!r}; pick one of {', '.join(map(str, info['rewards']))}")
+            name = f"{term.key}.name" if self.manifest else term.key
+            raise UserError(f"{name}: the service at {url} offers no {term.name!r}; pick one of {', '.join(map(str, info['rewards']))}")
         if not info.get("revision"):
-            raise UserError(f"--reward-url {url}: the service declares no revision, so its scores cannot be pinned; start it "
+            raise UserError(f"{option} {url}: the service declares no revision, so its scores cannot be pinned; start it "
                             "with a revision (`cosmos-rl reward serve --revision NAME`)")  # fmt: skip
         return info
 

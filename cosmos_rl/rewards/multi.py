@@ -52,14 +52,19 @@ class RewardTerm:
     frame_stride: int = 1
 
 
+def weighted_terms(tables, prefix: str) -> list[RewardTerm]:
+    """One term per weighted reward table (`[[rl.rewards]]`, `[[rl.eval.rewards]]`), keyed `prefix[i]`."""
+    return [
+        RewardTerm(f"{prefix}[{i}]", t.name, t.weight, t.url, t.revision, t.reward_revision, t.model,
+                   t.timeout_s, t.max_retries, t.backoff_s, t.token_env, t.frame_reduce, t.frame_stride)
+        for i, t in enumerate(tables)
+    ]  # fmt: skip
+
+
 def reward_terms(rl) -> list[RewardTerm]:
     """The run's rewards: each `[[rl.rewards]]` table, else the one `[rl.reward]` (weight 1)."""
     if rl.rewards:
-        return [
-            RewardTerm(f"rl.rewards[{i}]", t.name, t.weight, t.url, t.revision, t.reward_revision, t.model,
-                       t.timeout_s, t.max_retries, t.backoff_s, t.token_env, t.frame_reduce, t.frame_stride)
-            for i, t in enumerate(rl.rewards)
-        ]  # fmt: skip
+        return weighted_terms(rl.rewards, "rl.rewards")
     r = rl.reward
     return [RewardTerm("rl.reward", r.name, 1.0, r.url, r.revision, "", "", r.timeout_s, r.max_retries, r.backoff_s, r.token_env,
                        r.frame_reduce, r.frame_stride)]
