@@ -158,3 +158,24 @@ def test_each_reward_mistake_names_the_option_what_was_found_and_the_fix(setup, 
     with RewardServer(revision="junk-1", registry=junk) as server:
         with pytest.raises(UserError, match="^--reward junk: the reward service gave no scores .*; fix the service"):
             run_eval(str(run), reward=["junk"], reward_url=server.url, prompts=prompts, out_dir=tmp_path / "j", **SMALL)
+
+
+def test_a_runs_eval_rewards_tables_score_its_evaluation_during_training(setup):
+    """`[[rl.eval.rewards]]` (the `[[rl.rewards]]` table): training's evaluation scores with them,
+    `eval/score` the weighted mean of what the model reward gives the images sampled."""
+    from cosmos_rl.config import load
+    from cosmos_rl.models.build import build_preset
+    from cosmos_rl.evaluation.evaluator import Evaluator
+    from cosmos_rl.rewards.models import ClipRewardModel
+
+    _, prompts, folder = setup
+    config = load.load(Path(__file__).parents[1] / "manifests" / "nft_t2i_smoke.toml", [
+        "rl.eval.every=1", f'rl.eval.prompts="{prompts}"', "rl.eval.seeds=1",
+        f'rl.eval.rewards=[{{name="pickscore", weight=0.5, revision="r1", model="{folder}"}}]'])  # fmt: skip
+    evaluator = Evaluator.for_run(config, build_preset("tiny", 0), None)
+    images = np.random.default_rng(1).integers(0, 256, (len(PROMPTS), 32, 32, 3), dtype=np.uint8)
+    evaluator.sample = lambda transformer, items: images[[item.prompt for item in items]]
+    assert evaluator.reward == "0.5*pickscore"
+    metrics = evaluator.evaluate(None).metrics()
+    own = ClipRewardModel("pickscore", folder, device="cpu")(images, PROMPTS)
+    assert metrics["eval/score"] == pytest.approx(0.5 * sum(own) / len(own), abs=1e-5) and "eval/score_partial" not in metrics
