@@ -56,9 +56,9 @@ class RewardClientConfig:
     """How the run reaches one reward service (shared by `[rl.reward]` and each `[[rl.rewards]]`)."""
 
     url: str = knob("", "Reward service URL; empty = start a built-in service for this reward on a free loopback port.")
-    revision: str = knob("", "Provider revision the service must declare (required; part of the run identity).")
+    revision: str = knob("", "Provider revision the service must declare (required; of `[[rl.rewards]]` and `[rl.reward]`, part of the run identity).")
     timeout_s: float = knob(30.0, "Seconds to wait for one scoring request.")
-    max_retries: int = knob(3, "Retries after a failed request before the run stops.")
+    max_retries: int = knob(3, "Retries after a failed request before the run (or its evaluation) stops.")
     backoff_s: float = knob(0.5, "First retry delay; doubles on each retry.")
     token_env: str = knob("", "Environment variable holding a bearer token for the service; empty = none.")
     frame_reduce: FrameReduce = knob("mean", "Video runs, an image reward (its service lists no `video` modality) scoring clips frame by frame: the clip's score is the `mean` or `min` of its scored frames' scores, or the score of its `first` or `last` frame alone (docs/rewards.md). Image runs: leave it.")
@@ -67,8 +67,8 @@ class RewardClientConfig:
 
 @frozen
 class WeightedRewardConfig(RewardClientConfig):
-    name: str = knob("", "Reward the service computes (required), e.g. `pickscore` or `brightness`; unique within rl.rewards.")
-    weight: float = knob(1.0, "Weight of this reward in the combined advantage (> 0); see rl.reward_combine.")
+    name: str = knob("", "Reward the service computes (required), e.g. `pickscore` or `brightness`; unique within its list (rl.rewards, rl.eval.rewards).")
+    weight: float = knob(1.0, "Weight of this reward (> 0): in the combined advantage (rl.rewards; see rl.reward_combine), or in `eval/score`, the weighted sum (rl.eval.rewards).")
     reward_revision: str = knob(
         "", "The reward's own revision as the service's /info lists it under `revisions` (model rewards: a hash of the weights); empty = not pinned."
     )
