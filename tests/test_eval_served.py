@@ -179,3 +179,26 @@ def test_a_runs_eval_rewards_tables_score_its_evaluation_during_training(setup):
     metrics = evaluator.evaluate(None).metrics()
     own = ClipRewardModel("pickscore", folder, device="cpu")(images, PROMPTS)
     assert metrics["eval/score"] == pytest.approx(0.5 * sum(own) / len(own), abs=1e-5) and "eval/score_partial" not in metrics
+
+
+@pytest.mark.parametrize("command", ["eval", "pairs"])
+def test_the_command_lines_pass_every_reward_option(command, setup, monkeypatch):
+    """`cosmos-rl eval` and `pairs mine` hand --reward (repeated), --reward-url, --reward-weight and
+    --reward-token-env to the command; a mistake exits 2 with its one line."""
+    from typer.testing import CliRunner
+
+    from cosmos_rl.cli import app
+
+    run, prompts, folder = setup
+    seen = {}
+    monkeypatch.setattr(f"cosmos_rl.commands.{'evaluate.run_eval' if command == 'eval' else 'mining.command.run_mine'}",
+                        lambda target, **kw: seen.update(kw) or {})  # fmt: skip
+    head = ["eval", str(run)] if command == "eval" else ["pairs", "mine", str(run), "--samples", "2", "--out", str(run / "p")]
+    args = [*head, "--prompts", str(prompts), "--reward", f"pickscore={folder}", "--reward", "aesthetic", "--reward-url", "http://127.0.0.1:9",
+            "--reward-weight", "aesthetic=0.25", "--reward-token-env", "TOKEN", "--json"]  # fmt: skip
+    CliRunner().invoke(app, args)
+    assert seen["reward"] == [f"pickscore={folder}", "aesthetic"] and seen["reward_url"] == "http://127.0.0.1:9"
+    assert list(seen["reward_weights"]) == ["aesthetic=0.25"] and seen["reward_token_env"] == "TOKEN"
+    monkeypatch.undo()
+    result = CliRunner().invoke(app, [*head, "--prompts", str(prompts), "--reward", "pickscore=/no/such/folder"])
+    assert result.exit_code == 2 and "--reward pickscore=/no/such/folder: folder not found" in " ".join(result.output.split())

@@ -5,6 +5,8 @@ The suite (`cosmos_rl.suites`) is `--suite`, else the one that registers `--rewa
 (`config.run_suite`), else the one whose base a `preset:NAME` is; a model folder names none, so it
 needs one of the two flags. The result object (printed by `--json`, written to `<out>/eval.json`)
 is documented in docs/eval.md; `score` is the headline (strict with the suite's verifier).
+Any reward a run trains on scores too (`--reward KIND=FOLDER`, `--reward-url`, several weighted,
+or a run's `[[rl.eval.rewards]]`): through reward services, as `evaluation.served` says.
 """
 
 from __future__ import annotations

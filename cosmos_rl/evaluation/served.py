@@ -17,6 +17,11 @@ weight (`--reward shapes_strict`) is scored in-process as before (`served_terms`
 A service at a url has its revision read from /info once and pinned for the evaluation (a service
 that changes under it is refused); the revisions are recorded in the result. A model reward's
 scale is its model's: its scores must be finite numbers within SERVED_RANGE (`scores.score_range`).
+
+A run's `[[rl.eval.rewards]]` tables (the `[[rl.rewards]]` table class) become terms the same way
+(`manifest_terms`, `ServedRewards(..., manifest=True)`: messages name the table's keys, each
+table's token_env and revision pin apply): training's evaluation (`Evaluator.for_run`) and
+`cosmos-rl eval RUN_DIR` given no --reward score with them.
 """
 
 from __future__ import annotations

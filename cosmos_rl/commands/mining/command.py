@@ -2,7 +2,9 @@
 
 For every row of the prompt file the model (a run's newest checkpoint, a diffusers folder or
 `preset:NAME`, opened as `cosmos-rl eval` opens it) samples K images with its own sampler
-settings, a built-in reward scores them, and the best and the worst become one preference pair
+settings, a reward scores them (a built-in one in-process, or any reward a run trains on through
+reward services: `--reward KIND=FOLDER`, `--reward-url`, several weighted; `evaluation.served`),
+and the best and the worst become one preference pair
 (`select.best_vs_worst`; a row whose K samples all score the same is dropped). Pairs go to
 webdataset shards (`shards.PairShardWriter`) with both scores in each pair's JSON, and
 `mine.json` records what was mined with what.
