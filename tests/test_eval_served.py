@@ -202,3 +202,18 @@ def test_the_command_lines_pass_every_reward_option(command, setup, monkeypatch)
     monkeypatch.undo()
     result = CliRunner().invoke(app, [*head, "--prompts", str(prompts), "--reward", "pickscore=/no/such/folder"])
     assert result.exit_code == 2 and "--reward pickscore=/no/such/folder: folder not found" in " ".join(result.output.split())
+
+
+def test_eval_of_a_run_with_eval_rewards_tables_scores_with_them(setup, by_folder, tmp_path):
+    """`cosmos-rl eval RUN_DIR` with no --reward scores with the run's `[[rl.eval.rewards]]` (not
+    part of the run identity: the checkpoint still belongs to the run)."""
+    from cosmos_rl.commands.evaluate import run_eval
+
+    run, prompts, folder = setup
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy, ignore=shutil.ignore_patterns("eval*"))
+    with (copy / "manifest.toml").open("a") as manifest:
+        manifest.write(f'\n[[rl.eval.rewards]]\nname = "pickscore"\nmodel = "{folder}"\nrevision = "r1"\n')
+    out = run_eval(str(copy), prompts=prompts, out_dir=copy / "eval", **SMALL)
+    assert out["reward"] == "pickscore" and out["rewards"][0]["folder"] == str(folder)
+    assert out["prompt_scores"] == by_folder["prompt_scores"] and out["base_prompt_scores"] == by_folder["base_prompt_scores"]
