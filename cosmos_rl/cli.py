@@ -18,7 +18,7 @@ import typer
 from rich.markup import escape
 
 from cosmos_rl.commands.console import check_device as _check_device, err, fail as _fail, out, print_json as _json, warn
-from cosmos_rl.commands.options import checked_path, finite_float, out_path
+from cosmos_rl.commands.options import REWARD_TOKEN_ENV_HELP, REWARD_URL_HELP, REWARD_WEIGHT_HELP, checked_path, finite_float, out_path
 from cosmos_rl.commands.pairs_cli import pairs_app
 from cosmos_rl.commands.progress import CommandProgress
 from cosmos_rl.commands.reward_cli import reward_app
@@ -274,7 +274,10 @@ def evaluate(
     seeds: int = typer.Option(2, "--seeds", help="Seeds per prompt (0 .. N-1), the same on every call."),
     per_task: int = typer.Option(8, "--per-task", help="Held-out default only: at most this many prompts per task, evenly spread; 0 = all (319 for shapes)."),
     suite: Optional[str] = typer.Option(None, "--suite", help="The suite (world) to evaluate in: shapes, shapes_video, or package.module:SUITE. Default: the one --reward names, else the run's (rl.eval.suite, else the suite of its rewards), else a preset's own; a model folder needs --suite or --reward."),
-    reward: Optional[str] = typer.Option(None, "--reward", help="One of the suite's rewards (its verifier, both scores: shapes_strict or shapes_partial; for video shapes_video_strict or shapes_video_partial; an outside suite's package.module:SUITE/NAME), or for images a built-in weight-free one. Default: the suite's verifier's strict score."),
+    reward: Optional[list[str]] = typer.Option(None, "--reward", help="One of the suite's rewards (its verifier, both scores: shapes_strict or shapes_partial; for video shapes_video_strict or shapes_video_partial; an outside suite's package.module:SUITE/NAME), or for images a built-in weight-free one; or a model reward from a local folder (pickscore=FOLDER, clipscore=FOLDER, aesthetic=FOLDER), or a --reward-url service's reward; repeat for a weighted sum. Default: the suite's verifier's strict score."),
+    reward_url: Optional[str] = typer.Option(None, "--reward-url", help=REWARD_URL_HELP),
+    reward_weight: Optional[list[str]] = typer.Option(None, "--reward-weight", help=REWARD_WEIGHT_HELP),
+    reward_token_env: Optional[str] = typer.Option(None, "--reward-token-env", help=REWARD_TOKEN_ENV_HELP),
     batch_size: int = typer.Option(32, "--batch-size", help="Samples per sampler call."),
     image_size: Optional[int] = typer.Option(None, "--image-size", help="Image side for a bare model (default 32); a run uses its model.image_size."),
     out_dir: Optional[str] = typer.Option(None, "--out", help="Folder for the grid and eval.json; default RUN_DIR/eval, or eval/NAME for a model."),
@@ -299,7 +302,7 @@ def evaluate(
                 target, prompts=checked_path(prompts, "--prompts"), seeds=seeds, per_task=per_task, reward=reward, batch_size=batch_size,
                 image_size=image_size, out_dir=out_path(out_dir), device=device, warn=warn, sample_steps=sample_steps, guidance=guidance,
                 step=step, frames=frames, condition=_eval_condition(condition, i2v), note=notes.append, progress=progress, suite=suite,
-                data=data,
+                data=data, reward_url=reward_url, reward_weights=reward_weight or (), reward_token_env=reward_token_env,
             )
     except UserError as exc:
         _fail(exc)

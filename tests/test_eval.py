@@ -187,7 +187,9 @@ def test_eval_refuses_bad_options_and_targets_naming_them(tmp_path):
 
     with pytest.raises(UserError, match="--seeds: must be >= 1"):
         run_eval("preset:tiny", seeds=0)
-    with pytest.raises(UserError, match="--reward: 'pickscore' is not a built-in"):
+    with pytest.raises(UserError, match="--reward: 'pickscor' is not a built-in"):
+        run_eval("preset:tiny", suite="shapes", reward="pickscor")
+    with pytest.raises(UserError, match="--reward pickscore: a model reward needs its weights; pass --reward pickscore=FOLDER"):
         run_eval("preset:tiny", suite="shapes", reward="pickscore")
     with pytest.raises(UserError, match="TARGET 'preset:tiny': a model that names no suite to evaluate in; pass --suite NAME"):
         run_eval("preset:tiny", out_dir=tmp_path)

@@ -96,7 +96,8 @@ def test_the_sampler_flags_replace_the_targets_settings_and_are_recorded(tmp_pat
 
 @pytest.mark.parametrize("extra, needle", [
     (["--samples", "1"], "--samples: must be >= 2"),
-    (["--reward", "nope"], "--reward: 'nope'"),
+    # A second --reward (beside _mine's shapes_partial) asks for both, weighted: the unknown one is named.
+    (["--reward", "nope"], "--reward nope: unknown reward; use a built-in one"),
     (["--sample-steps", "0"], "--sample-steps: must be >= 1"),
     (["--step", "5"], "--step 5: TARGET 'preset:shapes' is a model, which has no checkpoints"),
 ])  # fmt: skip

@@ -166,6 +166,13 @@ NFT_CASES = [
     ]],
     (['rl.rewards=[{name="brightness", revision="r"}]'], "rl.rewards", "not both"),
     ([*ONE_OFF, 'rl.rewards=[{name="brightness", revision="r"}]', "grid.nodes=2"], "rl.rewards[0].url", "other nodes cannot reach"),
+    # [[rl.eval.rewards]]: the same tables, judged by the same rules under their own key.
+    *[(["rl.eval.every=1", f"rl.eval.rewards=[{t}]"], key, text) for t, key, text in [
+        ('{name="pickscore", revision="r"}', "rl.eval.rewards[0].model", "required"),
+        ('{name="pickscore", revision="r", model="no/such/folder"}', "rl.eval.rewards[0].model", "folder not found"),
+        ('{name="hpsv2", revision="r"}', "rl.eval.rewards[0].name", "not a built-in reward"),
+        ('{name="brightness"}', "rl.eval.rewards[0].revision", "every evaluation pins the revision"),
+    ]],
 ]
 
 

@@ -45,6 +45,7 @@ from cosmos_rl.core.files import read_user_json
 from cosmos_rl.commands.measurement import base_of, differences, held_out_of
 from cosmos_rl.commands.report import EVAL_DIR, EVAL_RESULT, MANIFEST, load_run
 from cosmos_rl.evaluation.scores import score_range
+from cosmos_rl.evaluation.served import eval_reward_name
 
 SCORE = "eval/score"
 MINE_SUMMARY = "mine.json"  # what `cosmos-rl pairs mine` writes beside its shards (mining.command.SUMMARY_FILE)
@@ -203,7 +204,7 @@ def read_run(run_dir: Path, name: str) -> tuple[RunFigures, object]:
     if not seconds:
         notes.append("no time/* metrics: wall-clock n/a")
     score = run.series.get(SCORE)
-    scale = score_range(config.rl.eval.reward)
+    scale = score_range(eval_reward_name(config))
     lo, hi = run.series.get(SCORE + "_lo"), run.series.get(SCORE + "_hi")
     bounds = {s: (a, b) for s, a, b in zip(lo.steps, lo.values, hi.values)} if lo and hi and lo.steps == hi.steps else {}
     curve = tuple(
@@ -287,7 +288,7 @@ def compare(
     runs = [figures for figures, _ in pairs]
     configs = {figures.name: config for figures, config in pairs}
     # A score and a gain outside what the runs' reward can score are typos, and 1e308 breaks the plot's axes.
-    reward = configs[runs[0].name].rl.eval.reward
+    reward = eval_reward_name(configs[runs[0].name])
     lo, hi = score_range(reward)
     if base_score is not None and not lo <= base_score <= hi:
         raise UserError(f"--base-score: {base_score:g} is outside [{lo:g}, {hi:g}], the range of the runs' rl.eval.reward "

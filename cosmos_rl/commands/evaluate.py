@@ -5,6 +5,8 @@ The suite (`cosmos_rl.suites`) is `--suite`, else the one that registers `--rewa
 (`config.run_suite`), else the one whose base a `preset:NAME` is; a model folder names none, so it
 needs one of the two flags. The result object (printed by `--json`, written to `<out>/eval.json`)
 is documented in docs/eval.md; `score` is the headline (strict with the suite's verifier).
+Any reward a run trains on scores too (`--reward KIND=FOLDER`, `--reward-url`, several weighted,
+or a run's `[[rl.eval.rewards]]`): through reward services, as `evaluation.served` says.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from cosmos_rl.core.condition import BUILT_IN as BUILT_IN_KINDS, Condition, UnknownCondition, kind_named
 from cosmos_rl.commands.eval_json import _intervals_json, _prompt_scores_json, _scores_json
@@ -59,7 +61,8 @@ def check_sampling_options(reward: str, batch_size: int, suite: Suite) -> None:
         raise UserError(f"--batch-size: must be >= 1 (got {batch_size})")
     if reward not in reward_names(suite):
         what = "clip reward (the target makes video)" if suite.judges_clips else "weight-free reward"
-        raise UserError(f"--reward: {reward!r} is not a built-in {what} of the suite {suite.name}; use one of {', '.join(reward_names(suite))}")
+        raise UserError(f"--reward: {reward!r} is not a built-in {what} of the suite {suite.name}; use one of {', '.join(reward_names(suite))}, "
+                        "a model reward's folder (pickscore=FOLDER, clipscore=FOLDER, aesthetic=FOLDER) or --reward-url URL for a service's")  # fmt: skip
 
 
 def named_suite(suite: str | None, reward: str | None) -> Suite | None:
@@ -167,7 +170,8 @@ def run_eval(
     sample_steps: int | None = None, guidance: float | None = None, step: int | None = None,
     frames: int | None = None, condition: str | None = None, note: Callable[[str], None] = lambda line: None,
     progress: Callable[[str, int, int], None] = lambda what, done, total: None,
-    suite: str | None = None, data: Path | None = None,
+    suite: str | None = None, data: Path | None = None, reward_url: str | None = None,
+    reward_weights: Sequence[str] = (), reward_token_env: str | None = None,
 ) -> dict:  # fmt: skip
     """Evaluate `target` and return the result object (see docs/eval.md); `warn` gets warning lines,
     `note` the line of images sampled and reused (the base's, or a bare model's, verdicts are kept
@@ -181,7 +185,16 @@ def run_eval(
     (a bare model: none). `progress(what, done, total)` follows the sampling: `what` the model
     sampled ("checkpoint step N", "base", "model"), after every sampler call. An episode suite
     (`pusht`) is evaluated on its held-out windows (or the LeRobot dataset `data`) in the condition's
-    mode by `commands.world_eval`."""
+    mode by `commands.world_eval`.
+
+    `reward` may also be a list of `--reward` items; with a model reward's folder (`pickscore=FOLDER`),
+    `reward_url`, `reward_weights` (`NAME=W`) or several items the images are scored through reward
+    services as a run's are (`evaluation.served`): the weighted sum, one score per image, no partial."""
+    from cosmos_rl.evaluation.served import ServedRewards, label, manifest_terms, served_terms
+
+    items = [reward] if isinstance(reward, str) else list(reward or [])
+    terms = served_terms(items, reward_url, reward_weights, reward_token_env)
+    reward = None if terms is not None else (items[0] if items else None)
     if image_size is not None and not 1 <= image_size <= IMAGE_SIZE_MAX:
         raise UserError(f"--image-size: must be in [1, {IMAGE_SIZE_MAX}] (got {image_size}): one {IMAGE_SIZE_MAX} x {IMAGE_SIZE_MAX} "
                         "sample is 16.8 M pixels, and Cosmos3 models are trained at 256 to 1024; use e.g. 32 or 512")
@@ -199,8 +212,8 @@ def run_eval(
         t.media = named.media  # a model folder given no size samples what the suite judges
     chosen = target_suite(t, named)
     if chosen.is_episodic:
-        if reward is not None or prompts is not None:
-            flag = "--reward" if reward is not None else "--prompts"
+        if reward is not None or prompts is not None or terms is not None:
+            flag = "--reward" if reward is not None or terms is not None else "--prompts"
             raise UserError(f"{flag}: the suite {chosen.name} scores held-out episode windows with its verifier per mode; drop {flag} "
                             "(--data names a LeRobot dataset of episodes instead)")  # fmt: skip
         from cosmos_rl.commands.world_eval import run_world_eval
@@ -218,32 +231,51 @@ def run_eval(
         raise UserError(f"{what}: an action mode generates episode windows, and the suite {chosen.name} scores prompts; "
                         "pass --suite pusht (or another episode suite)")  # fmt: skip
     video = t.media.is_video
-    reward = chosen.default_reward if reward is None else reward
-    check_sampling_options(reward, batch_size, chosen)
+    from_manifest = terms is None and reward is None and t.config is not None and bool(t.config.rl.eval.rewards)
+    if from_manifest:  # a run that evaluates with [[rl.eval.rewards]] is scored with them unless --reward says otherwise
+        terms = manifest_terms(t.config)
+    if terms is None:
+        reward = chosen.default_reward if reward is None else reward
+        check_sampling_options(reward, batch_size, chosen)
+    else:
+        reward = label(terms)
     given = eval_condition(condition, t, target)
     if given.is_conditioned and not chosen.gives_frames:
         raise UserError(f"--condition: the suite {chosen.name} gives no first frames to condition clips on; use --condition none")
     captions, described = eval_captions(prompts, per_task, chosen)
     origin = f"--prompts {prompts}" if prompts else "the held-out prompts"
     caption_groups(captions, reward, origin, chosen)  # a bad prompt fails before torch is even imported
-    from cosmos_rl.core.media import latent_shape
-
     from cosmos_rl.dist.world import pick_device
-    from cosmos_rl.evaluation.evaluator import Evaluator
 
     where = pick_device(device)
-    model = t.load(where)
-    t.settings = t.settings.replaced(sample_steps, guidance)
-    train_prompts = t.train_prompts()
-    if train_prompts is not None:
-        seen = overlap(train_prompts, captions, chosen)
-        if seen:
-            warn(f"{len(seen)} of the {len(captions)} evaluation prompts are training prompts of the run (e.g. {seen[0]!r}): "
-                 "their scores measure memory, not generalisation")  # fmt: skip
+    # A served reward is started and checked (its folder loaded, its service's /info read) before the target loads.
+    served = None if terms is None else ServedRewards(terms, t.media, manifest=from_manifest)
+    try:
+        model = t.load(where)
+        t.settings = t.settings.replaced(sample_steps, guidance)
+        train_prompts = t.train_prompts()
+        if train_prompts is not None:
+            seen = overlap(train_prompts, captions, chosen)
+            if seen:
+                warn(f"{len(seen)} of the {len(captions)} evaluation prompts are training prompts of the run (e.g. {seen[0]!r}): "
+                     "their scores measure memory, not generalisation")  # fmt: skip
+        return _evaluate(t, model, captions, described, seeds, reward, batch_size, where, origin, given, chosen, served,
+                         warn=warn, note=note, progress=progress)  # fmt: skip
+    finally:
+        if served is not None:
+            served.close()
+
+
+def _evaluate(t, model, captions, described, seeds, reward, batch_size, where, origin, given, chosen, served, *, warn, note, progress) -> dict:
+    """Sample and score the target (and its base), write the grid and eval.json (`run_eval`)."""
+    from cosmos_rl.core.media import latent_shape
+    from cosmos_rl.evaluation.evaluator import Evaluator
+
+    video = t.media.is_video
     evaluator = Evaluator(
         captions, seeds, reward, t.settings, tokenizer=model.parts.tokenizer, vae=model.parts.vae, media=t.media,
         latent_shape=latent_shape(t.media, model.parts.vae.config, model.parts.transformer.config), device=where, batch_size=batch_size, origin=origin,
-        model_parts=model.model_parts, condition=given, suite=chosen,
+        model_parts=model.model_parts, condition=given, suite=chosen, scorer=served,
     )  # fmt: skip
     columns = [item.index for item in spread(evaluator.items[: len(captions)], GRID_COLUMNS)]
     keep = frozenset(columns)
@@ -282,6 +314,8 @@ def run_eval(
         # Added after the intervals: what `cosmos-rl compare` pairs two runs' checkpoints on.
         **_prompt_scores_json(scores, ""), **_prompt_scores_json(base, "base_"),
         "suite": chosen.name,  # added with suites: the world whose prompts and verifier made these numbers
+        # Added with served rewards: each reward scored through a service (folder or url), its weight and revision; null = in-process.
+        "rewards": served.describe() if served is not None else None,
     }  # fmt: skip
     # allow_nan=False: `Infinity` is not JSON; every number here is finite by the checks above.
     (t.out_dir / RESULT_FILE).write_text(json.dumps(result, indent=1, allow_nan=False) + "\n", encoding="utf-8")

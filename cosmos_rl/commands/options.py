@@ -62,3 +62,10 @@ def bind_host(host: str) -> str:
     if host.startswith("[") and host.endswith("]"):
         return host[1:-1]
     return host
+
+
+# The help of the options that pick a served reward, shared by `eval` and `pairs mine` (evaluation.served).
+REWARD_URL_HELP = ("A reward service (`cosmos-rl reward serve`, or any with the same API) scoring the --reward names not given a "
+                   "folder, e.g. http://127.0.0.1:8000; its revision is read once and pinned.")
+REWARD_WEIGHT_HELP = "NAME=W, repeatable: a reward's weight in the weighted sum of several --reward (default 1)."
+REWARD_TOKEN_ENV_HELP = "With --reward-url: the environment variable holding the service's bearer token (as rl.reward.token_env)."

@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 
 from cosmos_rl.commands.console import check_device as _check_device, fail as _fail, out, print_json as _json, warn
-from cosmos_rl.commands.options import checked_path, finite_float, out_path
+from cosmos_rl.commands.options import REWARD_TOKEN_ENV_HELP, REWARD_URL_HELP, REWARD_WEIGHT_HELP, checked_path, finite_float, out_path
 from cosmos_rl.commands.progress import CommandProgress
 from cosmos_rl.core.errors import UserError
 
@@ -20,7 +20,10 @@ pairs_app = typer.Typer(no_args_is_help=True, help="DPO preference pairs (images
 @pairs_app.command("mine")
 def pairs_mine(
     target: str = typer.Argument(..., help="The model that samples: a run directory (its newest checkpoint, or --step), a diffusers model folder, or preset:NAME."),
-    reward: str = typer.Option(..., "--reward", help="Built-in weight-free reward that scores the samples (shapes_partial ranks by partial credit, shapes_strict by all-or-nothing; clips: shapes_video_partial, shapes_video_strict)."),
+    reward: list[str] = typer.Option(..., "--reward", help="The reward that ranks the samples: a built-in one (shapes_partial ranks by partial credit, shapes_strict by all-or-nothing; clips: shapes_video_partial, shapes_video_strict; or a weight-free one), a model reward from a local folder (pickscore=FOLDER, clipscore=FOLDER, aesthetic=FOLDER), or a --reward-url service's reward; repeat for a weighted sum."),
+    reward_url: Optional[str] = typer.Option(None, "--reward-url", help=REWARD_URL_HELP),
+    reward_weight: Optional[list[str]] = typer.Option(None, "--reward-weight", help=REWARD_WEIGHT_HELP),
+    reward_token_env: Optional[str] = typer.Option(None, "--reward-token-env", help=REWARD_TOKEN_ENV_HELP),
     prompts: Path = typer.Option(..., "--prompts", help="Prompt file (.txt or .jsonl): one pair at most per row."),
     samples: int = typer.Option(4, "--samples", help="Samples per prompt row (K >= 2); the best and the worst make the pair."),
     out_dir: str = typer.Option(..., "--out", help="Folder for pairs-NNNNNN.tar and mine.json (must hold no pairs-*.tar yet)."),
@@ -47,6 +50,7 @@ def pairs_mine(
                 target, reward=reward, prompts=checked_path(prompts, "--prompts"), samples=samples, out_dir=out_path(out_dir), seed=seed,
                 batch_size=batch_size, per_shard=per_shard, device=device, warn=warn, sample_steps=sample_steps, guidance=guidance, step=step,
                 frames=frames, frame_reduce=frame_reduce, progress=lambda done, total: rows("", done, total),
+                reward_url=reward_url, reward_weights=reward_weight or (), reward_token_env=reward_token_env,
             )
     except UserError as exc:
         _fail(exc)

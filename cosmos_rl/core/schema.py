@@ -412,6 +412,9 @@ NON_IDENTITY_FIELDS = frozenset(
         "rl.eval.gold",
         "rl.eval.sample_steps",
         "rl.eval.guidance",
+        # [[rl.eval.rewards]]: what the evaluation scores with, every key of every table.
+        "rl.eval.rewards",
+        *(f"rl.eval.rewards[].{field.name}" for field in attrs.fields(WeightedRewardConfig)),
     }
 )
 

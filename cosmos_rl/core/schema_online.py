@@ -12,6 +12,8 @@ import attrs
 
 from cosmos_rl.core import schema_common
 from cosmos_rl.core.schema_common import FrameReduce, OptimizerConfig, RLBase, frozen, knob, required, section  # noqa: F401 (annotations)
+# A reward table is shared with `[[rl.eval.rewards]]`, so it is declared in schema_common; re-exported here.
+from cosmos_rl.core.schema_common import JUDGE_PROMPT, JUDGE_REGEX, JudgeConfig, RewardClientConfig, WeightedRewardConfig  # noqa: F401
 
 # --------------------------------------------------------------------------------------------- NFT
 @frozen
@@ -36,53 +38,9 @@ class RefPolicyConfig:
     update_every: int = knob(0, "The reference is frozen; any non-zero value is rejected.")
 
 
-# The VLM judge's defaults: a 0-10 rating read from "Score: N" (rewards/vlm_judge.py).
-JUDGE_PROMPT = ('Rate from 0 to 10 how well the image matches the caption "{prompt}": shapes, colours, counts and positions. '
-                'Answer with "Score: N" and nothing else.')  # fmt: skip
-JUDGE_REGEX = r"(?i)score\s*[:=]\s*(-?[0-9]+(?:\.[0-9]+)?)"
-
-
-@frozen
-class JudgeConfig:
-    """A VLM judge over the OpenAI-compatible chat API (vLLM, SGLang) as the reward (docs/rewards.md, "A VLM judge")."""
-
-    model: str = knob("", "The model the judge server serves (its `GET {url}/models` id), e.g. `Qwen/Qwen2.5-VL-7B-Instruct`; set, the reward is this judge at the table's `url` (the API root, e.g. `http://127.0.0.1:8000/v1`) instead of a reward service; empty = not a judge.")
-    prompt: str = knob(JUDGE_PROMPT, "The instruction sent after the image(s); `{prompt}` is replaced by the sample's caption (the only placeholder).")
-    frames: int = knob(1, "Clips: this many frames, evenly spaced from the first to the last, go to the judge in one message (1 = the first frame). Images: the image itself. >= 1.")
-    score_regex: str = knob(JUDGE_REGEX, "Python regular expression searched in the judge's answer; its first capture group (group 1) is the score, a number. No match, or a number outside score_range, stops the step with the sample and the answer named (never a 0).")
-    score_range: list[float] = knob(attrs.Factory(lambda: [0.0, 10.0]), "[lo, hi]: the scores the judge may give (inclusive); the reward is the score as given, not rescaled.")
-    max_tokens: int = knob(32, "The answer's token limit (`max_tokens`); the judge samples at temperature 0.")
-    concurrency: int = knob(8, "Judge requests in flight at once (one per sample) from each rank.")
-
-
-@frozen
-class RewardClientConfig:
-    """How the run reaches one reward service (shared by `[rl.reward]` and each `[[rl.rewards]]`)."""
-
-    url: str = knob("", "Reward service URL; empty = start a built-in service for this reward on a free loopback port.")
-    revision: str = knob("", "Provider revision the service must declare (required; part of the run identity).")
-    timeout_s: float = knob(30.0, "Seconds to wait for one scoring request.")
-    max_retries: int = knob(3, "Retries after a failed request before the run stops.")
-    backoff_s: float = knob(0.5, "First retry delay; doubles on each retry.")
-    token_env: str = knob("", "Environment variable holding a bearer token for the service; empty = none.")
-    frame_reduce: FrameReduce = knob("mean", "Video runs, an image reward (its service lists no `video` modality) scoring clips frame by frame: the clip's score is the `mean` or `min` of its scored frames' scores, or the score of its `first` or `last` frame alone (docs/rewards.md). Image runs: leave it.")
-    frame_stride: int = knob(1, "Video runs, an image reward: score every this many frames, from frame 0 (1 = every frame; with `frame_reduce` `mean` or `min`). Image runs: leave it.")
-    judge: JudgeConfig = section(JudgeConfig, "A VLM judge as this reward (`judge.model` set): the url is its OpenAI-compatible API root; timeout_s, max_retries, backoff_s and token_env apply to each judge request.")
-
-
 @frozen
 class RewardConfig(RewardClientConfig):
     name: str = knob("jpeg_compressibility", "Reward function the service computes.")
-
-
-@frozen
-class WeightedRewardConfig(RewardClientConfig):
-    name: str = knob("", "Reward the service computes (required), e.g. `pickscore` or `brightness`; unique within rl.rewards.")
-    weight: float = knob(1.0, "Weight of this reward in the combined advantage (> 0); see rl.reward_combine.")
-    reward_revision: str = knob(
-        "", "The reward's own revision as the service's /info lists it under `revisions` (model rewards: a hash of the weights); empty = not pinned."
-    )
-    model: str = knob("", "Built-in service only (url empty): local folder of a model reward (`pickscore`, `clipscore`, `aesthetic`) to load.")
 
 
 @frozen

@@ -5,7 +5,8 @@ index, the caption) on the CPU (`models.generate.noise`): it does not depend on 
 the device, the batch an item lands in or the rank that samples it, so two runs (and a run and its
 base) are compared on identical noise. Items are sampled in batches of `batch_size` by
 `models.generate.generate` (as the NFT rollout is) and scored in-process by the suite's verifier or
-a built-in weight-free reward (`evaluation.scores`).
+a built-in weight-free reward (`evaluation.scores`), or through reward services as a run is (a
+model reward's folder, a service's url, several weighted: `evaluation.served`).
 """
 
 from __future__ import annotations
@@ -35,13 +36,16 @@ class Evaluator:
         self, captions: Sequence[str], seeds: int, reward: str, settings: SamplerSettings, *,
         tokenizer, vae, media: MediaSpec, latent_shape: tuple[int, ...], device: torch.device,
         batch_size: int = DEFAULT_BATCH, origin: str = "the evaluation prompts", model_parts=None,
-        condition: Condition = Condition(), suite: Suite | None = None, gold: str = "",
+        condition: Condition = Condition(), suite: Suite | None = None, gold: str = "", scorer=None,
     ):  # fmt: skip
         # The suite whose tasks (and verifier, with its reward) count the images: the reward's own by default.
         suite = suite if suite is not None else suites.reward_owner(reward)
         if suite is None:
             raise ValueError(f"reward {reward!r} is no suite's: name the suite whose prompts the evaluation scores")
         self.suite = suite
+        # Rewards scored through services (`evaluation.served.ServedRewards`: a model folder, a url,
+        # several weighted) score each item with one number; None = `reward` in-process.
+        self.scorer = scorer
         self.groups = caption_groups(captions, reward, origin, suite)
         self.captions = list(captions)
         self.items = make_items(self.captions, seeds)
@@ -74,13 +78,20 @@ class Evaluator:
         """The `[rl.eval]` evaluation of a run, sampling with `parts` (anything with .transformer,
         .vae and .tokenizer, e.g. a TrainableModel) in the run's suite (`config.run_suite`). A
         conditioned run (`[model.condition]`, e.g. I2V NFT) evaluates conditioned, as `cosmos-rl eval`
-        of its run directory does: the task it trains."""
+        of its run directory does: the task it trains. `[[rl.eval.rewards]]` score through reward
+        services (`evaluation.served`) instead of rl.eval.reward."""
         cfg = config.rl.eval
         media = MediaSpec.from_model_config(config.model)
         suite = run_suite(config)
         captions, _ = eval_captions(cfg.prompts, cfg.per_task, suite)
+        from cosmos_rl.evaluation.served import ServedRewards, eval_reward_name, manifest_terms
+
+        # `[[rl.eval.rewards]]`: this process starts (or reaches) their services once, for the whole
+        # run; the loopback ones are daemon threads that end with it.
+        terms = manifest_terms(config)
+        scorer = ServedRewards(terms, media, manifest=True) if terms else None
         return cls(
-            captions, cfg.seeds, cfg.reward, run_settings(config), tokenizer=parts.tokenizer, vae=parts.vae,
+            captions, cfg.seeds, eval_reward_name(config), run_settings(config), scorer=scorer, tokenizer=parts.tokenizer, vae=parts.vae,
             media=media, latent_shape=latent_shape(media, parts.vae.config, parts.transformer.config),
             device=device, origin=f"rl.eval.prompts {cfg.prompts}" if cfg.prompts else "rl.eval",
             model_parts=getattr(parts, "parts", parts), condition=Condition.from_model_config(config.model).evaluated(), suite=suite,
@@ -113,6 +124,8 @@ class Evaluator:
             "token_ids": tokens.hexdigest(), "media": [media.frames, media.height, media.width, media.fps],
             "latent_shape": list(self.latent_shape), "batch_size": self.batch_size, "i2v": self.i2v, "device": device,
             "suite": self.suite.name,
+            # A served reward's own revisions (a model reward's: a hash of its weights), so changed weights miss the cache.
+            **({"reward_revisions": self.scorer.revisions} if self.scorer is not None else {}),
         }  # fmt: skip
 
     # ------------------------------------------------------------------------------ sampling
@@ -194,7 +207,11 @@ class Evaluator:
         scores, partials = [], None
         if counted:
             captions = [item.caption for item, _ in counted]
-            scores, partials = score_images(self.reward, np.stack([image for _, image in counted]), captions, self.suite)
+            samples = np.stack([image for _, image in counted])
+            if self.scorer is not None:
+                scores, partials = self.scorer.score(samples, captions), None
+            else:
+                scores, partials = score_images(self.reward, samples, captions, self.suite)
         kept = {item.index: image for item, image in counted if item.index in keep}
         done = self.tally([item for item, _ in counted], scores, partials, kept)
         if not self.gold:

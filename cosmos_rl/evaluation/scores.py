@@ -49,11 +49,25 @@ WEIGHT_FREE_RANGES = {
 }  # fmt: skip
 
 
+# A reward scored through a service (a model reward's folder, a service's url, several weighted:
+# `evaluation.served`) has its model's scale (PickScore's is about 20, an aesthetic head's 1 to 10),
+# which no name bounds; an evaluation refuses a score outside SERVED_RANGE, wide enough for any
+# honest model reward and small enough that sums and differences of scores stay finite.
+SERVED_MAX = 1e6
+SERVED_RANGE = (-SERVED_MAX, SERVED_MAX)
+
+
 def score_range(reward: str) -> tuple[float, float]:
     """[lo, hi] of one image's score under `reward` (its mean over images, prompts and tasks too);
     the partial score is always in UNIT. Checked against what a file claims (eval.json, the
-    evaluation cache), never imports a reward."""
-    return WEIGHT_FREE_RANGES.get(reward, UNIT)
+    evaluation cache), never imports a reward: a weight-free reward's own range, a suite's verifier
+    [0, 1], any other name (a reward scored through a service) SERVED_RANGE."""
+    if reward in WEIGHT_FREE_RANGES:
+        return WEIGHT_FREE_RANGES[reward]
+    prefix, slash, _ = reward.rpartition("/")
+    if (slash and ":" in prefix) or reward in suites.builtin_reward_names():  # an outside suite's reward, or a built-in suite's
+        return UNIT
+    return SERVED_RANGE
 
 
 def uses_verifier(reward: str) -> bool:

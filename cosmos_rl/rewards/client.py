@@ -101,6 +101,8 @@ class RewardClient:
         self.backoff_s = backoff_s
         self.token = token or None
         self.key = key
+        # The fix a refused token's message names: the manifest key, or a command's option (`evaluation.served`).
+        self.token_fix = f"set {key}.token_env to a variable holding the service's token"
         self.frame_reduce, self.frame_stride = frame_reduce, frame_stride
         self._session: requests.Session | None = None
         self._modalities: tuple[str, ...] | None = None  # the reward's, from /info (once known)
@@ -314,8 +316,7 @@ class RewardClient:
             raise _Transient(f"HTTP {code}: {detail}") from None
         if code in (401, 403):
             raise UserError(
-                f"the reward service at {self.url} refused the bearer token (HTTP {code}); "
-                f"set {self.key}.token_env to a variable holding the service's token"
+                f"the reward service at {self.url} refused the bearer token (HTTP {code}); {self.token_fix}"
             ) from None
         raise RewardServiceError(
             f"reward service {method} {self.url}{path} rejected the request "

@@ -48,7 +48,7 @@ PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
 MAX_TOKENIZER_BYTES = 64 * 1024 * 1024  # CLIP's tokenizer.json is about 3.6 MB
 
 
-def check_clip_folder(kind: str, folder: Path) -> None:
+def check_clip_folder(kind: str, folder: Path, option: str = "--model") -> None:
     """Raise UserError for the first thing that keeps `folder` from being a CLIP model + processor
     that builds within bounds; returns only when building it allocates no more than its files hold."""
     try:
@@ -57,7 +57,7 @@ def check_clip_folder(kind: str, folder: Path) -> None:
         _check_processor(folder, config.get("vision_config") or {})
         _check_tokenizer(folder)
     except FolderProblem as exc:
-        raise UserError(f"--model {kind}={folder}: {exc}") from None
+        raise UserError(f"{option} {kind}={folder}: {exc}") from None
 
 
 def _checked_config(folder: Path) -> dict:

@@ -50,17 +50,17 @@ def revision_of(kind: str, folder: Path) -> str:
     return f"{kind}:sha256-{weights_digest(folder)[:16]}"
 
 
-def _check_folder(kind: str, folder: Path) -> None:
+def _check_folder(kind: str, folder: Path, option: str = "--model") -> None:
     if not folder.is_dir():
-        raise UserError(f"--model {kind}={folder}: folder not found; pass a local folder with a transformers CLIP checkpoint")
+        raise UserError(f"{option} {kind}={folder}: folder not found; pass a local folder with a transformers CLIP checkpoint")
     if not any(folder.glob("*.safetensors")):
         raise UserError(
-            f"--model {kind}={folder}: no .safetensors weights in the folder (pickled .bin/.pth weights are "
+            f"{option} {kind}={folder}: no .safetensors weights in the folder (pickled .bin/.pth weights are "
             "never loaded); re-save the model with save_pretrained(safe_serialization=True)"
         )
     if kind == "aesthetic" and not (folder / HEAD_FILE).is_file():
         raise UserError(
-            f"--model aesthetic={folder}: no {HEAD_FILE}; convert a published .pth head once with "
+            f"{option} aesthetic={folder}: no {HEAD_FILE}; convert a published .pth head once with "
             f"`cosmos-rl reward convert-head HEAD.pth {folder / HEAD_FILE}`"
         )
 
@@ -76,17 +76,18 @@ def _device(device: str):
 class ClipRewardModel:
     """One CLIP model and processor from a folder, scoring batches with one of the three rewards."""
 
-    def __init__(self, kind: str, folder: str | Path, device: str = "auto"):
+    def __init__(self, kind: str, folder: str | Path, device: str = "auto", option: str = "--model"):
+        # `option`: what named the folder, so a message names it (`reward serve --model`, `eval --reward`).
         import torch
         from transformers import CLIPModel, CLIPProcessor
         from transformers.utils import logging as hf_logging
 
         if kind not in MODEL_KINDS:
-            raise UserError(f"--model {kind}=...: unknown model reward {kind!r}; use one of {list(MODEL_KINDS)}")
+            raise UserError(f"{option} {kind}=...: unknown model reward {kind!r}; use one of {list(MODEL_KINDS)}")
         folder = Path(folder).expanduser().resolve()
-        _check_folder(kind, folder)
+        _check_folder(kind, folder, option)
         # Config, weights' headers, processor and tokenizer judged before anything is allocated.
-        check_clip_folder(kind, folder)
+        check_clip_folder(kind, folder, option)
         self.kind, self.folder = kind, folder
         self.device = _device(device)
         hf_logging.set_verbosity_error()  # no progress bars or backend notes in the service log
@@ -94,13 +95,13 @@ class ClipRewardModel:
             self.model = CLIPModel.from_pretrained(folder, use_safetensors=True, local_files_only=True)
             self.processor = CLIPProcessor.from_pretrained(folder, local_files_only=True)
         except Exception as exc:  # the library's refusal of a file the checks above let through
-            raise UserError(f"--model {kind}={folder}: not a loadable CLIP checkpoint with its processor ({library_text(exc)})") from None
+            raise UserError(f"{option} {kind}={folder}: not a loadable CLIP checkpoint with its processor ({library_text(exc)})") from None
         self.model.to(self.device).eval()
         self.max_text = int(self.model.config.text_config.max_position_embeddings)
         self.head = load_head(folder / HEAD_FILE, self.device) if kind == "aesthetic" else None
         if self.head is not None and self.head[0][0].shape[1] != self.model.config.projection_dim:
             raise UserError(
-                f"--model aesthetic={folder}: {HEAD_FILE} takes {self.head[0][0].shape[1]}-wide embeddings but the "
+                f"{option} aesthetic={folder}: {HEAD_FILE} takes {self.head[0][0].shape[1]}-wide embeddings but the "
                 f"CLIP model makes {self.model.config.projection_dim}-wide ones; pair the head with its CLIP model"
             )
         self.revision = revision_of(kind, folder)

@@ -54,14 +54,19 @@ class RewardTerm:
     judge: object = None  # a VLM judge's JudgeConfig (rewards/vlm_judge.py) when judge.model is set, else None
 
 
+def weighted_terms(tables, prefix: str) -> list[RewardTerm]:
+    """One term per weighted reward table (`[[rl.rewards]]`, `[[rl.eval.rewards]]`), keyed `prefix[i]`."""
+    return [
+        RewardTerm(f"{prefix}[{i}]", t.name, t.weight, t.url, t.revision, t.reward_revision, t.model,
+                   t.timeout_s, t.max_retries, t.backoff_s, t.token_env, t.frame_reduce, t.frame_stride, _judge(t))
+        for i, t in enumerate(tables)
+    ]  # fmt: skip
+
+
 def reward_terms(rl) -> list[RewardTerm]:
     """The run's rewards: each `[[rl.rewards]]` table, else the one `[rl.reward]` (weight 1)."""
     if rl.rewards:
-        return [
-            RewardTerm(f"rl.rewards[{i}]", t.name, t.weight, t.url, t.revision, t.reward_revision, t.model,
-                       t.timeout_s, t.max_retries, t.backoff_s, t.token_env, t.frame_reduce, t.frame_stride, _judge(t))
-            for i, t in enumerate(rl.rewards)
-        ]  # fmt: skip
+        return weighted_terms(rl.rewards, "rl.rewards")
     r = rl.reward
     return [RewardTerm("rl.reward", r.name, 1.0, r.url, r.revision, "", "", r.timeout_s, r.max_retries, r.backoff_s, r.token_env,
                        r.frame_reduce, r.frame_stride, _judge(r))]
@@ -144,10 +149,18 @@ def start_reward_services(rl, environ: Mapping[str, str] = os.environ) -> Reward
     One service per such reward (loading its model folder), declaring that reward's pinned
     revision; the rest keep their url. Tokens are read here, once, so workers get the values.
     """
+    terms = reward_terms(rl)
+    return start_services(terms, {t.name: token_for(t, environ) for t in terms})
+
+
+def start_services(terms: list[RewardTerm], tokens: dict[str, str | None], model_option: str = "--model") -> RewardServices:
+    """The services of `terms` (tokens already read): a built-in loopback service for every term
+    with no url, loading its model folder (`term.model`; a bad folder is a UserError naming
+    `model_option`), declaring the term's revision; the rest keep their url. A run's
+    (`start_reward_services`) and an evaluation's (`evaluation.served`) rewards start here."""
     from cosmos_rl.rewards.server import RewardServer
 
-    terms, urls, servers = reward_terms(rl), {}, []
-    tokens = {t.name: token_for(t, environ) for t in terms}
+    urls, servers = {}, []
     try:
         for term in terms:
             if term.url:
@@ -157,7 +170,7 @@ def start_reward_services(rl, environ: Mapping[str, str] = os.environ) -> Reward
             owner = suites.reward_owner(term.name)
             outside = (owner.name,) if owner is not None and owner.name not in suites.BUILT_IN else ()
             server = RewardServer("127.0.0.1", 0, revision=term.revision or None, models={term.name: term.model} if term.model else None,
-                                  outside_suites=outside)  # fmt: skip
+                                  outside_suites=outside, model_option=model_option)  # fmt: skip
             urls[term.name] = server.start()
             servers.append(server)
     except BaseException:

@@ -121,14 +121,15 @@ def parse_model_specs(specs: list[str]) -> dict[str, str]:
 
 
 def build_registry(
-    models: Mapping[str, str | Path] | None = None, device: str = "auto", outside_suites: Sequence[str] = ()
+    models: Mapping[str, str | Path] | None = None, device: str = "auto", outside_suites: Sequence[str] = (),
+    option: str = "--model",
 ) -> dict[str, Reward]:
     """The built-in rewards (and those of `outside_suites`) plus one model reward per {kind: folder}
-    entry (loaded now)."""
+    entry (loaded now); `option` is what named the folders, in messages."""
     registry = builtin_rewards(outside_suites)
     for kind, folder in (models or {}).items():
         from cosmos_rl.rewards.models import ClipRewardModel
 
-        model = ClipRewardModel(kind, folder, device=device)
+        model = ClipRewardModel(kind, folder, device=device, option=option)
         registry[kind] = Reward(kind, model, model.revision, max_batch=32, uses_prompt=kind not in PROMPT_FREE)
     return registry

@@ -89,13 +89,14 @@ class RewardServer:
         limits: Limits | None = None,
         registry: dict[str, Reward] | None = None,
         outside_suites: tuple[str, ...] = (),
+        model_option: str = "--model",
     ):
         self.host = host
         self.port = port
         self.revision = revision
         self.token = token or None
         self.limits = limits or Limits()
-        self._registry = registry if registry is not None else build_registry(models, outside_suites=outside_suites)
+        self._registry = registry if registry is not None else build_registry(models, outside_suites=outside_suites, option=model_option)
         self._state = ServiceState()
         self._app: RewardApp | None = None
         self._uvicorn = None

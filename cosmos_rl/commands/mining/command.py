@@ -2,7 +2,9 @@
 
 For every row of the prompt file the model (a run's newest checkpoint, a diffusers folder or
 `preset:NAME`, opened as `cosmos-rl eval` opens it) samples K images with its own sampler
-settings, a built-in reward scores them, and the best and the worst become one preference pair
+settings, a reward scores them (a built-in one in-process, or any reward a run trains on through
+reward services: `--reward KIND=FOLDER`, `--reward-url`, several weighted; `evaluation.served`),
+and the best and the worst become one preference pair
 (`select.best_vs_worst`; a row whose K samples all score the same is dropped). Pairs go to
 webdataset shards (`shards.PairShardWriter`) with both scores in each pair's JSON, and
 `mine.json` records what was mined with what.
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from cosmos_rl.core.errors import UserError
 from cosmos_rl.core.media import MediaSpec
@@ -47,18 +49,27 @@ def check_options(samples: int, batch_size: int, per_shard: int) -> None:
 
 
 def run_mine(
-    target: str, *, reward: str, prompts: Path, samples: int, out_dir: Path, seed: int = 0,
+    target: str, *, reward: str | Sequence[str], prompts: Path, samples: int, out_dir: Path, seed: int = 0,
     batch_size: int = 32, per_shard: int = 1000, device: str = "auto",
     warn: Callable[[str], None] = lambda line: None, progress: Callable[[int, int], None] = lambda done, total: None,
     sample_steps: int | None = None, guidance: float | None = None, step: int | None = None,
-    frames: int | None = None, frame_reduce: str | None = None,
+    frames: int | None = None, frame_reduce: str | None = None, reward_url: str | None = None,
+    reward_weights: Sequence[str] = (), reward_token_env: str | None = None,
 ) -> dict:  # fmt: skip
     """Mine pairs into `out_dir` and return the summary written to `<out_dir>/mine.json`.
 
     `sample_steps` / `guidance` replace the target's own sampler settings (as `cosmos-rl eval`'s
     flags do); None keeps them. `frames` is a bare model's clip length (a run samples its own);
-    `frame_reduce` lets an image reward score clips frame by frame."""
+    `frame_reduce` lets an image reward score clips frame by frame. `reward` may be a list of
+    `--reward` items: with a model reward's folder (`pickscore=FOLDER`), `reward_url`,
+    `reward_weights` or several items the samples are ranked by the weighted sum of rewards scored
+    through services as a run's are (`evaluation.served`)."""
     check_options(samples, batch_size, per_shard)
+    from cosmos_rl.evaluation.served import ServedRewards, label, served_terms
+
+    items = [reward] if isinstance(reward, str) else list(reward)
+    terms = served_terms(items, reward_url, reward_weights, reward_token_env, frame_reduce)
+    reward = label(terms) if terms is not None else (items[0] if items else "")
     from cosmos_rl.commands.evaluate import check_frames, check_out_dir, check_prompts_file, check_sampler_overrides
 
     check_frames(frames)
@@ -72,7 +83,11 @@ def run_mine(
     video = t.media.is_video
     from cosmos_rl.commands.mining.scoring import check_reward, ranks_by, scoring_suite, unscorable_rows
 
-    check_reward(reward, t.media, frame_reduce, f"TARGET {target!r}")
+    if terms is None:
+        check_reward(reward, t.media, frame_reduce, f"TARGET {target!r}")
+    elif frame_reduce is not None and not video:
+        raise UserError(f"--frame-reduce {frame_reduce}: TARGET {target!r} makes images (1 frame), so no clip is scored "
+                        "frame by frame; drop --frame-reduce")  # fmt: skip
     from cosmos_rl.data.prompt_file import load_prompts
     from cosmos_rl.evaluation.prompts import held_out_captions, overlap
     from cosmos_rl.evaluation.scores import caption_groups, uses_verifier
@@ -107,54 +122,64 @@ def run_mine(
     from cosmos_rl.dist.world import pick_device
 
     where = pick_device(device)
-    model = t.load(where)
-    t.settings = t.settings.replaced(sample_steps, guidance)
-    sampler = _sampler(t, model, captions, samples, grouped_by, seed, where, batch_size, suite)
-    key = ranks_by(reward)
-    n, ties, kept = len(captions), 0, []
-    progress(0, n)
-    with model.policy() as network:
-        chunk = CLIP_ROWS_PER_CHUNK if video else ROWS_PER_CHUNK
-        for first in range(0, n, chunk):
-            rows = range(first, min(first + chunk, n))
-            items = [sampler.items[k * n + row] for row in rows for k in range(samples)]
-            images = sampler.sample(network, items)
-            scores, partials = _scores(reward, images, [item.caption for item in items], frame_reduce)
-            for offset, row in enumerate(rows):
-                span = slice(offset * samples, (offset + 1) * samples)
-                ranked = (partials if key == "partial" else scores)[span]
-                pick = _best_vs_worst(ranked)
-                if pick is None:
-                    ties += 1
-                    continue
-                w, l = pick
-                meta = {
-                    "id": f"mine-s{seed}-r{rows_of[row]:06d}", "prompt": captions[row], "task": groups[captions[row]],
-                    "reward": reward, "winner_score": ranked[w], "loser_score": ranked[l], "scores": list(ranked),
-                    "winner_sample": w, "loser_sample": l, **({"frame_reduce": frame_reduce} if frame_reduce else {}),
-                }  # fmt: skip
-                if partials is not None and key == "score":
-                    meta["partials"] = partials[span]
-                if partials is not None and key == "partial":
-                    meta["strict"] = scores[span]
-                writer.add(meta, images[span][w], images[span][l])
-                kept.append(ranked[w] - ranked[l])
-            progress(rows.stop, n)
-    paths = writer.close()
-    summary = {
-        "target": t.label, "kind": t.kind, "step": t.step, "reward": reward, "ranked_by": key,
-        "prompts": str(prompts), "rows": n, "samples": samples, "seed": seed,
-        "pairs": len(kept), "ties_dropped": ties, "rows_skipped": len(skipped), "mean_margin": (sum(kept) / len(kept)) if kept else None,
-        "sampler": t.settings.resolved(model.model_parts).as_json(), "image_size": t.media.size_json(),
-        "shards": [str(p) for p in paths],
-        # Added with clips, after every older key: what a sample is, and how an image reward scored clips.
-        "frames": t.media.frames, "fps": t.media.fps if video else None, "frame_reduce": frame_reduce,
-    }  # fmt: skip
-    if not kept:
-        raise UserError(f"every one of the {n} prompt rows tied ({samples} samples scored alike under {reward}): "
-                        f"no pair written; raise --samples or {_finer(reward, t.media, frame_reduce)}")  # fmt: skip
-    Path(out_dir, SUMMARY_FILE).write_text(json.dumps(summary, indent=1, allow_nan=False) + "\n", encoding="utf-8")
-    return summary
+    # A served reward is started and checked (its folder loaded, its service's /info read) before the target loads.
+    served = ServedRewards(terms, t.media) if terms is not None else None
+    try:
+        model = t.load(where)
+        t.settings = t.settings.replaced(sample_steps, guidance)
+        sampler = _sampler(t, model, captions, samples, grouped_by, seed, where, batch_size, suite)
+        key = ranks_by(reward)
+        n, ties, kept = len(captions), 0, []
+        progress(0, n)
+        with model.policy() as network:
+            chunk = CLIP_ROWS_PER_CHUNK if video else ROWS_PER_CHUNK
+            for first in range(0, n, chunk):
+                rows = range(first, min(first + chunk, n))
+                items = [sampler.items[k * n + row] for row in rows for k in range(samples)]
+                images = sampler.sample(network, items)
+                captions_of = [item.caption for item in items]
+                scores, partials = (served.score(images, captions_of), None) if served is not None else _scores(reward, images, captions_of, frame_reduce)
+                for offset, row in enumerate(rows):
+                    span = slice(offset * samples, (offset + 1) * samples)
+                    ranked = (partials if key == "partial" else scores)[span]
+                    pick = _best_vs_worst(ranked)
+                    if pick is None:
+                        ties += 1
+                        continue
+                    w, l = pick
+                    meta = {
+                        "id": f"mine-s{seed}-r{rows_of[row]:06d}", "prompt": captions[row], "task": groups[captions[row]],
+                        "reward": reward, "winner_score": ranked[w], "loser_score": ranked[l], "scores": list(ranked),
+                        "winner_sample": w, "loser_sample": l, **({"frame_reduce": frame_reduce} if frame_reduce else {}),
+                    }  # fmt: skip
+                    if partials is not None and key == "score":
+                        meta["partials"] = partials[span]
+                    if partials is not None and key == "partial":
+                        meta["strict"] = scores[span]
+                    writer.add(meta, images[span][w], images[span][l])
+                    kept.append(ranked[w] - ranked[l])
+                progress(rows.stop, n)
+        paths = writer.close()
+        summary = {
+            "target": t.label, "kind": t.kind, "step": t.step, "reward": reward, "ranked_by": key,
+            "prompts": str(prompts), "rows": n, "samples": samples, "seed": seed,
+            "pairs": len(kept), "ties_dropped": ties, "rows_skipped": len(skipped), "mean_margin": (sum(kept) / len(kept)) if kept else None,
+            "sampler": t.settings.resolved(model.model_parts).as_json(), "image_size": t.media.size_json(),
+            "shards": [str(p) for p in paths],
+            # Added with clips, after every older key: what a sample is, and how an image reward scored clips.
+            "frames": t.media.frames, "fps": t.media.fps if video else None, "frame_reduce": frame_reduce,
+            # Added with served rewards: each reward scored through a service (folder or url), its weight and revision; null = in-process.
+            "rewards": served.describe() if served is not None else None,
+        }  # fmt: skip
+        if not kept:
+            finer = "score with another reward" if served is not None else _finer(reward, t.media, frame_reduce)
+            raise UserError(f"every one of the {n} prompt rows tied ({samples} samples scored alike under {reward}): "
+                            f"no pair written; raise --samples or {finer}")  # fmt: skip
+        Path(out_dir, SUMMARY_FILE).write_text(json.dumps(summary, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+        return summary
+    finally:
+        if served is not None:
+            served.close()
 
 
 def _finer(reward: str, media: MediaSpec, frame_reduce: str | None) -> str:

@@ -3,7 +3,7 @@ cadence and sampler, its suite (`rl.eval.suite`) and the reward that scores it."
 
 from __future__ import annotations
 
-from cosmos_rl.config.preflight.rewards import WEIGHT_FREE_REWARDS
+from cosmos_rl.config.preflight.rewards import WEIGHT_FREE_REWARDS, weighted_tables
 from cosmos_rl.config.preflight.rules import Rules
 from cosmos_rl.core import schema
 from cosmos_rl.core.problems import show
@@ -33,7 +33,12 @@ def eval_rules(c: schema.RunConfig, e: schema.EvalConfig, r: Rules) -> None:
     r.at_least("rl.eval.sample_steps", e.sample_steps, 0, "set rl.eval.sample_steps to 0 (the run's own) or a number of sampler steps")
     if e.guidance is not None:
         r.at_least("rl.eval.guidance", e.guidance, 0, "set rl.eval.guidance to 1 (conditional only) or more, or remove it")
-    eval_reward_rule(c, e, suite, r)
+    if e.rewards:  # served as a run's rewards are (evaluation.served); rl.eval.reward then plays no part
+        weighted_tables(c, e.rewards, "rl.eval.rewards", r, driver_service=False)
+        if e.reward != schema.EvalConfig().reward:
+            r.warn("rl.eval.reward", "has no effect with [[rl.eval.rewards]] (the evaluation scores with those)", e.reward, "remove it")
+    else:
+        eval_reward_rule(c, e, suite, r)
     if e.gold:
         from cosmos_rl.config.run_suite import run_suite
 

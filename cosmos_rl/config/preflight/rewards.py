@@ -175,41 +175,49 @@ def _reward_terms(c: schema.RunConfig, rl: schema.NFTConfig, r: Rules) -> None:
     if rl.reward != schema.RewardConfig():
         r.error("rl.rewards", "give either [rl.reward] (one reward) or [[rl.rewards]] (several), not both", "both",
                 "move the [rl.reward] settings into a [[rl.rewards]] table and remove [rl.reward]")
+    weighted_tables(c, rl.rewards, "rl.rewards", r)
+
+
+def weighted_tables(c: schema.RunConfig, tables, prefix: str, r: Rules, driver_service: bool = True) -> None:
+    """Each weighted reward table (`[[rl.rewards]]`, `[[rl.eval.rewards]]`, keyed `prefix[i]`): its
+    own service, or its own built-in one. `driver_service`: a built-in service listens on the
+    driver's node only (training's); an evaluation's is started by every process that scores."""
     seen: set[str] = set()
-    for i, t in enumerate(rl.rewards):
+    for i, t in enumerate(tables):
         if not t.name:
-            r.error(f"rl.rewards[{i}].name", "required: the reward the service computes", "", 'set e.g. name = "brightness"')
+            r.error(f"{prefix}[{i}].name", "required: the reward the service computes", "", 'set e.g. name = "brightness"')
         elif t.name in seen:
-            r.error(f"rl.rewards[{i}].name", "names a reward listed before; list each reward once", t.name, "remove the repeated table")
+            r.error(f"{prefix}[{i}].name", "names a reward listed before; list each reward once", t.name, "remove the repeated table")
         seen.add(t.name)
         if not (math.isfinite(t.weight) and t.weight > 0):
-            r.error(f"rl.rewards[{i}].weight", "must be a finite number > 0", t.weight, "set e.g. weight = 1.0")
+            r.error(f"{prefix}[{i}].weight", "must be a finite number > 0", t.weight, "set e.g. weight = 1.0")
         if not t.revision:
-            r.error(f"rl.rewards[{i}].revision", "required: the provider's revision is part of the run identity", "", "set it to the revision the service declares")
+            why = "the provider's revision is part of the run identity" if driver_service else "every evaluation pins the revision its service declares"
+            r.error(f"{prefix}[{i}].revision", f"required: {why}", "", "set it to the revision the service declares")
         if t.url and not re.match(r"https?://", t.url):
-            r.error(f"rl.rewards[{i}].url", "must be an http:// or https:// URL", t.url, "e.g. http://127.0.0.1:8000, or empty for the built-in service")
+            r.error(f"{prefix}[{i}].url", "must be an http:// or https:// URL", t.url, "e.g. http://127.0.0.1:8000, or empty for the built-in service")
         if t.url and t.model:
-            r.error(f"rl.rewards[{i}].model", "only for the built-in service (empty url); a service at a URL loads its own models", t.model, "remove model, or clear url")
+            r.error(f"{prefix}[{i}].model", "only for the built-in service (empty url); a service at a URL loads its own models", t.model, "remove model, or clear url")
         if not t.url and not t.judge.model:
-            _builtin_term(c, t, i, r)
-        _judge_keys(f"rl.rewards[{i}]", t, r)
-        _client_limits(f"rl.rewards[{i}]", t, r)
-        _frame_keys(c, f"rl.rewards[{i}]", t, r)
+            _builtin_term(c, t, f"{prefix}[{i}]", r, driver_service)
+        _judge_keys(f"{prefix}[{i}]", t, r)
+        _client_limits(f"{prefix}[{i}]", t, r)
+        _frame_keys(c, f"{prefix}[{i}]", t, r)
 
 
-def _builtin_term(c: schema.RunConfig, t: schema.WeightedRewardConfig, i: int, r: Rules) -> None:
+def _builtin_term(c: schema.RunConfig, t: schema.WeightedRewardConfig, key: str, r: Rules, driver_service: bool) -> None:
     if t.model:
         if t.name not in MODEL_REWARDS:
-            r.error(f"rl.rewards[{i}].name", "not a model reward the built-in service can load", t.name, f"use one of {', '.join(show(n) for n in MODEL_REWARDS)}")
-        r.local_path(f"rl.rewards[{i}].model", t.model, kind="folder")
+            r.error(f"{key}.name", "not a model reward the built-in service can load", t.name, f"use one of {', '.join(show(n) for n in MODEL_REWARDS)}")
+        r.local_path(f"{key}.model", t.model, kind="folder")
         if not t.reward_revision:
-            r.warn(f"rl.rewards[{i}].reward_revision", "not pinned: a changed model in the folder would pass as the same reward", "",
+            r.warn(f"{key}.reward_revision", "not pinned: a changed model in the folder would pass as the same reward", "",
                    "set it to the revision `cosmos-rl reward serve --revision REV --model NAME=FOLDER` prints for the folder")
     elif t.name in MODEL_REWARDS:
-        r.error(f"rl.rewards[{i}].model", "required: the built-in service loads a model reward from a local folder", "", "set model to the folder, or url to a service that serves it")
+        r.error(f"{key}.model", "required: the built-in service loads a model reward from a local folder", "", "set model to the folder, or url to a service that serves it")
     elif t.name and unknown_reward(t.name):
         problem, fix = unknown_reward(t.name)
-        r.error(f"rl.rewards[{i}].name", problem, t.name, fix + (", a model reward with model, or a url" if problem == "not a built-in reward" else ""))
-    if c.grid.nodes > 1:
-        r.error(f"rl.rewards[{i}].url", "the built-in reward service listens on 127.0.0.1 of the driver's node, which other nodes cannot reach", "",
+        r.error(f"{key}.name", problem, t.name, fix + (", a model reward with model, or a url" if problem == "not a built-in reward" else ""))
+    if driver_service and c.grid.nodes > 1:
+        r.error(f"{key}.url", "the built-in reward service listens on 127.0.0.1 of the driver's node, which other nodes cannot reach", "",
                 "run `cosmos-rl reward serve --host 0.0.0.0 --token-env REWARD_TOKEN` where every node can reach it and set the url")
