@@ -247,8 +247,8 @@ def test_the_plan_names_the_judge_and_the_frames_it_sees():
 
 
 def test_the_documented_rewards_table_loads_and_passes_preflight(tmp_path):
-    """The `[[rl.rewards]]` + `[rl.rewards.judge]` example of docs/rewards.md, in the smoke manifest."""
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "rewards.md").read_text()
+    """The `[[rl.rewards]]` + `[rl.rewards.judge]` example of docs/judge.md, in the smoke manifest."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "judge.md").read_text()
     example = re.search(r"```toml\n(\[\[rl\.rewards\]\]\nname = \"vlm_judge\".*?)```", doc, re.S).group(1)
     text = re.sub(r"\[rl\.reward\]\n(?:[^\n]+\n)*", "", SMOKE.read_text(), count=1).replace("[checkpoint]", example + "\n[checkpoint]")
     manifest = tmp_path / "judge.toml"

@@ -59,7 +59,7 @@ JUDGE_REGEX = r"(?i)score\s*[:=]\s*(-?[0-9]+(?:\.[0-9]+)?)"
 
 @frozen
 class JudgeConfig:
-    """A VLM judge over the OpenAI-compatible chat API (vLLM, SGLang) as the reward (docs/rewards.md, "A VLM judge")."""
+    """A VLM judge over the OpenAI-compatible chat API (vLLM, SGLang) as the reward (docs/judge.md)."""
 
     model: str = knob("", "The model the judge server serves (its `GET {url}/models` id), e.g. `Qwen/Qwen2.5-VL-7B-Instruct`; set, the reward is this judge at the table's `url` (the API root, e.g. `http://127.0.0.1:8000/v1`) instead of a reward service; empty = not a judge.")
     prompt: str = knob(JUDGE_PROMPT, "The instruction sent after the image(s); `{prompt}` is replaced by the sample's caption (the only placeholder).")
@@ -107,7 +107,7 @@ class EvalConfig:
     rewards: list[WeightedRewardConfig] = knob(
         attrs.Factory(list), "Score the evaluation with rewards served as a run's are, one `[[rl.eval.rewards]]` table each (the fields of `[[rl.rewards]]`): a model reward from a local folder (`model`), a service's (`url`), several weighted; `eval/score` is the weighted sum (no partial score), over the suite's prompts or rl.eval.prompts. Empty = rl.eval.reward in-process. Also what `cosmos-rl eval RUN_DIR` scores with when given no --reward."
     )
-    hacking_window: int = knob(3, "Warn of reward hacking when over the last this many evaluations the training reward rose while `eval/score` fell beyond its noise (its paired-bootstrap 95% interval wholly below 0), or, on a run of several rewards, one reward's per-step mean fell beyond its scatter while the total rose (docs/eval.md, \"The reward-hacking watch\").")
+    hacking_window: int = knob(3, "Warn of reward hacking when over the last this many evaluations the training reward rose while `eval/score` fell beyond its noise (its paired-bootstrap 95% interval wholly below 0), or, on a run of several rewards, one reward's per-step mean fell beyond its scatter while the total rose (docs/eval_training.md, \"The reward-hacking watch\").")
     gold: str = knob("", "A second held-out reward, distinct from the training reward(s) and from rl.eval.reward, scoring the same evaluation samples (`eval/gold`, `eval/gold_lo`, `eval/gold_hi`): the reward-hacking watch then judges its trend instead of `eval/score`'s. One of the evaluation suite's rewards or, for images, a weight-free one; empty = none.")
     stop_on_hacking: bool = knob(False, "Stop the run at the first reward-hacking warning: commit that step's checkpoint and exit 3 (`cosmos-rl resume RUN_DIR` continues it, e.g. with this off). Needs rl.eval.every > 0.")
     sample_steps: int = knob(0, "Sampler steps of the evaluation (and of `cosmos-rl eval RUN_DIR`); 0 = the run's own (NFT and GRPO: rl.sample_steps; DPO and SFT: 20).")

@@ -130,7 +130,7 @@ class RewardServices:
                 what = "VLM judge" if t.judge is not None else "reward service"
                 raise UserError(
                     f"{t.key}.url: the {what} at {self.urls[t.name]} cannot be reached before training ({exc}); "
-                    + ("start it (docs/rewards.md, \"A VLM judge\"), or fix the url (its API root, e.g. http://127.0.0.1:8000/v1)"
+                    + ("start it (docs/judge.md), or fix the url (its API root, e.g. http://127.0.0.1:8000/v1)"
                        if t.judge is not None else f"start it, or fix {t.key}.url (empty starts the built-in service)")
                 ) from None
             finally:

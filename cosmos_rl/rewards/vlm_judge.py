@@ -2,7 +2,7 @@
 to score an image or a few frames of a clip; the score is read from its answer by a regex.
 
 The run names it with a `judge` table under its reward table (`[rl.reward.judge]`, or
-`[rl.rewards.judge]` after a `[[rl.rewards]]`; docs/rewards.md "A VLM judge"): the reward's `url`
+`[rl.rewards.judge]` after a `[[rl.rewards]]`; docs/judge.md): the reward's `url`
 is the server's API root (`http://HOST:8000/v1`), `judge.model` the model it serves. For each
 sample the client POSTs `{url}/chat/completions`:
 
@@ -113,7 +113,7 @@ class VLMJudgeClient:
         if self.judge.model not in served:
             raise UserError(
                 f"{self.key}.judge.model: the judge at {self.url} serves {served}, not {self.judge.model!r}; "
-                f"name one of those, or serve {self.judge.model!r} there (docs/rewards.md, \"A VLM judge\")"
+                f"name one of those, or serve {self.judge.model!r} there (docs/judge.md)"
             )
         return {"models": served}
 
