@@ -7,8 +7,9 @@ requests into one call, so that is about the latency one step's scoring adds, as
 would). For each latency, a run in series, then one with rl.async_reward = true, against the same service.
 
 A step's time is the driver's: the sum of its `time/*` metrics (rollout, reward wait, train and
-orchestration, which together are the driver's wall time of the step), the median over steps 2..N
-(step 1 is warm-up, and with async_reward it makes two rollouts). `ratio` = async / series.
+orchestration, which together are the driver's wall time of the step), the median over steps
+2..N-1 (step 1 is warm-up, and with async_reward it makes two rollouts; the last step has no next
+rollout to overlap). `ratio` = async / series.
 
     python bench/async_reward_bench.py [--latency 1 3] [--steps 5] [--out /tmp/async-bench]
 
@@ -60,23 +61,30 @@ def run(out: Path, name: str, url: str, steps: int, async_reward: bool) -> dict:
     began = time.perf_counter()
     assert launch.train(load.load(SMOKE, overrides), SMOKE, Console(stderr=True)) == 0
     wall = time.perf_counter() - began
-    rows = [json.loads(line) for line in (out / name / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    later = rows[1:]
-    step_s = [sum(r[k] for k in PHASES) for r in later]
+    return {**summarise(out / name), "run_wall_s": round(wall, 1)}
+
+
+def summarise(run_dir: Path) -> dict:
+    """The steady steps' times of a finished run (log_every = 1): steps 2..N-1, since step 1 is
+    warm-up (and makes two rollouts with async_reward) and the last step has no next rollout to
+    overlap with its scoring."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    steady = rows[1:-1]
+    step_s = [sum(r[k] for k in PHASES) for r in steady]
     return {
-        "step_s": statistics.median(step_s), "steps_s": [round(s, 3) for s in step_s], "run_wall_s": round(wall, 1),
-        **{k.removeprefix("time/"): round(statistics.median(r[k] for r in later), 3) for k in PHASES},
+        "step_s": round(statistics.median(step_s), 3), "steps_s": [round(s, 3) for s in step_s],
+        **{k.removeprefix("time/"): round(statistics.median(r[k] for r in steady), 3) for k in PHASES},
     }  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--latency", type=float, nargs="+", default=[1.0, 3.0], help="seconds the reward sleeps per call")
-    parser.add_argument("--steps", type=int, default=5, help="steps per run (>= 2; step 1 is left out)")
+    parser.add_argument("--steps", type=int, default=5, help="steps per run (>= 3; the first and the last are left out)")
     parser.add_argument("--out", type=Path, default=None, help="folder for the runs (default: a temporary one)")
     args = parser.parse_args()
-    if args.steps < 2:
-        parser.error("--steps must be >= 2: step 1 is warm-up")
+    if args.steps < 3:
+        parser.error("--steps must be >= 3: step 1 is warm-up and the last step has nothing to overlap")
     from cosmos_rl.rewards.server import RewardServer
 
     out = args.out or Path(tempfile.mkdtemp(prefix="async-reward-bench-"))
