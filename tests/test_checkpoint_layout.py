@@ -77,7 +77,7 @@ def test_read_meta_refuses_other_steps_and_unknown_format_versions(tmp_path):
 
 
 def test_one_set_of_component_names_and_the_version_1_names_they_replace():
-    assert layout.COMPONENTS == ("policy", "old", "ema", "optimizer", "lr_schedule", "data_cursor", "progress", "rng")
+    assert layout.COMPONENTS == ("policy", "old", "ema", "optimizer", "lr_schedule", "data_cursor", "progress", "rng", "pending_rollout")
     dpo_v1 = {"format_version": 1, "components": dict.fromkeys(["policy", "optimizer", "lr_schedule", "pair_cursor", "progress", "rng"])}
     nft_v1 = {"format_version": 1, "components": dict.fromkeys(["policy", "old", "optimizer", "schedule", "cursor", "progress", "rng"])}
     assert [layout.stored_name(dpo_v1, n) for n in ("lr_schedule", "data_cursor", "rng")] == ["lr_schedule", "pair_cursor", "rng"]

@@ -48,7 +48,8 @@ LR_SCHEDULE = "lr_schedule"
 DATA_CURSOR = "data_cursor"  # the position in the data stream (DPO pairs, NFT prompts)
 PROGRESS = "progress"  # {"step": N}
 RNG = "rng"  # every rank's RNG streams (per rank)
-COMPONENTS = (POLICY, OLD, EMA, OPTIMIZER, LR_SCHEDULE, DATA_CURSOR, PROGRESS, RNG)
+PENDING_ROLLOUT = "pending_rollout"  # rl.async_reward: each rank's rollout of the next step, made before this step's learn (per rank)
+COMPONENTS = (POLICY, OLD, EMA, OPTIMIZER, LR_SCHEDULE, DATA_CURSOR, PROGRESS, RNG, PENDING_ROLLOUT)
 
 # What format version 1 called a component that has a new name: DPO saved `lr_schedule` and
 # `pair_cursor`, NFT `schedule` and `cursor`. Read transparently from version-1 checkpoints.

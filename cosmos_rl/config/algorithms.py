@@ -173,7 +173,7 @@ def _evolve_path(obj, parts: list[str], pin: Callable[[str], str]):
 
 
 # The online seed contract: what fixes a rollout's noise and the prompt rows it samples.
-ONLINE_SEED_KEYS = ("rollout_seed_clock", "group_size", "prompts_per_step", "prompts.shuffle")
+ONLINE_SEED_KEYS = ("rollout_seed_clock", "group_size", "prompts_per_step", "prompts.shuffle", "async_reward")
 
 
 def online(**fields) -> Algorithm:

@@ -335,6 +335,7 @@ LATER_KNOB_DEFAULTS: dict[str, object] = {
     "rl.ema_every": 8,
     "rl.updates_per_step": 1,
     "rl.same_initial_noise": False,
+    "rl.async_reward": False,
     "rl.optimizer.decay": "none",
     "rl.optimizer.decay_steps": 0,
     "rl.optimizer.min_lr_ratio": 0.0,

@@ -68,6 +68,12 @@ class OnlineRLBase(RLBase):
     rewards: list[WeightedRewardConfig] = knob(
         attrs.Factory(list), "Several rewards at once, one `[[rl.rewards]]` table each; empty = the one `[rl.reward]`. Not both."
     )
+    async_reward: bool = knob(
+        False, "One-step-off scoring: step k+1's rollout is made while step k's samples are scored, so a slow reward (a VLM judge) no longer stalls "
+        "every step. Step k still trains on its own samples and advantages, but rollout k+1 is made before learn(k): every rollout after the "
+        "first is one policy version late. NFT only; part of the seed contract; a checkpoint holds the pending rollout (docs/nft.md, "
+        "\"One-step-off scoring\"). false = rollout, score, learn in series."
+    )
     reward_combine: Literal["weighted_sum", "normalised_sum"] = knob(
         "weighted_sum", "With rl.rewards: advantages of the weighted sum of rewards, or the weighted sum of each reward's own advantages (normalised per group first, so no reward's scale drowns another)."
     )

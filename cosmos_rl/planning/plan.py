@@ -31,6 +31,13 @@ ONLINE_ROLES = {
     "replay": "the step's own rollout batch, kept in memory until its training half (on-policy, no buffer)",
     "policy": "the algorithm's training half, then AdamW",
 }
+# rl.async_reward (one-step-off scoring, docs/nft.md): what differs from ONLINE_ROLES.
+ASYNC_ROLES = {
+    "reward": "trainers.online.OnlineTrainer._async_step (rl.async_reward: a thread sends step k's own images to the reward services "
+              "while step k+1 rolls out, then one all_gather)",
+    "replay": "step k's rollout, made during step k-1's scoring by the policy before learn(k-1) (one policy version late), kept until "
+              "its training half and in each checkpoint as pending_rollout",
+}
 GUIDANCE_SEMANTICS = "v = v_uncond + g * (v_cond - v_uncond): g = 1 is conditional only, g = 0 unconditional"
 
 
@@ -227,7 +234,8 @@ def online_section(config: schema.RunConfig, base_dir: Path) -> dict:
     return {
         "shapes": shapes,
         "roles_per_process": list(ONLINE_ROLES),
-        "roles": {**ONLINE_ROLES, "policy": f"{algorithms.of(config).resolve_name('trainer')}.learn, then AdamW"},
+        "roles": {**ONLINE_ROLES, "policy": f"{algorithms.of(config).resolve_name('trainer')}.learn, then AdamW",
+                  **(ASYNC_ROLES if rl.async_reward else {})},
         "per_step": {
             "prompt_rows": rl.prompts_per_step,
             "samples": rl.prompts_per_step * rl.group_size,

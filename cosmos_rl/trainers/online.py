@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -97,6 +97,7 @@ class OnlineTrainer:
         self.device, self.comm, self.score = device, comm, score
         self.reward_weights = {term.name: term.weight for term in reward_terms(config.rl)}
         self.step = 0
+        self.pending: _Pending | None = None  # rl.async_reward: the next step's rollout, made one policy version early
 
     @classmethod
     def on_ray(cls, config, run_dir: Path, device, rank: int, world: int, resume: bool, context: dict):
@@ -193,6 +194,8 @@ class OnlineTrainer:
         }
         if self.rl.old.build_old:
             components[layout.OLD] = AdapterState(self.transformer, OLD)
+        if self.rl.async_reward:  # the next step's rollout: made by the policy before the last learn, which no other component holds
+            components[layout.PENDING_ROLLOUT] = _PendingState(self)
         return components
 
     def save(self, step: int) -> str:
@@ -237,12 +240,34 @@ class OnlineTrainer:
         and stops before training: the rank(s) that failed raise `RewardUnavailable`, the others
         return `{REWARD_FAILED: 1}`. Nothing else of the step has changed state (rollout draws come
         from their own generators), so the caller can still commit step - 1 exactly.
+
+        With rl.async_reward the step is `_async_step`'s: the rollout of step + 1 runs while this
+        step's samples are scored; on a reward failure the cursor goes back to before step + 1's
+        draw and this step's rollout stays the pending one, which the checkpoint of step - 1 holds.
         """
-        rl = self.rl
+        if self.rl.async_reward:
+            return self._async_step(step)
+        batch = self._draw()
+        t0 = time.perf_counter()
+        rollouts = self.rollout(step, batch.cond, batch.uncond, batch.condition, **batch.world)
+        t1 = time.perf_counter()
+        try:
+            tables = self._scores(rollouts, batch.texts)
+        except RewardUnavailable:
+            self.cursor.load_state_dict(batch.cursor_before)  # nothing of this step happened
+            raise
+        if tables is None:
+            self.cursor.load_state_dict(batch.cursor_before)
+            return {REWARD_FAILED: 1.0}  # another rank raises the reason; this one only stops
+        return self._learn_and_report(step, batch, rollouts, tables, t1 - t0, time.perf_counter() - t1)
+
+    def _draw(self) -> "_Batch":
+        """The next prompt rows and what a rollout of them needs (the cursor moves)."""
         cursor_before = self.cursor.state_dict()
         batch = self.cursor.next_batch(self.prompts)
-        rows = [row for row, _ in batch]
-        texts = [text for _, text in batch]
+        return self._batch_of([row for row, _ in batch], [text for _, text in batch], cursor_before)
+
+    def _batch_of(self, rows: list[int], texts: list[str], cursor_before: dict) -> "_Batch":
         cond, uncond = self._tokens(rows)
         # I2V: the rows' clean first latent frames [rows, C, 1, h, w], the same for every rank
         condition = None if self.first_frames is None else self.first_frames.latents(self.model.vae, rows, self.device)
@@ -251,18 +276,11 @@ class OnlineTrainer:
         if self.condition.has_actions:
             actions = self.first_frames.action_rows(rows, int(self.transformer.config.action_dim), self.device)
         world = {} if actions is None else {"actions": actions}
+        return _Batch(rows, texts, cursor_before, cond, uncond, condition, world)
 
-        t0 = time.perf_counter()
-        rollouts = self.rollout(step, cond, uncond, condition, **world)
-        t1 = time.perf_counter()
-        try:
-            tables = self._scores(rollouts, texts)
-        except RewardUnavailable:
-            self.cursor.load_state_dict(cursor_before)  # nothing of this step happened
-            raise
-        if tables is None:
-            self.cursor.load_state_dict(cursor_before)
-            return {REWARD_FAILED: 1.0}  # another rank raises the reason; this one only stops
+    def _learn_and_report(self, step: int, batch: "_Batch", rollouts: list[Rollout], tables: dict[str, torch.Tensor],
+                          rollout_s: float, reward_s: float) -> dict[str, float]:
+        rl, cond, condition, world, texts = self.rl, batch.cond, batch.condition, batch.world, batch.texts
         rewards = weighted_reward(tables, self.reward_weights)
         t2 = time.perf_counter()
         # An algorithm written before I2V takes no condition: it is passed only to an I2V run's step.
@@ -275,7 +293,7 @@ class OnlineTrainer:
             if 0 in self.comm.ranks:
                 save_sample_grid(self.run_dir / "samples" / f"step_{step}.png", everyone, texts, rewards)
 
-        timings = {"time/rollout_s": t1 - t0, "time/reward_s": t2 - t1, "time/train_s": t3 - t2}
+        timings = {"time/rollout_s": rollout_s, "time/reward_s": reward_s, "time/train_s": t3 - t2}
         metrics = self.comm.mean([{**{f"train/{k}": v for k, v in m.items()}, **timings} for m in per_rank])
         metrics["train/reward_mean"] = float(rewards.mean())
         metrics["train/reward_std"] = float(rewards.std(unbiased=False))
@@ -284,6 +302,52 @@ class OnlineTrainer:
         metrics.update(extra)
         self.step = step
         return metrics
+
+    def _async_step(self, step: int) -> dict[str, float]:
+        """One-step-off scoring (rl.async_reward): score `step`'s rollout on a thread while the
+        rollout of step + 1 is made, then train `step` on its own samples and advantages.
+
+        Step's rollout is the pending one (made by the call before, or loaded from the
+        checkpoint), else made now (the first step of a run). Each rank's own reward calls run on
+        the thread, as `_scores` makes them; the gather of the table stays on this thread after
+        they return, so every rank's collectives keep one order. Rollout step + 1 is made by the
+        policy before learn(step): one policy version late (docs/nft.md, "One-step-off scoring").
+        """
+        from concurrent.futures import ThreadPoolExecutor
+
+        t0 = time.perf_counter()
+        current = self.pending
+        if current is None:
+            batch = self._draw()
+            current = _Pending(step, batch, self.rollout(step, batch.cond, batch.uncond, batch.condition, **batch.world))
+        assert current.step == step, f"the pending rollout is step {current.step}'s, not step {step}'s"
+        following = None
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cosmos-rl-score") as pool:
+            scoring = pool.submit(self._own_scores, current.rollouts, current.batch.texts)
+            if step < self.rl.max_steps:
+                batch = self._draw()
+                following = _Pending(step + 1, batch, self.rollout(step + 1, batch.cond, batch.uncond, batch.condition, **batch.world))
+            t1 = time.perf_counter()
+            own, failures = scoring.result()
+        try:
+            tables = self._gather_scores(own, failures)
+        except RewardUnavailable:
+            self._keep_pending(current, following)
+            raise
+        if tables is None:
+            self._keep_pending(current, following)
+            return {REWARD_FAILED: 1.0}
+        self.pending = None  # learn may raise: no stale pending rollout survives a failed step
+        metrics = self._learn_and_report(step, current.batch, current.rollouts, tables, t1 - t0, time.perf_counter() - t1)
+        self.pending = following
+        return metrics
+
+    def _keep_pending(self, current: "_Pending", following: "_Pending | None") -> None:
+        """A failed scoring of `current`: step + 1's draw is undone and its rollout dropped; the
+        cursor and the pending rollout are again what checkpoint step - 1 holds."""
+        if following is not None:
+            self.cursor.load_state_dict(following.batch.cursor_before)
+        self.pending = current
 
     def learn(self, step: int, rollouts: list[Rollout], tables: dict[str, torch.Tensor], cond: list[torch.Tensor],
               condition: torch.Tensor | None = None, actions: torch.Tensor | None = None):
@@ -354,6 +418,12 @@ class OnlineTrainer:
     def _scores(self, rollouts: list[Rollout], texts: list[str]) -> dict[str, torch.Tensor] | None:
         """Each reward's [rows, G] table, every rank's images scored; None when another rank's
         reward call failed for good (this rank's own failure raises RewardUnavailable)."""
+        own, failures = self._own_scores(rollouts, texts)
+        return self._gather_scores(own, failures)
+
+    def _own_scores(self, rollouts: list[Rollout], texts: list[str]) -> tuple[list[list[list[float]]], dict[int, str]]:
+        """The played ranks' own reward calls, no collective: ([rewards][rows] scores per played
+        rank, rank -> why its call failed for good). Runs on the scoring thread with rl.async_reward."""
         own, failures = [], {}
         names = sorted(self.reward_weights)
         for rank, (_, _, pixels) in zip(self.comm.ranks, rollouts):
@@ -364,8 +434,12 @@ class OnlineTrainer:
                 # Not raised here: the other ranks are about to wait in the gather. NaN (never a
                 # score: the client admits finite numbers only) tells every rank at once.
                 failures[rank], scores = str(exc), [[float("nan")] * len(texts) for _ in names]
-            own.append(torch.tensor(scores, dtype=torch.float64, device=self.device))  # [rewards, rows]
-        everyone = self.comm.gather(own).cpu()  # [G, rewards, rows]
+            own.append(scores)
+        return own, failures
+
+    def _gather_scores(self, own: list[list[list[float]]], failures: dict[int, str]) -> dict[str, torch.Tensor] | None:
+        names = sorted(self.reward_weights)
+        everyone = self.comm.gather([torch.tensor(s, dtype=torch.float64, device=self.device) for s in own]).cpu()  # [G, rewards, rows]
         if torch.isnan(everyone).any():
             if failures:
                 raise RewardUnavailable(next(iter(failures.values())))
@@ -423,3 +497,60 @@ class _CursorState(PlainState):
 
     def restore(self, data: dict[str, Any]) -> None:
         self.cursor.load_state_dict(data)
+
+
+class _Batch(NamedTuple):
+    """A step's prompt rows and what its rollout and learn take of them."""
+
+    rows: list[int]
+    texts: list[str]
+    cursor_before: dict  # the prompt cursor before these rows were drawn
+    cond: list[torch.Tensor]
+    uncond: list[torch.Tensor]
+    condition: torch.Tensor | None
+    world: dict  # {"actions": ...} on a world-model run, else empty
+
+
+class _Pending(NamedTuple):
+    """rl.async_reward: a step's rollout made before the step (one policy version early)."""
+
+    step: int
+    batch: _Batch
+    rollouts: list[Rollout]
+
+
+class _PendingState(PlainState):
+    """The checkpoint component of the pending rollout (rl.async_reward), per rank: the played
+    ranks' x0 latents, sigmas and pixels, the step, its rows and texts and the cursor before their
+    draw; the prompt ids, I2V frames and action rows are made again from the rows. {} when none
+    (the run's last step)."""
+
+    def __init__(self, trainer: OnlineTrainer):
+        super().__init__(per_rank=True)
+        self.trainer = trainer
+
+    def capture(self) -> dict[str, Any]:
+        pending = self.trainer.pending
+        if pending is None:
+            return {}
+        return {
+            "step": pending.step, "rows": list(pending.batch.rows), "texts": list(pending.batch.texts),
+            "cursor_before": pending.batch.cursor_before,
+            "rollouts": {str(rank): {"x0": x0, "sigmas": sigmas, "pixels": pixels}
+                         for rank, (x0, sigmas, pixels) in zip(self.trainer.comm.ranks, pending.rollouts)},
+        }  # fmt: skip
+
+    def restore(self, data: dict[str, Any]) -> None:
+        trainer = self.trainer
+        if not data:
+            trainer.pending = None
+            return
+        saved = sorted(int(rank) for rank in data["rollouts"])
+        if saved != sorted(trainer.comm.ranks):
+            raise ValueError(f"the pending rollout holds ranks {saved}, this process plays {list(trainer.comm.ranks)}")
+        batch = trainer._batch_of([int(r) for r in data["rows"]], [str(t) for t in data["texts"]], data["cursor_before"])
+        rollouts = []
+        for rank in trainer.comm.ranks:
+            one = data["rollouts"][str(rank)]  # x0 and sigmas live on the device, pixels on the CPU (as `sample` returns them)
+            rollouts.append((one["x0"].to(trainer.device), one["sigmas"].to(trainer.device), one["pixels"]))
+        trainer.pending = _Pending(int(data["step"]), batch, rollouts)

@@ -143,6 +143,7 @@ def start(config: schema.RunConfig, run_dir: Path, resume: bool, console) -> int
                 metrics = group.call_all("train_step", step)[0]
             except RewardUnavailable as exc:
                 # The step trained nothing; commit the one before, so the outage loses no finished work.
+                # (rl.async_reward: each rank has put back its cursor, and the failed step's rollout is its pending one.)
                 if step - 1 > 0 and not (run_dir / "checkpoints" / f"step_{step - 1}").is_dir():
                     save_fn(step - 1)
                 raise RunFailed(f"step {step}: {exc}; {_resume_point(run_dir)}") from None

@@ -99,6 +99,11 @@ def online_rules(c: schema.RunConfig, rl: schema.OnlineRLBase, r: Rules) -> None
     _capped(r, "rl.prompts_per_step", rl.prompts_per_step, PROMPTS_PER_STEP_MAX,
             f"a step samples its prompts one after another on the group; {PROMPTS_PER_STEP_MAX} is days of sampling per optimizer step")  # fmt: skip
     r.at_least("rl.sample_grid_every", rl.sample_grid_every, 0)
+    if rl.async_reward and isinstance(rl, schema.GRPOConfig):
+        # GRPO's rollout keeps its SDE step records (x, x_next, the sampling log-probs) for learn of the
+        # same step; a rollout made one step early would replace them, and no checkpoint holds them.
+        r.error("rl.async_reward", "GRPO's rollout keeps its SDE steps' log-probs for the step that made it, which one-step-off scoring "
+                "would overwrite before learn and no checkpoint holds", True, "set rl.async_reward = false (one-step-off scoring is NFT's)")
     if rl.prompts.file:
         r.local_path("rl.prompts.file", rl.prompts.file, kind="file")
 
