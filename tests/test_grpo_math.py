@@ -530,3 +530,93 @@ def test_cps_in_an_early_window_keeps_the_odes_samples_and_over_every_step_narro
     every, _ = sample_sde(_gaussian_target_velocity, noise, sigmas, 0.8, gen, dynamics="cps")
     assert abs(every.mean().item() - MU) < 0.01
     assert every.std().item() < ode.std().item() - 0.05
+
+
+# ------------------------------------------------------------------- conditioned clips
+def _clip(*frames: float) -> torch.Tensor:
+    """One sample, one channel, the given latent frames, a 1x1 grid: [1, 1, T, 1, 1] float64."""
+    return torch.tensor(frames, dtype=torch.float64).reshape(1, 1, -1, 1, 1)
+
+
+def test_a_given_frame_adds_nothing_to_the_log_prob_the_kl_or_the_loss():
+    """Three latent frames, the first given (clean_frames = 1). By hand: the generated frames'
+    z = x_next - mean = [0.5, 0.5], std 0.5 -> mean z^2 / (2 std^2) = 0.25 / 0.5 = 0.5, logp =
+    -0.5 + log 2 - 0.9189385 = -0.7257914, whatever frame 0 holds; KL with means [., 1, 3] and
+    [., 0, 1], std 2 -> mean(1, 4) / 8 = 0.3125. Changing frame 0 of x_next, mean or mean_ref
+    changes neither; changing a generated frame changes both; no gradient reaches frame 0."""
+    std = torch.tensor([0.5], dtype=torch.float64)
+    logp = step_log_prob(_clip(9.0, 1.0, 1.0), _clip(-5.0, 0.5, 0.5), std, clean_frames=1)
+    assert logp.item() == pytest.approx(-0.5 + math.log(2) - HALF_LOG_2PI, abs=1e-12)
+    assert torch.equal(logp, step_log_prob(_clip(-3.0, 1.0, 1.0), _clip(100.0, 0.5, 0.5), std, clean_frames=1))
+    assert not torch.equal(logp, step_log_prob(_clip(9.0, 1.0, 2.0), _clip(-5.0, 0.5, 0.5), std, clean_frames=1))
+    # unmasked, the given frame's (9 - -5)^2 would dominate: the mask is what keeps it out
+    assert step_log_prob(_clip(9.0, 1.0, 1.0), _clip(-5.0, 0.5, 0.5), std).item() < -100
+
+    two = torch.tensor([2.0], dtype=torch.float64)
+    kl = gaussian_kl(_clip(7.0, 1.0, 3.0), _clip(-7.0, 0.0, 1.0), two, clean_frames=1)
+    assert kl.item() == pytest.approx(0.3125, abs=1e-12)
+    assert torch.equal(kl, gaussian_kl(_clip(0.0, 1.0, 3.0), _clip(50.0, 0.0, 1.0), two, clean_frames=1))
+    assert not torch.equal(kl, gaussian_kl(_clip(7.0, 1.0, 4.0), _clip(-7.0, 0.0, 1.0), two, clean_frames=1))
+    reference = step_kl(_clip(7.0, 1.0, 3.0), _clip(-7.0, 0.0, 1.0), two, 0.5, 0.25, "reference", clean_frames=1)
+    assert reference.item() == pytest.approx(0.3125 * 0.25, abs=1e-12)
+
+    # through the whole objective: the policy's mean gets no gradient on the given frame
+    mean = _clip(-5.0, 0.5, 0.5).requires_grad_(True)
+    logp_new = step_log_prob(_clip(9.0, 1.0, 1.0), mean, std, clean_frames=1)
+    kl = gaussian_kl(mean, _clip(3.0, 0.0, 1.0), std, clean_frames=1)
+    loss, _ = grpo_step_loss(logp_new, logp_new.detach() - 0.1, torch.tensor([1.0], dtype=torch.float64), kl, clip_range=0.2, kl_beta=0.04)
+    loss.backward()
+    assert mean.grad[0, 0, 0].item() == 0.0 and bool((mean.grad[0, 0, 1:] != 0).all())
+    with pytest.raises(ValueError, match="must leave a generated latent frame"):
+        step_log_prob(_clip(1.0, 1.0), _clip(0.0, 0.0), std, clean_frames=2)
+
+
+def test_the_sampler_holds_a_condition_and_its_log_probs_read_the_generated_frames_only():
+    """Latents [2, 3, 4, 2, 2], the first 2 latent frames given. The field is per element, so the
+    generated frames do not see the given ones: every record's and the sample's given frames are
+    the condition exactly, the generated frames and log-probs are those of any other condition
+    values, and equal the unconditioned sampler's on those frames (its noise draws are the same:
+    one xi shaped like the whole sample per SDE step)."""
+    sigmas = torch.tensor([1.0, 0.75, 0.5, 0.2, 0.0])
+    noise = torch.randn(2, 3, 4, 2, 2, generator=torch.Generator().manual_seed(3))
+    kept = noise.clone()
+    given = torch.randn(2, 3, 2, 2, 2, generator=torch.Generator().manual_seed(4))
+    x0, recs = sample_sde(_linear_velocity, noise, sigmas, 0.7, torch.Generator().manual_seed(9), condition=given)
+    assert torch.equal(noise, kept)  # the caller's noise is not written into
+    assert torch.equal(x0[:, :, :2], given.float()) and [r.clean_frames for r in recs] == [2, 2, 2]
+    for r in recs:
+        assert torch.equal(r.x[:, :, :2], given) and torch.equal(r.x_next[:, :, :2], given)
+        assert torch.equal(r.log_prob, step_log_prob(r.x_next[:, :, 2:], r.mean[:, :, 2:], r.std))
+        assert r.rows(slice(1, 2)).clean_frames == 2 and torch.equal(r.rows(slice(1, 2)).x, r.x[1:2])
+    other_x0, other = sample_sde(_linear_velocity, noise, sigmas, 0.7, torch.Generator().manual_seed(9), condition=given * 10 - 3)
+    assert torch.equal(other_x0[:, :, 2:], x0[:, :, 2:])
+    assert all(torch.equal(a.log_prob, b.log_prob) for a, b in zip(recs, other))
+    plain_x0, plain = sample_sde(_linear_velocity, noise, sigmas, 0.7, torch.Generator().manual_seed(9))
+    assert torch.equal(plain_x0[:, :, 2:], x0[:, :, 2:])
+    assert all(torch.equal(a.x_next[:, :, 2:], b.x_next[:, :, 2:]) for a, b in zip(recs, plain))
+    with pytest.raises(ValueError, match="condition must be"):
+        sample_sde(_linear_velocity, noise, sigmas, 0.7, torch.Generator(), condition=torch.zeros(2, 3, 4, 2, 2))
+
+
+def test_image_rollouts_and_log_probs_are_the_unconditioned_loop_bit_for_bit():
+    """Images (one latent frame, no condition) are what they were before clips: the sampler is the
+    plain loop (Euler on ODE steps, sde_step on SDE steps, one xi per SDE step) and each log-prob
+    the per-element mean written out here from the formula, compared bit for bit."""
+    sigmas = torch.tensor([1.0, 0.75, 0.5, 0.2, 0.0])
+    noise = torch.randn(3, 4, 1, 2, 2, generator=torch.Generator().manual_seed(7))
+    for dynamics, level, steps in (("sde", 0.7, None), ("cps", 0.8, [1, 2])):
+        x0, recs = sample_sde(_linear_velocity, noise, sigmas, level, torch.Generator().manual_seed(11), steps, dynamics)
+        gen, x, expected = torch.Generator().manual_seed(11), noise.float(), []
+        for k in range(4):
+            s, s_next = sigmas[k], sigmas[k + 1]
+            v = _linear_velocity(x, s.expand(3))
+            if k not in (steps if steps is not None else [0, 1, 2]):
+                x = x + (s_next - s) * v
+                continue
+            xi = torch.randn(x.shape, generator=gen)
+            x_next, mean, std = sde_step(x, v, s, s_next, level, xi, dynamics)
+            squared = (x_next - mean).pow(2).flatten(1).mean(dim=1) / (2 * std.pow(2))
+            expected.append(-squared - torch.log(std) - HALF_LOG_2PI)
+            x = x_next
+        assert torch.equal(x0, x) and len(recs) == len(expected)
+        assert all(torch.equal(r.log_prob, e) and r.clean_frames == 0 for r, e in zip(recs, expected))

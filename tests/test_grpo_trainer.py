@@ -352,8 +352,8 @@ def test_two_updates_a_step_train_each_slice_once_and_the_second_is_off_policy(t
     calls = []
     step_loss = trainer._step_loss
 
-    def spy(record, prompt_ids, advantages, measure_kl):
-        loss, metrics = step_loss(record, prompt_ids, advantages, measure_kl)
+    def spy(record, prompt_ids, advantages, measure_kl, actions=None):
+        loss, metrics = step_loss(record, prompt_ids, advantages, measure_kl, actions)
         calls.append((record.index, record.x.clone(), float(metrics["ratio_mean"])))
         return loss, metrics
 

@@ -197,12 +197,18 @@ def test_preflight_allows_nft_in_forward_dynamics_only(folder, tmp_path):
     assert "window keys for an action mode" in i2v["model.condition.source"]
 
 
-def test_grpo_in_an_action_mode_is_refused_naming_what_trains_it(folder, tmp_path):
+def test_grpo_trains_forward_dynamics_only_with_its_own_messages(folder, tmp_path):
+    """GRPO takes NFT's world-model rules (forward dynamics on an episode suite's window keys),
+    its messages naming GRPO."""
     text = (REPO / "manifests" / "grpo_shapes_cpu.toml").read_text()
     world = (f'[model]\npath = "{folder}"\ndtype = "float32"\nheight = {SIZE}\nwidth = {SIZE}\nnum_frames = {FRAMES}\nfps = 10.0\n\n'
              '[model.condition]\nkind = "forward_dynamics"\nsource = "pusht"\n\n[model.action]\nembodiment = "pusht"\n')  # fmt: skip
     manifest = tmp_path / "grpo_world.toml"
     manifest.write_text(text.replace('[model]\npreset = "shapes"\nimage_size = 32\n', world))
-    config = load.load(manifest, [f'rl.init_from="{folder}"', f'rl.prompts.file="{tmp_path / "keys.txt"}"', 'rl.reward.name="pusht_forward_strict"'])
-    kind = _errors(config)["model.condition.kind"]
-    assert 'or "nft" in forward_dynamics' in kind and "nft on a suite's windows" in kind
+    (tmp_path / "keys.txt").write_text("\n".join(KEYS) + "\n")
+    base = [f'rl.init_from="{folder}"', f'rl.prompts.file="{tmp_path / "keys.txt"}"', 'rl.reward.name="pusht_forward_strict"', "rl.eval.every=0"]
+    assert _errors(load.load(manifest, base)) == {}
+    policy = _errors(load.load(manifest, [*base, 'model.condition.kind="policy"']))["model.condition.kind"]
+    assert "grpo trains the world model in forward_dynamics in this release, not policy" in policy
+    no_key = _errors(load.load(manifest, [*base, 'model.condition.source="shapes_video"']))["model.condition.source"]
+    assert "rl.algorithm = \"grpo\" in forward_dynamics takes rows that are an episode suite's training-window keys" in no_key

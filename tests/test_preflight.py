@@ -520,7 +520,9 @@ GRPO_CASES = [
     (["grid.num_replicas=2"], "grid.num_replicas", "GRPO runs one execution replica"),
     (['rl.reward.revision=""'], "rl.reward.revision", "required"),
     (["rl.sample_steps=1"], "rl.sample_steps", ">= 2"),
-    (["model.num_frames=9"], "model.num_frames", 'rl.algorithm = "grpo" does not train video in this release'),
+    # clips: a conditioned rollout's frames come from a prompt row's image or a suite, never "data"
+    (["model.num_frames=9", 'model.condition.kind="first_frame"', 'model.condition.source="data"'], "model.condition.source",
+     "an online run generates its clips"),
 ]
 
 
@@ -587,9 +589,19 @@ def test_video_frames_at_any_frame_rate_pass():
 
 
 def test_an_algorithm_that_trains_no_video_refuses_clips():
-    found = errors(GRPO, ["model.num_frames=9"])
-    assert 'rl.algorithm = "grpo" does not train video in this release' in found["model.num_frames"]
-    assert 'train video with rl.algorithm = "dpo", "nft", "sft"' in found["model.num_frames"]
+    """Every built-in algorithm trains clips; an entry that does not (the stand-in, tests/standin_algorithms.py) is refused them."""
+    raw = {"model": {"preset": "tiny", "num_frames": 9}, "rl": {"algorithm": "standin_algorithms:RANKS", "samples_per_step": 4, "max_steps": 3}}
+    found = {p.path: p.render() for p in preflight.check(load.structure(raw)) if p.severity == "error"}
+    assert 'rl.algorithm = "standin_algorithms:RANKS" does not train video in this release' in found["model.num_frames"]
+    assert 'train video with rl.algorithm = "dpo", "nft", "sft", "grpo"' in found["model.num_frames"]
+
+
+def test_grpo_trains_clips_from_text_and_from_a_first_frame():
+    clips = ["model.preset=\"shapes_video\"", 'rl.init_from="preset:shapes_video"', "model.num_frames=9",
+             'rl.reward.name="shapes_video_partial"', 'rl.prompts.file="shapes_video_train.txt"', 'rl.eval.reward="shapes_video_strict"']
+    assert errors(GRPO, clips) == {}
+    i2v = [*clips, 'model.condition.kind="first_frame"', 'model.condition.source="shapes_video"', 'rl.reward.name="shapes_video_i2v_partial"']
+    assert errors(GRPO, i2v) == {}
 
 
 def test_dpo_trains_clip_pairs():

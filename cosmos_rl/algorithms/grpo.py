@@ -43,6 +43,14 @@ A step to s' = 0 has no noise and so no log-prob (the last step is the ODE's any
 
 Log-probs and the KL are per-sample MEANS over the latent elements, as Flow-GRPO's reference
 code reduces them; the clip range is read against that scale (docs/grpo_math.md, "Defaults").
+
+Conditioned clips (image to video, a continued clip, forward dynamics): the first `clean_frames`
+latent frames (axis 2 of [B, C, T, h, w]) are given, held clean by the sampler and no action of
+the policy, so `step_log_prob`, `gaussian_kl` and `step_kl` take `clean_frames` and reduce over
+the GENERATED elements only: the per-sample mean over the latent frames from `clean_frames` on.
+The ratio and the loss are built from those, so the given frames are outside all of them. With
+clean_frames = 0 (images, text to video) nothing is sliced: the numbers are the image ones, bit
+for bit.
 """
 
 from __future__ import annotations
@@ -193,8 +201,20 @@ def sde_step(
     return mean + _per_sample(std, mean) * noise.to(mean.dtype), mean, std
 
 
-def step_log_prob(x_next: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-    """Per-sample log-density [B] of the taken step x_next under N(mean, std^2 I), MEAN over elements.
+def generated(t: torch.Tensor, clean_frames: int) -> torch.Tensor:
+    """The generated part of latents [B, C, T, h, w]: every latent frame from `clean_frames` on
+    (the leading ones are a condition's, held clean). clean_frames = 0 returns `t` itself."""
+    if not clean_frames:
+        return t
+    if t.dim() != 5 or not 0 < clean_frames < t.shape[2]:
+        raise ValueError(f"clean_frames = {clean_frames} must leave a generated latent frame of [B, C, T, h, w] latents, got {tuple(t.shape)}")
+    return t[:, :, clean_frames:]
+
+
+def step_log_prob(x_next: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, clean_frames: int = 0) -> torch.Tensor:
+    """Per-sample log-density [B] of the taken step x_next under N(mean, std^2 I), MEAN over the
+    generated elements (every element; with clean_frames > 0 those of the latent frames from
+    clean_frames on, `generated`: a condition's frames are no action and add nothing).
 
     logp = mean_i [ -(x_next_i - mean_i)^2 / (2 std^2) - log std - log(2 pi) / 2 ]
     x_next is the action taken (detached: a constant of the objective); the gradient reaches the
@@ -208,6 +228,7 @@ def step_log_prob(x_next: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -
         raise ValueError(f"std must be shaped [B]=[{mean.shape[0]}], got {tuple(std.shape)}")
     if not bool((std > 0).all()):
         raise ValueError(f"std must be > 0 (an ODE step has no log-prob), got {std.tolist()}")
+    x_next, mean = generated(x_next, clean_frames), generated(mean, clean_frames)
     std = std.to(mean.dtype)
     z = x_next.detach().to(mean.dtype) - mean
     # The constant terms are per sample: only the squared error varies over the elements.
@@ -275,8 +296,9 @@ def ema_warmup_decay(optimizer_steps: int, decay: float) -> float:
     return min((1 + optimizer_steps) / (10 + optimizer_steps), decay)
 
 
-def gaussian_kl(mean: torch.Tensor, mean_ref: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-    """KL(N(mean, std^2) || N(mean_ref, std^2)) per sample [B], MEAN over elements (as `step_log_prob`).
+def gaussian_kl(mean: torch.Tensor, mean_ref: torch.Tensor, std: torch.Tensor, clean_frames: int = 0) -> torch.Tensor:
+    """KL(N(mean, std^2) || N(mean_ref, std^2)) per sample [B], MEAN over the generated elements
+    (as `step_log_prob`: with clean_frames > 0 the condition's leading latent frames are left out).
 
     Two Gaussians of one std differ only in the mean: KL = mean_i (mean_i - mean_ref_i)^2 / (2 std^2).
     mean_ref (the frozen reference's step mean) is detached. Pass the step's std (sigma_s *
@@ -289,6 +311,7 @@ def gaussian_kl(mean: torch.Tensor, mean_ref: torch.Tensor, std: torch.Tensor) -
         raise ValueError(f"mean and mean_ref must share one shape, got {tuple(mean.shape)} and {tuple(mean_ref.shape)}")
     if std.shape != (mean.shape[0],) or not bool((std > 0).all()):
         raise ValueError(f"std must be shaped [B]=[{mean.shape[0]}] and > 0, got {std.tolist()}")
+    mean, mean_ref = generated(mean, clean_frames), generated(mean_ref, clean_frames)
     diff = mean - mean_ref.detach().to(mean.dtype)
     return diff.pow(2).flatten(1).mean(dim=1) / (2 * std.to(mean.dtype).pow(2))
 
@@ -305,8 +328,10 @@ def step_kl(
     s_next: torch.Tensor | float,
     form: str = "exact",
     dynamics: str = "sde",
+    clean_frames: int = 0,
 ) -> torch.Tensor:
-    """The KL term per sample [B] of one trained step, as rl.kl_form says (MEAN over elements).
+    """The KL term per sample [B] of one trained step, as rl.kl_form says (MEAN over the generated
+    elements: the condition's first `clean_frames` latent frames left out, `gaussian_kl`).
 
     exact:     `gaussian_kl(mean, mean_ref, std)`, the true KL of the two step Gaussians (the paper's).
     reference: what Flow-GRPO's reference code computes, mean((mean - mean_ref)^2) / (2 std_dev_t^2)
@@ -322,7 +347,7 @@ def step_kl(
         raise ValueError(f"kl_form must be one of {list(KL_FORMS)}, got {form!r}")
     if dynamics not in STEP_DYNAMICS:
         raise ValueError(f"unknown step dynamics {dynamics!r}; known: {sorted(STEP_DYNAMICS)}")
-    kl = gaussian_kl(mean, mean_ref, std)
+    kl = gaussian_kl(mean, mean_ref, std, clean_frames)
     if form == "exact" or dynamics == "cps":
         return kl
     step = torch.as_tensor(s, dtype=kl.dtype, device=kl.device) - torch.as_tensor(s_next, dtype=kl.dtype, device=kl.device)

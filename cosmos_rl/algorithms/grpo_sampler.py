@@ -18,6 +18,12 @@ Two ways to choose the steps:
 - Flow-GRPO-Fast (Flow-GRPO paper v3 and its reference code): an SDE window of k consecutive
   steps (k = 1-2 in the paper, 2 in the reference's base config) at a start drawn uniformly from
   a range each rollout (`draw_window_start`, `sde_window`); ODE elsewhere; exactly the window trains.
+
+Conditioned clips (`condition`: image to video, a continued clip, forward dynamics): the given
+leading latent frames are written over the noise and written back after every step, ODE and SDE
+alike (as `models.generate` holds them for NFT and the stock pipeline), so the sample keeps them
+exactly; every step, SDE included, moves all the other latent frames. A record's log-prob is the
+generated frames' alone (`grpo.step_log_prob`'s clean_frames): the given frames are no action.
 """
 
 from __future__ import annotations
@@ -46,7 +52,9 @@ class SDEStepRecord:
     index: the step's place in the sampler (0 = the first, from sigmas[0]); sigma, sigma_next:
     0-dim tensors; x: latents the step started from [B, ...]; mean [B, ...], std [B]: the sampling
     policy's step distribution; x_next: the latents taken [B, ...]; log_prob [B]:
-    `step_log_prob(x_next, mean, std)`, the old (sampling) policy's log-prob.
+    `step_log_prob(x_next, mean, std, clean_frames)`, the old (sampling) policy's log-prob;
+    clean_frames: the leading latent frames a condition holds clean (0: none), which x and x_next
+    hold exactly and which no log-prob, ratio, KL or loss of the step reads.
     """
 
     index: int
@@ -57,11 +65,12 @@ class SDEStepRecord:
     std: torch.Tensor
     x_next: torch.Tensor
     log_prob: torch.Tensor
+    clean_frames: int = 0
 
     def rows(self, rows: slice) -> "SDEStepRecord":
         """The same step for the samples `rows` of the batch (rl.updates_per_step's slices)."""
         return SDEStepRecord(self.index, self.sigma, self.sigma_next, self.x[rows], self.mean[rows],
-                             self.std[rows], self.x_next[rows], self.log_prob[rows])
+                             self.std[rows], self.x_next[rows], self.log_prob[rows], self.clean_frames)
 
 
 def _check_steps(num_steps: int) -> None:
@@ -146,6 +155,7 @@ def sample_sde(
     generator: torch.Generator,
     sde_steps: Sequence[int] | None = None,
     dynamics: str = "sde",
+    condition: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, list[SDEStepRecord]]:
     """Integrate from `noise` (at sigmas[0]) to sigma 0; returns (x0 [B, ...], one record per SDE step).
 
@@ -160,6 +170,10 @@ def sample_sde(
     Latents are carried in float32 (float64 if noise is); x0 is returned in noise's dtype. The
     sigmas reach velocity_fn as given (float32 sigmas stay bit-identical), so a schedule made
     consistent with the model's integer timesteps stays so.
+    condition: clean latents [B, C, k, h, w] of the first k latent frames of noise [B, C, T, h, w]
+    (k < T), held as the module docstring says; the records' log-probs leave them out. Their noise
+    is still drawn (one xi shaped like x per SDE step), so the draws are those of the unconditioned
+    sampler.
     """
     _check_sigmas(sigmas)
     num_steps = sigmas.shape[0] - 1
@@ -172,15 +186,27 @@ def sample_sde(
     sigmas = sigmas.to(device=noise.device, dtype=work)
     batch = noise.shape[0]
     x = noise.to(work)
+    clean = 0
+    if condition is not None:
+        clean = int(condition.shape[2]) if condition.dim() == 5 else 0
+        if noise.dim() != 5 or condition.shape[:2] != noise.shape[:2] or condition.shape[3:] != noise.shape[3:] or not 0 < clean < noise.shape[2]:
+            raise ValueError(f"condition must be [B, C, k, h, w] with 0 < k < T of noise {tuple(noise.shape)}, got {tuple(condition.shape)}")
+        given = condition.to(device=x.device, dtype=work)
+        x = x.clone()  # never write into the caller's noise
+        x[:, :, :clean] = given
     records = []
     for k in range(num_steps):
         s, s_next = sigmas[k], sigmas[k + 1]
         v = velocity_fn(x, s.expand(batch)).to(work)
         if k not in chosen:
             x = x + (s_next - s) * v
+            if clean:
+                x[:, :, :clean] = given
             continue
         xi = torch.randn(x.shape, generator=generator, device=generator.device, dtype=work).to(x.device)
         x_next, mean, std = sde_step(x, v, s, s_next, a, xi, dynamics)
-        records.append(SDEStepRecord(k, s, s_next, x, mean, std, x_next, step_log_prob(x_next, mean, std)))
+        if clean:
+            x_next[:, :, :clean] = given
+        records.append(SDEStepRecord(k, s, s_next, x, mean, std, x_next, step_log_prob(x_next, mean, std, clean), clean))
         x = x_next
     return x.to(noise.dtype), records

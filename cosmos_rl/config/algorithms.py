@@ -238,6 +238,8 @@ register(online(
     preflight="cosmos_rl.config.preflight.grpo:grpo_rules",
     plan_section="cosmos_rl.planning.plan:grpo_section",
     checkpoint_contents="cosmos_rl.planning.plan:grpo_contents",
+    video=True,  # clips with model.num_frames > 1 (docs/grpo.md "GRPO on clips")
+    conditioned_from="rollout",  # I2V and forward dynamics, as NFT (docs/grpo.md "GRPO on clips")
     # the fast variant's window draws: which steps take SDE noise
     seed_keys=(*ONLINE_SEED_KEYS, "sde_window", "sde_window_range", "same_initial_noise"),
 ))  # fmt: skip

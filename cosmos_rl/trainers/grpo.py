@@ -27,6 +27,13 @@ every rl.ema_every-th run step (after its last update) becomes decay * ema + (1 
 training never use it; it is the run's model (`[rl.eval]` samples it, and `cosmos-rl eval`,
 `export` and `pairs mine` read the checkpoint's `ema` component), checkpointed for exact resume.
 
+Clips (docs/grpo.md, "GRPO on clips"): text to video rolls out and trains exactly as images, over
+every latent frame, each forward at the clips' time positions (`OnlineTrainer.sample_velocity`).
+A conditioned run ([model.condition]: image to video, forward dynamics) hands `sample` the rows'
+given leading latent frames (and action rows): the sampler holds them clean through every step,
+every forward is told they are clean, and the log-probs, ratios, KL and loss read the generated
+latent frames only (`grpo.step_log_prob`'s clean_frames), so the given frames train nothing.
+
 Seeds: the initial noise is OnlineTrainer's (`rl.rollout_seed_clock`); the SDE steps' noise comes
 from a generator of (job.seed, rank, step), the fast variant's window start from one of
 (job.seed, step), the same on every rank, so every rank trains the same number of steps (FSDP's
@@ -52,16 +59,24 @@ METRIC_NAMES = (
 )  # fmt: skip
 
 
-def guided_velocity(transformer, prompt_ids, guidance: float, x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+def guided_velocity(transformer, prompt_ids, guidance: float, x: torch.Tensor, sigma: torch.Tensor, forward=None,
+                    actions: torch.Tensor | None = None) -> torch.Tensor:
     """The guided velocity [B, ...] (float32) at latents x [B, ...] and sigmas [B], as the UniPC
     sampler guides: guidance 1 is the conditional branch alone, else both branches in one packed
-    forward and v = v_uncond + g * (v_cond - v_uncond). prompt_ids: (cond, uncond), B each."""
-    from cosmos_rl.models.packing import velocity
+    forward and v = v_uncond + g * (v_cond - v_uncond). prompt_ids: (cond, uncond), B each.
+    forward(transformer, x, sigma, ids[, actions=]): the packed forward (default: the plain one;
+    a run's own is `OnlineTrainer.sample_velocity`, which holds a condition's frames clean);
+    actions [B, chunk, action_dim] (forward dynamics) go with both branches."""
+    if forward is None:
+        from cosmos_rl.models.packing import velocity as forward
 
+    given = {} if actions is None else {"actions": actions}
     cond, uncond = prompt_ids
     if guidance == 1.0:
-        return velocity(transformer, x, sigma, cond).float()
-    both = velocity(transformer, torch.cat([x, x]), torch.cat([sigma, sigma]), list(cond) + list(uncond))
+        return forward(transformer, x, sigma, cond, **given).float()
+    if actions is not None:
+        given = {"actions": torch.cat([actions, actions])}
+    both = forward(transformer, torch.cat([x, x]), torch.cat([sigma, sigma]), list(cond) + list(uncond), **given)
     v_cond, v_uncond = both.float().chunk(2)
     return v_uncond + guidance * (v_cond - v_uncond)
 
@@ -118,22 +133,27 @@ class GRPOTrainer(OnlineTrainer):
         # and the group's rewards differ only through the SDE steps, the actions that train.
         return 0 if self.rl.same_initial_noise else rank
 
-    def sample(self, step, rank, noise, prompt_ids, settings, condition=None):
+    def sample(self, step, rank, noise, prompt_ids, settings, condition=None, actions=None):
+        from functools import partial
+
         from cosmos_rl.models.generate import decode_pixels
         from cosmos_rl.models.sampling import sampler_sigmas
 
-        assert not self.media.is_video and condition is None, "preflight refuses video for GRPO"
         sigmas = sampler_sigmas(settings.steps, settings.shift, self.model.parts, self.device)
         gen = torch.Generator(device=self.device).manual_seed(derive_seed(self.config.job.seed, "grpo-sde", rank, step))
+        # A conditioned clip's given leading latent frames (I2V's frame 0, a world model's frame 0
+        # beside its clean action rows): clean in every forward, held by the sampler, in no log-prob.
+        clean = 0 if condition is None else int(condition.shape[2])
+        forward = partial(self.sample_velocity, clean=clean)
         x0, records = grpo_sampler.sample_sde(
-            lambda x, sigma: guided_velocity(self.transformer, prompt_ids, settings.guidance, x, sigma),
-            noise, sigmas, self.rl.noise_level, gen, self.sde_steps(step), self.rl.scheduler,
+            lambda x, sigma: guided_velocity(self.transformer, prompt_ids, settings.guidance, x, sigma, forward, actions),
+            noise, sigmas, self.rl.noise_level, gen, self.sde_steps(step), self.rl.scheduler, condition=condition,
         )
         self.replay[rank] = (prompt_ids, records)
         return x0, sigmas[:-1], decode_pixels(self.model.vae, self.media, x0)
 
     # ----------------------------------------------------------------- learn
-    def learn(self, step, rollouts, tables, cond, condition=None):
+    def learn(self, step, rollouts, tables, cond, condition=None, actions=None):
         from cosmos_rl.dist.fsdp import gathered_while_training
         from cosmos_rl.models.setup import optimizer_step
 
@@ -168,8 +188,9 @@ class GRPOTrainer(OnlineTrainer):
                 for i, (rank, (prompt_ids, _), chosen) in enumerate(zip(ranks, replay, chosen_by_rank)):
                     ids = tuple(branch[rows] for branch in prompt_ids)  # (cond, uncond) lists of token tensors
                     adv = advantages[rows, rank].to(device=self.device, dtype=torch.float32)
+                    chunks = None if actions is None else actions[rows]
                     for record in chosen:
-                        loss, metrics = self._step_loss(record.rows(rows), ids, adv, measure_kl)
+                        loss, metrics = self._step_loss(record.rows(rows), ids, adv, measure_kl, chunks)
                         (loss * (share / len(chosen))).backward()
                         for key, value in metrics.items():
                             per_rank[i][key] = per_rank[i].get(key, 0.0) + float(value) / (len(chosen) * len(slices))
@@ -189,21 +210,28 @@ class GRPOTrainer(OnlineTrainer):
         }
         return [{**m, "grad_norm": float(norm)} for m in per_rank], extra
 
-    def _step_loss(self, record: grpo_sampler.SDEStepRecord, prompt_ids, advantages: torch.Tensor, measure_kl: bool):
+    def _step_loss(self, record: grpo_sampler.SDEStepRecord, prompt_ids, advantages: torch.Tensor, measure_kl: bool,
+                   actions: torch.Tensor | None = None):
         """One trained step of this rank's samples: (loss with grad, metrics); `kl_loss` is named `kl`
-        (the KL of the two step Gaussians in rl.kl_form's scaling; NFT's `kl_loss` is a velocity MSE)."""
+        (the KL of the two step Gaussians in rl.kl_form's scaling; NFT's `kl_loss` is a velocity MSE).
+        A conditioned clip's given latent frames (record.clean_frames) are clean in the forwards, as
+        the rollout held them, and left out of the log-prob and the KL (so of the ratio and the loss);
+        actions: the samples' clean action rows (forward dynamics), as the rollout had them."""
+        from functools import partial
+
         rl = self.rl
-        x, s, s_next = record.x, record.sigma, record.sigma_next
+        x, s, s_next, clean = record.x, record.sigma, record.sigma_next, record.clean_frames
         sigma = s.expand(x.shape[0])
+        forward = partial(self.sample_velocity, clean=clean)
         mean_ref = None
         if measure_kl:
             with torch.no_grad(), self.model.reference() as ref:
-                v_ref = guided_velocity(ref, prompt_ids, rl.guidance, x, sigma)
+                v_ref = guided_velocity(ref, prompt_ids, rl.guidance, x, sigma, forward, actions)
                 mean_ref, _ = grpo_math.step_mean_std(rl.scheduler, x, v_ref, s, s_next, rl.noise_level)
-        v = guided_velocity(self.transformer, prompt_ids, rl.guidance, x, sigma)
+        v = guided_velocity(self.transformer, prompt_ids, rl.guidance, x, sigma, forward, actions)
         mean, std = grpo_math.step_mean_std(rl.scheduler, x, v, s, s_next, rl.noise_level)
-        logp = grpo_math.step_log_prob(record.x_next, mean, std)
-        kl = None if mean_ref is None else grpo_math.step_kl(mean, mean_ref, std, s, s_next, rl.kl_form, rl.scheduler)
+        logp = grpo_math.step_log_prob(record.x_next, mean, std, clean)
+        kl = None if mean_ref is None else grpo_math.step_kl(mean, mean_ref, std, s, s_next, rl.kl_form, rl.scheduler, clean)
         loss, metrics = grpo_math.grpo_step_loss(logp, record.log_prob, advantages, kl, rl.clip_range, rl.kl_beta, rl.clip_range_high)
         if "kl_loss" in metrics:
             metrics["kl"] = metrics.pop("kl_loss")

@@ -102,19 +102,10 @@ class NFTTrainer(OnlineTrainer):
     def _rank_loss(self, measure_kl: bool, clean: int, x_t, t, ids, target, r_rep, actions: torch.Tensor | None = None):
         from functools import partial
 
-        from cosmos_rl.core.media import frame_timing
-        from cosmos_rl.models.packing import velocity as packed_velocity
-
         rl = self.rl
-        # The clips' time positions as the rollout placed them (fps modulation, the VAE's temporal
-        # compression): training at other positions would train another model than the one sampled.
-        velocity = partial(packed_velocity, clean_frames=clean, **frame_timing(self.media, self.model.vae.config))
-        if actions is not None:
-            # Forward dynamics: each training row beside its true action rows, all clean; only the
-            # frames' velocity is kept (the clean rows' is 0 and trains nothing).
-            rows = actions.repeat_interleave(x_t.shape[0] // actions.shape[0], dim=0)
-            world = partial(packed_velocity, clean_frames=clean, **frame_timing(self.media, self.model.vae.config), **self.action_inputs(rows))
-            velocity = lambda *a: world(*a)[0]  # noqa: E731
+        # Forward dynamics: each training row beside its true action rows (`sample_velocity`).
+        rows = None if actions is None else actions.repeat_interleave(x_t.shape[0] // actions.shape[0], dim=0)
+        velocity = partial(self.sample_velocity, clean=clean, actions=rows)
         with torch.no_grad():
             v_old = None
             if rl.old.build_old:

@@ -407,6 +407,25 @@ class OnlineTrainer:
         )
         return out[0], torch.stack(sigmas), out[1]
 
+    def sample_velocity(self, transformer, x: torch.Tensor, sigma: torch.Tensor, ids: list[torch.Tensor], clean: int = 0,
+                        actions: torch.Tensor | None = None) -> torch.Tensor:
+        """The velocity [B, C, T, h, w] of this run's samples in one packed forward, as a rollout
+        sampled them (NFT's training forwards, GRPO's rollout and training forwards): at the clips'
+        time positions (the fps modulation and the VAE's temporal compression: training at others
+        would train another model than the one sampled), the first `clean` latent frames a
+        condition's (clean, no timestep, velocity 0) and, forward dynamics, each sample's true
+        action rows `actions` [B, chunk, action_dim] beside it, clean (their velocity is dropped:
+        it trains nothing). An image run's forward is the plain packed forward (no keywords)."""
+        from cosmos_rl.core.media import frame_timing
+        from cosmos_rl.models.packing import velocity
+
+        timing = frame_timing(self.media, self.model.vae.config)
+        if actions is None:
+            return velocity(transformer, x, sigma, ids, clean_frames=clean, **timing)
+        if actions.shape[0] != x.shape[0]:
+            raise ValueError(f"one action chunk per sample: {x.shape[0]} samples, {actions.shape[0]} chunks")
+        return velocity(transformer, x, sigma, ids, clean_frames=clean, **timing, **self.action_inputs(actions))[0]
+
     def action_inputs(self, actions: torch.Tensor) -> dict:
         """`actions=` and `action_layout=` of a forward-dynamics batch of clean rows [B, chunk, action_dim]
         (every row clean: the layout's clean_rows are the chunk)."""

@@ -76,7 +76,7 @@ def condition_rules(c: schema.RunConfig, r: Rules) -> None:
     taken = entry.conditioned_from
     if not taken:
         r.error("model.condition.kind", f'rl.algorithm = "{entry.name}" takes no condition in this release', table.kind,
-                "remove [model.condition]; image-to-video trains with nft or sft")
+                "remove [model.condition]; image-to-video trains with nft, grpo or sft")
         return
     if taken == "data":
         if table.source != "data":
@@ -162,12 +162,12 @@ def action_rules(c: schema.RunConfig, kind, r: Rules) -> None:
     if a.view_point and a.view_point not in VIEW_POINTS:
         r.error("model.action.view_point", "names no camera view of the structured caption", a.view_point,
                 f"use one of {', '.join(VIEW_POINTS)}, or \"\" for none")
-    if isinstance(rl, schema.NFTConfig):
+    if algorithms.of(c).conditioned_from == "rollout":  # an online run (NFT, GRPO): each rollout given a window's frame 0 and actions
         _online_world_rules(c, kind, r)
         return
     if not isinstance(rl, schema.SFTConfig):
-        r.error("model.condition.kind", f"{kind.name} trains with rl.algorithm = \"sft\" (or \"nft\" in forward_dynamics) in this release",
-                kind.name, "train the world model with sft on a LeRobot dataset (rl.data.lerobot), or nft on a suite's windows")
+        r.error("model.condition.kind", f"{kind.name} trains with rl.algorithm = \"sft\" (or \"nft\" or \"grpo\" in forward_dynamics) in this release",
+                kind.name, "train the world model with sft on a LeRobot dataset (rl.data.lerobot), or nft or grpo on a suite's windows")
         return
     other = [name for name in ("jsonl", "shards") if getattr(rl.data, name)]
     if other and not lerobot:  # no source at all is sft.py's to say
@@ -181,11 +181,11 @@ def action_rules(c: schema.RunConfig, kind, r: Rules) -> None:
 
 
 def _online_world_rules(c: schema.RunConfig, kind, r: Rules) -> None:
-    """NFT on the world model (trainers/online.py): forward dynamics, rows that are an episode
-    suite's training-window keys, LoRA, no prompt evaluation."""
-    rl, table = c.rl, c.model.condition
+    """An online algorithm (NFT, GRPO) on the world model (trainers/online.py): forward dynamics,
+    rows that are an episode suite's training-window keys, LoRA, no prompt evaluation."""
+    rl, table, name = c.rl, c.model.condition, algorithms.of(c).name
     if kind.action_mode != "forward_dynamics":
-        r.error("model.condition.kind", f"nft trains the world model in forward_dynamics in this release, not {kind.name}", kind.name,
+        r.error("model.condition.kind", f"{name} trains the world model in forward_dynamics in this release, not {kind.name}", kind.name,
                 'set model.condition.kind = "forward_dynamics" (or train this mode with sft)')
     if table.source not in FILE_SOURCES:
         try:
@@ -193,13 +193,13 @@ def _online_world_rules(c: schema.RunConfig, kind, r: Rules) -> None:
         except suites.UnknownSuite:
             suite = None  # condition_rules names the unknown source
         if suite is not None and not suite.keys_windows:
-            r.error("model.condition.source", f"an nft {kind.name} run's rows are an episode suite's training-window keys, and "
+            r.error("model.condition.source", f"rl.algorithm = \"{name}\" in {kind.name} takes rows that are an episode suite's training-window keys, and "
                     f"{suite.name!r} keys none", table.source, f'use one that does ({", ".join(_keyed_suites())})')
     elif table.source != "data":  # "data" is condition_rules' own message
-        r.error("model.condition.source", f"an nft {kind.name} run's rows are an episode suite's training-window keys (frame 0, "
+        r.error("model.condition.source", f"rl.algorithm = \"{name}\" in {kind.name} takes rows that are an episode suite's training-window keys (frame 0, "
                 "actions and true states rebuilt from each key)", table.source, f'use a suite that keys them ({", ".join(_keyed_suites())})')
     if c.model.lora.rank == 0:
-        r.error("model.lora.rank", f"nft on {kind.name} trains LoRA adapters (the action heads no loss reaches stay untouched)", 0,
+        r.error("model.lora.rank", f"{name} on {kind.name} trains LoRA adapters (the action heads no loss reaches stay untouched)", 0,
                 "set model.lora.rank > 0")
     if rl.eval.every:
         r.error("rl.eval.every", f"evaluates held-out prompts, and a {kind.name} run has episode windows; score it with "
