@@ -104,8 +104,8 @@ def _serve(port: int) -> subprocess.Popen:
 
 
 def test_nft_rides_out_a_reward_service_killed_and_restarted_every_step(ray_cluster, tmp_path):
-    # 3 steps: a kill after each of the first two rows (the third row ends the run), and a killed
-    # service cannot come back before the next step has asked it, so neither kill is skipped.
+    # 3 steps: a kill after each of the first two rows (the third row ends the run); the next row
+    # needs the restarted service's scores, so it cannot slip past a kill and neither kill is skipped.
     steps = 3
     env = {**ENV, "RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address, "GLOO_SOCKET_IFNAME": "lo"}
     fast = ["rl.sample_steps=6", "rl.timesteps_per_sample=2", "job.progress=false", f"rl.max_steps={steps}",
