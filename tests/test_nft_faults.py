@@ -39,6 +39,10 @@ REPO = Path(__file__).resolve().parents[1]
 STEPS = 3  # the faulty run fails in step 3, so its resume runs the last step
 RANKS = 4  # the smoke manifest's group_size: one /score request per rank per step
 REVISION = "builtin-v1"  # what the smoke manifest pins
+# test_nft_ray.py's fast settings without its [rl.eval] pass: evaluation scores in-process with
+# brightness, apart from the reward service these faults hit, and its rows' exact resume is
+# test_nft_ray.py's to prove; here it would only add an evaluation to every run.
+FAULT_FAST = [o for o in FAST if not o.startswith("rl.eval.")] + ["rl.eval.every=0"]
 # Fail fast: 3 attempts per request, 0.05 s then 0.1 s apart.
 RETRY = ["rl.reward.max_retries=2", "rl.reward.backoff_s=0.05", "rl.reward.timeout_s=2"]
 # Two faults at a time: even if one rank's request meets both, its third attempt succeeds.
@@ -47,7 +51,7 @@ TRANSIENT_2 = ("drop_connection", "wrong_count")
 
 
 def _overrides(root: Path, name: str, *extra: str) -> list[str]:
-    return [*FAST, f'job.output_dir="{root}"', f'job.name="{name}"', f"rl.max_steps={STEPS}", *extra]
+    return [*FAULT_FAST, f'job.output_dir="{root}"', f'job.name="{name}"', f"rl.max_steps={STEPS}", *extra]
 
 
 def _env(ray_cluster) -> dict:

@@ -20,7 +20,8 @@ from cosmos_rl.rewards.models import ClipRewardModel
 pytestmark = pytest.mark.slow
 
 SMOKE = Path(__file__).resolve().parents[1] / "manifests" / "nft_t2i_smoke.toml"
-FAST = ["rl.max_steps=2", "rl.sample_steps=4", "rl.timesteps_per_sample=1", "job.progress=false",
+# One step: each reward's metrics and their weighted sum are in every row, so one row proves them.
+FAST = ["rl.max_steps=1", "rl.sample_steps=4", "rl.timesteps_per_sample=1", "job.progress=false",
         "rl.sample_grid_every=0", "checkpoint.every=0"]
 
 
@@ -50,7 +51,7 @@ def _train(manifest: Path, output: Path, *extra: str) -> list[dict]:
 
 
 def _check(rows: list[dict]) -> None:
-    assert [r["step"] for r in rows] == [1, 2]
+    assert [r["step"] for r in rows] == [1]
     for row in rows:
         for name in ("pickscore", "brightness"):
             assert f"train/{name}/reward_mean" in row and f"train/{name}/reward_std" in row

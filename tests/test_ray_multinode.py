@@ -24,8 +24,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = REPO / "manifests" / "nft_t2i_smoke.toml"
 STEPS = 2
-# As in test_nft_ray.py: 6 sampler steps, 2 training timesteps per sample, no progress bar.
-FAST = ["rl.sample_steps=6", "rl.timesteps_per_sample=2", "job.progress=false", "checkpoint.keep=0"]
+# The cheapest NFT step (as test_group_signals.py's): 4 sampler steps, 1 training timestep per sample,
+# no progress bar; what is checked here is where the ranks run and that they train together.
+FAST = ["rl.sample_steps=4", "rl.timesteps_per_sample=1", "job.progress=false", "checkpoint.keep=0"]
 CHILD_TIMEOUT_S = 240
 RUN_DIR_TAG = "RUN_DIR="
 

@@ -134,8 +134,14 @@ def test_the_video_sft_manifest_trains_evaluates_and_resumes_exactly_after_sigte
         return subprocess.run([sys.executable, "-m", "cosmos_rl.cli", *args], cwd=shipped_manifests.parent, env=env,
                               capture_output=True, text=True, timeout=600, **kw)  # fmt: skip
 
-    straight = cosmos("train", str(manifest), *small, 'job.name="straight"', "rl.max_steps=4")
-    assert straight.returncode == 0, straight.stderr[-3000:]
+    # The straight reference through `launch.train` in this process (what `cosmos-rl train` runs, paths
+    # pinned to the manifest's folder, without a second import of the stack); the stopped run is the CLI.
+    from rich.console import Console
+
+    from cosmos_rl.commands import launch
+
+    config = load.load(manifest, [*small, 'job.name="straight"', "rl.max_steps=4"])
+    assert launch.train(config, manifest, Console(stderr=True)) == 0
     argv = [sys.executable, "-m", "cosmos_rl.cli", "train", str(manifest), *small, 'job.name="split"', "rl.max_steps=100000"]
     proc = subprocess.Popen(argv, cwd=shipped_manifests.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)  # fmt: skip
