@@ -166,6 +166,7 @@ def memory_section(config: schema.RunConfig, base_dir: Path, world: int) -> dict
         clip = activation_bytes(tokens, transformer, act_dtype, checkpointing)
         return memory.memory_terms(
             **common, shards=world * n // cp, train_activation=samples * cp * clip // n,
+            train_layer=samples * cp * activation_bytes(tokens, {**transformer, "num_hidden_layers": 1}, act_dtype, False) // n,
             sample_activation=rows * cp * one_layer // n,
         )
 

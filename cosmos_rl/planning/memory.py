@@ -90,7 +90,7 @@ def vae_decode_bytes(vae: dict, frames: int, height: int, width: int) -> int:
 
 def memory_terms(
     *, params: int, trainable: int, adapter_params: int, adapters: int, full_reference: bool, shards: int,
-    compute_bytes: int, layers: int, kept_gathered_in_training: bool, train_activation: int,
+    compute_bytes: int, layers: int, kept_gathered_in_training: bool, train_activation: int, train_layer: int,
     sample_activation: int, vae_params: int, vae_decode: int,
 ) -> dict[str, int]:
     """Bytes per rank of each term and of the two phases' peaks; `shards` is the FSDP2 world (1 =
@@ -106,8 +106,11 @@ def memory_terms(
       vae         = 4 V (every rank holds the whole VAE), vae decode as `vae_decode_bytes`
       persistent  = weights + adapters + reference + optimizer + vae
       sampling    = persistent + gathered + sample activations + vae decode
+      backward    = one layer's activations of the training batch (`train_layer`): the gradients that
+                    flow back through a layer, and what it computes and frees on the way, live with
+                    the kept activations (measured on CPU: without it the estimate is 10-20 % low)
       training    = persistent + gradients + (gathered, or one layer when the step does not keep them)
-                    + training activations
+                    + training activations + backward
       peak        = max(sampling, training)."""
     sharded = shards > 1
     gathered = compute_bytes * (params + adapters * adapter_params) if sharded else 0
@@ -121,11 +124,12 @@ def memory_terms(
         "vae_weights": FLOAT32 * vae_params,
         "vae_decode": vae_decode,
         "train_activations": train_activation,
+        "backward_transient": train_layer,
         "sample_activations": sample_activation,
     }
     persistent = out["weights"] + out["adapters"] + out["reference"] + out["optimizer"] + out["vae_weights"]
     out["sampling"] = persistent + gathered + sample_activation + vae_decode
     held = gathered if kept_gathered_in_training else gathered // max(layers, 1)
-    out["training"] = persistent + out["gradients"] + held + train_activation
+    out["training"] = persistent + out["gradients"] + held + train_activation + train_layer
     out["peak"] = max(out["sampling"], out["training"])
     return out

@@ -37,7 +37,7 @@ def _media(media: dict) -> str:
 
 
 _TERMS = ("weights", "adapters", "reference", "gradients", "optimizer", "gathered_weights", "vae_weights", "vae_decode",
-          "train_activations", "sample_activations")
+          "train_activations", "backward_transient", "sample_activations")
 
 
 def _memory(memory: dict) -> list[tuple[str, str]]:
