@@ -8,8 +8,8 @@ a few hundred with the `chat` template's system prompt). Per decoder layer and t
 12 hidden-size vectors (norms, q/k/v, the attention output, projections and residuals; fused
 attention keeps no score matrix) and 4 MLP-width vectors (SwiGLU's gate, up, activation and
 product), at the compute dtype's bytes. With gradient checkpointing only each layer's input is
-kept, plus one layer's activations while it is recomputed. Weights, gradients, optimizer state,
-the VAE and framework overheads come on top.
+kept, plus one layer's activations while it is recomputed. `memory_section` adds weights, gradients,
+optimizer state and the VAE per rank (`planning.memory`); framework overheads come on top.
 """
 
 from __future__ import annotations
@@ -99,7 +99,8 @@ def context_parallel_section(config: schema.RunConfig, base_dir: Path) -> dict:
 
 def vae_parameters(vae: dict) -> int:
     """The VAE's parameter count, by building `AutoencoderKLWan` from its config on the meta device
-    (shapes only, no memory): its residual and attention blocks have no closed form worth keeping."""
+    (shapes only, no memory): its residual and attention blocks have no closed form worth keeping.
+    Imports torch and diffusers on first use."""
     import torch
     from diffusers import AutoencoderKLWan
 
