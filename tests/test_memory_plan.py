@@ -120,3 +120,36 @@ def test_the_training_estimate_is_within_15_percent_of_the_measured_peak_rss():
         estimate = _estimate(samples, rank, ck)
         assert estimate > 50 * 2**20  # the model terms, not RSS noise, are what is compared
         assert growth == pytest.approx(estimate, rel=0.15), (samples, rank, ck, growth / 2**20, estimate / 2**20)
+
+
+def test_plan_prints_the_memory_of_a_shapes_sft_run():
+    """sft_shapes_cpu: the shapes preset (H 128, I 256, 4 layers, no vocabulary in the preset's
+    config), a full fine-tune on one float32 rank, 64 images of 32 x 32 (8 x 8 latents, 16 tokens).
+    Weights 4 P; AdamW 8 T with T = P (no text head rows counted); activations 64 x 4 layers x 16
+    tokens x (12 x 128 + 4 x 256) x 4 B = 41,943,040 B, the backward transient a quarter of that."""
+    import io
+
+    from rich.console import Console
+
+    from cosmos_rl.config import load
+    from cosmos_rl.models.architectures import SHAPES_TRANSFORMER
+    from cosmos_rl.planning import plan
+    from cosmos_rl.planning.render import render_plan
+
+    path = HERE.parent / "manifests" / "sft_shapes_cpu.toml"
+    built = plan.build(load.load(path, []), str(path))
+    m = built["memory"]
+    params = memory.transformer_parameters(SHAPES_TRANSFORMER)
+    gib = lambda n: round(n / 2**30, 3)  # noqa: E731
+    assert m["shards"] == 1 and m["train_samples_per_rank"] == 64 and m["parameters"]["trainable"] == params
+    t = m["terms_gib"]
+    assert (t["weights"], t["optimizer"], t["gathered_weights"], t["reference"]) == (gib(4 * params), gib(8 * params), 0, 0)
+    assert t["train_activations"] == gib(41_943_040) and t["backward_transient"] == gib(41_943_040 // 4)
+    assert t["peak"] == max(t["sampling"], t["training"])
+    # Two context-parallel degrees divide the preset's 4 heads beyond 1: 1, 2, 4, each with and without checkpointing.
+    assert [(r["context_parallel"], r["gradient_checkpointing"]) for r in m["by_layout"]] == [
+        (1, False), (1, True), (2, False), (2, True), (4, False), (4, True)]  # fmt: skip
+    out = io.StringIO()
+    render_plan(Console(file=out, width=400), built)
+    text = out.getvalue()
+    assert "memory per rank" in text and f"peak {t['peak']:g} GiB = max(sampling {t['sampling']:g}, training {t['training']:g})" in text
