@@ -140,7 +140,7 @@ def test_plan_prints_the_memory_of_a_shapes_sft_run():
     built = plan.build(load.load(path, []), str(path))
     m = built["memory"]
     params = memory.transformer_parameters(SHAPES_TRANSFORMER)
-    gib = lambda n: round(n / 2**30, 3)  # noqa: E731
+    gib = lambda n: round(n / 2**30, 3)
     assert m["shards"] == 1 and m["train_samples_per_rank"] == 64 and m["parameters"]["trainable"] == params
     t = m["terms_gib"]
     assert (t["weights"], t["optimizer"], t["gathered_weights"], t["reference"]) == (gib(4 * params), gib(8 * params), 0, 0)

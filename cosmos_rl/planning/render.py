@@ -43,8 +43,9 @@ _TERMS = ("weights", "adapters", "reference", "gradients", "optimizer", "gathere
 def _memory(memory: dict) -> list[tuple[str, str]]:
     t = memory["terms_gib"]
     terms = ", ".join(f"{k.replace('_', ' ')} {t[k]:g}" for k in _TERMS if t[k])
-    rows = [("memory per rank", f"peak {t['peak']:g} GiB = max(sampling {t['sampling']:g}, training {t['training']:g}); "
-                                f"GiB over {memory['shards']} FSDP2 shard(s): {terms}. {memory['estimate']}")]
+    text = (f"peak {t['peak']:g} GiB = max(sampling {t['sampling']:g}, training {t['training']:g}); "
+            f"GiB over {memory['shards']} FSDP2 shard(s): {terms}. {memory['estimate']}")
+    rows = [("memory per rank", text)]
     layouts = "; ".join(
         f"cp {r['context_parallel']}{' + ckpt' if r['gradient_checkpointing'] else ''} ({r['ranks']} ranks): {r['peak_gib']:g}"
         for r in memory["by_layout"]
