@@ -8,8 +8,8 @@ a few hundred with the `chat` template's system prompt). Per decoder layer and t
 12 hidden-size vectors (norms, q/k/v, the attention output, projections and residuals; fused
 attention keeps no score matrix) and 4 MLP-width vectors (SwiGLU's gate, up, activation and
 product), at the compute dtype's bytes. With gradient checkpointing only each layer's input is
-kept, plus one layer's activations while it is recomputed. Weights, gradients, optimizer state,
-the VAE and framework overheads come on top.
+kept, plus one layer's activations while it is recomputed. `memory_section` adds weights, gradients,
+optimizer state and the VAE per rank (`planning.memory`); framework overheads come on top.
 """
 
 from __future__ import annotations
@@ -95,3 +95,95 @@ def context_parallel_section(config: schema.RunConfig, base_dir: Path) -> dict:
             out["tokens_per_rank"] = f"{tokens // n} of a sample's {tokens} vision{' + action' if rows else ''} tokens"
     out["summary"] = f"{n} ranks per sample (Ulysses: all-to-all over heads around every attention)"
     return out
+
+
+def vae_parameters(vae: dict) -> int:
+    """The VAE's parameter count, by building `AutoencoderKLWan` from its config on the meta device
+    (shapes only, no memory): its residual and attention blocks have no closed form worth keeping.
+    Imports torch and diffusers on first use."""
+    import torch
+    from diffusers import AutoencoderKLWan
+
+    with torch.device("meta"):
+        return sum(p.numel() for p in AutoencoderKLWan.from_config(dict(vae)).parameters())
+
+
+def _train_samples(config: schema.RunConfig, world: int) -> tuple[int, bool]:
+    """(samples in one forward with grad on a rank without context parallelism, whether the step keeps
+    every layer's gathered weights: `dist.fsdp.gathered_while_training` in DPO, NFT and GRPO)."""
+    rl, cfg = config.rl, 2 if getattr(config.rl, "guidance", 1.0) != 1.0 else 1
+    if rl.algorithm == "nft":
+        return rl.prompts_per_step * (rl.timesteps_per_sample or rl.sample_steps - 1), True
+    if rl.algorithm == "grpo":  # one trained SDE step of one update's rows, conditional and unconditional
+        return rl.prompts_per_step // rl.updates_per_step * cfg, True
+    if rl.algorithm == "dpo":  # every winner and loser of the rank
+        return 2 * (rl.pairs_per_step // world), True
+    return max(rl.samples_per_step // world, 1), False
+
+
+def _adapters(config: schema.RunConfig) -> int:
+    rl = config.rl
+    if rl.algorithm not in ("nft", "grpo"):
+        return 1
+    return 1 + int(rl.old.build_old) + int(bool(getattr(rl, "ema_decay", 0.0)))
+
+
+def memory_section(config: schema.RunConfig, base_dir: Path, world: int) -> dict | None:
+    """`plan`'s `memory`: peak bytes per rank by term (`planning.memory.memory_terms`), for the run's
+    own gradient checkpointing, and the peak for both checkpointing settings and each context-parallel
+    degree N that divides the attention heads (up to 8): N ranks per sample, the same samples per
+    data-parallel rank, so FSDP2 shards over N x the world and activations divide by N."""
+    from cosmos_rl.planning import memory
+
+    architecture = run_architecture(config, base_dir)
+    if architecture is None or config.rl.algorithm == "sft" and config.rl.train == "vae":
+        return None
+    transformer, vae = architecture
+    latent = sample_latent(config, transformer, vae)
+    if latent is None:
+        return None
+    _, tokens = latent
+    media = MediaSpec.from_model_config(config.model)
+    dtype, lora_rank = config.model.dtype, config.model.lora.rank
+    # One process is unsharded (built in float32, nothing cast); FSDP2 gathers in the compute dtype.
+    compute = DTYPE_BYTES[dtype] if world > 1 else DTYPE_BYTES["float32"]
+    params = memory.transformer_parameters(transformer)
+    adapter = memory.lora_parameters(transformer, lora_rank, list(config.model.lora.target_modules))
+    trainable = adapter if lora_rank else params - int(transformer.get("vocab_size") or 0) * int(transformer["hidden_size"])
+    samples, kept = _train_samples(config, world)
+    online = config.rl.algorithm in ("nft", "grpo")
+    rows = (config.rl.prompts_per_step if online else 1) * (2 if getattr(config.rl, "guidance", 1.0) != 1.0 else 1)
+    one_layer = activation_bytes(tokens, {**transformer, "num_hidden_layers": 1}, dtype if world > 1 else "float32", False)
+    common = dict(
+        params=params, trainable=trainable, adapter_params=adapter, adapters=_adapters(config) if lora_rank else 0,
+        full_reference=not lora_rank and config.rl.algorithm != "sft", compute_bytes=compute,
+        layers=int(transformer["num_hidden_layers"]), kept_gathered_in_training=kept,
+        vae_params=vae_parameters(vae), vae_decode=memory.vae_decode_bytes(vae, media.frames, media.height, media.width),
+    )
+    cp = config.grid.context_parallel
+
+    def terms(checkpointing: bool, n: int) -> dict:
+        act_dtype = dtype if world * n // cp > 1 else "float32"
+        clip = activation_bytes(tokens, transformer, act_dtype, checkpointing)
+        return memory.memory_terms(
+            **common, shards=world * n // cp, train_activation=samples * cp * clip // n,
+            train_layer=samples * cp * activation_bytes(tokens, {**transformer, "num_hidden_layers": 1}, act_dtype, False) // n,
+            sample_activation=rows * cp * one_layer // n,
+        )
+
+    own = terms(config.model.gradient_checkpointing, cp)
+    heads = int(transformer["num_attention_heads"])
+    layouts = [
+        {"context_parallel": n, "gradient_checkpointing": ck, "ranks": world * n // cp,
+         "train_activations_gib": round(t["train_activations"] / 2**30, 2), "peak_gib": round(t["peak"] / 2**30, 2)}
+        for n in (1, 2, 4, 8) if heads % n == 0
+        for ck in (False, True) for t in [terms(ck, n)]
+    ]  # fmt: skip
+    return {
+        "shards": world,
+        "parameters": {"transformer": params, "lora_adapter": adapter, "trainable": trainable, "vae": common["vae_params"]},
+        "train_samples_per_rank": samples,
+        "terms_gib": {k: round(v / 2**30, 3) for k, v in own.items()},
+        "by_layout": layouts,
+        "estimate": "per rank, without the CUDA context and allocator slack (keep a few GiB); formulas and validation in docs/scale.md",
+    }

@@ -21,7 +21,7 @@ from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.core.paths import resolve_path
 from cosmos_rl.config.preflight.rewards import scores_clips
 from cosmos_rl.models import layout, towers
-from cosmos_rl.planning.media_cost import context_parallel_section, media_section, sample_costs
+from cosmos_rl.planning.media_cost import context_parallel_section, media_section, memory_section, sample_costs
 
 # nft.md section 4's five roles of one colocated process per rank, and the code that plays each.
 ONLINE_ROLES = {
@@ -220,6 +220,9 @@ def build(config: schema.RunConfig, manifest_path: str = "MANIFEST", overrides: 
     out["eval"] = _eval_summary(config)
     out["media"] = media_section(config, _base_dir(manifest_path))
     out["context_parallel"] = context_parallel_section(config, _base_dir(manifest_path))
+    memory = memory_section(config, _base_dir(manifest_path), size)
+    if memory is not None:
+        out["memory"] = memory
     section = algorithms.of(config).resolve("plan_section")
     if section is not None:
         out.update(section(config, _base_dir(manifest_path)))

@@ -36,6 +36,24 @@ def _media(media: dict) -> str:
     return text
 
 
+_TERMS = ("weights", "adapters", "reference", "gradients", "optimizer", "gathered_weights", "vae_weights", "vae_decode",
+          "train_activations", "backward_transient", "sample_activations")
+
+
+def _memory(memory: dict) -> list[tuple[str, str]]:
+    t = memory["terms_gib"]
+    terms = ", ".join(f"{k.replace('_', ' ')} {t[k]:g}" for k in _TERMS if t[k])
+    text = (f"peak {t['peak']:g} GiB = max(sampling {t['sampling']:g}, training {t['training']:g}); "
+            f"GiB over {memory['shards']} FSDP2 shard(s): {terms}. {memory['estimate']}")
+    rows = [("memory per rank", text)]
+    layouts = "; ".join(
+        f"cp {r['context_parallel']}{' + ckpt' if r['gradient_checkpointing'] else ''} ({r['ranks']} ranks): {r['peak_gib']:g}"
+        for r in memory["by_layout"]
+    )
+    rows.append(("peak by layout (GiB)", layouts))
+    return rows
+
+
 def render_plan(console: Console, plan: dict) -> None:
     title = Text(f"cosmos-rl plan: {plan['algorithm'].upper()} run {plan['run_dir']}", style="table.title")
     table = Table(title=title, show_header=False, title_justify="left")
@@ -61,6 +79,8 @@ def render_plan(console: Console, plan: dict) -> None:
     if "context_parallel" in plan:
         cp = plan["context_parallel"]
         rows.append(("context parallel", "; ".join([cp["summary"], *(f"{k.replace('_', ' ')} {v}" for k, v in cp.items() if k not in ("ranks", "summary"))])))
+    if "memory" in plan:
+        rows += _memory(plan["memory"])
     for key in ("trains", "data", "validation", "eval", "beta", "moving_average"):
         if key in plan:
             rows.append((key, _value(plan[key])))
