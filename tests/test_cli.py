@@ -120,6 +120,14 @@ def test_plan_shows_the_folder_shift_when_the_manifest_sets_none(tmp_path):
     assert (sampler["shift"], sampler["shift_from"]) == (3.0, str(folder / "scheduler" / "scheduler_config.json"))
 
 
+def test_plan_of_a_manifest_that_names_no_model_yet_lists_the_problems():
+    """The Push-T NFT manifest waits for its base (model.path and rl.init_from empty): plan says so
+    by key, exit 2, no traceback (it once raised KeyError while reading the sampler's shift)."""
+    result = cli("plan", str(ROOT / "manifests" / "nft_pusht_dynamics_cpu.toml"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "model.path: no model named" in result.stderr and "rl.init_from: required" in result.stderr
+
+
 def test_plan_reads_a_key_the_folder_config_leaves_out_as_the_class_default(tmp_path):
     """A transformer config without `hidden_size` is what from_config builds with the class
     default; plan's costs are those of the same folder with the default written out."""

@@ -394,6 +394,8 @@ def sampler_shift(config: schema.RunConfig, base_dir: Path) -> tuple[float | Non
             return layout.folder_flow_shift(folder), str(folder / layout.SCHEDULER_CONFIG)
         except ValueError as exc:  # preflight reports it; plan still shows what it could not read
             return None, str(exc)
+    if config.model.preset not in layout.PRESET_FLOW_SHIFT:  # no model named yet: preflight says which key
+        return None, "no model yet (model.path or model.preset)"
     return layout.PRESET_FLOW_SHIFT[config.model.preset], f"preset {config.model.preset!r} scheduler"
 
 
