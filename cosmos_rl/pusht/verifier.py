@@ -40,7 +40,8 @@ A frame is judged by two checks, each worth half its score:
   the true pose's mask (`sim.PushTSim.masks`) is at least `BLOCK_IOU` = 0.7. The simulator's own
   frames score >= 0.93 at 32-256 px a side; a T shifted by 5.3 units (1 px at 96) keeps IoU ~0.8, by
   10.7 units (2 px at 96) drops to 0.6-0.66 (the arms are 30 units wide), so the threshold is a
-  world-geometric tolerance of about 8 units at any frame size, matching the agent's 7.5.
+  world-geometric tolerance of about 8 units at any frame size, matching the agent's 7.5. It has
+  no one-pixel floor: a T shifted 1 px at 32 (16 units along the bar) keeps IoU 0.53, too lax.
 
 The palette is the drawing's own (`sim.palette`) without the wall grey: the walls sit in the outer
 8 units, where the agent (targets >= 30 units in) and the T never are, and a half-covered pixel of
