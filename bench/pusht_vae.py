@@ -12,6 +12,17 @@ One JSON line per evaluation.
 
     python bench/pusht_vae.py DATASET [--size 32] [--steps 900] [--every 300] [--lr 1e-3]
         [--foreground-weight 10] [--unclamped] [--init video|random] [--held-out 4] [--png OUT.png]
+        [--layout video|frame|fine] [--save OUT.pt] [--load IN.pt]
+
+`--layout frame` is the video VAE without its temporal stage (`temperal_downsample=[False]`, the
+image base's layout): every frame its own latent frame (9 latent frames of a 9-frame clip instead of
+5), so no latent averages two frames' agent positions; it starts from the video VAE's weights less
+the temporal stage's `time_conv`s. `--layout fine` also drops the spatial stage (`dim_mult=[1]`):
+patchify 2 only, 16 x 16 latent cells a frame (4x the frame layout's), every frame its own latent
+frame; it starts from the video VAE's weights of the same names (every one of its own; the
+dropped stage's are left out). `--save` writes the VAE's state dict after the last step,
+`--load` starts from one (then `--steps 0` rescores it; `--start-step` numbers the continued steps
+on from the saved run's, the optimizer restarting).
 """
 
 from __future__ import annotations
@@ -38,6 +49,10 @@ def main() -> None:
     parser.add_argument("--init", choices=("video", "random"), default="video")
     parser.add_argument("--held-out", type=int, default=4, help="held-out episodes (5 windows each)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--layout", choices=("video", "frame", "fine"), default="video")
+    parser.add_argument("--save", default="", help="write the VAE's state dict here after the last step")
+    parser.add_argument("--load", default="", help="start from this state dict (a --save of the same layout)")
+    parser.add_argument("--start-step", type=int, default=0, help="the loaded VAE's steps (reporting only)")
     parser.add_argument("--png", default="", help="write truth over reconstruction of the first held-out window")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -51,19 +66,35 @@ def main() -> None:
     from cosmos_rl.models.vae import reconstruction
 
     torch.manual_seed(args.seed)
-    vae = pb.initial_parts(args.seed).vae if args.init == "video" else AutoencoderKLWan(**copy.deepcopy(SHAPES_VIDEO_VAE))
+    config = copy.deepcopy(SHAPES_VIDEO_VAE)
+    if args.layout == "frame":
+        config.update(temperal_downsample=[False], scale_factor_temporal=1)
+    elif args.layout == "fine":
+        config.update(dim_mult=[1], temperal_downsample=[], scale_factor_spatial=2, scale_factor_temporal=1)
+    vae = AutoencoderKLWan(**config)
+    if args.init == "video":
+        start = pb.initial_parts(args.seed).vae.state_dict()
+        if args.layout == "fine":  # its modules are a subset of the video VAE's, by name and shape
+            assert all(k in start and start[k].shape == v.shape for k, v in vae.state_dict().items())
+            start = {k: start[k] for k in vae.state_dict()}
+        missing, unexpected = vae.load_state_dict(start, strict=args.layout != "frame")
+        # Only the temporal stage's convolutions may differ (the frame layout has none).
+        assert not missing and all("time_conv" in k for k in unexpected), (missing, unexpected)
+    if args.load:
+        vae.load_state_dict(torch.load(args.load, weights_only=True))
     folder = open_dataset(args.dataset)
     episodes = [folder.episode(i).frames for i in folder.meta.episodes]
     windows = [(e, s) for e, frames in enumerate(episodes) for s in range(len(frames) - pb.FRAMES + 1)]
     clips, states, kinds = pb.held_out_windows(args.held_out, args.size)
     optimizer = torch.optim.AdamW(vae.parameters(), lr=args.lr)
-    rng = np.random.default_rng(args.seed)
+    # A continued run draws a fresh window order (the first run's order from --seed alone, as before).
+    rng = np.random.default_rng([args.seed, args.start_step] if args.start_step else args.seed)
     started, psnr = time.perf_counter(), None
 
     def evaluate(step: int) -> None:
         vae.eval()
         out = pb.vae_round_trip(vae, clips)
-        print(json.dumps({"step": step, "train_psnr": psnr, **pb.score_clips(out, states, kinds),
+        print(json.dumps({"step": args.start_step + step, "train_psnr": psnr, **pb.score_clips(out, states, kinds),
                           "elapsed_s": round(time.perf_counter() - started)}), flush=True)
         if args.png:
             import cv2
@@ -88,6 +119,8 @@ def main() -> None:
         if step % args.every == 0:
             psnr = round(psnr_db(float(reconstruction_loss(decoded.detach().clamp(-1, 1), clip))), 2)
             evaluate(step)
+    if args.save:
+        torch.save(vae.state_dict(), args.save)
 
 
 if __name__ == "__main__":

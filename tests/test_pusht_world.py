@@ -10,7 +10,7 @@ from cosmos_rl.pusht.episodes import (
 )
 from cosmos_rl.pusht.sim import PushTSim, render_states, rollout, state_masks, world_to_pixel
 from cosmos_rl.pusht.verifier import (
-    AGENT_TOLERANCE_UNITS, BLOCK_IOU, action_error, agent_tolerance_px, colour_masks, verify_dynamics, verify_policy,
+    AGENT_TOLERANCE_MIN_PX, AGENT_TOLERANCE_UNITS, BLOCK_IOU, action_error, agent_tolerance_px, colour_masks, verify_dynamics, verify_policy,
 )
 
 # A clip worked by hand: the T at (350, 150), angle 0 (bar x 290..410, y 150..180; stem x 335..365,
@@ -106,6 +106,67 @@ def test_block_shifted(clip):
     nudged[:, 2] += 1.0
     assert verify_dynamics(render_states(nudged, SIZE), states, given=1).strict == 1.0
     assert BLOCK_IOU == 0.7
+
+
+# The same clip at 32 x 32, where 7.5 units would be 0.47 px and the one-pixel floor binds: the
+# tolerance is 1 px = 16 units. The agent's y, worked by hand from the env's PD control (ten 0.01 s
+# steps of v += (100 (60 - y) - 20 v) 0.01, y += v 0.01 per frame, from rest at 380 after frame 2):
+# 380, 380, 380, 285.39, 182.91, 121.56, 89.76, 74.16; steps of 94.6, 102.5, 61.4, 31.8, 15.6 units.
+SMALL = 32
+SMALL_UNITS_PER_PX = 512 / SMALL
+HAND_Y = np.array([380.0, 380.0, 380.0, 285.39, 182.91, 121.56, 89.76, 74.16])
+
+
+@pytest.fixture(scope="module")
+def small_clip(clip):
+    _, states = clip
+    return render_states(states, SMALL), states
+
+
+def _small_agent_passes(shown: list[int], judged: list[int]) -> list[bool]:
+    """Hand rule at 32: frame index `shown[i]` shown at time `judged[i]` passes within 16 units; each
+    distance must be 0 or clear of 16 by the rendering's centroid error (0.5 px = 8 units at 32)."""
+    distance = np.abs(HAND_Y[shown] - HAND_Y[judged])
+    assert all(d == 0 or abs(d - 16.0) > 8.0 for d in distance), distance
+    return [bool(d <= 16.0) for d in distance]
+
+
+def test_tolerance_has_a_one_pixel_floor(small_clip):
+    _, states = small_clip
+    assert np.allclose(states[:, 1], HAND_Y, atol=0.01)  # the simulator moves as worked by hand
+    assert AGENT_TOLERANCE_MIN_PX == 1.0
+    assert agent_tolerance_px(SMALL) == 1.0 and agent_tolerance_px(64) == 1.0  # 7.5 units: 0.47, 0.94 px
+    assert agent_tolerance_px(SIZE) == 7.5 * 96 / 512 and agent_tolerance_px(128) == 1.875  # above the floor
+    assert agent_tolerance_px((32, 96)) == 1.0  # the shorter side's scale
+
+
+def test_small_ground_truth_scores_one_and_frozen_or_reversed_fail(small_clip):
+    frames, states = small_clip
+    truth = verify_dynamics(frames, states, given=1)
+    assert truth.strict == 1.0 and truth.partial == 1.0
+    # Frozen: frames 1, 2 show the agent where it is (still), 3-7 are 94.6-305.8 units off.
+    passes = _small_agent_passes([0] * 7, list(range(1, 8)))
+    assert passes == [True, True, False, False, False, False, False]
+    frozen = verify_dynamics(np.repeat(frames[:1], 8, axis=0), states, given=1)
+    assert frozen.partial == pytest.approx(_fraction(passes)) == pytest.approx(9 / 14) and frozen.strict == 0.0
+    assert frozen.failed == [3, 4, 5, 6, 7]
+    # Reversed: time i shows frame 7 - i, 102.5 (the middle pair) to 305.8 units off: all fail.
+    passes = _small_agent_passes(list(range(6, -1, -1)), list(range(1, 8)))
+    assert not any(passes)
+    reversed_ = verify_dynamics(frames[::-1].copy(), states, given=1)
+    assert reversed_.partial == pytest.approx(0.5) and reversed_.strict == 0.0
+
+
+def test_small_frame_dropped(small_clip):
+    frames, states = small_clip
+    # Frames 0-6 with frame 2 dropped and the last repeated: times 2-5 show the next step, 94.6,
+    # 102.5, 61.4 and 31.8 units off (all over 1 px); time 6 shows its own frame.
+    order = [0, 1, 3, 4, 5, 6, 6]
+    passes = _small_agent_passes(order[1:], list(range(1, 7)))
+    assert passes == [True, False, False, False, False, True]
+    verdict = verify_dynamics(frames[order], states[:7], given=1)
+    assert verdict.partial == pytest.approx(_fraction(passes)) == pytest.approx(2 / 3)  # (2 + 4 / 2) / 6
+    assert verdict.failed == [2, 3, 4, 5]
 
 
 def test_inverse_dynamics_error():

@@ -20,6 +20,7 @@ from cosmos_rl.evaluation.scores import difference
 from cosmos_rl.evaluation.world import WorldEvaluator
 from cosmos_rl.models.build import load_parts
 from cosmos_rl.models.sampler_settings import SamplerSettings
+from cosmos_rl.pusht.verifier import agent_tolerance_px
 from cosmos_rl.suites import registry as suites
 from cosmos_rl.suites.pusht import SPLIT_SEED
 
@@ -116,7 +117,9 @@ def test_a_frozen_clip_fails_forward_dynamics_where_the_world_moves(folder, push
     frozen = np.stack([np.repeat(windows[item.window].frames[:1], FRAMES, axis=0) for item in evaluator.items])
     verdicts = evaluator.judge(evaluator.items, frozen, None)
     for window, verdict in zip(windows, verdicts):
-        moved = np.hypot(*(window.states[1:, :2] - window.states[0, :2]).T) > 7.5  # the agent left its frame-0 place
+        # The agent left its frame-0 place by more than the agent check's tolerance: 7.5 units, at
+        # least 1 px (16 units at 32).
+        moved = np.hypot(*(window.states[1:, :2] - window.states[0, :2]).T) > agent_tolerance_px(SIZE) * 512 / SIZE
         assert verdict.strict == (0.0 if moved.any() else 1.0)
 
 

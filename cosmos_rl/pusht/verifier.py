@@ -23,15 +23,25 @@ A frame is judged by two checks, each worth half its score:
 - **agent**: the centroid of the agent-coloured pixels (the disc's rim or fill colour, nearest of
   the drawing's palette and within `COLOUR_TOLERANCE`) lies within `agent_tolerance_px(size)` of
   the true centre mapped to pixels (`sim.world_to_pixel`). The tolerance is half the disc's radius,
-  `AGENT_TOLERANCE_UNITS` = 7.5 world units: 1.41 px at 96 x 96 (7.5 x 96 / 512), 3.75 px at 256.
-  The simulator's own frames sit within 0.25 px at 96 (the centre's rounding to a drawing pixel and
-  the bilinear resampling); while moving, the disc covers 10-65 units a step, so showing the
-  previous or next step's position fails. A frame with no agent pixel fails.
+  `AGENT_TOLERANCE_UNITS` = 7.5 world units, but never under `AGENT_TOLERANCE_MIN_PX` = 1 pixel:
+  1.41 px at 96 x 96 (7.5 x 96 / 512), 3.75 px at 256, and 1 px (16 units, about the disc's
+  radius) at 32, where 7.5 units would be 0.47 px. Why the pixel floor: a frame cannot place a
+  disc finer than its own grid except through the anti-aliased shading of its rim, and a model's
+  frames (a VAE's round trip first of all) do not reproduce that shading exactly; a sub-pixel
+  tolerance tests the shading, not the dynamics. One pixel is the finest position every frame
+  size can show; at 32 x 32 it still means the shown disc's centre lies inside the true disc.
+  The floor binds below 68 px a side (512 / 7.5) and costs discrimination there: a step shorter
+  than 1 px (16 units at 32) is not told from standing still. The simulator's own frames sit
+  within 0.25 px at 96 (the centre's rounding to a drawing pixel and the bilinear resampling) and
+  0.47 px at 32 (they pass the 7.5-unit rule there: docs/studies/2026-12-07-pusht-vae.md);
+  while moving, the disc covers 10-65 units a step, so showing the previous or next step's
+  position fails at 96 and, for steps over 1 px, at 32. A frame with no agent pixel fails.
 - **block**: the IoU of the block-coloured pixels (the T's outline or fill colour, same rule) with
   the true pose's mask (`sim.PushTSim.masks`) is at least `BLOCK_IOU` = 0.7. The simulator's own
   frames score >= 0.93 at 32-256 px a side; a T shifted by 5.3 units (1 px at 96) keeps IoU ~0.8, by
   10.7 units (2 px at 96) drops to 0.6-0.66 (the arms are 30 units wide), so the threshold is a
-  world-geometric tolerance of about 8 units at any frame size, matching the agent's 7.5.
+  world-geometric tolerance of about 8 units at any frame size, matching the agent's 7.5. It has
+  no one-pixel floor: a T shifted 1 px at 32 (16 units along the bar) keeps IoU 0.53, too lax.
 
 The palette is the drawing's own (`sim.palette`) without the wall grey: the walls sit in the outer
 8 units, where the agent (targets >= 30 units in) and the T never are, and a half-covered pixel of
@@ -51,6 +61,7 @@ from cosmos_rl.pusht.sim import (
 )
 
 AGENT_TOLERANCE_UNITS = 7.5  # half the disc's radius (15), world units
+AGENT_TOLERANCE_MIN_PX = 1.0  # the frame's own grid: no tolerance below one pixel (module docstring)
 BLOCK_IOU = 0.7
 COLOUR_TOLERANCE = 60.0  # RGB distance to the nearest palette colour beyond which a pixel is nobody's
 
@@ -62,9 +73,10 @@ _BLOCK = [_NAMES.index("block_outline"), _NAMES.index("block_fill")]
 
 
 def agent_tolerance_px(size) -> float:
-    """The agent check's tolerance in pixels at `size` (the shorter side's scale)."""
+    """The agent check's tolerance in pixels at `size` (the shorter side's scale): 7.5 world units,
+    at least one pixel (the module docstring says why)."""
     height, width = frame_size(size)
-    return AGENT_TOLERANCE_UNITS * min(height, width) / 512
+    return max(AGENT_TOLERANCE_UNITS * min(height, width) / 512, AGENT_TOLERANCE_MIN_PX)
 
 
 @dataclass(frozen=True)
