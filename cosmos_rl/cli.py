@@ -126,7 +126,7 @@ def validate(
         _fail(exc)
     from cosmos_rl.planning import plan as plan_mod
 
-    resolved = plan_mod.build(config, str(manifest), overrides or [])
+    resolved = plan_mod.build(config, str(manifest), overrides or [], memory=False)
     summary = {k: resolved[k] for k in ("algorithm", "backend", "world_size", "max_steps", "run_dir", "identity")}
     if as_json:
         _json({"ok": True, "warnings": [w.as_json() for w in warnings], "summary": summary, "data": notes})

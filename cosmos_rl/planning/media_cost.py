@@ -108,7 +108,7 @@ def vae_parameters(vae: dict) -> int:
         return sum(p.numel() for p in AutoencoderKLWan.from_config(dict(vae)).parameters())
 
 
-def _train_samples(config: schema.RunConfig, world: int) -> tuple[int, bool]:
+def _train_samples(config: schema.RunConfig, world: int) -> tuple[int, bool] | None:
     """(samples in one forward with grad on a rank without context parallelism, whether the step keeps
     every layer's gathered weights: `dist.fsdp.gathered_while_training` in DPO, NFT and GRPO)."""
     rl, cfg = config.rl, 2 if getattr(config.rl, "guidance", 1.0) != 1.0 else 1
@@ -118,7 +118,9 @@ def _train_samples(config: schema.RunConfig, world: int) -> tuple[int, bool]:
         return rl.prompts_per_step // rl.updates_per_step * cfg, True
     if rl.algorithm == "dpo":  # every winner and loser of the rank
         return 2 * (rl.pairs_per_step // world), True
-    return max(rl.samples_per_step // world, 1), False
+    if rl.algorithm == "sft":
+        return max(rl.samples_per_step // world, 1), False
+    return None  # an algorithm from outside the package: its step is its own, so no estimate
 
 
 def _adapters(config: schema.RunConfig) -> int:
@@ -136,7 +138,7 @@ def memory_section(config: schema.RunConfig, base_dir: Path, world: int) -> dict
     from cosmos_rl.planning import memory
 
     architecture = run_architecture(config, base_dir)
-    if architecture is None or config.rl.algorithm == "sft" and config.rl.train == "vae":
+    if architecture is None or config.rl.algorithm == "sft" and config.rl.train == "vae" or _train_samples(config, world) is None:
         return None
     transformer, vae = architecture
     latent = sample_latent(config, transformer, vae)

@@ -191,7 +191,9 @@ def launch_argv(config: schema.RunConfig, manifest_path: str, overrides: list[st
     return ["cosmos-rl", "train", manifest_path, *overrides]
 
 
-def build(config: schema.RunConfig, manifest_path: str = "MANIFEST", overrides: list[str] = ()) -> dict:
+def build(config: schema.RunConfig, manifest_path: str = "MANIFEST", overrides: list[str] = (), memory: bool = True) -> dict:
+    """What `plan` prints (and `validate` summarises). `memory = False` leaves out the memory per rank,
+    whose VAE term imports torch and diffusers: `validate` stays free of the model stack."""
     rl = config.rl
     size, derivation = world_size(config)
     out: dict = {
@@ -220,9 +222,9 @@ def build(config: schema.RunConfig, manifest_path: str = "MANIFEST", overrides: 
     out["eval"] = _eval_summary(config)
     out["media"] = media_section(config, _base_dir(manifest_path))
     out["context_parallel"] = context_parallel_section(config, _base_dir(manifest_path))
-    memory = memory_section(config, _base_dir(manifest_path), size)
-    if memory is not None:
-        out["memory"] = memory
+    estimate = memory_section(config, _base_dir(manifest_path), size) if memory else None
+    if estimate is not None:
+        out["memory"] = estimate
     section = algorithms.of(config).resolve("plan_section")
     if section is not None:
         out.update(section(config, _base_dir(manifest_path)))
