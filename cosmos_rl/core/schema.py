@@ -193,7 +193,7 @@ class GridConfig:
         "over attention heads around every attention; text tokens are replicated on every rank). 1 = off. N must divide "
         "the attention heads and the vision (+ action) tokens per sample; KV heads that do not divide are repeated. "
         "The forward and backward are in place (exact against one rank); no training loop uses them yet, so preflight "
-        "refuses N > 1 (docs/scale.md).",
+        "refuses N > 1 (docs/long_clips.md).",
     )
 
 

@@ -187,5 +187,5 @@ def memory_section(config: schema.RunConfig, base_dir: Path, world: int) -> dict
         "train_samples_per_rank": samples,
         "terms_gib": {k: round(v / 2**30, 3) for k, v in own.items()},
         "by_layout": layouts,
-        "estimate": "per rank, without the CUDA context and allocator slack (keep a few GiB); formulas and validation in docs/scale.md",
+        "estimate": "per rank, without the CUDA context and allocator slack (keep a few GiB); formulas and validation in docs/long_clips.md",
     }

@@ -9,7 +9,7 @@ What it leaves out: the CUDA context and the caching allocator's slack (a few Gi
 that headroom), the prompt's text tokens (tens to hundreds per sample, vision tokens dominate),
 NCCL buffers, FSDP2's transient per-layer gradient buffers, and the heads of a checkpoint a run
 does not build (sound, action). Validated on CPU against measured peak RSS of one training step
-(tests/test_memory_plan.py), see docs/scale.md "Memory per rank".
+(tests/test_memory_plan.py), see docs/long_clips.md "Memory per rank".
 """
 
 from __future__ import annotations

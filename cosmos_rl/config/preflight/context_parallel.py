@@ -1,5 +1,5 @@
 """Preflight of `grid.context_parallel`: what a context-parallel group of N ranks needs of the model
-and the samples (models/packing.set_context_parallel, dist/context_parallel.py; docs/scale.md).
+and the samples (models/packing.set_context_parallel, dist/context_parallel.py; docs/long_clips.md).
 
 Each rank of a group holds 1/N of a sample's vision (and action) tokens, and attention runs on
 heads/N of the heads, so N must divide the attention heads and the tokens of every sample (its
@@ -33,7 +33,7 @@ def context_parallel_rules(c: schema.RunConfig, r: Rules) -> None:
     # The training loops do not run context parallel yet: refusing N > 1 keeps a run from silently
     # training without it.
     r.error(KEY, "no training loop runs context parallel in this release (the sharded forward and backward are "
-            "in place; the data-parallel x context-parallel mesh is the next step, docs/scale.md)", n, f"set {KEY} = 1")
+            "in place; the data-parallel x context-parallel mesh is the next step, docs/long_clips.md)", n, f"set {KEY} = 1")
     ranks, derivation = algorithms.of(c).world_size(c)
     ranks = ranks if ranks >= 1 else None  # a world below 1 is refused on its own key
     architecture = run_architecture(c, Path(r.base_dir))
