@@ -672,6 +672,7 @@ def run(args) -> dict:
     }  # fmt: skip
     try:
         default_trainable = None
+        result.update({phase: _not_asked() for phase in DEFAULT_TARGET_PHASES})  # a phase left out says so
         if set(args.phases) & set(DEFAULT_TARGET_PHASES):
             default_trainable = _default_target_phases(args, spec, device, clock, peak_tflops, result)
         result["generation_targets"] = (
