@@ -1,9 +1,11 @@
-"""GPU check: NFT rollout samples/s (packed vs the stock pipeline), NFT and DPO step time, peak
-memory and MFU of a Nano-like Cosmos3 under bf16 FSDP2 with LoRA policy + old adapters. One JSON object.
+"""GPU check: NFT rollout samples/s (packed vs the stock pipeline), NFT, DPO and GRPO step time, peak
+memory and MFU of a Nano-like Cosmos3 under bf16 FSDP2 with LoRA policy + old adapters, for images and
+for clips. One JSON object.
 
     python3 bench/gpu_check.py                                   # one GPU, Nano-like random weights
     python3 bench/gpu_check.py --model /models/cosmos3-nano      # that folder's architecture (random weights)
     python3 bench/gpu_check.py --size tiny --device cpu          # the test suite's run (seconds)
+    python3 bench/gpu_check.py --phases video --gradient-checkpointing   # the clips alone (docs/results.md)
 
 A one-rank FSDP2 world (nccl on the GPU, gloo on CPU, through a file store: no socket). Phases, in
 order, each skipped (and said so) once `--budget-s` is spent, so a run always ends in time:
@@ -19,10 +21,28 @@ order, each skipped (and said so) once `--budget-s` is spent, so a run always en
                    ["generation"]` (the public Cosmos3 RL recipe's): the packed rollout and the NFT
                    train step each with text-tower reuse (models/text_kv.py) and without, alternated,
                    and the adapter's size against the default (both towers) targets
+  video            text to video at the size's clip shape (cosmos3_steps.VIDEO_SIZES; nano: 832x480,
+                   17 frames at 16 fps, one rank's share of manifests/nft_t2v_public_8gpu.toml, LoRA
+                   on the generation tower), on a fresh model with "policy" + "old":
+                   rollout  the packed rollout of `rollout_samples` clips against Cosmos3OmniPipeline
+                            per clip, same noise; the clips' largest pixel difference
+                   profile  torch.profiler over one packed forward of a rollout sampler step: time per
+                            op family, kernel launches (CUDA) or aten ops (CPU), per decoder layer too;
+                            `--trace FILE` also writes its Chrome trace
+                   nft      the NFT train step on rows x timesteps clips (old and policy forwards: no KL,
+                            as the manifest)
+                   grpo     the GRPO train step after an SDE rollout (Flow-GRPO-Fast: a 2-step window,
+                            a reference and a policy forward per trained step, KL 0.04)
+                   Its FLOPs count the forwards as they ran: one that reused the text tower's
+                   keys/values (models/text_kv.py) counts its vision rows only, so the stock pipeline,
+                   which never reuses, is charged more FLOPs for the same clips.
 `--phases` runs a subset in the same order (e.g. `--phases generation_targets` alone, the first thing
-to measure in a short GPU slot); a phase left out says so. Every phase says which targets it
-adapts (`targets`), how many parameters train, and whether the text tower's keys/values were
-reused (`text_tower_reuse`: the default targets adapt the text tower, so reuse is off there).
+to measure in a short GPU slot; `--phases video` the video phase alone); a phase left out says so.
+Every phase says which targets it adapts (`targets`), how many parameters train, and whether the
+text tower's keys/values were reused (`text_tower_reuse`: the default targets adapt the text tower,
+so reuse is off there). At nano a model takes about 61 GB of float32 master weights and, while a
+rollout keeps the layers gathered, 31 GB more of bf16 copies: a GPU of about 100 GB or more (an
+H200), not an 80 GB H100.
 Timings are medians over `--iters` after one warm-up (rollouts: best of `--repeats`). Memory is
 torch.cuda.max_memory_allocated per phase on a GPU, the process's peak RSS on CPU (which never
 goes down, so the CPU ratio is left out; `bench/nft_bench.py --memory` measures it in fresh
@@ -83,7 +103,9 @@ class Flops:
     """Model FLOPs of this run's forwards, from the transformer's configuration.
 
     One adapter's LoRA matmuls are counted on every forward, the reference's too (adapters off
-    there), which overstates a reference forward by about 1 % at rank 32 on the Nano-like model.
+    there), which overstates a reference forward by about 1 % at rank 32 on the Nano-like model;
+    they are counted on all seven linears of a token's pathway even where the targets adapt fewer
+    (the video phase's generation-tower attention): at most about 1 % more again.
     """
 
     def __init__(self, config, lora_rank: int, vision_tokens: int):
@@ -396,7 +418,10 @@ def profile_call(fn, device: torch.device, layers, trace: Path | None) -> dict:
     inside = list(_subtree(step))[1:]
     families = dict.fromkeys(FAMILY_NAMES, 0.0)
     for event in inside:
-        self_us = event.self_device_time_total if cuda else event.self_cpu_time_total
+        # (torch before 2.4 named the device time self_cuda_time_total)
+        self_us = getattr(event, "self_device_time_total", None) if cuda else event.self_cpu_time_total
+        if self_us is None:
+            self_us = event.self_cuda_time_total
         families[_family_of_event(event)] += self_us / 1e6
 
     def launches(root) -> int:
@@ -598,7 +623,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--budget-s", type=float, default=420.0, help="start no phase after this many seconds")
     parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument("--rollout-samples", type=int, default=None,
-                        help="samples per rollout (default: the size's, 4 at nano as one rank of the public T2I manifest)")
+                        help="samples per rollout (default: the size's, at nano 4 images as one rank of the public T2I "
+                             "manifest and 2 clips as one rank of the public T2V manifest)")
     parser.add_argument("--phases", type=_phases, default=PHASES,
                         help=f"comma-separated phases to run, in their fixed order (default: all of {','.join(PHASES)})")  # fmt: skip
     parser.add_argument("--trace", type=Path, default=None,
