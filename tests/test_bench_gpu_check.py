@@ -194,3 +194,26 @@ def test_nano_like_configuration_is_consistent():
     assert 15.0e9 < total < 15.3e9  # the size the docs and the module docstring state
     image = steps.SIZES["nano"].image
     assert image % v["scale_factor_spatial"] == 0 and (image // v["scale_factor_spatial"]) % t["latent_patch_size"] == 0
+    # The video phase's clips: 832x480 over 16x cells, 17 frames = frame 0 + 16 at 4x in time
+    from cosmos_rl.core.media import latent_shape
+
+    clip = steps.VIDEO_SIZES["nano"]
+    assert (clip.width, clip.height, clip.frames) == (832, 480, 17)
+    assert latent_shape(clip.media, v, t) == (48, 5, 30, 52)  # 5 x 15 x 26 = 1950 vision tokens at 2x2 patches
+
+
+def test_profile_families_by_op_name_and_kernels_by_their_op():
+    """The profile's families: by the op's name; a CUDA runtime call's kernels belong to the op that
+    launched it (the profiler may hang them on either)."""
+    from types import SimpleNamespace
+
+    gpu_check = _bench_module("gpu_check")
+    names = ["aten::addmm", "aten::_flash_attention_forward", "aten::add_", "aten::expand", "aten::_to_copy",
+             "aten::rms_norm", "nccl:_all_gather_base", "FSDP::pre_forward"]  # fmt: skip
+    assert [gpu_check.op_family(n) for n in names] == [
+        "matmul", "attention", "elementwise", "other", "cast_copy", "norm", "communication", "framework"
+    ]  # fmt: skip
+    mm = SimpleNamespace(name="aten::mm", cpu_parent=None)
+    launch = SimpleNamespace(name="cudaLaunchKernel", cpu_parent=mm)
+    assert gpu_check._family_of_event(launch) == "matmul"
+    assert gpu_check._family_of_event(SimpleNamespace(name="cudaMemcpyAsync", cpu_parent=None)) == "framework"
