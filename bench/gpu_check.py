@@ -404,10 +404,9 @@ def profile_call(fn, device: torch.device, layers, trace: Path | None) -> dict:
     hooks = _layer_ranges(layers)
     try:
         steps.sync(device)
-        with profile(activities=activities) as prof:
-            with record_function(_STEP_RANGE):
-                fn()
-                steps.sync(device)  # every kernel ends inside the range: kernel time <= the range's
+        with profile(activities=activities) as prof, record_function(_STEP_RANGE):
+            fn()
+            steps.sync(device)  # every kernel ends inside the range: kernel time <= the range's
     finally:
         for hook in hooks:
             hook.remove()
