@@ -1,9 +1,11 @@
-"""GPU check: NFT rollout samples/s (packed vs the stock pipeline), NFT and DPO step time, peak
-memory and MFU of a Nano-like Cosmos3 under bf16 FSDP2 with LoRA policy + old adapters. One JSON object.
+"""GPU check: NFT rollout samples/s (packed vs the stock pipeline), NFT, DPO and GRPO step time, peak
+memory and MFU of a Nano-like Cosmos3 under bf16 FSDP2 with LoRA policy + old adapters, for images and
+for clips. One JSON object.
 
     python3 bench/gpu_check.py                                   # one GPU, Nano-like random weights
     python3 bench/gpu_check.py --model /models/cosmos3-nano      # that folder's architecture (random weights)
     python3 bench/gpu_check.py --size tiny --device cpu          # the test suite's run (seconds)
+    python3 bench/gpu_check.py --phases video --gradient-checkpointing   # the clips alone (docs/results.md)
 
 A one-rank FSDP2 world (nccl on the GPU, gloo on CPU, through a file store: no socket). Phases, in
 order, each skipped (and said so) once `--budget-s` is spent, so a run always ends in time:
@@ -19,10 +21,28 @@ order, each skipped (and said so) once `--budget-s` is spent, so a run always en
                    ["generation"]` (the public Cosmos3 RL recipe's): the packed rollout and the NFT
                    train step each with text-tower reuse (models/text_kv.py) and without, alternated,
                    and the adapter's size against the default (both towers) targets
+  video            text to video at the size's clip shape (cosmos3_steps.VIDEO_SIZES; nano: 832x480,
+                   17 frames at 16 fps, one rank's share of manifests/nft_t2v_public_8gpu.toml, LoRA
+                   on the generation tower), on a fresh model with "policy" + "old":
+                   rollout  the packed rollout of `rollout_samples` clips against Cosmos3OmniPipeline
+                            per clip, same noise; the clips' largest pixel difference
+                   profile  torch.profiler over one packed forward of a rollout sampler step: time per
+                            op family, kernel launches (CUDA) or aten ops (CPU), per decoder layer too;
+                            `--trace FILE` also writes its Chrome trace
+                   nft      the NFT train step on rows x timesteps clips (old and policy forwards: no KL,
+                            as the manifest)
+                   grpo     the GRPO train step after an SDE rollout (Flow-GRPO-Fast: a 2-step window,
+                            a reference and a policy forward per trained step, KL 0.04)
+                   Its FLOPs count the forwards as they ran: one that reused the text tower's
+                   keys/values (models/text_kv.py) counts its vision rows only, so the stock pipeline,
+                   which never reuses, is charged more FLOPs for the same clips.
 `--phases` runs a subset in the same order (e.g. `--phases generation_targets` alone, the first thing
-to measure in a short GPU slot); a phase left out says so. Every phase says which targets it
-adapts (`targets`), how many parameters train, and whether the text tower's keys/values were
-reused (`text_tower_reuse`: the default targets adapt the text tower, so reuse is off there).
+to measure in a short GPU slot; `--phases video` the video phase alone); a phase left out says so.
+Every phase says which targets it adapts (`targets`), how many parameters train, and whether the
+text tower's keys/values were reused (`text_tower_reuse`: the default targets adapt the text tower,
+so reuse is off there). At nano a model takes about 61 GB of float32 master weights and, while a
+rollout keeps the layers gathered, 31 GB more of bf16 copies: a GPU of about 100 GB or more (an
+H200), not an 80 GB H100.
 Timings are medians over `--iters` after one warm-up (rollouts: best of `--repeats`). Memory is
 torch.cuda.max_memory_allocated per phase on a GPU, the process's peak RSS on CPU (which never
 goes down, so the CPU ratio is left out; `bench/nft_bench.py --memory` measures it in fresh
@@ -83,7 +103,9 @@ class Flops:
     """Model FLOPs of this run's forwards, from the transformer's configuration.
 
     One adapter's LoRA matmuls are counted on every forward, the reference's too (adapters off
-    there), which overstates a reference forward by about 1 % at rank 32 on the Nano-like model.
+    there), which overstates a reference forward by about 1 % at rank 32 on the Nano-like model;
+    they are counted on all seven linears of a token's pathway even where the targets adapt fewer
+    (the video phase's generation-tower attention): at most about 1 % more again.
     """
 
     def __init__(self, config, lora_rank: int, vision_tokens: int):
@@ -102,6 +124,21 @@ class Flops:
             params_per_token=self.params, tokens=sum(text_lens) + sum(vision), layers=self.layers,
             attn_width=self.width, attention_pairs=mfu.cosmos3_attention_pairs(text_lens, vision),
         )  # fmt: skip
+
+    def of(self, forwards, *, as_stock: bool = False) -> int:
+        """FLOPs of recorded packed forwards (`cosmos3_steps.Forward`) as they ran: a forward with a
+        graph counts 3x, one that reused the text tower's keys/values counts its vision rows only.
+        `as_stock`: the same samples through the stock pipeline, which never reuses (no-grad forwards)."""
+        total = 0
+        for f in forwards:
+            reused = f.text_reused and not as_stock
+            tokens = sum(f.vision_lens) + (0 if reused else sum(f.text_lens))
+            pairs = mfu.cosmos3_attention_pairs(list(f.text_lens), list(f.vision_lens), text_reused=reused)
+            one = mfu.forward_flops(
+                params_per_token=self.params, tokens=tokens, layers=self.layers, attn_width=self.width, attention_pairs=pairs
+            )
+            total += one * (3 if f.grad and not as_stock else 1)
+        return total
 
 
 class DtypeWatch:
@@ -280,6 +317,298 @@ def generation_targets_phase(args, spec, device, clock, default_trainable: int |
     return result
 
 
+# -------------------------------------------------------------------------------------------- video
+# Op families of the profile, by the name of the op whose self time (CPU) or kernels (CUDA) they
+# are. A needle with "::" is an op's exact name (an in-place variant's trailing "_" dropped: aten::add_
+# is aten::add); one without matches anywhere in the name. The first family that matches wins.
+OP_FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("communication", ("nccl", "c10d", "gloo", "all_gather", "allgather", "reduce_scatter", "all_reduce", "allreduce",
+                       "broadcast", "record_param_comms")),
+    ("attention", ("scaled_dot_product", "flash", "efficient_attention", "cudnn_attention", "flex_attention", "softmax")),
+    ("matmul", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear", "aten::_scaled_mm",
+                "aten::mv", "aten::addmv")),
+    ("norm", ("norm",)),
+    ("cast_copy", ("aten::copy", "aten::to", "aten::_to_copy", "aten::_copy_from", "aten::_copy_from_and_resize",
+                   "aten::clone", "aten::contiguous", "aten::cat", "aten::stack", "aten::index", "aten::index_select",
+                   "aten::index_put", "aten::_index_put_impl", "aten::gather", "aten::scatter", "aten::repeat",
+                   "aten::repeat_interleave", "aten::pad", "aten::constant_pad_nd")),
+    ("elementwise", ("aten::add", "aten::sub", "aten::rsub", "aten::mul", "aten::div", "aten::silu", "aten::gelu",
+                     "aten::exp", "aten::log", "aten::pow", "aten::sqrt", "aten::rsqrt", "aten::reciprocal", "aten::neg",
+                     "aten::abs", "aten::sign", "aten::sin", "aten::cos", "aten::tanh", "aten::sigmoid", "aten::where",
+                     "aten::clamp", "aten::clamp_min", "aten::maximum", "aten::minimum", "aten::mean", "aten::sum",
+                     "aten::max", "aten::min", "aten::fill", "aten::zero", "aten::addcmul", "aten::addcdiv", "aten::lerp",
+                     "aten::square", "aten::eq", "aten::ne", "aten::gt", "aten::lt", "aten::ge", "aten::le", "_foreach")),
+)  # fmt: skip
+# "other": an aten op of no family above (views, allocation, ...); "framework": the self time of a
+# range that is not an aten op (FSDP's hooks, the per-layer ranges below): Python between ops.
+FAMILY_NAMES = tuple(name for name, _ in OP_FAMILIES) + ("other", "framework")
+_STEP_RANGE, _LAYER_RANGE = "gpu_check::profiled_step", "gpu_check::decoder_layer"
+
+
+def op_family(name: str) -> str:
+    """The family of an op by its name.
+
+    >>> op_family("aten::addmm"), op_family("aten::_flash_attention_forward"), op_family("aten::add_")
+    ('matmul', 'attention', 'elementwise')
+    >>> op_family("aten::expand"), op_family("aten::_fused_rms_norm"), op_family("FSDP::pre_forward")
+    ('other', 'norm', 'framework')
+    """
+    lowered = name.lower()
+    base = lowered[:-1] if lowered.endswith("_") and not lowered.endswith("__") else lowered
+    for family, needles in OP_FAMILIES:
+        if any((needle == base) if "::" in needle else (needle in lowered) for needle in needles):
+            return family
+    return "other" if lowered.startswith("aten::") else "framework"
+
+
+def _family_of_event(event) -> str:
+    # A CUDA runtime call (cudaLaunchKernel ...) that owns kernels belongs to the op that made it.
+    while event.name.startswith("cu") and event.cpu_parent is not None:
+        event = event.cpu_parent
+    return op_family(event.name)
+
+
+def _subtree(event):
+    yield event
+    for child in event.cpu_children:
+        yield from _subtree(child)
+
+
+def _layer_ranges(layers):
+    """Forward hooks that put every decoder layer's forward in a profiler range of its own."""
+    from torch.autograd.profiler import record_function
+
+    open_ranges: list = []
+
+    def enter(module, args):
+        open_ranges.append(record_function(_LAYER_RANGE))
+        open_ranges[-1].__enter__()
+
+    def leave(module, args, output):
+        open_ranges.pop().__exit__(None, None, None)
+
+    return [h for layer in layers for h in (layer.register_forward_pre_hook(enter), layer.register_forward_hook(leave))]
+
+
+def profile_call(fn, device: torch.device, layers, trace: Path | None) -> dict:
+    """torch.profiler over one call of `fn`: its wall time, time per op family (self CPU time on CPU,
+    kernel time on CUDA: both only of ops inside the call, so the families sum to at most the
+    wall time), kernel launches (CUDA) or aten ops dispatched, nested ones included (CPU), and the
+    same count per decoder layer forward (median over the layers)."""
+    from torch.autograd import DeviceType
+    from torch.autograd.profiler import record_function
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    hooks = _layer_ranges(layers)
+    try:
+        steps.sync(device)
+        with profile(activities=activities) as prof, record_function(_STEP_RANGE):
+            fn()
+            steps.sync(device)  # every kernel ends inside the range: kernel time <= the range's
+    finally:
+        for hook in hooks:
+            hook.remove()
+    if trace is not None:
+        prof.export_chrome_trace(str(trace))
+    events = [e for e in prof.events() if e.device_type == DeviceType.CPU and not e.is_async]
+    step = next(e for e in events if e.name == _STEP_RANGE)
+    inside = list(_subtree(step))[1:]
+    families = dict.fromkeys(FAMILY_NAMES, 0.0)
+    for event in inside:
+        # (torch before 2.4 named the device time self_cuda_time_total)
+        self_us = getattr(event, "self_device_time_total", None) if cuda else event.self_cpu_time_total
+        if self_us is None:
+            self_us = event.self_cuda_time_total
+        families[_family_of_event(event)] += self_us / 1e6
+
+    def launches(root) -> int:
+        nodes = list(_subtree(root))
+        if cuda:
+            return sum(len(e.kernels) for e in nodes)
+        return sum(1 for e in nodes if e.name.startswith("aten::"))
+
+    per_layer = [launches(e) for e in inside if e.name == _LAYER_RANGE]
+    total_s = step.cpu_time_total / 1e6
+    return {
+        "total_s": round(total_s, 6), "time_kind": "cuda_kernel" if cuda else "self_cpu",
+        "families_s": {k: round(v, 6) for k, v in families.items()},
+        # CPU: Python outside every op and range; CUDA: the time no kernel of the step ran (launch-bound)
+        "unattributed_s": round(max(0.0, total_s - sum(families.values())), 6),
+        "launch_kind": "cuda_kernels" if cuda else "aten_ops", "launches": launches(step),
+        "layer_forwards": len(per_layer), "per_layer_launches": statistics.median(per_layer) if per_layer else None,
+        "trace": str(trace) if trace is not None else None,
+    }  # fmt: skip
+
+
+def _skipped(clock) -> dict:
+    return {"skipped": f"time budget spent after {clock.elapsed():.0f} s"}
+
+
+def video_rollout_phase(parts, policy, spec, device, clock, repeats, flops: Flops, peak_tflops) -> dict:
+    """Packed T2V rollout against Cosmos3OmniPipeline per clip, same noise; the clips compared."""
+    if clock.spent():
+        return _skipped(clock)
+    transformer, samples = policy.transformer, spec.rollout_samples
+    prompts, cond, uncond = steps.video_prompt_ids(parts, samples, spec, device)
+    noise = steps.video_noise(parts, samples, spec, device)
+    steps.activate(transformer, steps.OLD)  # the trainer samples with the old policy
+    out: dict = {}
+
+    def packed():
+        out["packed"] = steps.packed_video_rollout(parts, transformer, spec, noise, cond, uncond)
+
+    def pipeline():
+        out["pipeline"] = steps.pipeline_video_rollout(parts, transformer, spec, noise, prompts)
+
+    steps.packed_video_rollout(parts, transformer, spec, noise[:1], cond[:1], uncond[:1])  # warm-up
+    reset_peak(device)
+    runs = []
+    for _ in range(repeats):
+        with steps.recorded_forwards() as forwards:
+            runs.append((steps.timed(packed, device), forwards))
+    packed_s, forwards = min(runs, key=lambda run: run[0])
+    packed_peak = peak_mib(device)
+    steps.pipeline_video_rollout(parts, transformer, spec, noise[:1], prompts[:1])  # warm-up
+    reset_peak(device)
+    pipeline_s = min(steps.timed(pipeline, device) for _ in range(repeats))
+    pipeline_peak = peak_mib(device)
+    steps.activate(transformer, steps.POLICY)
+    packed_flops, stock_flops = flops.of(forwards), flops.of(forwards, as_stock=True)
+    return {
+        "samples": samples, "sampler_steps": spec.sample_steps, "guidance": spec.guidance, "repeats": repeats,
+        "packed_s": round(packed_s, 4), "pipeline_s": round(pipeline_s, 4),
+        "packed_samples_per_s": round(samples / packed_s, 4), "pipeline_samples_per_s": round(samples / pipeline_s, 4),
+        "speedup": round(pipeline_s / packed_s, 3),
+        "packed_forwards": len(forwards), "packed_text_reused_forwards": sum(f.text_reused for f in forwards),
+        "packed_flops": packed_flops, "pipeline_flops": stock_flops,
+        "packed_mfu": _round(mfu.mfu(packed_flops, packed_s, peak_tflops)),
+        "pipeline_mfu": _round(mfu.mfu(stock_flops, pipeline_s, peak_tflops)),
+        "packed_peak_memory_mib": packed_peak, "pipeline_peak_memory_mib": pipeline_peak,
+        "clips_shape": list(out["packed"].shape), "pipeline_clips_shape": list(out["pipeline"].shape),
+        "max_abs_pixel_diff": float((out["packed"].float() - out["pipeline"].float()).abs().max()),
+    }  # fmt: skip
+
+
+def video_profile_phase(parts, policy, spec, device, clock, trace: Path | None) -> dict:
+    """The profile of one rollout sampler step's packed forward (both CFG branches when guidance is
+    on), as a rollout runs every step after its first: old adapter, layers gathered, text held."""
+    from cosmos_rl.dist.fsdp import gathered_while_sampling
+    from cosmos_rl.models import text_kv
+
+    if clock.spent():
+        return _skipped(clock)
+    transformer, samples = policy.transformer, spec.rollout_samples
+    _, cond, uncond = steps.video_prompt_ids(parts, samples, spec, device)
+    noise = steps.video_noise(parts, samples, spec, device)
+    ids, x = (cond, noise) if spec.guidance == 1.0 else (cond + uncond, torch.cat([noise, noise]))
+    sigma = torch.full((x.shape[0],), 0.5, device=device)
+    timing = steps.video_timing(parts, spec)
+    steps.activate(transformer, steps.OLD)
+
+    def forward():
+        steps.counted_velocity(transformer, x, sigma, ids, **timing)
+
+    with torch.no_grad(), gathered_while_sampling(transformer), text_kv.held_while_sampling(transformer):
+        forward()  # warm-up; fills the text keys/values the profiled forward reads, as a later sampler step does
+        with steps.recorded_forwards() as forwards:
+            result = profile_call(forward, device, transformer.layers, trace)
+    steps.activate(transformer, steps.POLICY)
+    result.update(what="one packed forward of a rollout sampler step", samples=len(ids),
+                  text_tower_reuse=forwards[0].text_reused, decoder_layers=len(transformer.layers))
+    return result
+
+
+def video_step_phase(clock, device, iters, run_step, flops: Flops, peak_tflops) -> dict:
+    """A train step's median time, its FLOPs from the forwards it ran, MFU and peak memory."""
+    if clock.spent():
+        return _skipped(clock)
+    run_step()  # warm-up: allocator, kernels, optimizer state
+    reset_peak(device)
+    runs = []
+    for _ in range(iters):
+        with steps.recorded_forwards() as forwards:
+            runs.append((steps.timed(run_step, device), forwards))
+    step_s = statistics.median(t for t, _ in runs)
+    forwards = runs[0][1]  # every iteration runs the same forwards (each step starts with no text held)
+    total = flops.of(forwards)
+    return {
+        "step_s": round(step_s, 4), "iters": iters, "forwards": len(forwards),
+        "grad_forwards": sum(f.grad for f in forwards), "text_reused_forwards": sum(f.text_reused for f in forwards),
+        "samples_per_forward": max(len(f.text_lens) for f in forwards),
+        "flops": total, "tflops_per_s": round(total / step_s / 1e12, 3),
+        "mfu": _round(mfu.mfu(total, step_s, peak_tflops)), "peak_memory_mib": peak_mib(device),
+    }  # fmt: skip
+
+
+def video_phase(args, device, clock, peak_tflops) -> dict:
+    """T2V at the size's clip shape (steps.VIDEO_SIZES): the rollout against the pipeline, a profile
+    of a rollout step, the NFT and the GRPO train step, on one model with "policy" + "old" adapters
+    on the size's targets (nano: the generation tower, as the public T2V manifest)."""
+    from cosmos_rl.models import text_kv
+
+    if clock.spent():
+        return _skipped(clock)
+    spec = steps.VIDEO_SIZES[args.size]
+    if args.rollout_samples is not None:
+        spec = dataclasses.replace(spec, rollout_samples=args.rollout_samples)
+    started = time.perf_counter()
+    parts = steps.build_video_parts(args.size, device, folder=args.model, load_weights=args.load_weights)
+    if args.gradient_checkpointing:
+        parts.transformer.enable_gradient_checkpointing()
+    policy, optimizer = steps.make_policy(
+        parts, device, spec, (steps.POLICY, steps.OLD), mixed_precision=args.dtype == "bfloat16", targets=list(spec.targets)
+    )
+    shape = steps.video_latent_shape(parts, spec)
+    patch = int(parts.transformer.config.latent_patch_size)
+    vision = shape[1] * -(-shape[2] // patch) * -(-shape[3] // patch)
+    flops = Flops(parts.transformer.config, spec.lora_rank, vision)
+    _, cond, _ = steps.video_prompt_ids(parts, spec.rollout_samples, spec, device)
+    result: dict = {
+        "media": {"frames": spec.frames, "height": spec.height, "width": spec.width, "fps": spec.fps},
+        "latent_shape": list(shape), "vision_tokens_per_clip": vision,
+        "text_tokens_mean": round(statistics.mean(int(c.numel()) for c in cond), 1),
+        "targets": list(spec.targets), "trainable_params": sum(p.numel() for p in policy.trainable_parameters()),
+        "lora_rank": spec.lora_rank, "sample_steps": spec.sample_steps, "shift": spec.shift, "guidance": spec.guidance,
+        "build_s": round(time.perf_counter() - started, 2),
+    }  # fmt: skip
+    result["rollout"] = video_rollout_phase(parts, policy, spec, device, clock, args.repeats, flops, peak_tflops)
+    result["profile"] = video_profile_phase(parts, policy, spec, device, clock, args.trace)
+
+    nft = steps.video_batch(parts, spec.nft_rows * spec.timesteps_per_sample, spec, device, seed=1)
+    result["nft"] = video_step_phase(
+        clock, device, args.iters,
+        lambda: steps.nft_step(policy, optimizer, nft, with_old=True, kl_beta=spec.nft_kl_beta), flops, peak_tflops,
+    )  # fmt: skip
+    if "skipped" not in result["nft"]:
+        result["nft"].update(rows=spec.nft_rows, timesteps_per_sample=spec.timesteps_per_sample, kl_beta=spec.nft_kl_beta)
+
+    result["grpo"] = _skipped(clock)
+    if not clock.spent():
+        prompts_ids = steps.video_prompt_ids(parts, spec.rollout_samples, spec, device)[1:]
+        noise = steps.video_noise(parts, spec.rollout_samples, spec, device)
+        steps.activate(policy.transformer, steps.POLICY)  # GRPO samples with the policy itself
+        sde_started = time.perf_counter()
+        records = steps.grpo_rollout(parts, policy.transformer, spec, noise, prompts_ids)
+        steps.sync(device)
+        sde_s = time.perf_counter() - sde_started
+        advantages = torch.tensor([(-1.0) ** i for i in range(spec.rollout_samples)], device=device)
+        result["grpo"] = video_step_phase(
+            clock, device, args.iters,
+            lambda: steps.grpo_step(policy, optimizer, parts, spec, records, prompts_ids, advantages), flops, peak_tflops,
+        )  # fmt: skip
+        if "skipped" not in result["grpo"]:
+            result["grpo"].update(
+                trained_steps=len(records), kl_beta=spec.grpo_kl_beta, noise_level=spec.grpo_noise_level,
+                sde_rollout_s=round(sde_s, 4),
+            )  # fmt: skip
+    result["text_tower_reuse"] = text_kv.cache_of(policy.transformer).counts["reuse"] > 0
+    del parts, policy, optimizer
+    release(device)
+    return result
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=sorted(steps.SIZES), default="nano")
@@ -293,13 +622,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--budget-s", type=float, default=420.0, help="start no phase after this many seconds")
     parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument("--rollout-samples", type=int, default=None,
-                        help="samples per rollout (default: the size's, 4 at nano as one rank of the public T2I manifest)")
+                        help="samples per rollout (default: the size's, at nano 4 images as one rank of the public T2I "
+                             "manifest and 2 clips as one rank of the public T2V manifest)")
     parser.add_argument("--phases", type=_phases, default=PHASES,
                         help=f"comma-separated phases to run, in their fixed order (default: all of {','.join(PHASES)})")  # fmt: skip
+    parser.add_argument("--trace", type=Path, default=None,
+                        help="with the video phase: write the profiled rollout step's Chrome trace to this file")  # fmt: skip
     return parser.parse_args(argv)
 
 
-PHASES = ("nft_policy_only", "rollout", "nft", "dpo", "generation_targets")
+PHASES = ("nft_policy_only", "rollout", "nft", "dpo", "generation_targets", "video")
 DEFAULT_TARGET_PHASES = PHASES[:4]  # these share the default-targets model, built once
 
 
@@ -365,12 +697,14 @@ def run(args) -> dict:
     }  # fmt: skip
     try:
         default_trainable = None
+        result.update({phase: _not_asked() for phase in DEFAULT_TARGET_PHASES})  # a phase left out says so
         if set(args.phases) & set(DEFAULT_TARGET_PHASES):
             default_trainable = _default_target_phases(args, spec, device, clock, peak_tflops, result)
         result["generation_targets"] = (
             generation_targets_phase(args, spec, device, clock, default_trainable)
             if "generation_targets" in args.phases else _not_asked()
         )  # fmt: skip
+        result["video"] = video_phase(args, device, clock, peak_tflops) if "video" in args.phases else _not_asked()
     finally:
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()

@@ -88,17 +88,21 @@ def cosmos3_params_per_token(
     return layers * (dense + lora)
 
 
-def cosmos3_attention_pairs(text_lens: list[int], vision_lens: list[int]) -> int:
+def cosmos3_attention_pairs(text_lens: list[int], vision_lens: list[int], *, text_reused: bool = False) -> int:
     """Query-key pairs the packed attention evaluates for a batch, each sample on its own.
 
     A sample's text attends its own text (Lt^2, counted in full although it is causal: the usual
     MFU convention), its vision tokens attend its text and its vision (Lv * (Lt + Lv)); no sample
     sees another. Hand-worked: one sample of 10 text and 4 vision tokens: 100 + 4 * 14 = 156;
-    two of them: 312.
+    two of them: 312. A clip's vision tokens are all of its latent frames' patches.
+
+    `text_reused`: a forward that reads the text tower's held keys/values (models/text_kv.py) runs
+    no text queries, so only the vision rows count: the sample above, 4 * 14 = 56.
     """
     if len(text_lens) != len(vision_lens):
         raise ValueError(f"{len(text_lens)} text lengths for {len(vision_lens)} vision lengths")
-    return sum(t * t + v * (t + v) for t, v in zip(text_lens, vision_lens))
+    text_pairs = 0 if text_reused else sum(t * t for t in text_lens)
+    return text_pairs + sum(v * (t + v) for t, v in zip(text_lens, vision_lens))
 
 
 def forward_flops(*, params_per_token: int, tokens: int, layers: int, attn_width: int, attention_pairs: int) -> int:

@@ -45,6 +45,8 @@ def test_params_per_token_matches_one_pathway_of_the_real_tiny_model():
 def test_attention_pairs_by_hand():
     assert mfu.cosmos3_attention_pairs([10], [4]) == 156
     assert mfu.cosmos3_attention_pairs([10, 10], [4, 4]) == 312
+    # text-tower reuse: no text queries, the 4 vision rows still read 10 + 4 keys each
+    assert mfu.cosmos3_attention_pairs([10], [4], text_reused=True) == 56
     with pytest.raises(ValueError):
         mfu.cosmos3_attention_pairs([10], [4, 4])
 
