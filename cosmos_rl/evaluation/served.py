@@ -9,7 +9,7 @@ service for each reward with no url (loading a model folder there), and one
 image is the weighted sum of its rewards' scores. A single built-in reward with no folder, url or
 weight (`--reward shapes_strict`) is scored in-process as before (`served_terms` gives None).
 
-    --reward pickscore=FOLDER                  a model reward (rewards.models.MODEL_KINDS) from a folder
+    --reward pickscore=FOLDER                  a model reward (rewards.models.SERVED_KINDS) from a folder
     --reward-url URL --reward pickscore        the reward `pickscore` of the service at URL
     --reward-token-env VAR                     with --reward-url: the bearer token is $VAR
     --reward-weight NAME=W                     NAME's weight in the sum (default 1)
@@ -48,9 +48,9 @@ BACKOFF_S = 0.5
 
 
 def _model_kinds() -> tuple[str, ...]:
-    from cosmos_rl.rewards.models import MODEL_KINDS
+    from cosmos_rl.rewards.models import SERVED_KINDS
 
-    return MODEL_KINDS
+    return SERVED_KINDS
 
 
 def _builtin_names() -> list[str]:
