@@ -232,3 +232,18 @@ def test_cosmos_rl_reward_serve_scores_videoalign_from_a_folder(folder, reward):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_eval_scores_the_overall_and_reports_each_dimensions_mean(folder, reward):
+    """`cosmos-rl eval --reward videoalign=FOLDER`'s scorer: the weighted Overall per clip, and each
+    dimension's mean over the clips scored since it was last asked (eval.json `reward_dimensions`)."""
+    from cosmos_rl.evaluation.served import ServedRewards, served_terms
+
+    clips = _clips(2)
+    direct = reward(clips, PROMPTS[:2])
+    with ServedRewards(served_terms([f"videoalign={folder}"]), VIDEO_RUN) as served:
+        assert served.score(clips, PROMPTS[:2]) == pytest.approx(direct.scores, rel=1e-6)
+        means = served.take_dimensions()
+        assert sorted(means) == ["videoalign.mq", "videoalign.ta", "videoalign.vq"]
+        assert means["videoalign.ta"] == pytest.approx(float(np.mean(direct.dimensions["ta"])), rel=1e-6)
+        assert served.take_dimensions() is None  # taken: the next model's scoring starts afresh

@@ -161,6 +161,7 @@ class ServedRewards:
         # `manifest`: the terms are `[[rl.eval.rewards]]` tables (messages name their keys, tokens come
         # from each table's token_env); else the command's options (`served_terms`).
         self.manifest = manifest
+        self._dimensions: dict[str, list[float]] = {}  # each reward dimension's values since take_dimensions
         if manifest:
             tokens = {t.name: token_for(t, environ) for t in terms}
         else:
@@ -217,7 +218,7 @@ class ServedRewards:
         """The weighted sum of every reward's score of each uint8 image [N, H, W, 3] or clip [N, F, H, W, 3]."""
         keys = " ".join(t.key for t in self.terms)
         try:
-            each = self.client.score(samples, list(captions))
+            each, dims = self.client.score_dimensions(samples, list(captions))
         except RewardServiceError as exc:
             raise UserError(f"{keys}: the reward service gave no scores ({exc}); fix the service (its /score must answer "
                             "one finite number per sample), or score with another reward") from None  # fmt: skip
@@ -227,11 +228,19 @@ class ServedRewards:
                 if not lo <= value <= hi:
                     raise UserError(f"{term.key}: scored a sample {value:g}, outside [{lo:g}, {hi:g}], the range an evaluation "
                                     "keeps; a reward's output must be a score of that scale: fix the reward")  # fmt: skip
+        for name, values in dims.items():  # a reward's named dimensions (`videoalign.vq`): reported, never summed
+            self._dimensions.setdefault(name, []).extend(values)
         summed = [float(sum(t.weight * each[t.name][i] for t in self.terms)) for i in range(len(captions))]
         if any(not lo <= value <= hi for value in summed):
             raise UserError(f"--reward-weight: the weighted sum of {keys} leaves [{lo:g}, {hi:g}], the range an evaluation keeps; "
                             "use smaller weights")  # fmt: skip
         return summed
+
+    def take_dimensions(self) -> dict[str, float] | None:
+        """The mean of each reward dimension (`rewards.dimensions.metric_name`) over the samples scored
+        since the last call, then forgotten; None when no reward returned dimensions."""
+        taken, self._dimensions = self._dimensions, {}
+        return {name: float(np.mean(values)) for name, values in sorted(taken.items())} or None
 
     def close(self) -> None:
         self.client.close()
