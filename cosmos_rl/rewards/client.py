@@ -79,6 +79,7 @@ class RewardClient:
         expected_reward_revision: str = "",
         frame_reduce: str = "mean",
         frame_stride: int = 1,
+        dimension_weights: dict[str, float] | None = None,
     ):
         if not url.startswith(("http://", "https://")):
             raise UserError(f"{key}.url must start with http:// or https://, got {url!r}")
@@ -104,6 +105,8 @@ class RewardClient:
         # The fix a refused token's message names: the manifest key, or a command's option (`evaluation.served`).
         self.token_fix = f"set {key}.token_env to a variable holding the service's token"
         self.frame_reduce, self.frame_stride = frame_reduce, frame_stride
+        # {dimension: weight}: the score is the weighted sum of these named dimensions instead of the reward's own
+        self.dimension_weights = dict(dimension_weights or {})
         self._session: requests.Session | None = None
         self._modalities: tuple[str, ...] | None = None  # the reward's, from /info (once known)
         self._listed = False  # whether /info listed modalities at all
@@ -158,6 +161,10 @@ class RewardClient:
                 )
         self._learn(info)
         self._check_modality(media)
+        missing = sorted(set(self.dimension_weights) - set(self._dimensions))
+        if missing:
+            raise UserError(f"{key}.dimensions names {missing}, which the service at {self.url} does not list for {self.reward!r} "
+                            f"(it lists {list(self._dimensions)}); use those names, or clear {key}.dimensions")  # fmt: skip
         return info
 
     def clip_scoring(self) -> str:
@@ -220,7 +227,23 @@ class RewardClient:
         self, images_or_clips: np.ndarray, prompts: Sequence[str], per_frame_prompts: frames.PerFramePrompts = None
     ) -> tuple[list[float], dict[str, list[float]]]:
         """(scores, {dimension: values}) for uint8 images [N, H, W, 3] or clips [N, F, H, W, 3], one per
-        sample, in order; the dimensions are those the reward's answers carry ({} for most rewards).
+        sample, in order; the dimensions are those the reward's answers carry ({} for most rewards). With
+        `dimension_weights` the scores are the weighted sum of those dimensions.
+        """
+        scores, dims = self._score_dimensions(images_or_clips, prompts, per_frame_prompts)
+        if not self.dimension_weights:
+            return scores, dims
+        missing = sorted(set(self.dimension_weights) - set(dims))
+        if missing:
+            raise RewardServiceError(f"reward service at {self.url} answered {self.reward!r} without dimensions {missing} "
+                                     f"that {self.key}.dimensions weighs; it changed under the running job")  # fmt: skip
+        weighted = [sum(w * dims[d][i] for d, w in sorted(self.dimension_weights.items())) for i in range(len(scores))]
+        return [float(v) for v in weighted], dims
+
+    def _score_dimensions(
+        self, images_or_clips: np.ndarray, prompts: Sequence[str], per_frame_prompts: frames.PerFramePrompts = None
+    ) -> tuple[list[float], dict[str, list[float]]]:
+        """`score_dimensions` before the dimension weights.
 
         An image reward scores a clip frame by frame against the clip's per-frame prompt:
         `per_frame_prompts` is one per clip (a list) or a function of the clip's prompt (None where a

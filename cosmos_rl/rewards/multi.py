@@ -53,13 +53,15 @@ class RewardTerm:
     frame_reduce: str = "mean"  # how an image reward scores a clip (cosmos_rl.rewards.frames)
     frame_stride: int = 1
     judge: object = None  # a VLM judge's JudgeConfig (rewards/vlm_judge.py) when judge.model is set, else None
+    dimensions: tuple[tuple[str, float], ...] = ()  # (dimension, weight) pairs whose weighted sum is the score; () = its own
 
 
 def weighted_terms(tables, prefix: str) -> list[RewardTerm]:
     """One term per weighted reward table (`[[rl.rewards]]`, `[[rl.eval.rewards]]`), keyed `prefix[i]`."""
     return [
         RewardTerm(f"{prefix}[{i}]", t.name, t.weight, t.url, t.revision, t.reward_revision, t.model,
-                   t.timeout_s, t.max_retries, t.backoff_s, t.token_env, t.frame_reduce, t.frame_stride, _judge(t))
+                   t.timeout_s, t.max_retries, t.backoff_s, t.token_env, t.frame_reduce, t.frame_stride, _judge(t),
+                   tuple(sorted(t.dimensions.items())))
         for i, t in enumerate(tables)
     ]  # fmt: skip
 
@@ -105,7 +107,7 @@ def client_for(term: RewardTerm, url: str, token: str | None):
     return RewardClient(
         url, term.name, term.revision, term.timeout_s, term.max_retries, term.backoff_s, token,
         key=term.key, expected_reward_revision=term.reward_revision, frame_reduce=term.frame_reduce,
-        frame_stride=term.frame_stride,
+        frame_stride=term.frame_stride, dimension_weights=dict(term.dimensions),
     )  # fmt: skip
 
 
