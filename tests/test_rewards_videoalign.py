@@ -199,6 +199,14 @@ def test_served_with_its_dimensions_and_single_value_rewards_unchanged(folder, r
             assert sorted(by_name) == ["brightness", "videoalign"] and by_dim["videoalign.ta"] == dims["ta"]
         finally:
             multi.close()
+        # rl.rewards[].dimensions: the score becomes the weighted sum of the named dimensions
+        weighted = RewardClient(server.url, "videoalign", "va-1", 60, 0, 0.0, key="rl.rewards[0]", dimension_weights={"vq": 1.0, "mq": 2.0})
+        weighted.check_revision(VIDEO_RUN)
+        mixed, _ = weighted.score_dimensions(clips, PROMPTS[:2])
+        assert mixed == pytest.approx([v + 2 * m for v, m in zip(direct.dimensions["vq"], direct.dimensions["mq"])], rel=1e-6)
+        wrong = RewardClient(server.url, "videoalign", "va-1", 60, 0, 0.0, key="rl.rewards[0]", dimension_weights={"quality": 1.0})
+        with pytest.raises(UserError, match=r"^rl.rewards\[0\].dimensions names \['quality'\], which the service at .* lists \['vq', 'mq', 'ta'\]"):
+            wrong.check_revision(VIDEO_RUN)
     with RewardServer(revision="plain") as server:
         assert "dimensions" not in RewardClient(server.url, "brightness", "plain", 10, 0, 0.0).info()
 
