@@ -161,7 +161,7 @@ class ServedRewards:
         # `manifest`: the terms are `[[rl.eval.rewards]]` tables (messages name their keys, tokens come
         # from each table's token_env); else the command's options (`served_terms`).
         self.manifest = manifest
-        self._dimensions: dict[str, list[float]] = {}  # each reward dimension's values since take_dimensions
+        self._dimensions: dict[str, list] = {}  # each reward dimension's [sum, count] since take_dimensions
         if manifest:
             tokens = {t.name: token_for(t, environ) for t in terms}
         else:
@@ -229,7 +229,9 @@ class ServedRewards:
                     raise UserError(f"{term.key}: scored a sample {value:g}, outside [{lo:g}, {hi:g}], the range an evaluation "
                                     "keeps; a reward's output must be a score of that scale: fix the reward")  # fmt: skip
         for name, values in dims.items():  # a reward's named dimensions (`videoalign.vq`): reported, never summed
-            self._dimensions.setdefault(name, []).extend(values)
+            # a sum and a count, not the values: training's evaluations never take them, and must not grow
+            total = self._dimensions.setdefault(name, [0.0, 0])
+            total[0], total[1] = total[0] + float(sum(values)), total[1] + len(values)
         summed = [float(sum(t.weight * each[t.name][i] for t in self.terms)) for i in range(len(captions))]
         if any(not lo <= value <= hi for value in summed):
             raise UserError(f"--reward-weight: the weighted sum of {keys} leaves [{lo:g}, {hi:g}], the range an evaluation keeps; "
@@ -240,7 +242,7 @@ class ServedRewards:
         """The mean of each reward dimension (`rewards.dimensions.metric_name`) over the samples scored
         since the last call, then forgotten; None when no reward returned dimensions."""
         taken, self._dimensions = self._dimensions, {}
-        return {name: float(np.mean(values)) for name, values in sorted(taken.items())} or None
+        return {name: total / count for name, (total, count) in sorted(taken.items()) if count} or None
 
     def close(self) -> None:
         self.client.close()
