@@ -57,6 +57,7 @@ def test_a_model_reward_from_a_folder_scores_a_checkpoint_against_its_base_with_
     assert len(out["prompt_scores"]["other"]) == len(PROMPTS)
     assert out["rewards"] == [{"name": "pickscore", "weight": 1.0, "folder": str(folder.resolve()), "url": None,
                                "revision": revision_of("pickscore", folder.resolve())}]  # fmt: skip
+    assert out["reward_dimensions"] is None and out["base_reward_dimensions"] is None  # PickScore has no named dimensions
     # A random CLIP scores outside [0, 1]: the file check takes a model reward's scale, not a verifier's.
     assert not all(0.0 <= v <= 1.0 for v in (*out["prompt_scores"]["other"], *out["base_prompt_scores"]["other"]))
     assert read(run / "eval_pick" / "eval.json", "eval.json") == out

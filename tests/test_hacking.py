@@ -117,6 +117,24 @@ def test_training_eval_strips_the_prompt_scores_and_halts_with_stop_on_hacking()
     assert buffer.getvalue().count("possible reward hacking") == 1
 
 
+def test_a_rewards_named_dimension_is_watched_as_a_dimension():
+    """VideoAlign's motion quality (`train/videoalign.mq/reward_mean`, as the online trainer logs a
+    reward's named dimension) collapsing while the total rises warns by its name, one evaluation a step."""
+    from cosmos_rl.algorithms.multi_reward import reward_metric_names
+    from cosmos_rl.rewards.dimensions import metric_name
+
+    config = load.load(SMOKE, ["rl.eval.every=1", "rl.eval.hacking_window=3"])
+    hook = TrainingEval(config, lambda step: _metrics(BEFORE, 0.5), main=False)
+    mq, vq = reward_metric_names(metric_name("videoalign", "mq"))[0], reward_metric_names(metric_name("videoalign", "vq"))[0]
+    assert mq == "train/videoalign.mq/reward_mean"
+    values = {1: (0.2, 1.0, 0.1), 2: (0.3, 0.5, 0.4), 3: (0.4, 0.0, 0.8)}  # total, mq (falls), vq (rises)
+    step = hook.wrap_step(lambda s: {"train/reward_mean": values[s][0], mq: values[s][1], vq: values[s][2]})
+    for s in (1, 2, 3):
+        step(s)
+        hook.holdout(s)
+    assert len(hook.warnings) == 1 and "reward dimension 'videoalign.mq' collapsed at step 3" in hook.warnings[0]
+
+
 def test_gold_metrics_by_hand():
     # Two prompts of "counting" and one of "colors", one image each: gold 1, 0 and 1.
     gold = PromptTotals.empty(3)

@@ -148,6 +148,8 @@ NFT_CASES = [
         ('{name="brightness", revision="r"}, {name="brightness", revision="r"}', "rl.rewards[1].name", "listed before"),
         ('{name="brightness", revision="r", weight=0.0}', "rl.rewards[0].weight", "finite number > 0"),
         ('{name="brightness", revision="r", weight=inf}', "rl.rewards[0].weight", "finite number > 0"),
+        ('{name="videoalign", revision="r", model="/m", dimensions={vq=1.0, mq=-1.0}}', "rl.rewards[0].dimensions.mq", "finite number > 0"),
+        ('{name="j", revision="r", url="http://127.0.0.1:1/v1", judge={model="m"}, dimensions={vq=1.0}}', "rl.rewards[0].dimensions", "no named dimensions"),
         ('{name="brightness"}', "rl.rewards[0].revision", "required"),
         ('{name="brightness", revision="r", url="ftp://x"}', "rl.rewards[0].url", "http://"),
         ('{name="pickscore", revision="r", url="http://127.0.0.1:1", model="m"}', "rl.rewards[0].model", "only for the built-in service"),

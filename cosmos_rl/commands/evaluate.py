@@ -287,12 +287,15 @@ def _evaluate(t, model, captions, described, seeds, reward, batch_size, where, o
     with model.policy() as network:
         policy_done = evaluator.scored(network, keep=keep) if model.base is not None else cache.scored(evaluator, network, keep)
     scores = evaluator.scores(policy_done.totals, policy_done.prompts)
+    # each served reward's named dimensions, per model scored (None when none has any, or every score came from the cache)
+    dimensions = {"": served.take_dimensions() if served is not None else None, "base_": None}
     base, diff, rows = None, None, [("model", policy_done.kept)]
     if model.base is not None:
         evaluator.on_batch = lambda done, total: progress("base", done, total)
         with model.base() as network:
             base_done = cache.scored(evaluator, network, keep)
         base = evaluator.scores(base_done.totals, base_done.prompts)
+        dimensions["base_"] = served.take_dimensions() if served is not None else None
         diff = difference(scores, base)  # identical noise per item: a paired comparison
         rows = [("base", base_done.kept), (f"checkpoint\nstep {t.step}", policy_done.kept)]
     grid = write_grid(t.out_dir / ("before_after.png" if base is not None else "samples.png"),
@@ -316,6 +319,8 @@ def _evaluate(t, model, captions, described, seeds, reward, batch_size, where, o
         "suite": chosen.name,  # added with suites: the world whose prompts and verifier made these numbers
         # Added with served rewards: each reward scored through a service (folder or url), its weight and revision; null = in-process.
         "rewards": served.describe() if served is not None else None,
+        # Added with rewards of named dimensions (VideoAlign's vq, mq, ta): each one's mean over the samples scored.
+        "reward_dimensions": dimensions[""], "base_reward_dimensions": dimensions["base_"],
     }  # fmt: skip
     # allow_nan=False: `Infinity` is not JSON; every number here is finite by the checks above.
     (t.out_dir / RESULT_FILE).write_text(json.dumps(result, indent=1, allow_nan=False) + "\n", encoding="utf-8")

@@ -344,6 +344,7 @@ LATER_KNOB_DEFAULTS: dict[str, object] = {
     # Keys of an array of tables stand for every entry (`rl.rewards[1].frame_reduce`).
     "rl.rewards[].frame_reduce": "mean",
     "rl.rewards[].frame_stride": 1,
+    "rl.rewards[].dimensions": {},
     "rl.eval.suite": "",
     "model.condition.modes": [],
     "model.action.embodiment": "",

@@ -9,7 +9,7 @@ service for each reward with no url (loading a model folder there), and one
 image is the weighted sum of its rewards' scores. A single built-in reward with no folder, url or
 weight (`--reward shapes_strict`) is scored in-process as before (`served_terms` gives None).
 
-    --reward pickscore=FOLDER                  a model reward (rewards.models.MODEL_KINDS) from a folder
+    --reward pickscore=FOLDER                  a model reward (rewards.models.SERVED_KINDS) from a folder
     --reward-url URL --reward pickscore        the reward `pickscore` of the service at URL
     --reward-token-env VAR                     with --reward-url: the bearer token is $VAR
     --reward-weight NAME=W                     NAME's weight in the sum (default 1)
@@ -48,9 +48,9 @@ BACKOFF_S = 0.5
 
 
 def _model_kinds() -> tuple[str, ...]:
-    from cosmos_rl.rewards.models import MODEL_KINDS
+    from cosmos_rl.rewards.models import SERVED_KINDS
 
-    return MODEL_KINDS
+    return SERVED_KINDS
 
 
 def _builtin_names() -> list[str]:
@@ -161,6 +161,7 @@ class ServedRewards:
         # `manifest`: the terms are `[[rl.eval.rewards]]` tables (messages name their keys, tokens come
         # from each table's token_env); else the command's options (`served_terms`).
         self.manifest = manifest
+        self._dimensions: dict[str, list] = {}  # each reward dimension's [sum, count] since take_dimensions
         if manifest:
             tokens = {t.name: token_for(t, environ) for t in terms}
         else:
@@ -217,7 +218,7 @@ class ServedRewards:
         """The weighted sum of every reward's score of each uint8 image [N, H, W, 3] or clip [N, F, H, W, 3]."""
         keys = " ".join(t.key for t in self.terms)
         try:
-            each = self.client.score(samples, list(captions))
+            each, dims = self.client.score_dimensions(samples, list(captions))
         except RewardServiceError as exc:
             raise UserError(f"{keys}: the reward service gave no scores ({exc}); fix the service (its /score must answer "
                             "one finite number per sample), or score with another reward") from None  # fmt: skip
@@ -227,11 +228,21 @@ class ServedRewards:
                 if not lo <= value <= hi:
                     raise UserError(f"{term.key}: scored a sample {value:g}, outside [{lo:g}, {hi:g}], the range an evaluation "
                                     "keeps; a reward's output must be a score of that scale: fix the reward")  # fmt: skip
+        for name, values in dims.items():  # a reward's named dimensions (`videoalign.vq`): reported, never summed
+            # a sum and a count, not the values: training's evaluations never take them, and must not grow
+            total = self._dimensions.setdefault(name, [0.0, 0])
+            total[0], total[1] = total[0] + float(sum(values)), total[1] + len(values)
         summed = [float(sum(t.weight * each[t.name][i] for t in self.terms)) for i in range(len(captions))]
         if any(not lo <= value <= hi for value in summed):
             raise UserError(f"--reward-weight: the weighted sum of {keys} leaves [{lo:g}, {hi:g}], the range an evaluation keeps; "
                             "use smaller weights")  # fmt: skip
         return summed
+
+    def take_dimensions(self) -> dict[str, float] | None:
+        """The mean of each reward dimension (`rewards.dimensions.metric_name`) over the samples scored
+        since the last call, then forgotten; None when no reward returned dimensions."""
+        taken, self._dimensions = self._dimensions, {}
+        return {name: total / count for name, (total, count) in sorted(taken.items()) if count} or None
 
     def close(self) -> None:
         self.client.close()

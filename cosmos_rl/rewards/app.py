@@ -8,6 +8,9 @@ Protocol (JSON over HTTP; with a token every endpoint needs `Authorization: Bear
     POST /score    {"reward": str, "prompts": [str, ...], "images": [base64 PNG (RGB), ...]}
              or    {"reward": str, "prompts": [str, ...], "clips": [[base64 PNG frame, ...], ...]}
                 -> {"scores": [float, ...], "revision": str | null, "reward_revision": str}
+A reward with named dimensions (`rewards.dimensions`) is listed in /info `"dimensions": {reward: [name, ...]}`
+(the key is there only when some reward has dimensions) and its /score answer adds
+`"dimensions": {name: [float, ...]}`, one value per prompt each; other answers are unchanged.
 A reward takes `images` if its modalities list `image`, `clips` (one list of frames per prompt, every
 clip of a request with the same frame count and size) if they list `video`. A service whose /info
 has no `modalities` counts as image-only, and one with no `uses_prompt` as reading every prompt.
@@ -37,6 +40,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from cosmos_rl.rewards.batching import Batcher, RewardError
+from cosmos_rl.rewards.dimensions import Scored
 from cosmos_rl.rewards.limits import (
     BadRequest, Fields, Limits, decode, decoded_bytes, library_said, open_images, parse_fields,
 )  # fmt: skip
@@ -118,7 +122,7 @@ class RewardApp:
 
     def info(self) -> dict:
         names = sorted(self.registry)
-        return {
+        answer = {
             "name": self.name,
             "revision": self.revision,
             "rewards": names,
@@ -126,6 +130,10 @@ class RewardApp:
             "modalities": {name: list(self.registry[name].modalities) for name in names},
             "uses_prompt": {name: self.registry[name].uses_prompt for name in names},
         }
+        dimensions = {name: list(self.registry[name].dimensions) for name in names if self.registry[name].dimensions}
+        if dimensions:  # absent when no reward has any, so such a service's /info is what it was
+            answer["dimensions"] = dimensions
+        return answer
 
     def close(self) -> None:
         for batcher in self._batchers.values():
@@ -223,7 +231,10 @@ class RewardApp:
                 raise BadRequest(str(exc), 400 if exc.bad_input else 500) from None
         finally:
             self._budget.give(need)
-        return {"scores": scores, "revision": self.revision, "reward_revision": self.registry[reward].revision}
+        answer = {"scores": scores, "revision": self.revision, "reward_revision": self.registry[reward].revision}
+        if isinstance(scores, Scored):
+            answer["scores"], answer["dimensions"] = scores.scores, scores.dimensions
+        return answer
 
     def _prepare(self, body: bytes) -> tuple[Fields, list]:
         try:

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import attrs
 import numpy as np
 
+from cosmos_rl.rewards import dimensions
 from cosmos_rl.rewards.registry import Reward
 
 
@@ -35,18 +36,34 @@ class RewardError(Exception):
         self.bad_input = bad_input
 
 
-def _checked(scores, count: int) -> list[float]:
+def _checked(result, count: int, reward: Reward | None = None) -> list[float] | dimensions.Scored:
+    """The reward's answer checked: a list of `count` finite floats, or (a reward with dimensions) a
+    `dimensions.Scored` whose scores and every declared dimension hold `count` finite floats."""
+    scores, dims = dimensions.split(result)
     scores = [float(s) for s in scores]
     if len(scores) != count:
         raise RewardError(f"the reward returned {len(scores)} scores for {count} images", bad_input=False)
     if not all(math.isfinite(s) for s in scores):
         raise RewardError(f"the reward returned non-finite scores {scores}", bad_input=False)
-    return scores
+    declared = reward.dimensions if reward is not None else ()
+    if not declared and not dims:
+        return scores
+    why = dimensions.problem(dims, declared, count)
+    if why:
+        raise RewardError(f"the reward returned {why}", bad_input=False)
+    return dimensions.Scored(scores, {k: [float(v) for v in dims[k]] for k in declared})
 
 
-def _score_one(reward: Reward, item: _Item) -> list[float] | RewardError:
+def _part(result, start: int, stop: int):
+    """Samples start:stop of a checked answer (its dimensions too)."""
+    if isinstance(result, dimensions.Scored):
+        return dimensions.Scored(result.scores[start:stop], {k: v[start:stop] for k, v in result.dimensions.items()})
+    return result[start:stop]
+
+
+def _score_one(reward: Reward, item: _Item) -> list[float] | dimensions.Scored | RewardError:
     try:
-        return _checked(reward.fn(item.images, item.prompts), len(item.prompts))
+        return _checked(reward.fn(item.images, item.prompts), len(item.prompts), reward)
     except RewardError as exc:
         return exc
     except ValueError as exc:  # the reward's own input checks (shapes, prompts it cannot score)
@@ -61,12 +78,12 @@ def _score_group(reward: Reward, items: list[_Item]) -> list[list[float] | Rewar
     images = np.concatenate([item.images for item in items])
     prompts = [p for item in items for p in item.prompts]
     try:
-        scores = _checked(reward.fn(images, prompts), len(prompts))
+        scores = _checked(reward.fn(images, prompts), len(prompts), reward)
     except Exception:  # find the request at fault by scoring each alone
         return [_score_one(reward, item) for item in items]
     out, start = [], 0
     for item in items:
-        out.append(scores[start : start + len(item.prompts)])
+        out.append(_part(scores, start, start + len(item.prompts)))
         start += len(item.prompts)
     return out
 
@@ -82,7 +99,7 @@ class Batcher:
         self._task: asyncio.Task | None = None
         self.batches = 0  # calls made, for tests and the bench
 
-    async def score(self, images: np.ndarray, prompts: list[str]) -> list[float]:
+    async def score(self, images: np.ndarray, prompts: list[str]) -> list[float] | dimensions.Scored:
         loop = asyncio.get_running_loop()
         item = _Item(images, prompts, loop.create_future())
         self._queue.append(item)

@@ -27,7 +27,7 @@ from PIL import Image
 
 from cosmos_rl.core.errors import UserError
 from cosmos_rl.core.media import MediaSpec
-from cosmos_rl.rewards import frames
+from cosmos_rl.rewards import dimensions, frames
 from cosmos_rl.rewards.functions import check_images
 from cosmos_rl.rewards.limits import Limits, chunks_within
 from cosmos_rl.rewards.video import check_clips
@@ -79,6 +79,7 @@ class RewardClient:
         expected_reward_revision: str = "",
         frame_reduce: str = "mean",
         frame_stride: int = 1,
+        dimension_weights: dict[str, float] | None = None,
     ):
         if not url.startswith(("http://", "https://")):
             raise UserError(f"{key}.url must start with http:// or https://, got {url!r}")
@@ -104,10 +105,13 @@ class RewardClient:
         # The fix a refused token's message names: the manifest key, or a command's option (`evaluation.served`).
         self.token_fix = f"set {key}.token_env to a variable holding the service's token"
         self.frame_reduce, self.frame_stride = frame_reduce, frame_stride
+        # {dimension: weight}: the score is the weighted sum of these named dimensions instead of the reward's own
+        self.dimension_weights = dict(dimension_weights or {})
         self._session: requests.Session | None = None
         self._modalities: tuple[str, ...] | None = None  # the reward's, from /info (once known)
         self._listed = False  # whether /info listed modalities at all
         self._uses_prompt = True
+        self._dimensions: tuple[str, ...] = ()  # the reward's named dimensions, from /info
 
     # -- public API ----------------------------------------------------------------------
     def info(self) -> dict:
@@ -157,6 +161,10 @@ class RewardClient:
                 )
         self._learn(info)
         self._check_modality(media)
+        missing = sorted(set(self.dimension_weights) - set(self._dimensions))
+        if missing:
+            raise UserError(f"{key}.dimensions names {missing}, which the service at {self.url} does not list for {self.reward!r} "
+                            f"(it lists {list(self._dimensions)}); use those names, or clear {key}.dimensions")  # fmt: skip
         return info
 
     def clip_scoring(self) -> str:
@@ -182,7 +190,19 @@ class RewardClient:
                             'a reward\'s modalities are a non-empty list of "image" and "video": fix the service')
         uses = info.get("uses_prompt")
         self._uses_prompt = not (isinstance(uses, dict) and uses.get(self.reward) is False)
+        dims = info.get("dimensions")
+        named = dims.get(self.reward, []) if isinstance(dims, dict) else []
+        if not (isinstance(named, list) and all(isinstance(d, str) and d for d in named) and len(set(named)) == len(named)):
+            raise UserError(f"the reward service at {self.url} lists dimensions {_one_line(repr(named))} for {self.reward!r}; "
+                            "a reward's dimensions are a list of distinct names: fix the service")
+        self._dimensions = tuple(named)
         self._modalities = tuple(own)
+
+    def dimensions(self) -> tuple[str, ...]:
+        """The named dimensions the service lists for the reward in /info (read once); () for most rewards."""
+        if self._modalities is None:
+            self._learn(self.info())
+        return self._dimensions
 
     def _check_modality(self, media: MediaSpec) -> None:
         mods = list(self._modalities)
@@ -199,7 +219,31 @@ class RewardClient:
                             f"whole clips with {self.reward!r} itself (modalities {mods}); remove them")
 
     def score(self, images_or_clips: np.ndarray, prompts: Sequence[str], per_frame_prompts: frames.PerFramePrompts = None) -> list[float]:
-        """Scores for uint8 images [N, H, W, 3] or clips [N, F, H, W, 3], one per sample, in order.
+        """Scores for uint8 images [N, H, W, 3] or clips [N, F, H, W, 3], one per sample, in order
+        (`score_dimensions` without the dimensions)."""
+        return self.score_dimensions(images_or_clips, prompts, per_frame_prompts)[0]
+
+    def score_dimensions(
+        self, images_or_clips: np.ndarray, prompts: Sequence[str], per_frame_prompts: frames.PerFramePrompts = None
+    ) -> tuple[list[float], dict[str, list[float]]]:
+        """(scores, {dimension: values}) for uint8 images [N, H, W, 3] or clips [N, F, H, W, 3], one per
+        sample, in order; the dimensions are those the reward's answers carry ({} for most rewards). With
+        `dimension_weights` the scores are the weighted sum of those dimensions.
+        """
+        scores, dims = self._score_dimensions(images_or_clips, prompts, per_frame_prompts)
+        if not self.dimension_weights:
+            return scores, dims
+        missing = sorted(set(self.dimension_weights) - set(dims))
+        if missing:
+            raise RewardServiceError(f"reward service at {self.url} answered {self.reward!r} without dimensions {missing} "
+                                     f"that {self.key}.dimensions weighs; it changed under the running job")  # fmt: skip
+        weighted = [sum(w * dims[d][i] for d, w in sorted(self.dimension_weights.items())) for i in range(len(scores))]
+        return [float(v) for v in weighted], dims
+
+    def _score_dimensions(
+        self, images_or_clips: np.ndarray, prompts: Sequence[str], per_frame_prompts: frames.PerFramePrompts = None
+    ) -> tuple[list[float], dict[str, list[float]]]:
+        """`score_dimensions` before the dimension weights.
 
         An image reward scores a clip frame by frame against the clip's per-frame prompt:
         `per_frame_prompts` is one per clip (a list) or a function of the clip's prompt (None where a
@@ -213,7 +257,22 @@ class RewardClient:
         check_images(images_or_clips, prompts)
         return self._post("images", [encode_png(image) for image in images_or_clips], list(prompts))
 
-    def _score_clips(self, clips: np.ndarray, prompts: Sequence[str], per_frame_prompts: frames.PerFramePrompts) -> list[float]:
+    def _joined(self, field: str, items: list, prompts: list[str], sizes: list) -> tuple[list[float], dict[str, list[float]]]:
+        """One /score request per chunk within the wire limits, the answers joined in order."""
+        scores, dims = [], {}
+        for a, b in chunks_within(sizes, WIRE_LIMITS):
+            part, part_dims = self._post(field, items[a:b], prompts[a:b])
+            if a and sorted(part_dims) != sorted(dims):
+                raise RewardServiceError(f"reward service at {self.url} answered dimensions {sorted(part_dims)} after {sorted(dims)} "
+                                         "for the same reward; it changed under the running job")  # fmt: skip
+            scores += part
+            for name, values in part_dims.items():
+                dims.setdefault(name, []).extend(values)
+        return scores, dims
+
+    def _score_clips(
+        self, clips: np.ndarray, prompts: Sequence[str], per_frame_prompts: frames.PerFramePrompts
+    ) -> tuple[list[float], dict[str, list[float]]]:
         check_clips(clips, prompts)
         if self._modalities is None:
             self._learn(self.info())
@@ -221,7 +280,7 @@ class RewardClient:
         if "video" in self._modalities:
             encoded = [[encode_png(frame) for frame in clip] for clip in clips]
             sizes = [(f, f * h * w, sum(map(len, clip)) + len(p)) for clip, p in zip(encoded, prompts)]
-            return [s for a, b in chunks_within(sizes, WIRE_LIMITS) for s in self._post("clips", encoded[a:b], list(prompts[a:b]))]
+            return self._joined("clips", encoded, list(prompts), sizes)
         picked = frames.scored_frames(f, self.frame_reduce, self.frame_stride)
         texts = frames.frame_prompts(prompts, per_frame_prompts)
         if self._uses_prompt:
@@ -235,11 +294,16 @@ class RewardClient:
         encoded = [encode_png(clips[i, j]) for i in range(n) for j in picked]
         flat = [text or "" for text in texts for _ in picked]
         sizes = [(1, h * w, len(e) + len(p)) for e, p in zip(encoded, flat)]
-        scores = [s for a, b in chunks_within(sizes, WIRE_LIMITS) for s in self._post("images", encoded[a:b], flat[a:b])]
+        scores, dims = self._joined("images", encoded, flat, sizes)
         k = len(picked)
-        return [frames.reduce_scores(scores[i * k : (i + 1) * k], self.frame_reduce) for i in range(n)]
 
-    def _post(self, field: str, items: list, prompts: list[str]) -> list[float]:
+        def per_clip(values: list[float]) -> list[float]:
+            return [frames.reduce_scores(values[i * k : (i + 1) * k], self.frame_reduce) for i in range(n)]
+
+        # an image reward's dimensions reduce over a clip's frames as its score does
+        return per_clip(scores), {name: per_clip(values) for name, values in dims.items()}
+
+    def _post(self, field: str, items: list, prompts: list[str]) -> tuple[list[float], dict[str, list[float]]]:
         """One /score request of `images` or `clips`, its answer checked against the pins."""
         payload = {"reward": self.reward, "prompts": prompts, field: items}
         n = len(prompts)
@@ -256,7 +320,7 @@ class RewardClient:
                 f"reward service at {self.url} scored {self.reward!r} with reward revision {own!r}, not the "
                 f"pinned {self.expected_reward_revision!r}; it changed under the running job"
             )
-        return answer["scores"]
+        return answer["scores"], answer.get("dimensions") or {}
 
     def close(self) -> None:
         if self._session is not None:
@@ -342,3 +406,9 @@ def _check_scores(answer: object, expected: int) -> None:
     if not ok:
         raise _Transient(f"/score answered non-finite or non-numeric scores: {_one_line(repr(scores))}")
     answer["scores"] = [float(s) for s in scores]
+    if "dimensions" in answer:
+        dims = answer["dimensions"]
+        why = dimensions.problem(dims, sorted(dims) if isinstance(dims, dict) else [], expected)
+        if why:
+            raise _Transient(f"/score answered {why}")
+        answer["dimensions"] = {name: [float(v) for v in values] for name, values in dims.items()}

@@ -28,6 +28,8 @@ from cosmos_rl.core.errors import UserError, library_text
 from cosmos_rl.rewards.clip_folder import check_clip_folder
 
 MODEL_KINDS = ("pickscore", "clipscore", "aesthetic")
+# Every model reward a folder serves: the CLIP ones here, and VideoAlign (rewards/videoalign.py).
+SERVED_KINDS = (*MODEL_KINDS, "videoalign")
 HEAD_FILE = "aesthetic_head.safetensors"
 CLIPSCORE_W = 2.5
 # Files whose bytes decide the scores: weights, model config, tokenizer and image processor.

@@ -30,6 +30,7 @@ import numpy as np
 from cosmos_rl.core.errors import UserError
 from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.rewards.client import RewardClient, RewardServiceError
+from cosmos_rl.rewards.dimensions import metric_name
 from cosmos_rl.rewards.frames import PerFramePrompts, builtin_frame_prompts, reads_frame_captions
 from cosmos_rl.suites import registry as suites
 
@@ -52,13 +53,15 @@ class RewardTerm:
     frame_reduce: str = "mean"  # how an image reward scores a clip (cosmos_rl.rewards.frames)
     frame_stride: int = 1
     judge: object = None  # a VLM judge's JudgeConfig (rewards/vlm_judge.py) when judge.model is set, else None
+    dimensions: tuple[tuple[str, float], ...] = ()  # (dimension, weight) pairs whose weighted sum is the score; () = its own
 
 
 def weighted_terms(tables, prefix: str) -> list[RewardTerm]:
     """One term per weighted reward table (`[[rl.rewards]]`, `[[rl.eval.rewards]]`), keyed `prefix[i]`."""
     return [
         RewardTerm(f"{prefix}[{i}]", t.name, t.weight, t.url, t.revision, t.reward_revision, t.model,
-                   t.timeout_s, t.max_retries, t.backoff_s, t.token_env, t.frame_reduce, t.frame_stride, _judge(t))
+                   t.timeout_s, t.max_retries, t.backoff_s, t.token_env, t.frame_reduce, t.frame_stride, _judge(t),
+                   tuple(sorted(t.dimensions.items())))
         for i, t in enumerate(tables)
     ]  # fmt: skip
 
@@ -104,7 +107,7 @@ def client_for(term: RewardTerm, url: str, token: str | None):
     return RewardClient(
         url, term.name, term.revision, term.timeout_s, term.max_retries, term.backoff_s, token,
         key=term.key, expected_reward_revision=term.reward_revision, frame_reduce=term.frame_reduce,
-        frame_stride=term.frame_stride,
+        frame_stride=term.frame_stride, dimension_weights=dict(term.dimensions),
     )  # fmt: skip
 
 
@@ -214,6 +217,34 @@ class MultiRewardClient:
 
         futures = {c.reward: self._pool.submit(c.score, images_or_clips, prompts, per_frame(c)) for c in self.clients}
         return {name: future.result() for name, future in futures.items()}
+
+    def dimension_names(self) -> list[str]:
+        """Every reward's named dimensions as table names (`dimensions.metric_name`: `videoalign.vq`), in
+        name order; a client with no /info dimensions (a VLM judge) has none."""
+        names = []
+        for client in self.clients:
+            listed = client.dimensions() if hasattr(client, "dimensions") else ()
+            names += [metric_name(client.reward, d) for d in listed]
+        return sorted(names)
+
+    def score_dimensions(
+        self, images_or_clips: np.ndarray, prompts: Sequence[str], per_frame_prompts: PerFramePrompts = None
+    ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+        """`score`'s {reward name: scores}, and {`reward.dimension`: values} of the rewards with dimensions."""
+        clips = isinstance(images_or_clips, np.ndarray) and images_or_clips.ndim == 5
+
+        def call(client):
+            rule = per_frame_prompts if per_frame_prompts is not None or not clips else self._frame_rules.get(client.reward)
+            if hasattr(client, "score_dimensions"):
+                return client.score_dimensions(images_or_clips, prompts, rule)
+            return client.score(images_or_clips, prompts, rule), {}
+
+        futures = {c.reward: self._pool.submit(call, c) for c in self.clients}
+        scores, dims = {}, {}
+        for name, future in futures.items():
+            scores[name], own = future.result()
+            dims.update({metric_name(name, d): values for d, values in own.items()})
+        return scores, dims
 
     def close(self) -> None:
         for client in self.clients:

@@ -42,6 +42,8 @@ class Reward:
     max_batch: int = 64  # images (or clips) per call when requests are batched together
     modalities: tuple[str, ...] = ("image",)  # what the reward's fn takes; /info lists it
     uses_prompt: bool = True  # False: the prompt plays no part in the score; /info lists it
+    # Named dimensions fn scores besides its score (fn then returns a `dimensions.Scored`); /info lists them.
+    dimensions: tuple[str, ...] = ()
 
     def __attrs_post_init__(self):
         if not self.modalities or set(self.modalities) - set(MODALITIES):
@@ -105,15 +107,15 @@ def reward_fns() -> dict[str, RewardFn]:
 
 def parse_model_specs(specs: list[str]) -> dict[str, str]:
     """`--model NAME=FOLDER` items -> {NAME: FOLDER}; each NAME once."""
-    from cosmos_rl.rewards.models import MODEL_KINDS
+    from cosmos_rl.rewards.models import SERVED_KINDS
 
     out: dict[str, str] = {}
     for spec in specs:
         name, sep, folder = spec.partition("=")
         if not sep or not name or not folder:
             raise UserError(f"--model {spec!r}: expected NAME=FOLDER, e.g. --model pickscore=/models/PickScore_v1")
-        if name not in MODEL_KINDS:
-            raise UserError(f"--model {spec!r}: unknown model reward {name!r}; use one of {list(MODEL_KINDS)}")
+        if name not in SERVED_KINDS:
+            raise UserError(f"--model {spec!r}: unknown model reward {name!r}; use one of {list(SERVED_KINDS)}")
         if name in out:
             raise UserError(f"--model {name}=... given twice; give each model reward once")
         out[name] = folder
@@ -128,8 +130,22 @@ def build_registry(
     entry (loaded now); `option` is what named the folders, in messages."""
     registry = builtin_rewards(outside_suites)
     for kind, folder in (models or {}).items():
-        from cosmos_rl.rewards.models import ClipRewardModel
-
-        model = ClipRewardModel(kind, folder, device=device, option=option)
-        registry[kind] = Reward(kind, model, model.revision, max_batch=32, uses_prompt=kind not in PROMPT_FREE)
+        registry[kind] = model_reward(kind, folder, device, option)
     return registry
+
+
+def model_reward(kind: str, folder: str | Path, device: str = "auto", option: str = "--model") -> Reward:
+    """The model reward `kind` loaded from `folder`: a CLIP reward (images), or VideoAlign (whole
+    clips, with its VQ/MQ/TA dimensions)."""
+    from cosmos_rl.rewards.videoalign import KIND as VIDEOALIGN
+
+    if kind == VIDEOALIGN:
+        from cosmos_rl.rewards.videoalign import VideoAlignReward
+
+        model = VideoAlignReward(folder, device=device, option=option)
+        # A 2B VLM's forward per clip: a small batch keeps one request's latency bounded.
+        return Reward(kind, model, model.revision, max_batch=8, modalities=("video",), dimensions=model.dimensions)
+    from cosmos_rl.rewards.models import ClipRewardModel
+
+    model = ClipRewardModel(kind, folder, device=device, option=option)
+    return Reward(kind, model, model.revision, max_batch=32, uses_prompt=kind not in PROMPT_FREE)

@@ -60,7 +60,8 @@ POLICY, OLD, EMA = "policy", "old", "ema"  # the LoRA adapter names (EMA: GRPO's
 # What a rank's train_step returns when another rank's reward call failed for good (see train_step).
 REWARD_FAILED = "reward_failed"
 
-# (rank, uint8 images [rows, H, W, 3], prompts) -> {reward name: one score per image}
+# (rank, uint8 images [rows, H, W, 3], prompts) -> {reward name: one score per image}, plus
+# {`reward.dimension`: values} for each name in the function's `dimensions` attribute, when it has one
 ScoreFn = Callable[[int, np.ndarray, Sequence[str]], dict[str, list[float]]]
 # One played rank's rollout: (x0 latents, the sampler's sigmas, uint8 pixels [rows, H, W, 3])
 Rollout = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -96,6 +97,9 @@ class OnlineTrainer:
         self.run_dir = Path(run_dir)
         self.device, self.comm, self.score = device, comm, score
         self.reward_weights = {term.name: term.weight for term in reward_terms(config.rl)}
+        # The named dimensions the rewards score besides their scores (`rewards.dimensions`: `videoalign.vq`),
+        # which `score` returns beside them: logged, never trained on.
+        self.dimension_names = tuple(getattr(score, "dimensions", ()))
         self.step = 0
         self.pending: _Pending | None = None  # rl.async_reward: the next step's rollout, made one policy version early
 
@@ -281,6 +285,8 @@ class OnlineTrainer:
     def _learn_and_report(self, step: int, batch: "_Batch", rollouts: list[Rollout], tables: dict[str, torch.Tensor],
                           rollout_s: float, reward_s: float) -> dict[str, float]:
         rl, cond, condition, world, texts = self.rl, batch.cond, batch.condition, batch.world, batch.texts
+        dimension_tables = {name: tables[name] for name in self.dimension_names}
+        tables = {name: table for name, table in tables.items() if name in self.reward_weights}
         rewards = weighted_reward(tables, self.reward_weights)
         t2 = time.perf_counter()
         # An algorithm written before I2V takes no condition: it is passed only to an I2V run's step.
@@ -299,6 +305,7 @@ class OnlineTrainer:
         metrics["train/reward_std"] = float(rewards.std(unbiased=False))
         if rl.rewards:  # several rewards: each one's own mean and std too
             metrics.update(reward_metrics(tables))
+        metrics.update(reward_metrics(dimension_tables))  # each dimension as its own reward: train/<reward>.<dim>/reward_mean
         metrics.update(extra)
         self.step = step
         return metrics
@@ -444,7 +451,7 @@ class OnlineTrainer:
         """The played ranks' own reward calls, no collective: ([rewards][rows] scores per played
         rank, rank -> why its call failed for good). Runs on the scoring thread with rl.async_reward."""
         own, failures = [], {}
-        names = sorted(self.reward_weights)
+        names = self._table_names()
         for rank, (_, _, pixels) in zip(self.comm.ranks, rollouts):
             try:
                 by_name = self.score(rank, pixels.numpy(), texts)
@@ -456,8 +463,12 @@ class OnlineTrainer:
             own.append(scores)
         return own, failures
 
+    def _table_names(self) -> list[str]:
+        """The rows of a rank's score table: each reward's, then each dimension's."""
+        return [*sorted(self.reward_weights), *self.dimension_names]
+
     def _gather_scores(self, own: list[list[list[float]]], failures: dict[int, str]) -> dict[str, torch.Tensor] | None:
-        names = sorted(self.reward_weights)
+        names = self._table_names()
         everyone = self.comm.gather([torch.tensor(s, dtype=torch.float64, device=self.device) for s in own]).cpu()  # [G, rewards, rows]
         if torch.isnan(everyone).any():
             if failures:
@@ -499,10 +510,16 @@ def _scored_by(client) -> ScoreFn:
 
     def score(rank: int, pixels: np.ndarray, prompts: Sequence[str]) -> dict[str, list[float]]:
         try:
-            return client.score(pixels, prompts)
+            scores, dims = client.score_dimensions(pixels, prompts)
         except RewardServiceError as exc:
             raise RewardUnavailable(f"rank {rank}: {exc}") from None  # the message names the service
+        return {**scores, **dims}
 
+    # every rank's table has the same rows: the dimensions the services list, read once here
+    try:
+        score.dimensions = tuple(client.dimension_names())
+    except RewardServiceError as exc:
+        raise RewardUnavailable(f"reading the rewards' /info: {exc}") from None
     return score
 
 

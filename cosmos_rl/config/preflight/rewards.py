@@ -15,7 +15,7 @@ from cosmos_rl.suites import registry as suites
 from cosmos_rl.suites.base import Suite
 
 WEIGHT_FREE_REWARDS = ("jpeg_compressibility", "jpeg_incompressibility", "brightness", "prompt_colour")  # cosmos_rl.rewards.functions.REWARDS, torch-free
-MODEL_REWARDS = ("pickscore", "clipscore", "aesthetic")  # cosmos_rl.rewards.models.MODEL_KINDS, torch-free
+MODEL_REWARDS = ("pickscore", "clipscore", "aesthetic", "videoalign")  # cosmos_rl.rewards.models.SERVED_KINDS, torch-free
 
 
 # What the built-in service offers besides model rewards: the weight-free rewards and every reward a
@@ -201,8 +201,18 @@ def weighted_tables(c: schema.RunConfig, tables, prefix: str, r: Rules, driver_s
         if not t.url and not t.judge.model:
             _builtin_term(c, t, f"{prefix}[{i}]", r, driver_service)
         _judge_keys(f"{prefix}[{i}]", t, r)
+        _dimension_keys(f"{prefix}[{i}]", t, r)
         _client_limits(f"{prefix}[{i}]", t, r)
         _frame_keys(c, f"{prefix}[{i}]", t, r)
+
+
+def _dimension_keys(key: str, t: schema.WeightedRewardConfig, r: Rules) -> None:
+    """`dimensions`: weights > 0 of named dimensions, which a VLM judge does not return."""
+    if t.dimensions and t.judge.model:
+        r.error(f"{key}.dimensions", "a VLM judge returns one score, no named dimensions", show(sorted(t.dimensions)), "clear dimensions")
+    for name, w in t.dimensions.items():
+        if not (isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) and w > 0):
+            r.error(f"{key}.dimensions.{name}", "must be a finite number > 0", w, f"set e.g. {name} = 1.0, or leave the dimension out")
 
 
 def _builtin_term(c: schema.RunConfig, t: schema.WeightedRewardConfig, key: str, r: Rules, driver_service: bool) -> None:
