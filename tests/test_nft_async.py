@@ -258,6 +258,80 @@ def test_a_reward_failure_commits_the_step_before_with_its_rollout_pending_and_r
 
 
 
+class _Cursor:
+    def __init__(self):
+        self.at = 0
+
+    def state_dict(self) -> dict:
+        return {"at": self.at}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.at = state["at"]
+
+
+def _bare_async_trainer(max_steps: int, learn, own_scores):
+    """`_async_step`'s control flow alone: an OnlineTrainer without a model whose draw, rollout,
+    scoring, gather and learn are stand-ins (a rollout is its step's number)."""
+    from types import SimpleNamespace
+
+    from cosmos_rl.trainers.online import OnlineTrainer, _Batch
+
+    trainer = OnlineTrainer.__new__(OnlineTrainer)
+    trainer.rl = SimpleNamespace(max_steps=max_steps, async_reward=True)
+    trainer.pending, trainer._scorer, trainer.cursor = None, None, _Cursor()
+
+    def draw():
+        before = trainer.cursor.state_dict()
+        trainer.cursor.at += 1
+        return _Batch([trainer.cursor.at], ["a prompt"], before, [], [], None, {})
+
+    trainer._draw = draw
+    trainer.rollout = lambda step, *args, **kwargs: [step]
+    trainer._own_scores = own_scores
+    trainer._gather_scores = lambda own, failures: {"reward": own}
+    trainer._learn_and_report = lambda step, batch, rollouts, tables, *times: learn(step, rollouts, tables)
+    return trainer
+
+
+def test_an_error_of_step_2s_scoring_met_during_learn_1_is_raised_by_step_2_and_stops_the_thread():
+    events = _Events()
+
+    def own_scores(rollouts, texts):
+        if rollouts == [2]:
+            events.note("scoring fails", 2)
+            raise ValueError("the reward function has a bug")
+        return [[[1.0]]], {}
+
+    def learn(step, rollouts, tables):
+        if step == 1:
+            assert events.wait("scoring fails", 2), "step 2 was not scored during learn(1)"
+        return {"step": step, "rollout": rollouts[0]}
+
+    trainer = _bare_async_trainer(3, learn, own_scores)
+    assert trainer._async_step(1) == {"step": 1, "rollout": 1}  # step 1 is not charged with step 2's error
+    assert trainer.pending.step == 2 and trainer.cursor.at == 2 and len(_scoring_threads()) == 1
+    with pytest.raises(ValueError, match="has a bug"):
+        trainer._async_step(2)
+    # Step 3's draw undone, rollout 2 pending without its failed scoring, the thread stopped
+    assert trainer.cursor.at == 2 and trainer.pending.step == 2 and trainer.pending.scoring is None
+    assert _scoring_threads() == []
+    # A later call scores rollout 2 afresh on a new thread
+    trainer._own_scores = lambda rollouts, texts: ([[[1.0]]], {})
+    assert trainer._async_step(2) == {"step": 2, "rollout": 2} and trainer.pending.step == 3
+    trainer.close()
+    assert _scoring_threads() == [] and trainer.pending.scoring is None  # the checkpoint's view: rollout 3, no scores
+
+
+def test_a_failed_learn_drops_the_next_steps_scoring_and_stops_the_thread():
+    def learn(step, rollouts, tables):
+        raise RuntimeError("out of memory")
+
+    trainer = _bare_async_trainer(3, learn, lambda rollouts, texts: ([[[1.0]]], {}))
+    with pytest.raises(RuntimeError, match="out of memory"):
+        trainer._async_step(1)
+    assert trainer.pending is None and _scoring_threads() == []
+
+
 def test_preflight_refuses_async_reward_on_grpo_and_the_seed_contract_carries_it(tmp_path):
     from cosmos_rl.config import preflight
     from cosmos_rl.planning import plan
@@ -273,5 +347,6 @@ def test_preflight_refuses_async_reward_on_grpo_and_the_seed_contract_carries_it
     assert plan.seed_contract(_config(tmp_path, "on"))["rl.async_reward"] is True
     # `cosmos-rl plan` says who scores and what the replay is
     assert "_async_step" in plan.build(_config(tmp_path, "on"))["roles"]["reward"]
+    assert "while learn(k) and rollout k+2 run" in plan.build(_config(tmp_path, "on"))["roles"]["reward"]
     assert "one policy version late" in plan.build(_config(tmp_path, "on"))["roles"]["replay"]
     assert "_async_step" not in plan.build(nft_off)["roles"]["reward"]
