@@ -95,4 +95,7 @@ def run_local(config: schema.RunConfig, run_dir: Path, *, resume: bool = False) 
     from cosmos_rl.evaluation.during import with_eval
 
     step_fn, holdout_fn, halt = with_eval(config, trainer.train_step, None, trainer.evaluate, main=True)
-    return run_steps(config, spec, step_fn, trainer.save, lambda: None, holdout_fn, halt=halt)
+    try:
+        return run_steps(config, spec, step_fn, trainer.save, lambda: None, holdout_fn, halt=halt)
+    finally:
+        trainer.close()  # rl.async_reward: no scoring thread outlives the run

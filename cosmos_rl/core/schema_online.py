@@ -69,8 +69,8 @@ class OnlineRLBase(RLBase):
         attrs.Factory(list), "Several rewards at once, one `[[rl.rewards]]` table each; empty = the one `[rl.reward]`. Not both."
     )
     async_reward: bool = knob(
-        False, "One-step-off scoring: step k+1's rollout is made while step k's samples are scored, so a slow reward (a VLM judge) no longer stalls "
-        "every step. Step k still trains on its own samples and advantages, but rollout k+1 is made before learn(k): every rollout after the "
+        False, "One-step-off scoring: step k+1's rollout is made while step k's samples are scored, and scored while step k trains, so a slow "
+        "reward (a VLM judge) no longer stalls every step. Step k still trains on its own samples and advantages, but rollout k+1 is made before learn(k): every rollout after the "
         "first is one policy version late. NFT only; part of the seed contract; a checkpoint holds the pending rollout (docs/nft.md, "
         "\"One-step-off scoring\"). false = rollout, score, learn in series."
     )

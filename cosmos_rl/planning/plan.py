@@ -33,8 +33,8 @@ ONLINE_ROLES = {
 }
 # rl.async_reward (one-step-off scoring, docs/nft.md): what differs from ONLINE_ROLES.
 ASYNC_ROLES = {
-    "reward": "trainers.online.OnlineTrainer._async_step (rl.async_reward: a thread sends step k's own images to the reward services "
-              "while step k+1 rolls out, then one all_gather)",
+    "reward": "trainers.online.OnlineTrainer._async_step (rl.async_reward: a thread sends step k+1's own images to the reward "
+              "services as soon as rollout k+1 exists, while learn(k) and rollout k+2 run; step k+1 waits for them, then one all_gather)",
     "replay": "step k's rollout, made during step k-1's scoring by the policy before learn(k-1) (one policy version late), kept until "
               "its training half and in each checkpoint as pending_rollout",
 }

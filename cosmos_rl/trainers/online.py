@@ -36,6 +36,7 @@ noise, so the seed contract is the unconditioned one.
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -59,6 +60,7 @@ from cosmos_rl.trainers.online_state import SEED_CONTRACT_KEY
 POLICY, OLD, EMA = "policy", "old", "ema"  # the LoRA adapter names (EMA: GRPO's moving average, rl.ema_decay)
 # What a rank's train_step returns when another rank's reward call failed for good (see train_step).
 REWARD_FAILED = "reward_failed"
+SCORING_THREAD = "cosmos-rl-score"  # the name prefix of a trainer's scoring thread (rl.async_reward)
 
 # (rank, uint8 images [rows, H, W, 3], prompts) -> {reward name: one score per image}, plus
 # {`reward.dimension`: values} for each name in the function's `dimensions` attribute, when it has one
@@ -102,6 +104,7 @@ class OnlineTrainer:
         self.dimension_names = tuple(getattr(score, "dimensions", ()))
         self.step = 0
         self.pending: _Pending | None = None  # rl.async_reward: the next step's rollout, made one policy version early
+        self._scorer: ThreadPoolExecutor | None = None  # rl.async_reward: the scoring thread, made at the first scoring
 
     @classmethod
     def on_ray(cls, config, run_dir: Path, device, rank: int, world: int, resume: bool, context: dict):
@@ -311,50 +314,77 @@ class OnlineTrainer:
         return metrics
 
     def _async_step(self, step: int) -> dict[str, float]:
-        """One-step-off scoring (rl.async_reward): score `step`'s rollout on a thread while the
-        rollout of step + 1 is made, then train `step` on its own samples and advantages.
+        """One-step-off scoring (rl.async_reward), two deep: step k's call makes rollout k+1 and
+        hands it to the scoring thread at once, then waits for step k's scores and trains step k.
+        Step k+1's scoring thus runs while learn(k), the save of k and rollout k+2 run; a steady
+        step takes about max(rollout + learn, scoring) instead of max(rollout, scoring) + learn.
 
-        Step's rollout is the pending one (made by the call before, or loaded from the
-        checkpoint), else made now (the first step of a run). Each rank's own reward calls run on
-        the thread, as `_scores` makes them; the gather of the table stays on this thread after
-        they return, so every rank's collectives keep one order. Rollout step + 1 is made by the
-        policy before learn(step): one policy version late (docs/nft.md, "One-step-off scoring").
+        Step k's rollout is the pending one (made by the call before, with its scoring already
+        submitted; or loaded from a checkpoint, which never holds scores: it is scored now), else
+        made now (the first step of a run). Only each rank's own reward calls run on the thread
+        (`_own_scores`); the gather of the table stays on this thread, so every rank's collectives
+        keep one order. Rollout k+1 is made by the policy before learn(k): one policy version late
+        (docs/nft.md, "One-step-off scoring"), the same rollouts, scores and numbers whichever
+        step's call waits for them.
         """
-        from concurrent.futures import ThreadPoolExecutor
-
         t0 = time.perf_counter()
         current = self.pending
         if current is None:
             batch = self._draw()
             current = _Pending(step, batch, self.rollout(step, batch.cond, batch.uncond, batch.condition, **batch.world))
         assert current.step == step, f"the pending rollout is step {current.step}'s, not step {step}'s"
-        following = None
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cosmos-rl-score") as pool:
-            scoring = pool.submit(self._own_scores, current.rollouts, current.batch.texts)
-            if step < self.rl.max_steps:
-                batch = self._draw()
-                following = _Pending(step + 1, batch, self.rollout(step + 1, batch.cond, batch.uncond, batch.condition, **batch.world))
-            t1 = time.perf_counter()
-            own, failures = scoring.result()
+        following, drawn = None, None
         try:
+            scoring = current.scoring if current.scoring is not None else self._submit_scoring(current)
+            if step < self.rl.max_steps:
+                drawn = batch = self._draw()
+                following = _Pending(step + 1, batch, self.rollout(step + 1, batch.cond, batch.uncond, batch.condition, **batch.world))
+                following = following._replace(scoring=self._submit_scoring(following))  # runs during learn(step)
+            t1 = time.perf_counter()
+            # Step k's own scores: a failure of its reward calls is reported here, in step k's call,
+            # even when the thread met it during learn(k-1).
+            own, failures = scoring.result()
             tables = self._gather_scores(own, failures)
-        except RewardUnavailable:
-            self._keep_pending(current, following)
+        except BaseException:
+            self._keep_pending(current, drawn)
             raise
         if tables is None:
-            self._keep_pending(current, following)
+            self._keep_pending(current, drawn)
             return {REWARD_FAILED: 1.0}
         self.pending = None  # learn may raise: no stale pending rollout survives a failed step
-        metrics = self._learn_and_report(step, current.batch, current.rollouts, tables, t1 - t0, time.perf_counter() - t1)
+        try:
+            metrics = self._learn_and_report(step, current.batch, current.rollouts, tables, t1 - t0, time.perf_counter() - t1)
+        except BaseException:
+            self.close()  # step + 1's scoring is dropped with the step; nothing of it is kept
+            raise
         self.pending = following
         return metrics
 
-    def _keep_pending(self, current: "_Pending", following: "_Pending | None") -> None:
-        """A failed scoring of `current`: step + 1's draw is undone and its rollout dropped; the
-        cursor and the pending rollout are again what checkpoint step - 1 holds."""
-        if following is not None:
-            self.cursor.load_state_dict(following.batch.cursor_before)
-        self.pending = current
+    def _submit_scoring(self, pending: "_Pending") -> Future:
+        """Start `pending`'s own reward calls on the trainer's scoring thread (one worker: the
+        scorings run in step order). The future is never saved: a checkpoint holds the rollout."""
+        if self._scorer is None:
+            self._scorer = ThreadPoolExecutor(max_workers=1, thread_name_prefix=SCORING_THREAD)
+        return self._scorer.submit(self._own_scores, pending.rollouts, pending.batch.texts)
+
+    def _keep_pending(self, current: "_Pending", drawn: "_Batch | None") -> None:
+        """A failed step before its learn (its scoring, the gather, rollout step + 1): step + 1's
+        draw is undone and its rollout and scoring dropped; the cursor and the pending rollout are
+        again what checkpoint step - 1 holds, and a call of the step again scores its rollout afresh."""
+        self.close()
+        if drawn is not None:
+            self.cursor.load_state_dict(drawn.cursor_before)
+        self.pending = current._replace(scoring=None)
+
+    def close(self) -> None:
+        """Stop the scoring thread: a scoring not begun is cancelled, one under way is waited for
+        (its reward calls end within the client's retry budget) and its result dropped. A later
+        step starts a new thread."""
+        scorer, self._scorer = self._scorer, None
+        if scorer is not None:
+            scorer.shutdown(wait=True, cancel_futures=True)
+        if self.pending is not None and self.pending.scoring is not None:
+            self.pending = self.pending._replace(scoring=None)  # its future is gone with the thread
 
     def learn(self, step: int, rollouts: list[Rollout], tables: dict[str, torch.Tensor], cond: list[torch.Tensor],
               condition: torch.Tensor | None = None, actions: torch.Tensor | None = None):
@@ -553,6 +583,7 @@ class _Pending(NamedTuple):
     step: int
     batch: _Batch
     rollouts: list[Rollout]
+    scoring: Future | None = None  # its own scores under way on the scoring thread; never in a checkpoint
 
 
 class _PendingState(PlainState):

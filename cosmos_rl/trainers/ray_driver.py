@@ -67,6 +67,10 @@ class RankWorker(RankActor):
 
     def shutdown(self) -> None:
         from cosmos_rl.dist.world import process_group_active
+        from cosmos_rl.trainers.online import OnlineTrainer
+
+        if isinstance(getattr(self, "trainer", None), OnlineTrainer):  # none when build failed; DPO's has no scoring thread
+            self.trainer.close()  # rl.async_reward: its scoring thread ends before the process group
 
         if process_group_active():
             import torch.distributed as dist
