@@ -92,7 +92,7 @@ class WeightedRewardConfig(RewardClientConfig):
     reward_revision: str = knob(
         "", "The reward's own revision as the service's /info lists it under `revisions` (model rewards: a hash of the weights); empty = not pinned."
     )
-    model: str = knob("", "Built-in service only (url empty): local folder of a model reward (`pickscore`, `clipscore`, `aesthetic`) to load.")
+    model: str = knob("", "Built-in service only (url empty): local folder of a model reward (`pickscore`, `clipscore`, `aesthetic`, `hps`) to load.")
 
 
 # -------------------------------------------------------------------------------------------- eval
