@@ -244,3 +244,12 @@ def test_convert_command_fails_in_one_line(tmp_path, tokenizer_dir):
                                       "--tokenizer-from", str(tokenizer_dir)])  # fmt: skip
     assert result.exit_code != 0
     assert "missing.pt" in result.output and "file not found" in result.output
+
+
+def test_eval_and_pairs_take_hps_as_a_folder_reward(hps_dir):
+    from cosmos_rl.evaluation.served import served_terms
+
+    (term,) = served_terms([f"hps={hps_dir}"])
+    assert (term.name, term.model) == ("hps", str(hps_dir.resolve()))
+    with pytest.raises(UserError, match="^--reward hps: a model reward needs its weights; pass --reward hps=FOLDER"):
+        served_terms(["hps"])
