@@ -20,7 +20,8 @@ from cosmos_rl.cli import app
 from cosmos_rl.core.errors import UserError
 from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.rewards.client import RewardClient
-from cosmos_rl.rewards.hps import convert_hps, hps_pixels
+from cosmos_rl.rewards.hps import hps_pixels
+from cosmos_rl.rewards.hps_convert import convert_hps
 from cosmos_rl.rewards.models import ClipRewardModel
 
 # OpenAI CLIP's mean/std, as HPSv2 normalises (open_clip's OPENAI_DATASET_MEAN/STD)

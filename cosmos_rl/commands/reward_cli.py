@@ -78,7 +78,7 @@ def reward_convert_hps(
     quick_gelu: bool = typer.Option(False, "--quick-gelu", help="The checkpoint's CLIP uses QuickGELU (OpenAI-trained towers); ViT-H-14 and HPSv2.1 use GELU."),
 ) -> None:
     """One-time: convert the HPSv2.1 open_clip checkpoint to a transformers CLIP folder (read with weights_only=True, so no code runs)."""
-    from cosmos_rl.rewards.hps import convert_hps
+    from cosmos_rl.rewards.hps_convert import convert_hps
 
     try:
         config = convert_hps(source, out_dir, tokenizer_from, vision_heads, text_heads, quick_gelu)

@@ -5,7 +5,7 @@ A folder holds a CLIP checkpoint in the standard transformers layout (`config.js
 writes it; the aesthetic predictor adds its head as `aesthetic_head.safetensors`. Nothing is
 fetched from a hub (`local_files_only`) and weights load from safetensors only; a head published
 as a pickled `.pth` is converted once with `convert_head` (`cosmos-rl reward convert-head`), and
-the HPSv2.1 release (an open_clip checkpoint) into a whole folder with `rewards.hps.convert_hps`
+the HPSv2.1 release (an open_clip checkpoint) into a whole folder with `rewards.hps_convert.convert_hps`
 (`cosmos-rl reward convert-hps`).
 
 Scores, for image i with prompt i (unit-normalised CLIP embeddings img_i, txt_i):
