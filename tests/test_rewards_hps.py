@@ -201,6 +201,10 @@ def test_convert_refuses_code_bad_options_and_occupied_folders(tmp_path, source,
         convert_hps(source, tmp_path / "full", tokenizer_dir, **HEADS)
     with pytest.raises(UserError, match="file not found"):
         convert_hps(tmp_path / "nope.pt", tmp_path / "n", tokenizer_dir, **HEADS)
+    with pytest.raises(UserError, match="--out .*not a usable path .*File name too long"):
+        convert_hps(source, tmp_path / ("x" * 300), tokenizer_dir, **HEADS)
+    with pytest.raises(UserError, match="SOURCE .*not a usable path .*surrogates not allowed"):
+        convert_hps(tmp_path / "\udcff.pt", tmp_path / "n", tokenizer_dir, **HEADS)
     with pytest.raises(UserError, match="--tokenizer-from .*folder not found"):
         convert_hps(source, tmp_path / "n", tmp_path / "no_tok", **HEADS)
     # a tokenizer whose <|endoftext|> is id 1: open_clip's argmax pooling would miss it

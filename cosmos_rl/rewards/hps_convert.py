@@ -162,13 +162,25 @@ def _read_pickle_part(source: Path) -> bytes:
     return pickle_bytes(source.read_bytes())  # the legacy format: the pickle is the whole file
 
 
+def _usable(path: Path, what: str, fix: str) -> Path:
+    """`path` once the system can be asked about it: a UTF-8 name (the tokenizer library writes
+    through Rust, which takes nothing else) whose lookup raises nothing but "not found"."""
+    try:
+        str(path).encode("utf-8")
+        path.exists()
+    except (OSError, ValueError) as exc:  # a name too long, an embedded NUL, undecodable bytes
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else library_text(exc)
+        raise UserError(f"{what} {str(path)!r}: not a usable path ({reason}); {fix}") from None
+    return path
+
+
 def load_openclip_state(source: str | Path) -> dict:
     """The open_clip state dict of a .pt/.pth, read weights-only after its pickle's globals are judged."""
     import torch
 
     from cosmos_rl.checkpoint.pickle_globals import refused_global
 
-    source = Path(source)
+    source = _usable(Path(source), "SOURCE", "pass the released HPS_v2.1_compressed.pt")
     if not source.exists():
         raise UserError(f"{str(source)!r}: file not found; pass the released HPS_v2.1_compressed.pt")
     if not source.is_file():
@@ -200,8 +212,10 @@ def load_openclip_state(source: str | Path) -> dict:
 def _tokenizer(folder: Path):
     from transformers import CLIPTokenizer
 
+    _usable(folder, "--tokenizer-from", "pass a local transformers CLIP ViT-H-14 folder")
     if not folder.is_dir():
-        raise UserError(f"--tokenizer-from {folder}: folder not found; pass a local transformers CLIP ViT-H-14 folder (its tokenizer is copied)")
+        what = "not a folder" if folder.exists() else "folder not found"
+        raise UserError(f"--tokenizer-from {folder}: {what}; pass a local transformers CLIP ViT-H-14 folder (its tokenizer is copied)")
     try:
         tokenizer = CLIPTokenizer.from_pretrained(folder, local_files_only=True)
     except Exception as exc:  # the library's refusal, in one line
@@ -242,6 +256,7 @@ def convert_hps(source: str | Path, out: str | Path, tokenizer_from: str | Path,
     from cosmos_rl.checkpoint.weight_files import FolderProblem, meta_shapes
 
     source, out, tokenizer_from = Path(source), Path(out), Path(tokenizer_from)
+    _usable(out, "--out", "give a new folder to write the converted model to")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"--out {str(out)!r}: exists and is not an empty folder; give a new folder to write the converted model to")
     tokenizer = _tokenizer(tokenizer_from)
@@ -282,7 +297,7 @@ def convert_hps(source: str | Path, out: str | Path, tokenizer_from: str | Path,
         finally:
             if staging.exists():
                 shutil.rmtree(staging)
-    except OSError as exc:
-        raise UserError(f"--out {str(out)!r}: cannot be written ({exc.strerror or library_text(exc)}); give a writable folder") from None
+    except (OSError, UnicodeError) as exc:
+        raise UserError(f"--out {str(out)!r}: cannot be written ({getattr(exc, 'strerror', None) or library_text(exc)}); give a writable folder") from None
     return config
 
