@@ -71,12 +71,21 @@ OPENCLIP_TINY = dict(vision_width=16, vision_layers=2, vision_heads=2, patch=8, 
                      text_width=12, text_layers=2, text_heads=3, context=16, vocab=54, embed=PROJECTION)  # fmt: skip
 
 
-def openclip_state(seed: int = 0, dims: dict = OPENCLIP_TINY) -> dict[str, torch.Tensor]:
+# open_clip's ViT-H-14 (its model config): vision 32 layers x 1280, head width 80, patch 14 on 224
+# px; text 24 layers x 1024, 16 heads, 77 positions, 49408 tokens; 1024-wide embeddings.
+OPENCLIP_VIT_H_14 = dict(vision_width=1280, vision_layers=32, vision_heads=16, patch=14, side=224,
+                         text_width=1024, text_layers=24, text_heads=16, context=77, vocab=49408, embed=1024)  # fmt: skip
+
+
+def openclip_state(seed: int = 0, dims: dict = OPENCLIP_TINY, meta: bool = False) -> dict[str, torch.Tensor]:
     """Random tensors under open_clip CLIP's state dict names and shapes (visual.conv1, fused
-    attn.in_proj_weight, mlp.c_fc/c_proj, visual.proj [width, embed], ...)."""
+    attn.in_proj_weight, mlp.c_fc/c_proj, visual.proj [width, embed], ...); `meta`: shapes only
+    (on the meta device, no memory), for full-size layouts, logit_scale alone holding its value."""
     gen = torch.Generator().manual_seed(seed)
 
     def rand(*shape, scale=0.3):
+        if meta:
+            return torch.empty(*shape, device="meta")
         return torch.randn(*shape, generator=gen) * scale
 
     def norm(prefix, width):

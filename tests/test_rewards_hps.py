@@ -15,13 +15,13 @@ from PIL import Image
 from transformers import CLIPModel, CLIPTokenizer
 from typer.testing import CliRunner
 
-from _reward_models import OPENCLIP_TINY, SIDE, eot_last_tokenizer, openclip_state, tiny_clip_folder
+from _reward_models import OPENCLIP_TINY, OPENCLIP_VIT_H_14, SIDE, eot_last_tokenizer, openclip_state, tiny_clip_folder
 from cosmos_rl.cli import app
 from cosmos_rl.core.errors import UserError
 from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.rewards.client import RewardClient
 from cosmos_rl.rewards.hps import hps_pixels
-from cosmos_rl.rewards.hps_convert import convert_hps
+from cosmos_rl.rewards.hps_convert import convert_hps, infer_config, openclip_to_transformers
 from cosmos_rl.rewards.models import ClipRewardModel
 
 # OpenAI CLIP's mean/std, as HPSv2 normalises (open_clip's OPENAI_DATASET_MEAN/STD)
@@ -117,6 +117,25 @@ def test_converted_folder_matches_the_open_clip_forward(tmp_path, tokenizer_dir,
     assert torch.allclose(img, ref_img, atol=1e-5, rtol=0)
     assert torch.allclose(txt, ref_txt, atol=1e-5, rtol=0)
     assert ref_img.abs().max() > 0.1 and ref_txt.abs().max() > 0.1  # embeddings with values, not all near zero
+
+
+def test_vit_h_14_layout_maps_whole_with_the_default_heads():
+    """The release's full-size layout (shapes only, no memory): the config is ViT-H-14's and every
+    tensor lands at the shape transformers' CLIPModel of that config holds."""
+    from pathlib import Path
+
+    from transformers import CLIPConfig
+
+    state = openclip_state(dims=OPENCLIP_VIT_H_14, meta=True)
+    config = infer_config(state, Path("HPS_v2.1_compressed.pt"), vision_heads=16, text_heads=16, quick_gelu=False)
+    vision, text = config["vision_config"], config["text_config"]
+    assert (vision["hidden_size"], vision["num_hidden_layers"], vision["intermediate_size"], vision["patch_size"], vision["image_size"]) == (1280, 32, 5120, 14, 224)
+    assert (text["hidden_size"], text["num_hidden_layers"], text["intermediate_size"], text["vocab_size"], text["max_position_embeddings"]) == (1024, 24, 4096, 49408, 77)
+    assert config["projection_dim"] == 1024 and vision["hidden_act"] == text["hidden_act"] == "gelu"
+    tensors, _ = openclip_to_transformers(state, config)
+    with torch.device("meta"):
+        model = CLIPModel(CLIPConfig.from_dict(config))
+    assert {k: tuple(v.shape) for k, v in tensors.items()} == {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
 
 # ------------------------------------------------------------------------------ preprocessing and score
