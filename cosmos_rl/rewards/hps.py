@@ -49,7 +49,7 @@ def hps_pixels(images: np.ndarray, side: int, mean: Sequence[float], std: Sequen
         height, width = image.shape[:2]
         scale = side / max(height, width)
         new_h, new_w = (round(height * scale), round(width * scale)) if scale != 1.0 else (height, width)
-        picture = Image.fromarray(np.ascontiguousarray(image), mode="RGB")
+        picture = Image.fromarray(np.ascontiguousarray(image))  # uint8 [H, W, 3]: RGB
         if (new_h, new_w) != (height, width):
             picture = picture.resize((new_w, new_h), Image.Resampling.BICUBIC)
         top, left = (side - new_h) // 2, (side - new_w) // 2

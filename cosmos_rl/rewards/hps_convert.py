@@ -76,7 +76,8 @@ def infer_config(state: dict, source: Path, vision_heads: int, text_heads: int, 
     act = "quick_gelu" if quick_gelu else "gelu"
     return {
         "projection_dim": embed,
-        "logit_scale_init_value": float(state["logit_scale"].float().reshape(-1)[0]) if "logit_scale" in state else 2.6592,
+        # a state dict without logit_scale is refused by openclip_to_transformers, naming it; this value is never written then
+        "logit_scale_init_value": float(state["logit_scale"].float().reshape(-1)[0]) if "logit_scale" in state else 0.0,
         "text_config": {
             "vocab_size": vocab, "hidden_size": t_width, "intermediate_size": t_mlp, "num_hidden_layers": t_layers,
             "num_attention_heads": text_heads, "max_position_embeddings": context, "hidden_act": act,
@@ -176,6 +177,8 @@ def _usable(path: Path, what: str, fix: str) -> Path:
 
 def load_openclip_state(source: str | Path) -> dict:
     """The open_clip state dict of a .pt/.pth, read weights-only after its pickle's globals are judged."""
+    import zipfile
+
     import torch
 
     from cosmos_rl.checkpoint.pickle_globals import refused_global
@@ -195,8 +198,8 @@ def load_openclip_state(source: str | Path) -> dict:
     if refused:
         raise UserError(f"{str(source)!r}: not a weights-only checkpoint (Unsupported global: {refused}); it would need code to load, which is refused")
     try:
-        # mmap: the tensors stay on disk until the conversion reads each once
-        state = torch.load(source, map_location="cpu", weights_only=True, mmap=True)
+        # mmap (the zip format only): the tensors stay on disk until the conversion reads each once
+        state = torch.load(source, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(source))
     except Exception as exc:  # torch raises UnpicklingError and friends for anything but plain tensors
         raise UserError(f"{str(source)!r}: not a weights-only checkpoint ({_unpickler_reason(exc)}); it would need code to load, which is refused") from None
     if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
