@@ -56,7 +56,7 @@ def infer_config(state: dict, source: Path, vision_heads: int, text_heads: int, 
     """A CLIPConfig dict from the open_clip state dict's shapes (and the head counts it cannot hold)."""
     v_width, _, patch, patch_w = _shape(state, "visual.conv1.weight", source, 4)
     positions = _shape(state, "visual.positional_embedding", source, 2)[0]
-    grid = int(round((positions - 1) ** 0.5))
+    grid = round((positions - 1) ** 0.5)
     if patch != patch_w or grid * grid != positions - 1:
         raise UserError(
             f"{str(source)!r}: visual.conv1.weight {tuple(state['visual.conv1.weight'].shape)} with {positions} vision positions "
