@@ -94,3 +94,66 @@ def tiny_videoalign_folder(folder: Path, seed: int = 0, head: bool = True, hidde
     (folder / "model_config.json").write_text(json.dumps(settings))
     (folder / "prompt_template.txt").write_text(VA_TEMPLATE)
     return folder
+
+
+def eot_last_tokenizer(folder: Path) -> Path:
+    """A letters-only CLIP tokenizer saved alone, its <|startoftext|>/<|endoftext|> the two largest
+    ids as in the real CLIP vocabulary (49406, 49407), which open_clip's argmax pooling relies on."""
+    from transformers import CLIPTokenizer
+
+    vocab = {}
+    for suffix in ("", "</w>"):
+        for code in range(ord("a"), ord("z") + 1):
+            vocab[chr(code) + suffix] = len(vocab)
+    vocab["<|startoftext|>"], vocab["<|endoftext|>"] = len(vocab), len(vocab) + 1
+    folder.mkdir(parents=True, exist_ok=True)
+    CLIPTokenizer(vocab=vocab, merges=[]).save_pretrained(folder)
+    return folder
+
+
+# A tiny CLIP in open_clip's layout: vision 2 layers x 16 (2 heads), patch 8 on 32 px; text 2 layers
+# x 12 (3 heads), 16 positions; 8-wide embeddings. Head counts differ from ViT-H-14's 16 on purpose.
+OPENCLIP_TINY = dict(vision_width=16, vision_layers=2, vision_heads=2, patch=8, side=SIDE,
+                     text_width=12, text_layers=2, text_heads=3, context=16, vocab=54, embed=PROJECTION)  # fmt: skip
+
+
+# open_clip's ViT-H-14 (its model config): vision 32 layers x 1280, head width 80, patch 14 on 224
+# px; text 24 layers x 1024, 16 heads, 77 positions, 49408 tokens; 1024-wide embeddings.
+OPENCLIP_VIT_H_14 = dict(vision_width=1280, vision_layers=32, vision_heads=16, patch=14, side=224,
+                         text_width=1024, text_layers=24, text_heads=16, context=77, vocab=49408, embed=1024)  # fmt: skip
+
+
+def openclip_state(seed: int = 0, dims: dict = OPENCLIP_TINY, meta: bool = False) -> dict[str, torch.Tensor]:
+    """Random tensors under open_clip CLIP's state dict names and shapes (visual.conv1, fused
+    attn.in_proj_weight, mlp.c_fc/c_proj, visual.proj [width, embed], ...); `meta`: shapes only
+    (on the meta device, no memory), for full-size layouts, logit_scale alone holding its value."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def rand(*shape, scale=0.3):
+        if meta:
+            return torch.empty(*shape, device="meta")
+        return torch.randn(*shape, generator=gen) * scale
+
+    def norm(prefix, width):
+        return {f"{prefix}.weight": 1 + rand(width, scale=0.1), f"{prefix}.bias": rand(width, scale=0.1)}
+
+    def blocks(prefix, width, layers):
+        out = {}
+        for i in range(layers):
+            p = f"{prefix}transformer.resblocks.{i}."
+            out |= {p + "attn.in_proj_weight": rand(3 * width, width), p + "attn.in_proj_bias": rand(3 * width),
+                    p + "attn.out_proj.weight": rand(width, width), p + "attn.out_proj.bias": rand(width),
+                    p + "mlp.c_fc.weight": rand(4 * width, width), p + "mlp.c_fc.bias": rand(4 * width),
+                    p + "mlp.c_proj.weight": rand(width, 4 * width), p + "mlp.c_proj.bias": rand(width)}  # fmt: skip
+            out |= norm(p + "ln_1", width) | norm(p + "ln_2", width)
+        return out
+
+    v, t, grid = dims["vision_width"], dims["text_width"], dims["side"] // dims["patch"]
+    state = {
+        "visual.conv1.weight": rand(v, 3, dims["patch"], dims["patch"]), "visual.class_embedding": rand(v),
+        "visual.positional_embedding": rand(grid * grid + 1, v), "visual.proj": rand(v, dims["embed"]),
+        "token_embedding.weight": rand(dims["vocab"], t), "positional_embedding": rand(dims["context"], t),
+        "text_projection": rand(t, dims["embed"]), "logit_scale": torch.tensor(4.6052),
+    }  # fmt: skip
+    state |= norm("visual.ln_pre", v) | norm("visual.ln_post", v) | norm("ln_final", t)
+    return state | blocks("visual.", v, dims["vision_layers"]) | blocks("", t, dims["text_layers"])

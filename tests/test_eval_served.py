@@ -139,7 +139,7 @@ def test_each_reward_mistake_names_the_option_what_was_found_and_the_fix(setup, 
 
     run, prompts, folder = setup
     bad = [
-        (["pickscor=" + str(folder)], {}, "^--reward pickscor=.*: unknown model reward 'pickscor'; a folder is for one of pickscore, clipscore, aesthetic$"),
+        (["pickscor=" + str(folder)], {}, "^--reward pickscor=.*: unknown model reward 'pickscor'; a folder is for one of pickscore, clipscore, aesthetic, hps, videoalign$"),
         (["nope"], {}, "^--reward: 'nope' is not a built-in weight-free reward of the suite shapes; use one of .*, a model reward's folder "
                        r"\(pickscore=FOLDER, .* or --reward-url URL for a service's$"),
         (["nope", "brightness"], {}, "^--reward nope: unknown reward; use a built-in one .* or --reward-url URL for a service's$"),

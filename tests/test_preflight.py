@@ -278,6 +278,9 @@ def test_reward_rule_warnings(tmp_path):
     (tmp_path / "clip").mkdir()
     model = f'rl.rewards=[{{name="pickscore", revision="r", model="{tmp_path / "clip"}"}}]'
     assert "not pinned" in warnings(NFT, [*ONE_OFF, model])["rl.rewards[0].reward_revision"]
+    hps = model.replace('"pickscore"', '"hps"')  # HPSv2.1 is a model reward of the built-in service like PickScore
+    assert "not pinned" in warnings(NFT, [*ONE_OFF, hps])["rl.rewards[0].reward_revision"]
+    assert not [k for k in errors(NFT, [*ONE_OFF, hps]) if k.startswith("rl.rewards")]
     assert "has no effect with one reward" in warnings(NFT, ['rl.reward_combine="normalised_sum"'])["rl.reward_combine"]
 
 

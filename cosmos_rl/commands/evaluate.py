@@ -62,7 +62,7 @@ def check_sampling_options(reward: str, batch_size: int, suite: Suite) -> None:
     if reward not in reward_names(suite):
         what = "clip reward (the target makes video)" if suite.judges_clips else "weight-free reward"
         raise UserError(f"--reward: {reward!r} is not a built-in {what} of the suite {suite.name}; use one of {', '.join(reward_names(suite))}, "
-                        "a model reward's folder (pickscore=FOLDER, clipscore=FOLDER, aesthetic=FOLDER) or --reward-url URL for a service's")  # fmt: skip
+                        "a model reward's folder (pickscore=FOLDER, clipscore=FOLDER, aesthetic=FOLDER, hps=FOLDER, videoalign=FOLDER) or --reward-url URL for a service's")  # fmt: skip
 
 
 def named_suite(suite: str | None, reward: str | None) -> Suite | None:

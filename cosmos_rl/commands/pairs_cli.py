@@ -20,7 +20,7 @@ pairs_app = typer.Typer(no_args_is_help=True, help="DPO preference pairs (images
 @pairs_app.command("mine")
 def pairs_mine(
     target: str = typer.Argument(..., help="The model that samples: a run directory (its newest checkpoint, or --step), a diffusers model folder, or preset:NAME."),
-    reward: list[str] = typer.Option(..., "--reward", help="The reward that ranks the samples: a built-in one (shapes_partial ranks by partial credit, shapes_strict by all-or-nothing; clips: shapes_video_partial, shapes_video_strict; or a weight-free one), a model reward from a local folder (pickscore=FOLDER, clipscore=FOLDER, aesthetic=FOLDER), or a --reward-url service's reward; repeat for a weighted sum."),
+    reward: list[str] = typer.Option(..., "--reward", help="The reward that ranks the samples: a built-in one (shapes_partial ranks by partial credit, shapes_strict by all-or-nothing; clips: shapes_video_partial, shapes_video_strict; or a weight-free one), a model reward from a local folder (pickscore=FOLDER, clipscore=FOLDER, aesthetic=FOLDER, hps=FOLDER, videoalign=FOLDER), or a --reward-url service's reward; repeat for a weighted sum."),
     reward_url: Optional[str] = typer.Option(None, "--reward-url", help=REWARD_URL_HELP),
     reward_weight: Optional[list[str]] = typer.Option(None, "--reward-weight", help=REWARD_WEIGHT_HELP),
     reward_token_env: Optional[str] = typer.Option(None, "--reward-token-env", help=REWARD_TOKEN_ENV_HELP),

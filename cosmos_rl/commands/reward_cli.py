@@ -1,4 +1,4 @@
-"""`cosmos-rl reward ...`: serve the reward service, convert a published head."""
+"""`cosmos-rl reward ...`: serve the reward service, convert a published head or the HPSv2.1 checkpoint."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def reward_serve(
     port: int = typer.Option(8000, help="Port to bind; 0 picks a free one (uvicorn only)."),
     revision: str = typer.Option(..., help="Revision the service declares; runs pin it in rl.reward.revision."),
     token_env: str = typer.Option("", help="Environment variable holding a bearer token clients must send."),
-    model: Optional[List[str]] = typer.Option(None, "--model", help="NAME=FOLDER: serve a model reward (pickscore, clipscore, aesthetic) from a local folder; repeatable."),
+    model: Optional[List[str]] = typer.Option(None, "--model", help="NAME=FOLDER: serve a model reward (pickscore, clipscore, aesthetic, hps, videoalign) from a local folder; repeatable."),
     insecure: bool = typer.Option(False, "--insecure", help="Allow a non-loopback --host without a token."),
     replicas: int = typer.Option(0, help="Serve on this many Ray Serve replicas (joins RAY_ADDRESS / --ray-address, else starts a local cluster); 0 = one uvicorn process."),
     cpus_per_replica: float = typer.Option(1.0, parser=finite_float, help="CPUs each Ray Serve replica reserves."),
@@ -66,3 +66,28 @@ def reward_convert_head(
     except UserError as exc:
         _fail(exc)
     out.print(f"[bold green]wrote[/] {escape(str(target))} ({len(names)} tensors: {escape(', '.join(names))})", highlight=False)
+
+
+@reward_app.command("convert-hps")
+def reward_convert_hps(
+    source: Path = typer.Argument(..., help="The released HPSv2.1 checkpoint (HPS_v2.1_compressed.pt): an open_clip ViT-H-14 state dict, a torch pickle."),
+    out_dir: Path = typer.Option(..., "--out", help="The folder to write (new or empty): a transformers CLIP folder for --model hps=FOLDER."),
+    tokenizer_from: Path = typer.Option(..., "--tokenizer-from", help="A local transformers CLIP ViT-H-14 folder whose tokenizer is copied (e.g. laion/CLIP-ViT-H-14-laion2B-s32B-b79K saved locally)."),
+    vision_heads: int = typer.Option(16, help="Attention heads of the vision tower (open_clip ViT-H-14: 16); shapes do not tell them."),
+    text_heads: int = typer.Option(16, help="Attention heads of the text tower (open_clip ViT-H-14: 16); shapes do not tell them."),
+    quick_gelu: bool = typer.Option(False, "--quick-gelu", help="The checkpoint's CLIP uses QuickGELU (OpenAI-trained towers); ViT-H-14 and HPSv2.1 use GELU."),
+) -> None:
+    """One-time: convert the HPSv2.1 open_clip checkpoint to a transformers CLIP folder (read with weights_only=True, so no code runs)."""
+    from cosmos_rl.rewards.hps_convert import convert_hps
+
+    try:
+        config = convert_hps(source, out_dir, tokenizer_from, vision_heads, text_heads, quick_gelu)
+    except UserError as exc:
+        _fail(exc)
+    v, t = config["vision_config"], config["text_config"]
+    out.print(
+        f"[bold green]wrote[/] {escape(str(out_dir))} (vision {v['num_hidden_layers']} layers x {v['hidden_size']}, patch {v['patch_size']}, "
+        f"{v['image_size']}px; text {t['num_hidden_layers']} layers x {t['hidden_size']}; embeddings {config['projection_dim']}); "
+        f"serve it with --model hps={escape(str(out_dir))}",
+        highlight=False,
+    )

@@ -92,7 +92,7 @@ class WeightedRewardConfig(RewardClientConfig):
     reward_revision: str = knob(
         "", "The reward's own revision as the service's /info lists it under `revisions` (model rewards: a hash of the weights); empty = not pinned."
     )
-    model: str = knob("", "Built-in service only (url empty): local folder of a model reward (`pickscore`, `clipscore`, `aesthetic`, `videoalign`) to load.")
+    model: str = knob("", "Built-in service only (url empty): local folder of a model reward (`pickscore`, `clipscore`, `aesthetic`, `hps`, `videoalign`) to load.")
     dimensions: dict[str, float] = knob(
         attrs.Factory(dict), "A reward with named dimensions (its service's /info lists them; VideoAlign: `vq`, `mq`, `ta`): use the weighted sum of these dimensions (each weight > 0) as this reward's score instead of its own, e.g. `{vq = 1.0, mq = 1.0}` for VideoAlign without text alignment; empty = the reward's own score (VideoAlign: VQ + MQ + TA). Every dimension is logged either way (docs/video_rewards.md)."
     )

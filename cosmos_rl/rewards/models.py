@@ -1,15 +1,19 @@
-"""Model rewards read from a local folder: PickScore, CLIPScore and a CLIP aesthetic predictor.
+"""Model rewards read from a local folder: PickScore, CLIPScore, a CLIP aesthetic predictor and HPSv2.1.
 
 A folder holds a CLIP checkpoint in the standard transformers layout (`config.json`,
 `model.safetensors`, the processor's tokenizer and image-processor files), as `save_pretrained`
 writes it; the aesthetic predictor adds its head as `aesthetic_head.safetensors`. Nothing is
 fetched from a hub (`local_files_only`) and weights load from safetensors only; a head published
-as a pickled `.pth` is converted once with `convert_head` (`cosmos-rl reward convert-head`).
+as a pickled `.pth` is converted once with `convert_head` (`cosmos-rl reward convert-head`), and
+the HPSv2.1 release (an open_clip checkpoint) into a whole folder with `rewards.hps_convert.convert_hps`
+(`cosmos-rl reward convert-hps`).
 
 Scores, for image i with prompt i (unit-normalised CLIP embeddings img_i, txt_i):
     pickscore  logit_scale.exp() * img_i . txt_i   (= CLIPModel's logits_per_image[i, i])
     clipscore  2.5 * max(img_i . txt_i, 0)         (the CLIPScore paper's w = 2.5)
     aesthetic  head(img_i)                          (prompt unused)
+    hps        img_i . txt_i                        (HPSv2's score; images resized and padded as
+                                                     HPSv2 does: `rewards.hps.hps_pixels`)
 Each reward's revision is `KIND:sha256-<16 hex>` over the folder's weight and config files, so a
 changed model cannot pass as the same revision.
 """
@@ -27,7 +31,7 @@ from cosmos_rl.checkpoint.weight_files import FolderProblem, read_safetensors_he
 from cosmos_rl.core.errors import UserError, library_text
 from cosmos_rl.rewards.clip_folder import check_clip_folder
 
-MODEL_KINDS = ("pickscore", "clipscore", "aesthetic")
+MODEL_KINDS = ("pickscore", "clipscore", "aesthetic", "hps")
 # Every model reward a folder serves: the CLIP ones here, and VideoAlign (rewards/videoalign.py).
 SERVED_KINDS = (*MODEL_KINDS, "videoalign")
 HEAD_FILE = "aesthetic_head.safetensors"
@@ -110,7 +114,13 @@ class ClipRewardModel:
         self._torch = torch
 
     def image_embeddings(self, images: np.ndarray):
-        pixels = self.processor(images=list(images), return_tensors="pt")["pixel_values"].to(self.device)
+        if self.kind == "hps":
+            from cosmos_rl.rewards.hps import hps_pixels
+
+            side, spec = self.model.config.vision_config.image_size, self.processor.image_processor
+            pixels = hps_pixels(images, side, spec.image_mean, spec.image_std).to(self.device)
+        else:
+            pixels = self.processor(images=list(images), return_tensors="pt")["pixel_values"].to(self.device)
         pooled = self.model.vision_model(pixel_values=pixels).pooler_output
         embeds = self.model.visual_projection(pooled)
         return embeds / embeds.norm(dim=-1, keepdim=True)
@@ -137,6 +147,8 @@ class ClipRewardModel:
                 cos = (img * self.text_embeddings(prompts)).sum(dim=-1)
                 if self.kind == "pickscore":
                     scores = self.model.logit_scale.exp() * cos
+                elif self.kind == "hps":
+                    scores = cos
                 else:
                     scores = CLIPSCORE_W * cos.clamp(min=0)
         return [float(s) for s in scores.double().cpu()]

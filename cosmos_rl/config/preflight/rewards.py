@@ -15,7 +15,7 @@ from cosmos_rl.suites import registry as suites
 from cosmos_rl.suites.base import Suite
 
 WEIGHT_FREE_REWARDS = ("jpeg_compressibility", "jpeg_incompressibility", "brightness", "prompt_colour")  # cosmos_rl.rewards.functions.REWARDS, torch-free
-MODEL_REWARDS = ("pickscore", "clipscore", "aesthetic", "videoalign")  # cosmos_rl.rewards.models.SERVED_KINDS, torch-free
+MODEL_REWARDS = ("pickscore", "clipscore", "aesthetic", "hps", "videoalign")  # cosmos_rl.rewards.models.SERVED_KINDS, torch-free
 
 
 # What the built-in service offers besides model rewards: the weight-free rewards and every reward a
