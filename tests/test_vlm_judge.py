@@ -5,19 +5,13 @@ through the path the online trainer scores with (services, MultiRewardClient, th
 
 from __future__ import annotations
 
-import base64
-import io
-import json
 import re
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
 
+from _judge_server import MODEL, StandIn, _decoded
 from cosmos_rl.config import load
 from cosmos_rl.core.errors import RewardUnavailable, UserError
 from cosmos_rl.core.media import MediaSpec
@@ -26,59 +20,7 @@ from cosmos_rl.rewards.client import RewardServiceError
 from cosmos_rl.rewards.vlm_judge import VLMJudgeClient, parse_score, sampled_frames
 
 SMOKE = Path(__file__).resolve().parents[1] / "manifests" / "nft_t2i_smoke.toml"
-MODEL = "Qwen/Qwen2.5-VL-7B-Instruct"
 PATTERN = re.compile(JudgeConfig().score_regex)
-
-
-class StandIn:
-    """A chat server answering each caption (read from the request's text) with `answers[caption]`;
-    a caption in `slow` waits 2 s first. Keeps every request body."""
-
-    def __init__(self):
-        self.answers: dict[str, str] = {}
-        self.slow: set[str] = set()
-        self.requests: list[dict] = []
-        self.by_brightness = False
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):  # quiet
-                pass
-
-            def _send(self, body: dict, code: int = 200):
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self):
-                assert self.path == "/v1/models"
-                self._send({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
-
-            def do_POST(self):
-                assert self.path == "/v1/chat/completions"
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                owner.requests.append(body)
-                text = body["messages"][0]["content"][-1]["text"]
-                caption = re.search(r'caption "([^"]*)"', text).group(1)
-                if caption in owner.slow:
-                    time.sleep(2.0)
-                if owner.by_brightness:  # a judge that likes bright images: 10 x the first image's mean level
-                    answer = f"Score: {10 * _decoded(body['messages'][0]['content'][0]).mean() / 255:.3f}"
-                else:
-                    answer = owner.answers[caption]
-                self._send({"choices": [{"index": 0, "message": {"role": "assistant", "content": answer}}]})
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
@@ -96,10 +38,6 @@ def _images(n, seed=0):
     return np.random.default_rng(seed).integers(0, 256, size=(n, 16, 16, 3), dtype=np.uint8)
 
 
-def _decoded(part: dict) -> np.ndarray:
-    url = part["image_url"]["url"]
-    assert url.startswith("data:image/png;base64,")
-    return np.asarray(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGB"))
 
 
 def test_parse_score_and_sampled_frames_by_hand():
@@ -258,22 +196,3 @@ def test_the_documented_rewards_table_loads_and_passes_preflight(tmp_path):
     assert term.judge.model == MODEL and term.judge.score_range == [0, 10] and term.url == "http://127.0.0.1:8000/v1"
     assert parse_score("Score: 8", re.compile(term.judge.score_regex), *term.judge.score_range) == 8.0
     assert _problems(config) == {}
-
-
-@pytest.mark.slow  # a Ray run of the smoke manifest: minutes on 2 shared cores
-def test_nft_trains_two_steps_on_the_judge(ray_cluster, judge_server, tmp_path):
-    """The smoke manifest's NFT run (4 Ray actors) with the judge as its one reward, 2 steps."""
-    from rich.console import Console
-
-    from cosmos_rl.commands import launch
-
-    judge_server.by_brightness = True
-    config = load.load(SMOKE, ['rl.reward.name="judge"', 'rl.reward.revision="judge-1"', f'rl.reward.url="{judge_server.url}"',
-                               f'rl.reward.judge.model="{MODEL}"', "rl.max_steps=2", "rl.sample_steps=4", "rl.timesteps_per_sample=1",
-                               "job.progress=false", "rl.sample_grid_every=0", "checkpoint.every=0", f'job.output_dir="{tmp_path}"'])  # fmt: skip
-    assert launch.train(config, SMOKE, Console(stderr=True)) == 0
-    rows = [json.loads(line) for line in (tmp_path / config.job.name / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == [1, 2]
-    assert all(0.0 < r["train/reward_mean"] < 10.0 for r in rows)
-    # every sample of both steps (2 prompts x 4 ranks) went to the judge once
-    assert len(judge_server.requests) == 2 * 8
