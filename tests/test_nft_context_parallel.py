@@ -98,7 +98,7 @@ def test_context_parallel_nft_on_four_actors_resumes_exactly_and_equals_one_rank
     assert local["train/reward_mean"] == straight[0]["train/reward_mean"]
     assert local["train/reward_std"] == straight[0]["train/reward_std"]
     # Losses and gradients to float-order noise: FSDP2 over 4 ranks and the group mean of the
-    # sharded backward sum in another order than one process.
+    # sharded backward may sum in another order than one process (measured: bit-equal here).
     for key in ("train/loss", "train/policy_loss", "train/grad_norm", "train/positive_error", "train/advantage_mean"):
         print(f"step 1, {key}: one process {local[key]!r}, 2 x 2 ranks {straight[0][key]!r}")  # the measured gap (pytest -s)
-        assert local[key] == pytest.approx(straight[0][key], rel=1e-5, abs=1e-9), key
+        assert local[key] == pytest.approx(straight[0][key], rel=1e-6, abs=1e-9), key
