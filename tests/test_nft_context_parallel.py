@@ -4,8 +4,9 @@ samples, each on a context group of 2 ranks, so 4 actors of which consecutive pa
 Text-to-video at the tiny sizes of tests/test_nft_video.py (5 frames at 32x32: 3 latent frames of
 4x4 cells, 48 vision tokens, 24 per rank), brightness frame by frame through the built-in service.
 One straight 2-step run, one run of 1 step resumed with --exact to 2 (bit-equal), and step 1 of the
-straight run against the test-only local group playing both samples in one process without context
-parallelism: the wiring must feed each context group the samples a whole rank would get.
+straight run (and [rl.eval] after step 2) against the test-only local group playing both samples in
+one process without context parallelism: the wiring must feed each context group the samples a
+whole rank would get.
 """
 
 from __future__ import annotations
@@ -26,7 +27,12 @@ MANIFEST = REPO / "manifests" / "nft_video_shapes_cpu.toml"
 TINY = [
     "model.num_frames=5", "rl.group_size=2", "rl.prompts_per_step=1", "rl.timesteps_per_sample=1",
     "job.progress=false", "job.log_every=1", "checkpoint.keep=0", 'rl.reward.name="brightness"',
-    'rl.advantage_std_scope="group"', "rl.sample_steps=2", "rl.eval.every=0", "checkpoint.every=1",
+    'rl.advantage_std_scope="group"', "rl.sample_steps=2", "checkpoint.every=1",
+    # [rl.eval] after step 2: one held-out prompt per task, shared over the 2 data-parallel ranks,
+    # scored by brightness through a served reward (each actor's own loopback service): these tiny
+    # clips score 0 with the video verifier, strict and partial (measured), which would hide a miscount.
+    "rl.eval.every=2", "rl.eval.per_task=1", "rl.eval.seeds=1", "rl.eval.sample_steps=2",
+    'rl.eval.rewards=[{name="brightness", revision="builtin-v1"}]',
     f'rl.prompts.file="{REPO / "manifests" / "shapes_video_train.txt"}"',
 ]  # fmt: skip
 CP = ["grid.context_parallel=2"]
@@ -85,12 +91,14 @@ def test_context_parallel_nft_on_four_actors_resumes_exactly_and_equals_one_rank
     # Step 1 without context parallelism: one process plays both samples of the group.
     from _nft_local import local_trainer
 
-    trainer = local_trainer(_config(tmp_path, 'job.name="local"', "rl.max_steps=1"), tmp_path / "local")
+    trainer = local_trainer(_config(tmp_path, 'job.name="local"', "rl.max_steps=2"), tmp_path / "local")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # what each actor uses: CPU kernels block their sums by thread count
     try:
         trainer.build(resume=False)
         local = trainer.train_step(1)
+        trainer.train_step(2)
+        local_eval = trainer.evaluate(2)
     finally:
         torch.set_num_threads(threads)
     # The rollouts (hence rewards) are the same samples exactly: same seeds by data-parallel rank,
@@ -102,3 +110,7 @@ def test_context_parallel_nft_on_four_actors_resumes_exactly_and_equals_one_rank
     for key in ("train/loss", "train/policy_loss", "train/grad_norm", "train/positive_error", "train/advantage_mean"):
         print(f"step 1, {key}: one process {local[key]!r}, 2 x 2 ranks {straight[0][key]!r}")  # the measured gap (pytest -s)
         assert local[key] == pytest.approx(straight[0][key], rel=1e-6, abs=1e-9), key
+    # [rl.eval] on the data-parallel shares, each item's score summed once per context group.
+    print(f"step 2, eval/score: one process {local_eval['eval/score']!r}, 2 x 2 ranks {straight[1]['eval/score']!r}")
+    assert 0.0 < straight[1]["eval/score"] <= 1.0
+    assert local_eval["eval/score"] == pytest.approx(straight[1]["eval/score"], abs=1e-6)
