@@ -26,6 +26,9 @@ from cosmos_rl.trainers.online import OnlineTrainer
 class LocalCollectives:
     """This process plays every rank 0..world_size-1 of the group (no process group)."""
 
+    cp = None  # no context parallelism: every forward is whole
+    scores = leader = True
+
     def __init__(self, world_size: int, device: torch.device):
         self.ranks = tuple(range(world_size))
         self.world_size = world_size

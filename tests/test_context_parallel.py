@@ -143,10 +143,48 @@ def test_one_rank_per_sample_is_the_default_and_passes():
     assert "must be >= 1" in problem.render()
 
 
-def test_a_size_that_fits_is_refused_only_because_no_training_loop_runs_it_yet():
-    [problem] = _problems(DPO, ["grid.context_parallel=2"])
-    assert problem.severity == "error" and "no training loop runs context parallel" in problem.render()
-    assert "set grid.context_parallel = 1" in problem.render()
+NFT_VIDEO = REPO / "manifests" / "nft_video_shapes_cpu.toml"  # 4 heads; 5 frames at 32x32: 48 vision tokens
+
+
+def test_a_size_that_fits_passes_for_dpo_and_is_refused_for_an_algorithm_whose_loop_does_not_run_it():
+    assert _problems(DPO, ["grid.context_parallel=2"]) == []
+    [problem] = _problems(WORLD, ["grid.context_parallel=2"])  # SFT: 8 ranks, 4 heads, tokens that split
+    assert problem.severity == "error"
+    assert "rl.algorithm = 'sft' does not run context parallel in this release (wired: dpo, nft;" in problem.render()
+    assert "set grid.context_parallel = 1, or use rl.algorithm = 'dpo'" in problem.render()
+
+
+def test_dpo_splits_its_pairs_over_data_parallel_ranks_and_not_with_a_data_actor():
+    from cosmos_rl.config import load
+    from cosmos_rl.planning import plan
+
+    # 2 ranks as one context group: the 4 pairs of a step are one data-parallel rank's.
+    config, problems = load.load_all_problems(DPO, ["grid.context_parallel=2", "rl.pairs_per_step=3"])
+    assert [p for p in problems if p.severity == "error"] == []
+    assert plan.build(config, str(DPO))["per_step"] == {"pairs": 3, "pairs_per_rank": 3, "data_parallel_ranks": 1, "ranks_per_sample": 2}
+    per_role = _problems(DPO, ["grid.context_parallel=2", 'grid.backend="ray"', 'grid.grouping="per_role"'])
+    assert any('runs with grid.grouping = "single" only' in p.render() for p in per_role), per_role
+
+
+def test_nft_runs_it_on_group_size_times_n_ranks():
+    from cosmos_rl.config import load
+    from cosmos_rl.planning import plan
+
+    overrides = ["model.num_frames=5", "rl.group_size=2", "grid.context_parallel=2"]
+    config, problems = load.load_all_problems(NFT_VIDEO, overrides)
+    assert [p for p in problems if p.severity == "error"] == []
+    assert plan.world_size(config)[0] == 4
+    built = plan.build(config, str(NFT_VIDEO))
+    assert built["context_parallel"]["layout"].startswith("2 data-parallel x 2 context-parallel ranks")
+    assert built["per_step"]["data_parallel_ranks"] == 2 and built["per_step"]["ranks_per_sample"] == 2
+    assert built["ray"]["actors"] == 4
+    # grid.ranks is the world: group_size x N, named so in the refusal.
+    _, problems = load.load_all_problems(NFT_VIDEO, [*overrides, "grid.ranks=2"])
+    [ranks] = [p.render() for p in problems if p.path == "grid.ranks"]
+    assert "must equal rl.group_size x grid.context_parallel (2 x 2 = 4)" in ranks and "set grid.ranks = 4" in ranks
+    # GRPO shares the online machinery but not this wiring: refused.
+    grpo = _problems(REPO / "manifests" / "grpo_shapes_cpu.toml", ["grid.context_parallel=2"])
+    assert any("rl.algorithm = 'grpo' does not run context parallel" in p.render() for p in grpo), grpo
 
 
 def test_ranks_heads_and_tokens_that_do_not_split_are_each_named_with_the_sizes_that_would():

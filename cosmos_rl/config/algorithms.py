@@ -36,8 +36,11 @@ def data_parallel_world(config: schema.RunConfig) -> tuple[int, str]:
 
 
 def group_world(config: schema.RunConfig) -> tuple[int, str]:
-    """(world size, derivation) for one model rank per sample of a prompt's group."""
-    size = config.rl.group_size
+    """(world size, derivation) for one model rank per sample of a prompt's group, or one context
+    group of `grid.context_parallel` ranks per sample."""
+    size, cp = config.rl.group_size, config.grid.context_parallel
+    if cp > 1:
+        return size * cp, f"rl.group_size {size} x grid.context_parallel {cp}: one context group of {cp} ranks per sample of a group"
     return size, f"rl.group_size = {size}: one model rank per sample of a group"
 
 
@@ -63,6 +66,9 @@ class Algorithm:
     part_field: str = ""  # an rl field naming what trains ("transformer" or "vae"); "" = the transformer
     reshards_world: bool = True  # a non-exact resume may change the world size (DCP reshards)
     unit: str = "samples"  # what the progress bar counts
+    # Its training loop runs context parallel (grid.context_parallel > 1, docs/long_clips.md): each
+    # sample fed to a group of ranks, seeds and shares by data-parallel rank. Otherwise preflight refuses N > 1.
+    context_parallel: bool = False
     video: bool = False  # trains clips (model.num_frames > 1); otherwise preflight refuses them
     # Where a conditioned sample's given frames come from for it ([model.condition]): "" takes no
     # condition, "data" its training samples' own frames (SFT), "rollout" an image or a suite per rollout.
@@ -211,6 +217,7 @@ register(Algorithm(
     path_fields=("data.jsonl", "data.shards[]", "validation.data.jsonl", "validation.data.shards[]"),
     train_signal="train/dpo_reward_margin", unit="pairs", image_count="pairs",
     video=True,  # clip pairs with model.num_frames > 1 (docs/video.md "DPO on clips")
+    context_parallel=True,  # a context group per data-parallel share (trainers/spmd.py)
 ))  # fmt: skip
 register(online(
     name="nft", config=schema.NFTConfig, title="DiffusionNFT",
@@ -219,6 +226,7 @@ register(online(
     plan_section="cosmos_rl.planning.plan:nft_section",
     video=True,  # rl.modality = "video" with model.num_frames > 1 (docs/video.md "NFT on video")
     conditioned_from="rollout",  # I2V NFT (docs/video.md "Conditioning: image to video")
+    context_parallel=True,  # one context group per sample of a group (trainers/online_collectives.py)
 ))  # fmt: skip
 register(Algorithm(
     name="sft", config=schema.SFTConfig, title="supervised fine-tuning", launcher="ranks",

@@ -168,7 +168,7 @@ class GridConfig:
     )
     gpus_per_role: Optional[dict[str, int]] = knob(None, "Per-role device overrides; unset for colocated NFT.")
     num_replicas: Optional[int] = knob(None, "NFT: execution replicas (must be 1); used when `shapes` is unset.")
-    ranks: Optional[int] = knob(None, "NFT: model ranks per replica (must equal rl.group_size) when `shapes` is unset.")
+    ranks: Optional[int] = knob(None, "NFT: model ranks per replica (must equal rl.group_size x grid.context_parallel) when `shapes` is unset.")
     shapes: Optional[dict[str, list[int]]] = knob(
         None, "NFT role shapes `{policy = [replicas, ranks], rollout = [replicas, ranks]}`; wins over num_replicas/ranks."
     )
@@ -192,8 +192,9 @@ class GridConfig:
         "Ranks that share one sample's vision tokens (Ulysses context parallelism: each holds 1/N of them, an all-to-all "
         "over attention heads around every attention; text tokens are replicated on every rank). 1 = off. N must divide "
         "the attention heads and the vision (+ action) tokens per sample; KV heads that do not divide are repeated. "
-        "The forward and backward are in place (exact against one rank); no training loop uses them yet, so preflight "
-        "refuses N > 1 (docs/long_clips.md).",
+        "NFT runs it (the world is rl.group_size x N ranks, each sample of a group on its own N) and DPO (the world's "
+        "ranks are data-parallel x N; rl.pairs_per_step splits over the data-parallel ones). SFT and GRPO do not yet: "
+        "preflight refuses N > 1 for them (docs/long_clips.md).",
     )
 
 

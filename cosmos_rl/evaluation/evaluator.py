@@ -298,26 +298,28 @@ def evaluate_ranks(
     return metrics
 
 
-def evaluate_all_reduce(evaluator: Evaluator, transformer: torch.nn.Module, rank: int, world: int) -> dict[str, float]:
+def evaluate_all_reduce(evaluator: Evaluator, transformer: torch.nn.Module, rank: int, world: int, counted: bool = True) -> dict[str, float]:
     """The `eval/` metrics (with the watch's per-prompt scores, `EvalScores.watched`) when every rank of a torch.distributed world (or one process) calls this:
     each samples its share, then one all-reduce sums the totals (on the evaluator's device: NCCL
-    reduces CUDA tensors only)."""
+    reduces CUDA tensors only). `rank`/`world`: the share (a data-parallel rank with context
+    parallelism); `counted` False: another rank sampled the same share and is summed instead (this
+    rank adds zeros), so a context group's share counts once."""
     done = evaluator.scored(transformer, rank, world)
     # Two all-reduces: the task sums alone, exactly as before the prompt sums existed, then the prompt sums.
-    totals = Totals.from_dict(_summed(done.totals.as_dict(), evaluator.device), groups_of(evaluator.suite))
-    prompts = PromptTotals.from_dict(_summed(done.prompts.as_dict(), evaluator.device), len(evaluator.captions))
+    totals = Totals.from_dict(_summed(done.totals.as_dict(), evaluator.device, counted), groups_of(evaluator.suite))
+    prompts = PromptTotals.from_dict(_summed(done.prompts.as_dict(), evaluator.device, counted), len(evaluator.captions))
     metrics = evaluator.scores(totals, prompts).watched()
     if evaluator.gold:  # a third all-reduce: the gold reward's prompt sums
-        gold = PromptTotals.from_dict(_summed(done.gold.as_dict(), evaluator.device), len(evaluator.captions))
+        gold = PromptTotals.from_dict(_summed(done.gold.as_dict(), evaluator.device, counted), len(evaluator.captions))
         metrics.update(gold_metrics(gold, evaluator.tasks_of()))
     return metrics
 
 
-def _summed(flat: dict[str, float], device: torch.device) -> dict[str, float]:
+def _summed(flat: dict[str, float], device: torch.device, counted: bool = True) -> dict[str, float]:
     from cosmos_rl.dist.world import process_group_active
 
     keys = sorted(flat)
-    vector = torch.tensor([flat[k] for k in keys], dtype=torch.float64, device=device)
+    vector = torch.tensor([flat[k] if counted else 0.0 for k in keys], dtype=torch.float64, device=device)
     if process_group_active():
         import torch.distributed as dist
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cosmos_rl.config import algorithms
 from cosmos_rl.config.architecture import action_rows_per_sample, run_architecture, sample_latent
 from cosmos_rl.core import schema
 from cosmos_rl.core.condition import Condition
@@ -82,7 +83,13 @@ def context_parallel_section(config: schema.RunConfig, base_dir: Path) -> dict:
     n = config.grid.context_parallel
     if n <= 1:
         return {"ranks": 1, "summary": "off (grid.context_parallel = 1): every rank holds whole samples"}
+    world = algorithms.of(config).world_size(config)[0]
     out: dict = {"ranks": n, "text": "replicated on every rank of a group"}
+    if world >= n and world % n == 0:  # else preflight refuses the size
+        out["layout"] = (f"{world // n} data-parallel x {n} context-parallel ranks (consecutive ranks form a group; "
+                         f"data cursors, seeds and [rl.eval] shares by data-parallel rank; FSDP2 over all {world})")
+    if not algorithms.of(config).context_parallel:
+        out["trainer"] = f"rl.algorithm = {config.rl.algorithm!r} does not run it yet (preflight refuses)"
     architecture = run_architecture(config, base_dir)
     if architecture is not None:
         transformer, vae = architecture

@@ -245,6 +245,10 @@ def online_section(config: schema.RunConfig, base_dir: Path) -> dict:
             "prompt_rows": rl.prompts_per_step,
             "samples": rl.prompts_per_step * rl.group_size,
             "samples_per_rank": rl.prompts_per_step,
+            # grid.context_parallel = N: each sample's work is shared by a context group of N ranks,
+            # so "per rank" is per data-parallel rank (one group); the rewards score each sample once.
+            **({"data_parallel_ranks": rl.group_size, "ranks_per_sample": config.grid.context_parallel}
+               if config.grid.context_parallel > 1 else {}),
         },
         "sampler": {
             "scheduler": rl.scheduler,
@@ -256,7 +260,7 @@ def online_section(config: schema.RunConfig, base_dir: Path) -> dict:
             "seed_clock": rl.rollout_seed_clock,
         },
         "reward": _reward_summary(rl, MediaSpec.from_model_config(config.model)),
-        "ray": _ray_layout(config, rl.group_size),
+        "ray": _ray_layout(config, world_size(config)[0]),
     }
 
 
@@ -269,7 +273,8 @@ def nft_section(config: schema.RunConfig, base_dir: Path) -> dict:
     # grad (v_old and v_ref run without), so its activations are rows x K samples' (docs/video.md).
     costs = sample_costs(config, base_dir)
     if costs is not None:
-        out["per_step"]["train_activation_mib_per_rank"] = round(costs[2] * rl.prompts_per_step * per_sample / 2**20, 2)
+        # grid.context_parallel = N: each rank of a context group holds 1/N of them.
+        out["per_step"]["train_activation_mib_per_rank"] = round(costs[2] * rl.prompts_per_step * per_sample / max(config.grid.context_parallel, 1) / 2**20, 2)
     return out
 
 
@@ -331,7 +336,7 @@ def dpo_section(config: schema.RunConfig, base_dir: Path) -> dict:
     rl, ranks = config.rl, world_size(config)[0]
     out = {
         "roles_per_process": ["policy (+ data in its own actor)"] if config.grid.grouping == "per_role" else ["data", "policy"],
-        "per_step": {"pairs": rl.pairs_per_step, "pairs_per_rank": rl.pairs_per_step // max(ranks, 1)},
+        "per_step": _dpo_per_step(config, ranks),
         "data": _data_summary(rl.data),
         "validation": (
             {"every": rl.validation.every, "max_pairs": rl.validation.max_pairs, "data": _data_summary(rl.validation.data)}
@@ -344,10 +349,22 @@ def dpo_section(config: schema.RunConfig, base_dir: Path) -> dict:
     if costs is not None:
         # The policy's forward with grad packs every winner and loser of the rank (the reference's runs
         # without), so its kept activations are 2 x pairs_per_rank clips' (docs/video.md "DPO on clips").
-        out["per_step"]["train_activation_mib_per_rank"] = round(costs[2] * 2 * out["per_step"]["pairs_per_rank"] / 2**20, 2)
+        # With context parallelism a data-parallel share's clips are split over its cp ranks.
+        pairs = out["per_step"]["pairs_per_rank"] / max(config.grid.context_parallel, 1)
+        out["per_step"]["train_activation_mib_per_rank"] = round(costs[2] * 2 * pairs / 2**20, 2)
     if config.grid.backend == "ray":
         out["ray"] = _ray_layout(config, ranks)
     return out
+
+
+def _dpo_per_step(config: schema.RunConfig, ranks: int) -> dict:
+    """DPO's pairs per step and per data-parallel rank: with grid.context_parallel = N a context
+    group of N ranks trains one share (`pairs_per_rank` is then per group)."""
+    rl, cp = config.rl, max(config.grid.context_parallel, 1)
+    if cp > 1 and ranks >= cp and ranks % cp == 0:
+        return {"pairs": rl.pairs_per_step, "pairs_per_rank": rl.pairs_per_step // (ranks // cp),
+                "data_parallel_ranks": ranks // cp, "ranks_per_sample": cp}  # fmt: skip
+    return {"pairs": rl.pairs_per_step, "pairs_per_rank": rl.pairs_per_step // max(ranks, 1)}
 
 
 def _base_dir(manifest_path: str) -> Path:
@@ -413,7 +430,7 @@ def _ray_layout(config: schema.RunConfig, actors: int) -> dict:
         "actors": actors,
         "bundle_per_rank": bundle,
         # One bundle per rank, SPREAD over grid.nodes when > 1 (else PACK): for DPO, preflight makes
-        # this grid.gpus_per_node on every node; NFT's group_size actors are dealt out as evenly.
+        # this grid.gpus_per_node on every node; NFT's group_size (x grid.context_parallel) actors are dealt out as evenly.
         "bundles_per_node": [actors // g.nodes + (n < actors % g.nodes) for n in range(g.nodes)],
         "placement_strategy": "SPREAD" if g.nodes > 1 else "PACK",
     }

@@ -86,6 +86,9 @@ class DPOTrainer(SPMDTrainer):
             self.val_source = build_source(self.rl.validation.data, self.media, config.job.seed, "rl.validation.data")
 
         self.model: TrainableModel = build_trainable(config, self.device)
+        # grid.context_parallel: the policy (and, under LoRA, the reference: adapters off) and a full
+        # fine-tune's frozen reference split their vision tokens over the context group.
+        self.set_context_parallel(self.model.transformer, self.model.frozen_ref)
         self.timing = frame_timing(self.media, self.model.vae.config)  # {} for images
         self.latents = _latent_cache(self.rl.latent_cache, self.model.vae, config.job.output_dir)
         if self.rl.eval.every:  # [rl.eval]: sampled held-out prompts scored by a reward (eval/ metrics)
@@ -98,8 +101,8 @@ class DPOTrainer(SPMDTrainer):
             len(self.train_source),
             self.rl.pairs_per_step,
             config.job.seed,
-            self.world,
-            self.rank,
+            self.data_world,  # a context group's ranks walk one share (self.world without context parallelism)
+            self.data_rank,
             shuffle=self.rl.data.shuffle,
         )
         self.module, self.lora = self.model.state_module(), self.model.lora
@@ -201,7 +204,7 @@ class DPOTrainer(SPMDTrainer):
         pairs = self.next_pairs()
         latents, ids = self._pair_tensors(pairs)
         shape = (len(pairs), *latents.shape[1:])
-        eps, t = self._draw(shape, "train", self.config.job.seed, self.step, self.rank)
+        eps, t = self._draw(shape, "train", self.config.job.seed, self.step, self.data_rank)
 
         self.optimizer.zero_grad(set_to_none=True)
         # The reference forward, the policy forward and the backward gather each sharded layer once.
@@ -224,8 +227,8 @@ class DPOTrainer(SPMDTrainer):
         from cosmos_rl.dist.fsdp import gathered_while_sampling
 
         total = min(self.rl.validation.max_pairs, len(self.val_source))
-        mine = list(range(self.rank, total, self.world))
-        chunk = max(self.rl.pairs_per_step // self.world, 1)
+        mine = list(range(self.data_rank, total, self.data_world))
+        chunk = max(self.rl.pairs_per_step // self.data_world, 1)
         sums = torch.zeros(len(VAL_METRICS) + 1)
         with gathered_while_sampling(self.model.transformer):  # every chunk's two forwards, one gather
             for start in range(0, len(mine), chunk):

@@ -15,6 +15,11 @@ through `RankCollectives` (gloo/NCCL). For fast tests, the test suite builds one
 every rank of a group in one process (another `online_collectives.Collectives`) and gives the same
 numbers; no manifest reaches it (the spec's one-sample-per-rank rule stands for runs).
 
+Context parallelism (`grid.context_parallel` = N > 1, docs/long_clips.md): the world is G x N and
+each sample is one context group's; `comm` (`online_collectives.RankCollectives`) then makes "rank"
+below mean the data-parallel rank (noise, timesteps, scores and eval shares go by it), scores on a
+group's first rank only, and every transformer forward runs with `set_context_parallel`.
+
 Reward: each rank scores its own images (the service sees group_size concurrent requests; no rank
 waits on another rank's decoding), then one all_gather gives every rank the [rows, group_size]
 reward table, so every rank computes the same advantages.
@@ -112,7 +117,12 @@ class OnlineTrainer:
         from cosmos_rl.rewards.multi import MultiRewardClient
 
         client = MultiRewardClient.from_config(config.rl, context["reward_urls"], context["reward_tokens"])
-        trainer = cls(config, run_dir, device, RankCollectives(rank, world, device), _scored_by(client))
+        layout = None
+        if config.grid.context_parallel > 1:  # G x N ranks: consecutive N share one sample (docs/long_clips.md)
+            from cosmos_rl.dist.context_parallel import data_context_layout
+
+            layout = data_context_layout(config.grid.context_parallel, device.type)
+        trainer = cls(config, run_dir, device, RankCollectives(rank, world, device, layout), _scored_by(client))
         trainer.build(resume)
         return trainer
 
@@ -136,6 +146,15 @@ class OnlineTrainer:
         names = self.adapter_names()
         self.model = build_trainable(config, self.device, adapter_names=names)
         self.transformer = self.model.transformer
+        if self.comm.cp is not None:
+            from cosmos_rl.models.packing import set_context_parallel
+
+            # Every forward of the run's networks (rollout, training, reference, [rl.eval]) splits
+            # its vision tokens over the context group: policy and old are adapters of this
+            # transformer, a full fine-tune's reference its own frozen copy.
+            for network in (self.transformer, getattr(self.model, "frozen_ref", None)):
+                if network is not None:
+                    set_context_parallel(network, self.comm.cp)
         for name in names[1:]:
             lora.copy_adapter(self.transformer, POLICY, name)  # NFT's old policy, GRPO's average: each starts as the policy, exactly
         if self.model.lora:
@@ -299,7 +318,7 @@ class OnlineTrainer:
 
         if rl.sample_grid_every and step % rl.sample_grid_every == 0:
             everyone = self.comm.gather([pixels.to(self.device) for _, _, pixels in rollouts]).cpu()  # [G, rows, (F,) H, W, 3]
-            if 0 in self.comm.ranks:
+            if self.comm.leader:  # one writer (with context parallelism, data-parallel rank 0 is several processes)
                 save_sample_grid(self.run_dir / "samples" / f"step_{step}.png", everyone, texts, rewards)
 
         timings = {"time/rollout_s": rollout_s, "time/reward_s": reward_s, "time/train_s": t3 - t2}
@@ -483,6 +502,11 @@ class OnlineTrainer:
         own, failures = [], {}
         names = self._table_names()
         for rank, (_, _, pixels) in zip(self.comm.ranks, rollouts):
+            if not self.comm.scores:
+                # Context parallelism: the group's first rank scores this sample (the gather keeps
+                # its row); finite placeholders, never read, so no failure is signalled.
+                own.append([[0.0] * len(texts) for _ in names])
+                continue
             try:
                 by_name = self.score(rank, pixels.numpy(), texts)
                 scores = [by_name[name] for name in names]

@@ -9,6 +9,13 @@ checkpoint manager and components, resume (a non-exact resume may change the wor
 reshards, the RNG streams are then fresh), the metric mean over ranks and `[rl.eval]`. A subclass
 builds its data and model in `setup()` and sets `module` (what the `policy` component saves),
 `params` (what the optimizer steps) and `lora`.
+
+Context parallelism (`grid.context_parallel` = N > 1, an algorithm whose registry entry says it
+runs it: DPO): the world is data-parallel x N, consecutive N ranks one context group
+(`dist.context_parallel.data_context_layout`) that trains the same data. `data_rank`/`data_world`
+are then this rank's data-parallel rank and their count (otherwise `rank`/`world`): the data
+cursor, the noise draws and the validation and `[rl.eval]` shares go by them, and a sum over the
+world counts only each group's first rank (`_all_sum`). FSDP2 still shards over the whole world.
 """
 
 from __future__ import annotations
@@ -46,6 +53,13 @@ class SPMDTrainer:
         self.distributed = process_group_active()
         self.rank, self.world = rank_and_world()
         self.is_main = self.rank == 0
+        self.cp = None  # dist.context_parallel.ContextParallel of this rank's context group, or None
+        self.data_rank, self.data_world = self.rank, self.world
+        if config.grid.context_parallel > 1:
+            from cosmos_rl.dist.context_parallel import data_context_layout
+
+            layout = data_context_layout(config.grid.context_parallel, device.type)
+            self.cp, self.data_rank, self.data_world = layout.cp, layout.dp_rank, layout.dp_size
         self.step = 0  # optimizer steps completed
         self.evaluator = None
         self.media = MediaSpec.from_model_config(config.model)
@@ -131,11 +145,24 @@ class SPMDTrainer:
         if not self.distributed:
             return values
         on_device = values.to(self.device)
+        if self.cp is not None and self.cp.rank:
+            # A context group's ranks hold one share's numbers: only its first rank's are summed.
+            on_device = torch.zeros_like(on_device)
         dist.all_reduce(on_device, op=dist.ReduceOp.SUM)
         return on_device.cpu()
 
     def _all_mean(self, values: torch.Tensor) -> torch.Tensor:
-        return self._all_sum(values) / self.world if self.distributed else values
+        """The mean over data-parallel ranks (every rank with context parallelism off)."""
+        return self._all_sum(values) / self.data_world if self.distributed else values
+
+    def set_context_parallel(self, *networks) -> None:
+        """Run every packed forward of `networks` (the trained transformer, a frozen reference)
+        over this rank's context group; nothing when context parallelism is off."""
+        from cosmos_rl.models.packing import set_context_parallel
+
+        for network in networks:
+            if self.cp is not None and network is not None:
+                set_context_parallel(network, self.cp)
 
     # ---------------------------------------------------------------- loop
     def _next(self, step: int) -> None:
@@ -148,7 +175,8 @@ class SPMDTrainer:
         """[rl.eval] (collective): every rank samples its share of the items, one all-reduce sums the scores."""
         from cosmos_rl.evaluation.evaluator import evaluate_all_reduce
 
-        return evaluate_all_reduce(self.evaluator, self.sampling_transformer(), self.rank, self.world)
+        return evaluate_all_reduce(self.evaluator, self.sampling_transformer(), self.data_rank, self.data_world,
+                                   counted=self.cp is None or self.cp.rank == 0)
 
     def run(self) -> list[Metrics]:
         """Train to rl.max_steps in this rank (torchrun, tests), writing metrics and checkpoints;

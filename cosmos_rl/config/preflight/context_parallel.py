@@ -30,11 +30,19 @@ def context_parallel_rules(c: schema.RunConfig, r: Rules) -> None:
     r.at_least(KEY, n, 1)
     if n <= 1:
         return
-    # The training loops do not run context parallel yet: refusing N > 1 keeps a run from silently
-    # training without it.
-    r.error(KEY, "no training loop runs context parallel in this release (the sharded forward and backward are "
-            "in place; the data-parallel x context-parallel mesh is the next step, docs/long_clips.md)", n, f"set {KEY} = 1")
-    ranks, derivation = algorithms.of(c).world_size(c)
+    entry = algorithms.of(c)
+    if not entry.context_parallel:
+        # Its training loop does not feed a context group one sample: refusing N > 1 keeps a run
+        # from silently training without it (or N times over).
+        wired = [name for name in algorithms.names() if algorithms.get(name).context_parallel]
+        r.error(KEY, f"rl.algorithm = {entry.name!r} does not run context parallel in this release (wired: "
+                f"{', '.join(wired) or 'none'}; docs/long_clips.md)", n, f"set {KEY} = 1, or use rl.algorithm = {wired[0]!r}" if wired else f"set {KEY} = 1")
+        # The sizes below are still checked: a run meant for later hears everything at once.
+    if c.grid.grouping == "per_role":
+        # DPO's data actor deals pairs by rank, not by context group.
+        r.error(KEY, 'runs with grid.grouping = "single" only (the per_role data actor deals pairs by rank, not by context group)',
+                n, f'set grid.grouping = "single", or {KEY} = 1')
+    ranks, derivation = entry.world_size(c)
     ranks = ranks if ranks >= 1 else None  # a world below 1 is refused on its own key
     architecture = run_architecture(c, Path(r.base_dir))
     if architecture is None:  # an unreadable folder config is model.path's problem, on its own key

@@ -13,6 +13,9 @@ def dpo_rules(c: schema.RunConfig, rl: schema.DPOConfig, r: Rules) -> None:
     """DPO's rules (dpo.md): data-parallel grid, pairs per step, the data sources and explicit validation."""
     data_parallel_grid(c, r)
     dp = c.model.config.parallelism.data_parallel_shard_degree
+    cp = c.grid.context_parallel
+    if cp > 1 and dp >= cp and dp % cp == 0:
+        dp //= cp  # a context group of cp ranks trains one share (a size that does not divide is refused on grid.context_parallel)
     r.positive("rl.beta", rl.beta)
     r.positive("rl.logit_std", rl.logit_std)
     r.at_least("rl.pairs_per_step", rl.pairs_per_step, 1)

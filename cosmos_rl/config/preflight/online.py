@@ -26,10 +26,23 @@ def _capped(r: Rules, key: str, value: int, cap: int, why: str) -> None:
         r.error(key, f"at most {cap}: {why}", value, f"use {cap} or less")
 
 
+def online_ranks(c: schema.RunConfig) -> int:
+    """The model ranks of an online run: one per sample of a group, or one context group of
+    grid.context_parallel ranks per sample (a value below 1 is refused on its own key)."""
+    return c.rl.group_size * max(c.grid.context_parallel, 1)
+
+
+def _ranks_are(c: schema.RunConfig) -> str:
+    # How the rank count follows from the manifest, for the messages below.
+    cp = c.grid.context_parallel
+    return f"rl.group_size ({c.rl.group_size})" if cp <= 1 else f"rl.group_size x grid.context_parallel ({c.rl.group_size} x {cp} = {online_ranks(c)})"
+
+
 def nft_shapes(c: schema.RunConfig) -> tuple[dict[str, list[int]] | None, list[tuple[str, str, object, str]]]:
     """Role shapes of an online run (NFT's topology), from grid.shapes when given, else grid.num_replicas/grid.ranks."""
     rl, g, name = c.rl, c.grid, algorithm_name(c.rl)
-    want = [1, rl.group_size]
+    world = online_ranks(c)
+    want = [1, world]
     bad: list[tuple[str, str, object, str]] = []
     if g.shapes is not None:
         if g.num_replicas is not None or g.ranks is not None:
@@ -38,14 +51,14 @@ def nft_shapes(c: schema.RunConfig) -> tuple[dict[str, list[int]] | None, list[t
             bad.append(("grid.shapes", "must name exactly the roles policy and rollout", sorted(g.shapes), f"write {{policy = {want}, rollout = {want}}}"))
         for role in ("policy", "rollout"):
             if role in g.shapes and g.shapes[role] != want:
-                bad.append((f"grid.shapes.{role}", f"{name} needs (1, group_size) = {tuple(want)}", g.shapes[role], f"set grid.shapes.{role} = {want}"))
+                bad.append((f"grid.shapes.{role}", f"{name} needs (1, {'group_size' if c.grid.context_parallel <= 1 else 'group_size x context_parallel'}) = {tuple(want)}", g.shapes[role], f"set grid.shapes.{role} = {want}"))
         return (None if bad else {"policy": want, "rollout": want}), bad
     replicas = 1 if g.num_replicas is None else g.num_replicas
-    ranks = rl.group_size if g.ranks is None else g.ranks
+    ranks = world if g.ranks is None else g.ranks
     if replicas != 1:
         bad.append(("grid.num_replicas", f"{name} runs one execution replica", g.num_replicas, "set grid.num_replicas = 1 or remove it"))
-    if ranks != rl.group_size:
-        bad.append(("grid.ranks", f"must equal rl.group_size ({rl.group_size}): one sample per model rank", g.ranks, f"set grid.ranks = {rl.group_size} or remove it"))
+    if ranks != world:
+        bad.append(("grid.ranks", f"must equal {_ranks_are(c)}: one sample per model rank (or context group)", g.ranks, f"set grid.ranks = {world} or remove it"))
     return (None if bad else {"policy": [replicas, ranks], "rollout": [replicas, ranks]}), bad
 
 
@@ -66,15 +79,16 @@ def online_rules(c: schema.RunConfig, rl: schema.OnlineRLBase, r: Rules) -> None
     for path, problem, got, fix in nft_shapes(c)[1]:
         r.error(path, problem, got, fix)
     # A count below 1 is already refused above; a product of it would suggest a negative fix.
-    if g.device == "cuda" and g.nodes >= 1 and g.gpus_per_node >= 1 and g.nodes * g.gpus_per_node != rl.group_size:
-        r.error("grid.gpus_per_node", f"{name} puts one rank on each GPU, so grid.nodes * grid.gpus_per_node must equal rl.group_size ({rl.group_size})",
-                g.gpus_per_node, f"use {g.nodes} node(s) x {rl.group_size / g.nodes:g} GPUs, or change rl.group_size")
+    world = online_ranks(c)
+    if g.device == "cuda" and g.nodes >= 1 and g.gpus_per_node >= 1 and g.nodes * g.gpus_per_node != world:
+        r.error("grid.gpus_per_node", f"{name} puts one rank on each GPU, so grid.nodes * grid.gpus_per_node must equal {_ranks_are(c)}",
+                g.gpus_per_node, f"use {g.nodes} node(s) x {world / g.nodes:g} GPUs, or change rl.group_size")
     if g.nodes > 1 and not rl.reward.url and not rl.rewards:
         r.error("rl.reward.url", "the built-in reward service listens on 127.0.0.1 of the driver's node, which other nodes cannot reach", "",
                 "run `cosmos-rl reward serve --host 0.0.0.0 --token-env REWARD_TOKEN` (or your own service) where every node can reach it and set rl.reward.url")
     dp = c.model.config.parallelism.data_parallel_shard_degree
-    if dp not in (1, rl.group_size):
-        r.error("model.config.parallelism.data_parallel_shard_degree", f"{name} shards over its group_size ({rl.group_size}) ranks", dp, "remove it (derived) or set it to rl.group_size")
+    if dp not in (1, world):
+        r.error("model.config.parallelism.data_parallel_shard_degree", f"{name} shards over all {world} ranks ({_ranks_are(c)})", dp, f"remove it (derived) or set it to {world}")
     if not rl.init_from:
         r.error("rl.init_from", f"required: {name} always starts from a base checkpoint", "", "set rl.init_from to a diffusers folder, DCP folder or s3:// URL")
     reward_rules(c, rl, r)
