@@ -20,9 +20,9 @@ REPO = Path(__file__).resolve().parents[1]
 EVAL = ["rl.max_steps=2", "rl.eval.every=2", "rl.eval.per_task=1", "rl.eval.seeds=1", 'rl.eval.reward="brightness"']
 DPO = [*DPO_SMALL_WITH_VALIDATION, *EVAL]
 # SFT: the tiny preset (4 heads, 16 vision tokens at 32x32) fully fine-tuned on 2 shapes images a
-# step, caption dropout and [rl.eval] as the shapes manifest has them.
+# step; caption dropout at 0.5 so its draws (by data-parallel rank) drop some caption in these 2 steps.
 SFT = ['model.preset="tiny"', "rl.samples_per_step=2", "job.progress=false", "job.log_every=1", "checkpoint.every=0",
-       "rl.eval.sample_steps=2", *EVAL]  # fmt: skip
+       "rl.caption_dropout=0.5", "rl.eval.sample_steps=2", *EVAL]  # fmt: skip
 TWO_RANKS = ["grid.gpus_per_node=2", "model.config.parallelism.data_parallel_shard_degree=2"]
 ONE_RANK = ["grid.gpus_per_node=1", "model.config.parallelism.data_parallel_shard_degree=1"]
 
@@ -53,6 +53,7 @@ def test_two_ranks_as_one_context_group_train_what_one_rank_trains(tmp_path, alg
         assert "val/dpo_accuracy" in a[1]
     else:
         assert a[0]["train/loss"] > 0 and a[0]["train/grad_norm"] > 0
+        assert any(r["train/caption_dropped"] > 0 for r in a)  # the dropout draws are compared too
     assert "eval/score" in a[1]
     for mine, theirs in zip(a, b):
         assert set(mine) == set(theirs)
