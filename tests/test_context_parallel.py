@@ -146,12 +146,35 @@ def test_one_rank_per_sample_is_the_default_and_passes():
 NFT_VIDEO = REPO / "manifests" / "nft_video_shapes_cpu.toml"  # 4 heads; 5 frames at 32x32: 48 vision tokens
 
 
-def test_a_size_that_fits_passes_for_dpo_and_is_refused_for_an_algorithm_whose_loop_does_not_run_it():
+def test_a_size_that_fits_passes_for_dpo_and_sft_and_is_refused_for_an_algorithm_whose_loop_does_not_run_it():
+    from cosmos_rl.config import load, preflight
+
     assert _problems(DPO, ["grid.context_parallel=2"]) == []
-    [problem] = _problems(WORLD, ["grid.context_parallel=2"])  # SFT: 8 ranks, 4 heads, tokens that split
+    assert _problems(WORLD, ["grid.context_parallel=2"]) == []  # SFT: 8 ranks, 4 heads, tokens that split
+    # A registered algorithm that does not say its loop runs it (tests/standin_algorithms.py's).
+    config = load.structure({"model": {"preset": "tiny"}, "grid": {"context_parallel": 2},
+                             "rl": {"algorithm": "standin_algorithms:RANKS", "samples_per_step": 4}})  # fmt: skip
+    found = [p for p in preflight.check(config) if p.path == "grid.context_parallel"]
+    [problem] = [p for p in found if "does not run context parallel" in p.render()]
     assert problem.severity == "error"
-    assert "rl.algorithm = 'sft' does not run context parallel in this release (wired: dpo, nft;" in problem.render()
+    assert "rl.algorithm = 'standin_algorithms:RANKS' does not run context parallel in this release (wired: dpo, nft, sft, grpo;" in problem.render()
     assert "set grid.context_parallel = 1, or use rl.algorithm = 'dpo'" in problem.render()
+
+
+def test_sft_splits_its_samples_over_data_parallel_ranks_and_refuses_the_vae_stage():
+    from cosmos_rl.config import load
+    from cosmos_rl.planning import plan
+
+    # 8 ranks as 4 context groups of 2: 8 samples a step, 2 per group.
+    config, problems = load.load_all_problems(WORLD, ["grid.context_parallel=2", "rl.samples_per_step=8"])
+    assert [p for p in problems if p.path in ("grid.context_parallel", "rl.samples_per_step")] == []
+    assert plan.build(config, str(WORLD))["per_step"] == {"samples": 8, "samples_per_rank": 2, "data_parallel_ranks": 4, "ranks_per_sample": 2}
+    # 6 samples split over the 4 groups unevenly: named per group, not per rank.
+    _, problems = load.load_all_problems(WORLD, ["grid.context_parallel=2", "rl.samples_per_step=6"])
+    [uneven] = [p.render() for p in problems if p.path == "rl.samples_per_step"]
+    assert "must split evenly over the 4 ranks" in uneven
+    vae = [p.render() for p in _problems(WORLD, ["grid.context_parallel=2", 'rl.train="vae"'])]
+    assert any('splits the transformer\'s tokens, and rl.train = "vae" trains the VAE' in line for line in vae), vae
 
 
 def test_dpo_splits_its_pairs_over_data_parallel_ranks_and_not_with_a_data_actor():
@@ -166,7 +189,7 @@ def test_dpo_splits_its_pairs_over_data_parallel_ranks_and_not_with_a_data_actor
     assert any('runs with grid.grouping = "single" only' in p.render() for p in per_role), per_role
 
 
-def test_nft_runs_it_on_group_size_times_n_ranks():
+def test_nft_and_grpo_run_it_on_group_size_times_n_ranks():
     from cosmos_rl.config import load
     from cosmos_rl.planning import plan
 
@@ -182,9 +205,11 @@ def test_nft_runs_it_on_group_size_times_n_ranks():
     _, problems = load.load_all_problems(NFT_VIDEO, [*overrides, "grid.ranks=2"])
     [ranks] = [p.render() for p in problems if p.path == "grid.ranks"]
     assert "must equal rl.group_size x grid.context_parallel (2 x 2 = 4)" in ranks and "set grid.ranks = 4" in ranks
-    # GRPO shares the online machinery but not this wiring: refused.
-    grpo = _problems(REPO / "manifests" / "grpo_shapes_cpu.toml", ["grid.context_parallel=2"])
-    assert any("rl.algorithm = 'grpo' does not run context parallel" in p.render() for p in grpo), grpo
+    # GRPO runs on the same online machinery: the same world and layout.
+    config, problems = load.load_all_problems(REPO / "manifests" / "grpo_video_shapes_cpu.toml", overrides)
+    assert [p for p in problems if p.severity == "error"] == []
+    assert plan.world_size(config)[0] == 4
+    assert plan.build(config, str(REPO / "manifests" / "grpo_video_shapes_cpu.toml"))["per_step"]["ranks_per_sample"] == 2
 
 
 def test_ranks_heads_and_tokens_that_do_not_split_are_each_named_with_the_sizes_that_would():

@@ -239,6 +239,7 @@ register(Algorithm(
     path_fields=("data.jsonl", "data.shards[]", "data.lerobot"),
     part_field="train", video=True, image_count="samples",
     conditioned_from="data",  # T2V and I2V at once (model.condition.probability)
+    context_parallel=True,  # a context group per data-parallel share, as DPO (trainers/spmd.py)
 ))  # fmt: skip
 register(online(
     name="grpo", config=schema.GRPOConfig, title="Flow-GRPO",
@@ -248,6 +249,7 @@ register(online(
     checkpoint_contents="cosmos_rl.planning.plan:grpo_contents",
     video=True,  # clips with model.num_frames > 1 (docs/grpo.md "GRPO on clips")
     conditioned_from="rollout",  # I2V and forward dynamics, as NFT (docs/grpo.md "GRPO on clips")
+    context_parallel=True,  # one context group per sample of a group, as NFT (trainers/online_collectives.py)
     # the fast variant's window draws: which steps take SDE noise
     seed_keys=(*ONLINE_SEED_KEYS, "sde_window", "sde_window_range", "same_initial_noise"),
 ))  # fmt: skip

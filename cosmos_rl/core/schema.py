@@ -192,9 +192,9 @@ class GridConfig:
         "Ranks that share one sample's vision tokens (Ulysses context parallelism: each holds 1/N of them, an all-to-all "
         "over attention heads around every attention; text tokens are replicated on every rank). 1 = off. N must divide "
         "the attention heads and the vision (+ action) tokens per sample; KV heads that do not divide are repeated. "
-        "NFT runs it (the world is rl.group_size x N ranks, each sample of a group on its own N) and DPO (the world's "
-        "ranks are data-parallel x N; rl.pairs_per_step splits over the data-parallel ones). SFT and GRPO do not yet: "
-        "preflight refuses N > 1 for them (docs/long_clips.md).",
+        "NFT and GRPO run it (the world is rl.group_size x N ranks, each sample of a group on its own N), and DPO and SFT "
+        "(the world's ranks are data-parallel x N; rl.pairs_per_step or rl.samples_per_step splits over the data-parallel "
+        "ones; not SFT's VAE stage). Preflight refuses N > 1 for an algorithm whose loop does not run it (docs/long_clips.md).",
     )
 
 

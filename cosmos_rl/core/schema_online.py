@@ -49,7 +49,7 @@ class OnlineRLBase(RLBase):
     row, one per model rank, scored by reward services; the rollout's sampler; the old policy."""
 
     init_from: str = knob("", "Base weights (required): `model.path` itself, a weights or DCP folder, `s3://` URL (pulled once per node) or `preset:tiny`.")
-    group_size: int = knob(4, "Samples per prompt, and the model rank count (one sample per rank; x grid.context_parallel with NFT context parallelism).")
+    group_size: int = knob(4, "Samples per prompt, and the model rank count (one sample per rank; x grid.context_parallel with context parallelism).")
     prompts_per_step: int = knob(1, "Prompt rows per step; every rank samples one image per row.")
     prompts: PromptSourceConfig = section(PromptSourceConfig, "Where prompts come from.")
     sample_steps: int = knob(20, "Sampler steps per generation.")

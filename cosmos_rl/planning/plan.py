@@ -323,7 +323,7 @@ def sft_section(config: schema.RunConfig, base_dir: Path) -> dict:
     rl, size = config.rl, world_size(config)[0]
     out = {
         "roles_per_process": ["data", "policy"],
-        "per_step": {"samples": rl.samples_per_step, "samples_per_rank": rl.samples_per_step // max(size, 1)},
+        "per_step": _per_step("samples", rl.samples_per_step, config, size),
         "data": f"{_shard_count(rl.data.shards)} webdataset shard(s)" if rl.data.shards else f"JSONL {rl.data.jsonl}",
         "trains": "the VAE (autoencoder)" if rl.train == "vae" else "the transformer (flow matching)",
     }
@@ -358,13 +358,16 @@ def dpo_section(config: schema.RunConfig, base_dir: Path) -> dict:
 
 
 def _dpo_per_step(config: schema.RunConfig, ranks: int) -> dict:
-    """DPO's pairs per step and per data-parallel rank: with grid.context_parallel = N a context
-    group of N ranks trains one share (`pairs_per_rank` is then per group)."""
-    rl, cp = config.rl, max(config.grid.context_parallel, 1)
+    return _per_step("pairs", config.rl.pairs_per_step, config, ranks)
+
+
+def _per_step(unit: str, count: int, config: schema.RunConfig, ranks: int) -> dict:
+    """DPO's pairs (SFT's samples) per step and per data-parallel rank: with grid.context_parallel
+    = N a context group of N ranks trains one share (`<unit>_per_rank` is then per group)."""
+    cp = max(config.grid.context_parallel, 1)
     if cp > 1 and ranks >= cp and ranks % cp == 0:
-        return {"pairs": rl.pairs_per_step, "pairs_per_rank": rl.pairs_per_step // (ranks // cp),
-                "data_parallel_ranks": ranks // cp, "ranks_per_sample": cp}  # fmt: skip
-    return {"pairs": rl.pairs_per_step, "pairs_per_rank": rl.pairs_per_step // max(ranks, 1)}
+        return {unit: count, f"{unit}_per_rank": count // (ranks // cp), "data_parallel_ranks": ranks // cp, "ranks_per_sample": cp}
+    return {unit: count, f"{unit}_per_rank": count // max(ranks, 1)}
 
 
 def _base_dir(manifest_path: str) -> Path:

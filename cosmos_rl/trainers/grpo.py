@@ -38,6 +38,11 @@ Seeds: the initial noise is OnlineTrainer's (`rl.rollout_seed_clock`); the SDE s
 from a generator of (job.seed, rank, step), the fast variant's window start from one of
 (job.seed, step), the same on every rank, so every rank trains the same number of steps (FSDP's
 collectives need that) at the same sigmas.
+
+Context parallelism (`grid.context_parallel` = N > 1, docs/long_clips.md): `rank` here is the
+data-parallel rank (`online_collectives.RankCollectives`), so the N ranks of a context group draw
+the same SDE noise and initial noise, their sharded forwards give each of them the whole velocity,
+hence the same records, log-probs and loss; the moving average blends the same adapters on each.
 """
 
 from __future__ import annotations

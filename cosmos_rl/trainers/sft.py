@@ -8,7 +8,8 @@ Runs the same in one process (tests, `python -m cosmos_rl.commands.base_build`) 
 Per step, on each rank: its share of the step's samples (a `PairCursor` over the source's indices)
 -> images [B, 3, H, W] ->
 - `transformer`: frozen-VAE latents x0 (posterior mean) -> eps, t ~ U(0, 1) and the caption-dropout
-  draws from a generator seeded by (job.seed, step, rank), so a resumed run redraws them exactly ->
+  draws from a generator seeded by (job.seed, step, data-parallel rank), so a resumed run redraws
+  them exactly ->
   x_t -> ONE packed velocity forward -> `flow_matching_loss`;
 - `vae`: posterior mean -> decode -> `reconstruction_loss` on [-1, 1] pixels, foreground-weighted
   with `rl.foreground_weight` (metric `train/psnr` from the plain MSE);
@@ -18,6 +19,12 @@ clipping, AdamW, LR schedule.
 With `rl.eval.every`, the held-out prompts are sampled and scored every that many steps (`eval/`
 metrics, `evaluation.during`); in `vae` mode the frozen transformer samples and the VAE being trained
 decodes.
+
+Context parallelism (`grid.context_parallel` = N > 1, docs/long_clips.md; the transformer only):
+the world is data-parallel x N, consecutive N ranks one context group that trains one share of the
+step's samples (`SPMDTrainer.data_rank`/`data_world`): the cursor and the noise draws go by the
+data-parallel rank, every packed forward splits the vision tokens over the group, and the metric
+means and [rl.eval] count each group once.
 
 A checkpoint holds the `policy` component (the trained transformer, LoRA tensors only with LoRA,
 or the trained VAE), optimizer, LR schedule, step, data cursor and every rank's RNG streams.
@@ -63,7 +70,8 @@ class SFTTrainer(SPMDTrainer):
         else:
             self.source = caption_source(self.rl.data.shards, self.rl.data.jsonl, self.media)
         self.cursor = PairCursor(
-            len(self.source), self.rl.samples_per_step, config.job.seed, self.world, self.rank, shuffle=self.rl.data.shuffle
+            # a context group's ranks walk one share (self.world, self.rank without context parallelism)
+            len(self.source), self.rl.samples_per_step, config.job.seed, self.data_world, self.data_rank, shuffle=self.rl.data.shuffle
         )
         self.train_vae = self.rl.train == "vae"
         if self.train_vae:
@@ -75,6 +83,8 @@ class SFTTrainer(SPMDTrainer):
             self.model = build_trainable(config, device, with_reference=False)
             self.parts = self.model.parts
             self.module = self.model.state_module()
+            # grid.context_parallel: every packed forward splits its vision tokens over the context group.
+            self.set_context_parallel(self.model.transformer)
         if self.condition.has_actions:  # the folder's transformer must carry action heads that fit the embodiment
             try:
                 ActionLayout.of(self.condition.action, 1).check(self.parts.transformer.config)
@@ -142,7 +152,7 @@ class SFTTrainer(SPMDTrainer):
         with torch.no_grad():
             x0 = encode_pixels(self.parts.vae, self.media, pixels)
         batch = x0.shape[0]
-        generator = torch.Generator().manual_seed(derive_seed("sft", self.config.job.seed, self.step, self.rank))
+        generator = torch.Generator().manual_seed(derive_seed("sft", self.config.job.seed, self.step, self.data_rank))
         eps = torch.randn(x0.shape, generator=generator).to(self.device)
         t = training_timesteps(batch, generator, self.rl.timestep_sampling, self.rl.logit_mean, self.rl.logit_std).to(self.device)
         dropped = (torch.rand(batch, generator=generator) < self.rl.caption_dropout).tolist()
@@ -173,7 +183,7 @@ class SFTTrainer(SPMDTrainer):
     def _flow_loss(self, pixels: torch.Tensor, captions: list[str]) -> tuple[torch.Tensor, dict[str, float]]:
         with torch.no_grad():
             x0 = encode_pixels(self.parts.vae, self.media, pixels)
-        generator = torch.Generator().manual_seed(derive_seed("sft", self.config.job.seed, self.step, self.rank))
+        generator = torch.Generator().manual_seed(derive_seed("sft", self.config.job.seed, self.step, self.data_rank))
         eps = torch.randn(x0.shape, generator=generator).to(self.device)
         t = training_timesteps(x0.shape[0], generator, self.rl.timestep_sampling, self.rl.logit_mean, self.rl.logit_std).to(self.device)
         dropped = (torch.rand(x0.shape[0], generator=generator) < self.rl.caption_dropout).tolist()

@@ -11,7 +11,7 @@ builds its data and model in `setup()` and sets `module` (what the `policy` comp
 `params` (what the optimizer steps) and `lora`.
 
 Context parallelism (`grid.context_parallel` = N > 1, an algorithm whose registry entry says it
-runs it: DPO): the world is data-parallel x N, consecutive N ranks one context group
+runs it: DPO, SFT): the world is data-parallel x N, consecutive N ranks one context group
 (`dist.context_parallel.data_context_layout`) that trains the same data. `data_rank`/`data_world`
 are then this rank's data-parallel rank and their count (otherwise `rank`/`world`): the data
 cursor, the noise draws and the validation and `[rl.eval]` shares go by them, and a sum over the

@@ -25,6 +25,13 @@ def sft_rules(c: schema.RunConfig, rl: schema.SFTConfig, r: Rules) -> None:
         r.error("grid.grouping", "SFT has no data role to place apart: every rank reads its own share of the samples", c.grid.grouping,
                 'set grid.grouping = "single"')
     dp = c.model.config.parallelism.data_parallel_shard_degree
+    cp = c.grid.context_parallel
+    if cp > 1 and dp >= cp and dp % cp == 0:
+        dp //= cp  # a context group of cp ranks trains one share (a size that does not divide is refused on grid.context_parallel)
+    if cp > 1 and rl.train == "vae":
+        # Context parallelism splits the transformer's vision tokens; the VAE stage never runs it.
+        r.error("grid.context_parallel", 'splits the transformer\'s tokens, and rl.train = "vae" trains the VAE', cp,
+                "set grid.context_parallel = 1 for the VAE stage")
     r.at_least("rl.samples_per_step", rl.samples_per_step, 1)
     if rl.samples_per_step >= 1 and dp >= 1 and rl.samples_per_step % dp:
         r.error("rl.samples_per_step", f"must split evenly over the {dp} ranks", rl.samples_per_step, f"use a multiple of {dp}")
