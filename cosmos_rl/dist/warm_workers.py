@@ -44,7 +44,7 @@ MODULES = (
     "cosmos_rl.models.setup", "cosmos_rl.models.lora", "cosmos_rl.models.packing", "cosmos_rl.models.sampling",
     "cosmos_rl.models.text", "cosmos_rl.models.vae", "cosmos_rl.rewards.client", "cosmos_rl.rewards.functions",
     "cosmos_rl.data.prompts", "cosmos_rl.data.images", "cosmos_rl.data.pixels", "cosmos_rl.core.media",
-    "cosmos_rl.core.flow", "cosmos_rl.models.text_kv", "cosmos_rl.dist.world", "cosmos_rl.dist.fsdp", "cosmos_rl.evaluation.evaluator",
+    "cosmos_rl.core.flow", "cosmos_rl.models.text_kv", "cosmos_rl.dist.world", "cosmos_rl.dist.fsdp", "cosmos_rl.dist.context_parallel", "cosmos_rl.evaluation.evaluator",
     "cosmos_rl.evaluation.grid",
 )  # fmt: skip
 # The module Ray's workers import before taking work: it imports MODULES and never raises.
