@@ -215,3 +215,14 @@ def test_the_four_task_training_prompts_are_the_shipped_ones_without_static_or_t
         "motion": 200, "colour_change": 200, "counting_motion": 200, "turn": 200,
     }  # fmt: skip
     assert (REPO / "manifests" / "shapes_video_train_four_tasks.txt").read_text().splitlines() == kept
+
+
+def test_plan_says_a_clip_runs_rewards_score_clips():
+    """plan's roles name what the reward services receive: clips for a clip run, images for an image run."""
+    from cosmos_rl.config import load
+    from cosmos_rl.planning import plan
+
+    roles = plan.build(load.load(MANIFEST, []), str(MANIFEST))["roles"]
+    assert "own clips to the reward services" in roles["reward"] and "images" not in roles["reward"]
+    image = MANIFEST.parent / "nft_shapes_cpu.toml"
+    assert "own images to the reward services" in plan.build(load.load(image, []), str(image))["roles"]["reward"]

@@ -239,8 +239,10 @@ def online_section(config: schema.RunConfig, base_dir: Path) -> dict:
     return {
         "shapes": shapes,
         "roles_per_process": list(ONLINE_ROLES),
-        "roles": {**ONLINE_ROLES, "policy": f"{algorithms.of(config).resolve_name('trainer')}.learn, then AdamW",
-                  **(ASYNC_ROLES if rl.async_reward else {})},
+        # The roles' texts say "images"; a clip run's rewards score clips.
+        "roles": {name: text.replace("own images", "own clips") if MediaSpec.from_model_config(config.model).is_video else text
+                  for name, text in {**ONLINE_ROLES, "policy": f"{algorithms.of(config).resolve_name('trainer')}.learn, then AdamW",
+                                     **(ASYNC_ROLES if rl.async_reward else {})}.items()},
         "per_step": {
             "prompt_rows": rl.prompts_per_step,
             "samples": rl.prompts_per_step * rl.group_size,
