@@ -37,6 +37,11 @@ MAX_METADATA_BYTES = 1 * MiB
 MAX_JSON_BYTES = 64 * MiB
 # A line-oriented data list (a preference JSONL, a prompt file): ~1 M rows of a few hundred bytes.
 MAX_TEXT_BYTES = 512 * MiB
+# An mp4's bytes (a file, or a tar member read whole). Training clips are tens of frames (a
+# lossless 33-frame 720p clip is ~30-60 MB); a member declaring more is refused before it is read.
+# Here rather than in data/clip_files.py (which re-exports it) so that the tar index and the
+# preflight that read the limit do not import PyAV with the decoder.
+MAX_CLIP_BYTES = 256 << 20
 
 PathLike = Union[str, os.PathLike]
 

@@ -38,14 +38,12 @@ import av.error
 import numpy as np
 
 from cosmos_rl.core.errors import UserError
+from cosmos_rl.core.files import MAX_CLIP_BYTES  # noqa: F401 (the limit on a clip's bytes; defined with the other read limits)
 
 # Per frame. 3840 x 2160 (4K UHD, 8.3 M) fits; one decoded frame at the limit is 25 MB of RGB.
 MAX_CLIP_PIXELS = 1 << 23
 # Declared frames; ~7 minutes at 24 fps. A clip that claims more is refused before decoding.
 MAX_CLIP_FRAMES = 10_000
-# An mp4's bytes (a file, or a tar member read whole). Training clips are tens of frames (a
-# lossless 33-frame 720p clip is ~30-60 MB); a member declaring more is refused before it is read.
-MAX_CLIP_BYTES = 256 << 20
 ENCODER = "libx264rgb"
 ENCODER_PIX_FMT = "rgb24"
 ENCODER_OPTIONS = {"qp": "0"}  # lossless

@@ -31,8 +31,7 @@ from cosmos_rl.core import schema
 from cosmos_rl.core.paths import resolve_path
 from cosmos_rl.core.problems import Problem
 from cosmos_rl.data.caption_index import index_caption_shards, read_caption_rows
-from cosmos_rl.core.files import open_user_file
-from cosmos_rl.data.clip_files import MAX_CLIP_BYTES, check_clip
+from cosmos_rl.core.files import MAX_CLIP_BYTES, open_user_file
 from cosmos_rl.data.image_files import MAX_IMAGE_BYTES, check_image
 from cosmos_rl.data.jsonl_rows import PairRow, read_pair_rows
 from cosmos_rl.data import first_frame_files
@@ -74,10 +73,18 @@ def _image_file(path: Path, origin: str) -> None:
             raise UserError(f"{origin}: cannot read image file ({exc.strerror}); check the path") from exc
 
 
+def _check_clip(data, frames: int, height: int, width: int, origin: str) -> None:
+    """`data.clip_files.check_clip`, imported on first use: it imports PyAV, which `validate` of an
+    image run never needs."""
+    from cosmos_rl.data.clip_files import check_clip as check
+
+    check(data, frames, height, width, origin)
+
+
 def _clip_file(path: Path, media: tuple[int, int, int], origin: str) -> None:
     with open_user_file(path, origin, "clip file", MAX_CLIP_BYTES) as handle:
         try:
-            check_clip(handle, *media, origin)
+            _check_clip(handle, *media, origin)
         except OSError as exc:
             raise UserError(f"{origin}: cannot read clip file ({exc.strerror}); check the path") from exc
 
@@ -99,7 +106,7 @@ def _tar_sides(sample: TarSample, media: tuple[int, int, int]) -> None:
         data = read_blob(sample, blob, origin)
         if media[0] > 1:
             if min(media) >= 1:  # else the model's size is incomplete: preflight reports it
-                check_clip(data, *media, origin)
+                _check_clip(data, *media, origin)
         else:
             check_image(data, origin)
 
@@ -252,7 +259,7 @@ def check_captions(
         blob = read_blob(entry, entry.image, entry.origin)
         if entry.kind == "clip":
             if judge_clips:
-                check_clip(blob, *media, entry.origin)
+                _check_clip(blob, *media, entry.origin)
         else:
             check_image(blob, entry.origin)
 

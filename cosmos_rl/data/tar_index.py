@@ -21,8 +21,7 @@ from typing import Mapping, Optional, Sequence, Union
 
 from braceexpand import braceexpand
 
-from cosmos_rl.core.files import MAX_METADATA_BYTES, check_name
-from cosmos_rl.data.clip_files import MAX_CLIP_BYTES
+from cosmos_rl.core.files import MAX_CLIP_BYTES, MAX_METADATA_BYTES, check_name
 from cosmos_rl.data.image_files import MAX_IMAGE_BYTES
 from cosmos_rl.data.member_checksums import recorded, verify
 from cosmos_rl.data.pair_metadata import parse_pair_metadata

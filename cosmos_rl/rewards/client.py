@@ -20,9 +20,9 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import requests
 from PIL import Image
 
 from cosmos_rl.core.errors import UserError
@@ -31,6 +31,9 @@ from cosmos_rl.rewards import dimensions, frames
 from cosmos_rl.rewards.functions import check_images
 from cosmos_rl.rewards.limits import Limits, chunks_within
 from cosmos_rl.rewards.video import check_clips
+
+if TYPE_CHECKING:
+    import requests
 
 log = logging.getLogger(__name__)
 # The limits the client keeps each clip or frame request within: the protocol's defaults.
@@ -349,6 +352,10 @@ class RewardClient:
         )
 
     def _once(self, method: str, path: str, payload: dict | None) -> object:
+        # requests is imported here, where a request is made: `cosmos-rl validate` and `plan` import this
+        # module (through rewards.multi) but never call a service, and requests is ~0.15 CPU s to import.
+        import requests
+
         if self._session is None:
             self._session = requests.Session()
             self._session.trust_env = False  # no proxy from the environment between us and the service
