@@ -52,3 +52,29 @@ def shipped_manifests(tmp_path_factory):
     from _shipped_data import shipped_checkout
 
     return shipped_checkout(tmp_path_factory.mktemp("checkout")) / "manifests"
+
+
+@pytest.fixture(scope="session")
+def reference_runs(tmp_path_factory):
+    """`run(manifest, overrides) -> run_dir`: an uninterrupted reference run trained in this process
+    (`launch.train`), once per session for each (manifest, overrides), for every test file that
+    compares against the same run: on 2 cores each Ray run's start (the stack imported in every
+    actor) costs far more than its steps. Callers only read the run directory; a test that needs
+    Ray asks for `ray_cluster` itself (the run joins it)."""
+    from rich.console import Console
+
+    from cosmos_rl.commands import launch
+    from cosmos_rl.config import load
+
+    done: dict = {}
+
+    def run(manifest, overrides: list[str]):
+        key = (str(manifest), tuple(overrides))
+        if key not in done:
+            root = tmp_path_factory.mktemp("reference")
+            config = load.load(manifest, [*overrides, f'job.output_dir="{root}"', 'job.name="reference"'])
+            assert launch.train(config, manifest, Console(stderr=True)) == 0
+            done[key] = root / "reference"
+        return done[key]
+
+    return run

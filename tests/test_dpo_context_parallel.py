@@ -21,7 +21,9 @@ EVAL = ["rl.max_steps=2", "rl.eval.every=2", "rl.eval.per_task=1", "rl.eval.seed
 DPO = [*DPO_SMALL_WITH_VALIDATION, *EVAL]
 # SFT: the tiny preset (4 heads, 16 vision tokens at 32x32) fully fine-tuned on 2 shapes images a
 # step; caption dropout at 0.5 so its draws (by data-parallel rank) drop some caption in these 2 steps.
-SFT = ['model.preset="tiny"', "rl.samples_per_step=2", "job.progress=false", "job.log_every=1", "checkpoint.every=0",
+# A checkpoint every step: the one-rank run is also tests/test_sft.py's one-rank `cosmos-rl train`
+# of the transformer under torchrun, whose committed checkpoint is checked below (one launch fewer).
+SFT = ['model.preset="tiny"', "rl.samples_per_step=2", "job.progress=false", "job.log_every=1", "checkpoint.every=1",
        "rl.caption_dropout=0.5", "rl.eval.sample_steps=2", *EVAL]  # fmt: skip
 TWO_RANKS = ["grid.gpus_per_node=2", "model.config.parallelism.data_parallel_shard_degree=2"]
 ONE_RANK = ["grid.gpus_per_node=1", "model.config.parallelism.data_parallel_shard_degree=1"]
@@ -55,6 +57,14 @@ def test_two_ranks_as_one_context_group_train_what_one_rank_trains(tmp_path, alg
         assert a[0]["train/loss"] > 0 and a[0]["train/grad_norm"] > 0
         assert any(r["train/caption_dropped"] > 0 for r in a)  # the dropout draws are compared too
     assert "eval/score" in a[1]
+    if algorithm == "sft":
+        # `cosmos-rl train` of SFT (transformer mode) on one torchrun rank: its committed step-2
+        # checkpoint and its eval/ row on the [rl.eval] step only.
+        step_2 = tmp_path / "one" / "checkpoints" / "step_2"
+        assert (step_2 / "COMMITTED").is_file()
+        meta = json.loads((step_2 / "meta.json").read_text())
+        assert meta["algorithm"] == "sft" and "policy" in meta["components"] and meta["world_size"] == 1
+        assert "eval/score" in b[1] and "eval/score" not in b[0]
     for mine, theirs in zip(a, b):
         assert set(mine) == set(theirs)
         for key, value in theirs.items():

@@ -23,12 +23,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from rich.console import Console
 from typer.testing import CliRunner
 
-from cosmos_rl.commands import launch
 from cosmos_rl.cli import app
-from cosmos_rl.config import load
 
 from _reward_faults import FaultyRewardServer
 from test_nft_ray import FAST, SMOKE, _checkpoint_tensors, _deterministic, _rows
@@ -86,13 +83,15 @@ def _assert_same_weights(a_dir: Path, b_dir: Path, step: int, tmp: Path) -> None
         assert torch.equal(a[key], b[key]), key
 
 
+# The uninterrupted, fault-free reference's settings (only the final checkpoint); tests/test_soak.py's
+# NFT soak compares against the same run, which the session's `reference_runs` trains once for both.
+STRAIGHT = [*FAULT_FAST, f"rl.max_steps={STEPS}", "checkpoint.every=100"]
+
+
 @pytest.fixture(scope="module")
-def straight(ray_cluster, tmp_path_factory) -> Path:
+def straight(ray_cluster, reference_runs) -> Path:
     """The uninterrupted, fault-free reference: only the final checkpoint."""
-    root = tmp_path_factory.mktemp("nft_faults")
-    overrides = _overrides(root, "straight", "checkpoint.every=100")
-    assert launch.train(load.load(SMOKE, overrides), SMOKE, Console(stderr=True)) == 0
-    return root / "straight"
+    return reference_runs(SMOKE, STRAIGHT)
 
 
 def test_sigterm_commits_exits_75_and_exact_resume_equals_the_straight_run(straight, ray_cluster, tmp_path):

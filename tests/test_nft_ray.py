@@ -2,7 +2,9 @@
 world, the real built-in reward service on loopback, real DCP checkpoints.
 
 The runs are short (4 steps of the smoke manifest) and shared through module fixtures: one
-straight run, and one run interrupted after 2 steps then resumed with --exact.
+straight run, and one run stopped after 2 steps whose newest checkpoint (step 2) is then damaged,
+so that its one --exact resume proves both the set-aside of an unloadable checkpoint and the
+interrupted-and-resumed equality (each Ray actor group start costs ~30 CPU s on 2 cores).
 """
 
 from __future__ import annotations
@@ -79,15 +81,26 @@ def _cli(*args: str, env_extra: dict | None = None) -> subprocess.CompletedProce
 
 @pytest.fixture(scope="module")
 def runs(ray_cluster, tmp_path_factory):
-    """A straight 4-step run, and a run stopped after 2 steps then resumed with --exact to 4."""
+    """A straight 4-step run, and a run stopped after 2 steps (a checkpoint every step) whose newest
+    checkpoint, step_2, is truncated before it is resumed with --exact to 4: the resume sets step_2
+    aside and continues from step_1, re-running steps 2-4 as the straight run did."""
     root = tmp_path_factory.mktemp("nft")
     straight = _train(root, "straight", f"rl.max_steps={STEPS}", "rl.sample_grid_every=2", "checkpoint.every=2")
-    split = _train(root, "split", f"rl.max_steps={STEPS // 2}", "rl.sample_grid_every=2", "checkpoint.every=2")
+    split = _train(root, "split", f"rl.max_steps={STEPS // 2}", "rl.sample_grid_every=2", "checkpoint.every=1")
     first_half = _rows(split)
     halfway = root / "halfway"
-    shutil.copytree(split, halfway)  # kept for the seed-contract test
+    shutil.copytree(split, halfway)  # kept, undamaged, for the seed-contract test
+    assert _committed(split) == [1, STEPS // 2]
+    data_file = next((split / "checkpoints" / f"step_{STEPS // 2}").glob("*.distcp"))
+    data_file.write_bytes(data_file.read_bytes()[:16])
     assert launch.resume(split, [f"rl.max_steps={STEPS}"], exact=True, console=Console(stderr=True)) == 0
     return {"root": root, "straight": straight, "split": split, "first_half": first_half, "halfway": halfway}
+
+
+def _committed(run_dir: Path) -> list[int]:
+    # step_<N> only: a set-aside step_<N>.unloadable-<nonce>/ keeps its COMMITTED marker
+    steps = (p.parent.name.removeprefix("step_") for p in (run_dir / "checkpoints").glob("step_*/COMMITTED"))
+    return sorted(int(n) for n in steps if n.isdigit())
 
 
 def test_short_run_writes_every_metric_and_a_sample_grid(runs):
@@ -190,17 +203,16 @@ def test_wrong_reward_revision_refuses_to_start_before_any_actor(tmp_path):
 
 
 def test_a_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the_one_before(runs, tmp_path):
-    """step_4 truncated: the resume continues from step_2, re-runs 3-4 exactly as the straight run did."""
-    damaged = runs["root"] / "damaged"
-    shutil.copytree(runs["straight"], damaged)
-    data_file = next((damaged / "checkpoints" / f"step_{STEPS}").glob("*.distcp"))
-    data_file.write_bytes(data_file.read_bytes()[:16])
-    assert launch.resume(damaged, [], exact=True, console=Console(stderr=True)) == 0
-    names = sorted(p.name for p in (damaged / "checkpoints").iterdir())
-    assert any(n.startswith(f"step_{STEPS}.unloadable-") for n in names) and f"step_{STEPS}" in names
-    assert [_deterministic(r) for r in _rows(damaged)] == [_deterministic(r) for r in _rows(runs["straight"])]
+    """step_2 of the split run truncated (the fixture): the resume continued from step_1 and re-ran
+    steps 2-4 exactly as the straight run did."""
+    split = runs["split"]
+    names = sorted(p.name for p in (split / "checkpoints").iterdir())
+    half = STEPS // 2
+    assert any(n.startswith(f"step_{half}.unloadable-") for n in names) and f"step_{half}" in names, names
+    assert _committed(split) == list(range(1, STEPS + 1))  # step_2 written again by the resumed run
+    assert [_deterministic(r) for r in _rows(split)] == [_deterministic(r) for r in _rows(runs["straight"])]
     a = _checkpoint_tensors(runs["straight"], STEPS, tmp_path)
-    b = _checkpoint_tensors(damaged, STEPS, tmp_path)
+    b = _checkpoint_tensors(split, STEPS, tmp_path)
     for key in (k for k in a if k.startswith(("policy.", "old.", "optimizer."))):
         assert torch.equal(a[key], b[key]), key
 

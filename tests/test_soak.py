@@ -103,14 +103,16 @@ def _serve(port: int) -> subprocess.Popen:
     raise AssertionError("the reward service did not come up")
 
 
-def test_nft_rides_out_a_reward_service_killed_and_restarted_every_step(ray_cluster, tmp_path):
+def test_nft_rides_out_a_reward_service_killed_and_restarted_every_step(ray_cluster, reference_runs, tmp_path):
     # 3 steps: a kill after each of the first two rows (the third row ends the run); the next row
     # needs the restarted service's scores, so it cannot slip past a kill and neither kill is skipped.
-    steps = 3
+    from test_nft_faults import STEPS as steps
+    from test_nft_faults import STRAIGHT as fast  # 3 small steps, only the final checkpoint
+
     env = {**ENV, "RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address, "GLOO_SOCKET_IFNAME": "lo"}
-    fast = ["rl.sample_steps=6", "rl.timesteps_per_sample=2", "job.progress=false", f"rl.max_steps={steps}",
-            "checkpoint.every=100", "rl.sample_grid_every=0"]
-    _clean(NFT, [*fast, f'job.output_dir="{tmp_path / "clean"}"'])  # joins the session cluster
+    # The clean run is tests/test_nft_faults.py's straight reference, trained once per session
+    # (in this process, joining the session cluster).
+    clean = reference_runs(NFT, fast)
 
     port = _free_port()
     server = _serve(port)
@@ -140,5 +142,4 @@ def test_nft_rides_out_a_reward_service_killed_and_restarted_every_step(ray_clus
             proc.kill()
     assert proc.returncode == 0, err[-3000:]
     assert kills >= 2
-    clean_rows = _rows(tmp_path / "clean" / "nft_t2i_smoke")
-    assert [_deterministic(r) for r in _rows(run_dir)] == [_deterministic(r) for r in clean_rows]
+    assert [_deterministic(r) for r in _rows(run_dir)] == [_deterministic(r) for r in _rows(clean)]
