@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import sys
+import threading
 import traceback
 from pathlib import Path
 
@@ -32,6 +34,7 @@ def cosmos(*args: str, cwd: Path | str | None = None, env: dict[str, str] | None
     from cosmos_rl.cli import app
 
     saved = {key: os.environ.get(key) for key in env or {}}
+    threads_before, ray_before = set(threading.enumerate()), _ray_initialized()
     try:
         os.environ.update(env or {})
         with contextlib.chdir(cwd) if cwd is not None else contextlib.nullcontext():
@@ -42,7 +45,17 @@ def cosmos(*args: str, cwd: Path | str | None = None, env: dict[str, str] | None
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+    # A command run here shares the test process: what it starts must end with it, or it would
+    # leak into every later test (a subprocess took its threads and its Ray job with it).
+    left = [t.name for t in threading.enumerate() if t not in threads_before and not t.daemon and t.is_alive()]
+    assert not left, f"cosmos-rl {' '.join(map(str, args))} left threads running in the test process: {left}"
+    assert _ray_initialized() == ray_before, f"cosmos-rl {' '.join(map(str, args))} changed this process's Ray state"
     stderr = result.stderr
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         stderr += "Traceback (most recent call last):\n" + "".join(traceback.format_exception(result.exception))
     return Done(result.exit_code, result.stdout, stderr)
+
+
+def _ray_initialized() -> bool:
+    """Whether this process is connected to Ray (False without importing Ray when nothing did)."""
+    return "ray" in sys.modules and sys.modules["ray"].is_initialized()
