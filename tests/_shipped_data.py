@@ -4,17 +4,31 @@ come from the same commands at a few samples each, so the manifests validate as 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import shutil
-import subprocess
-import sys
 from pathlib import Path
+
+from _inproc import cosmos
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _run(args: list[str], cwd: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
+    """`python -m MODULE ARGS` from `cwd`, run in this process: the data are the point, not the process,
+    and a child would import torch again before writing a shard (tests/_inproc.py)."""
+    module, *rest = args
+    if module == "cosmos_rl.cli":
+        done = cosmos(*rest, cwd=cwd)
+        assert done.returncode == 0, done.stderr
+        return
+    from cosmos_rl.shapes.__main__ import main  # the documented `python -m cosmos_rl.shapes`
+
+    assert module == "cosmos_rl.shapes", module
+    said = io.StringIO()
+    with contextlib.chdir(cwd), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(said):
+        code = main(rest)
+    assert code == 0, said.getvalue()
 
 
 def shipped_checkout(tmp: Path) -> Path:

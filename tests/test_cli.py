@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from _inproc import cosmos
 from _model_folders import stub_model_folder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -12,8 +13,10 @@ NFT = str(ROOT / "manifests" / "nft_t2i_smoke.toml")
 DPO = str(ROOT / "manifests" / "dpo_t2i_smoke.toml")
 
 
-def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cosmos_rl.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+def cli(*args: str, cwd: Path = ROOT):
+    """In-process (tests/_inproc.py): these tests read exit codes and words, not the process; the
+    entry point (`python -m cosmos_rl.cli`) is the subject of test_version_prints_the_packages_version."""
+    return cosmos(*args, cwd=cwd)
 
 
 def test_validate_ok_prints_a_summary():
@@ -208,6 +211,7 @@ def test_train_of_a_gpu_manifest_on_a_cpu_machine_points_at_the_gpus(tmp_path):
     import os
 
     folder = stub_model_folder(tmp_path / "nano")
+    # A subprocess: CUDA reads CUDA_VISIBLE_DEVICES once per process, so setting it here would not hide a GPU.
     result = subprocess.run(
         [sys.executable, "-m", "cosmos_rl.cli", "train", PUBLIC_DPO, f'model.path="{folder}"', f'job.output_dir="{tmp_path}"'],
         capture_output=True, text=True, cwd=ROOT, timeout=120, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
@@ -308,5 +312,6 @@ def test_version_prints_the_packages_version():
 
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert cosmos_rl.__version__ == declared
-    result = cli("--version")
+    # The one test of the `python -m cosmos_rl.cli` entry wiring, so a subprocess (costs no torch import).
+    result = subprocess.run([sys.executable, "-m", "cosmos_rl.cli", "--version"], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert result.returncode == 0 and result.stdout == f"cosmos-rl {declared}\n"

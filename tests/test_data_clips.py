@@ -26,6 +26,7 @@ from _clip_helpers import (
     with_sps_size,
 )
 from _image_helpers import png_bytes
+from _inproc import cosmos
 
 from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.data import scan
@@ -308,7 +309,7 @@ def test_validate_data_exits_2_naming_every_bad_clip_row(tmp_path):
     rows = tmp_path / "clips.jsonl"
     rows.write_text("".join(json.dumps({"video": name, "caption": "a red square", "id": name}) + "\n" for name in files))
     args = ["validate", SFT, "rl.data.shards=[]", f'rl.data.jsonl="{rows}"', "model.num_frames=9", "rl.eval.every=0"]
-    result = subprocess.run([sys.executable, "-m", "cosmos_rl.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    result = cosmos(*args, cwd=ROOT)  # in-process (tests/_inproc.py): the exit code and the lines are the subject
     assert result.returncode == 2, result.stdout + result.stderr
     expected = {
         2: "bomb.mp4: cannot decode clip: too long to decode safely (declares 1000000 frames",
@@ -322,5 +323,5 @@ def test_validate_data_exits_2_naming_every_bad_clip_row(tmp_path):
         assert any(f"{rows}:{number} (id " in line and text in line for line in lines), (number, result.stderr)
     assert "Traceback" not in result.stderr
     rows.write_text(json.dumps({"video": "good.mp4", "caption": "a red square"}) + "\n")
-    ok = subprocess.run([sys.executable, "-m", "cosmos_rl.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    ok = cosmos(*args, cwd=ROOT)
     assert ok.returncode == 0 and "rl.data.jsonl: 1 good rows, 0 bad; clips of all 1 rows opened" in ok.stdout, ok.stdout + ok.stderr

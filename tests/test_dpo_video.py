@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from _clip_helpers import squares_clip, squares_mp4, with_damaged_samples, with_declared_frames, with_sps_size
+from _inproc import cosmos
 from _models_helpers import NANO_HEADS
 from _video_folders import video_nano_folder
 
@@ -272,7 +273,7 @@ def test_validate_data_exits_2_naming_every_bad_clip_pair_row(tmp_path):
     rows.write_text("".join(json.dumps({"id": n, "prompt": "p", "winner": n, "loser": "other.mp4"}) + "\n" for n in files))
     args = ["validate", DPO, "rl.data.synthetic_pairs=0", f'rl.data.jsonl="{rows}"', f"model.num_frames={FRAMES}",
             "rl.validation.every=0", "--data", "all"]  # fmt: skip
-    result = subprocess.run([sys.executable, "-m", "cosmos_rl.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    result = cosmos(*args, cwd=ROOT)  # in-process (tests/_inproc.py): the exit code and the lines are the subject
     assert result.returncode == 2, result.stdout + result.stderr
     out = " ".join((result.stdout + result.stderr).split())
     expected = {

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import torch
 import pytest
+from _inproc import cosmos
 from rich.console import Console
 
 from cosmos_rl.config import load
@@ -147,10 +146,8 @@ def test_training_eval_adds_eval_rows_on_its_steps_and_warns_once():
 
 # ---------------------------------------------------------------------------------- command
 def test_eval_preset_json_prints_the_documented_object(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "cosmos_rl.cli", "eval", "preset:tiny", "--suite", "shapes", "--json", "--per-task", "1", "--seeds", "1", "--out", str(tmp_path)],
-        capture_output=True, text=True, cwd=ROOT, timeout=300,
-    )  # fmt: skip
+    # In-process (tests/_inproc.py): the JSON and the files written are the subject, not the process.
+    result = cosmos("eval", "preset:tiny", "--suite", "shapes", "--json", "--per-task", "1", "--seeds", "1", "--out", tmp_path, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["kind"] == "model" and out["base_score"] is None and out["step"] is None
@@ -298,11 +295,9 @@ def test_eval_into_a_log_prints_progress_lines_and_a_closing_summary(nft_run, tm
     files written, what to run next)."""
     run_dir, _ = nft_run
     out = tmp_path / "eval"
-    result = subprocess.run(
-        [sys.executable, "-m", "cosmos_rl.cli", "eval", str(run_dir), "--reward", "brightness", "--per-task", "1", "--seeds", "1",
-         "--batch-size", "2", "--device", "cpu", "--out", str(out)],
-        capture_output=True, text=True, cwd=ROOT, timeout=600,
-    )  # fmt: skip
+    # In-process (tests/_inproc.py): CliRunner's stdout and stderr are files, not a terminal, as a log is.
+    result = cosmos("eval", run_dir, "--reward", "brightness", "--per-task", "1", "--seeds", "1", "--batch-size", "2",
+                    "--device", "cpu", "--out", out, cwd=ROOT)  # fmt: skip
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.startswith("eval: checkpoint step 2: ")]
     assert lines[0].startswith("eval: checkpoint step 2: 2 of 6 images (") and lines[-1].startswith("eval: checkpoint step 2: 6 of 6 images (")

@@ -15,6 +15,7 @@ from pathlib import Path
 import attrs
 import pytest
 import torch
+from _inproc import cosmos
 from _models_helpers import folder_pipeline
 
 from cosmos_rl.config import load
@@ -80,8 +81,7 @@ def test_merged_lora_weights_give_the_adapted_networks_velocity():
 
 def test_an_exported_lora_run_loads_in_diffusers_and_scores_as_its_checkpoint(dpo_lora_run, tmp_path):
     run_dir, trainer = dpo_lora_run
-    done = subprocess.run([sys.executable, "-m", "cosmos_rl.cli", "export", str(run_dir), "--out", str(tmp_path / "model"), "--json"],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    done = cosmos("export", run_dir, "--out", tmp_path / "model", "--json")  # in-process (tests/_inproc.py)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert summary["step"] == 2 and summary["lora_merged"] and summary["algorithm"] == "dpo"
@@ -158,8 +158,7 @@ def test_export_refuses_what_it_cannot_write_and_leaves_nothing(dpo_lora_run, tm
     with pytest.raises(UserError, match="no committed checkpoint yet"):
         export_run(str(fresh), tmp_path / "new")
     shutil.rmtree(fresh)
-    done = subprocess.run([sys.executable, "-m", "cosmos_rl.cli", "export", str(run_dir), "--out", str(taken)],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    done = cosmos("export", run_dir, "--out", taken)  # in-process (tests/_inproc.py): the exit code and the words are the subject
     assert done.returncode == 2 and "Traceback" not in done.stderr and "already exists" in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "taken"]  # no staging folder left behind
 
@@ -311,8 +310,7 @@ def test_export_makes_the_missing_parent_folders_of_out(dpo_lora_run, tmp_path, 
     """`cosmos-rl export RUN --out models/x`, as the docs and the closing summary print it, in a
     folder with no models/ yet; the summary says what to run next."""
     run_dir, _ = dpo_lora_run
-    done = subprocess.run([sys.executable, "-m", "cosmos_rl.cli", "export", str(run_dir), "--out", "models/x"],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+    done = cosmos("export", run_dir, "--out", "models/x", cwd=tmp_path)  # in-process (tests/_inproc.py), from tmp_path
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "models" / "x" / "transformer").is_dir() and sorted(p.name for p in (tmp_path / "models").iterdir()) == ["x"]
     assert "exported step 2 of" in done.stdout and "cosmos-rl eval models/x" in done.stdout

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _inproc import cosmos
 
 from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.data.tar_pairs import TarShardPairs
@@ -33,14 +32,12 @@ def test_best_vs_worst_takes_the_first_highest_and_the_first_lowest_and_drops_ti
         best_vs_worst([float("nan"), 1.0])
 
 
-def _mine(tmp_path: Path, out: str, *extra: str) -> subprocess.CompletedProcess:
+def _mine(tmp_path: Path, out: str, *extra: str):
+    """In-process (tests/_inproc.py): the shards, the JSON and the exit code are the subject, not the process."""
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("\n".join(PROMPTS) + "\n")
-    return subprocess.run(
-        [sys.executable, "-m", "cosmos_rl.cli", "pairs", "mine", "preset:shapes", "--reward", "shapes_partial",
-         "--prompts", str(prompts), "--samples", "3", "--out", str(tmp_path / out), "--json", "--device", "cpu", *extra],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    return cosmos("pairs", "mine", "preset:shapes", "--reward", "shapes_partial", "--prompts", prompts, "--samples", "3",
+                  "--out", tmp_path / out, "--json", "--device", "cpu", *extra)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -111,8 +108,5 @@ def test_bad_options_are_one_line_errors(tmp_path, extra, needle):
 def test_a_prompt_outside_the_shapes_grammar_names_its_row(tmp_path):
     bad = tmp_path / "bad.txt"
     bad.write_text("a red circle\na purple hexagon\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "cosmos_rl.cli", "pairs", "mine", "preset:shapes", "--reward", "shapes_strict",
-         "--prompts", str(bad), "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    done = cosmos("pairs", "mine", "preset:shapes", "--reward", "shapes_strict", "--prompts", bad, "--out", tmp_path / "o")
     assert done.returncode == 2 and "prompt 2" in done.stderr and "Traceback" not in done.stderr

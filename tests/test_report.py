@@ -2,12 +2,11 @@
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _inproc import cosmos
 from PIL import Image
 
 from cosmos_rl.commands import report, report_figures
@@ -16,8 +15,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PLOT_PX = (round(report_figures.FIG_SIZE_IN[0] * report_figures.FIG_DPI), round(report_figures.FIG_SIZE_IN[1] * report_figures.FIG_DPI))
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cosmos_rl.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+def cli(*args: str):
+    """In-process (tests/_inproc.py): these tests read exit codes, words and the files written, not the process."""
+    return cosmos(*args, cwd=ROOT)
 
 
 def write_rows(path: Path, rows: list[dict]) -> None:

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _inproc import cosmos
 
 from cosmos_rl.core import run_lock
 from cosmos_rl.core.errors import UserError
@@ -53,8 +54,8 @@ def test_resume_of_a_locked_run_exits_2_through_the_cli(tmp_path):
     (run_dir / "manifest.toml").write_text((ROOT / "manifests" / "dpo_t2i_smoke.toml").read_text())
     holder = _holder(run_dir)
     try:
-        result = subprocess.run([sys.executable, "-m", "cosmos_rl.cli", "resume", str(run_dir)],
-                                capture_output=True, text=True, timeout=60)
+        # In-process (tests/_inproc.py): the lock is another process's (the holder), the refusal is the subject.
+        result = cosmos("resume", run_dir)
     finally:
         holder.kill()
         holder.wait()

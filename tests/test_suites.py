@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from _inproc import cosmos
 
 from cosmos_rl.config import load, preflight
 from cosmos_rl.core.media import MediaSpec
@@ -247,9 +248,11 @@ def test_the_stand_in_suite_scores_an_evaluation_exactly():
 
 
 def test_cosmos_rl_eval_evaluates_a_model_in_the_stand_in_suite(tmp_path):
-    args = [sys.executable, "-m", "cosmos_rl.cli", "eval", "preset:tiny", "--suite", STANDIN, "--per-task", "1", "--seeds", "1",
-            "--sample-steps", "2", "--device", "cpu", "--json", "--out", str(tmp_path / "e")]  # fmt: skip
-    done = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=_env())
+    # In-process (tests/_inproc.py): the JSON and the refusal are the subject; tests/ is on this
+    # process's sys.path, so the stand-in suite imports by module name here as in a child given _env().
+    args = ["eval", "preset:tiny", "--suite", STANDIN, "--per-task", "1", "--seeds", "1", "--sample-steps", "2", "--device", "cpu",
+            "--json", "--out", str(tmp_path / "e")]  # fmt: skip
+    done = cosmos(*args, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["suite"] == STANDIN and out["reward"] == f"{STANDIN}/colour_match"
@@ -258,7 +261,7 @@ def test_cosmos_rl_eval_evaluates_a_model_in_the_stand_in_suite(tmp_path):
     assert set(out["tasks"]) == set(out["tasks_partial"]) == {"primary", "secondary"}
     assert all(0.0 <= v <= 1.0 for v in [*out["tasks"].values(), *out["tasks_partial"].values()])
     # Without --suite a model names none: one line, no traceback.
-    done = subprocess.run(args[:5] + args[7:], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=_env())
+    done = cosmos(*args[:2], *args[4:], cwd=tmp_path)
     assert done.returncode == 2 and "a model that names no suite to evaluate in" in done.stderr and "Traceback" not in done.stderr
 
 

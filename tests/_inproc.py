@@ -1,0 +1,61 @@
+"""`cosmos-rl ARGS` run in this test process through typer's CliRunner, for tests whose subject is
+a command's exit code, its words and the files it writes, not the process boundary: a fresh
+`python -m cosmos_rl.cli` re-imports torch and diffusers (5-9 CPU s each on a 2-core runner)
+before it does anything. Tests of process properties (signals, torchrun/Ray launches, the
+`python -m` entry, environment inheritance, fresh-interpreter imports) keep their subprocess."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import sys
+import threading
+import traceback
+from pathlib import Path
+
+
+@dataclasses.dataclass
+class Done:
+    """The fields of `subprocess.CompletedProcess` the tests read, so a converted test keeps its assertions."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def cosmos(*args: str, cwd: Path | str | None = None, env: dict[str, str] | None = None) -> Done:
+    """Run `cosmos-rl *args` in-process from `cwd` with `env` added to os.environ (both restored after).
+
+    An exception the command lets escape would be a traceback on a user's terminal: its traceback
+    lands in `stderr` (and `returncode` is 1), so the tests' `"Traceback" not in stderr` still fails."""
+    from typer.testing import CliRunner
+
+    from cosmos_rl.cli import app
+
+    saved = {key: os.environ.get(key) for key in env or {}}
+    threads_before, ray_before = set(threading.enumerate()), _ray_initialized()
+    try:
+        os.environ.update(env or {})
+        with contextlib.chdir(cwd) if cwd is not None else contextlib.nullcontext():
+            result = CliRunner().invoke(app, [str(a) for a in args])
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    # A command run here shares the test process: what it starts must end with it, or it would
+    # leak into every later test (a subprocess took its threads and its Ray job with it).
+    left = [t.name for t in threading.enumerate() if t not in threads_before and not t.daemon and t.is_alive()]
+    assert not left, f"cosmos-rl {' '.join(map(str, args))} left threads running in the test process: {left}"
+    assert _ray_initialized() == ray_before, f"cosmos-rl {' '.join(map(str, args))} changed this process's Ray state"
+    stderr = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        stderr += "Traceback (most recent call last):\n" + "".join(traceback.format_exception(result.exception))
+    return Done(result.exit_code, result.stdout, stderr)
+
+
+def _ray_initialized() -> bool:
+    """Whether this process is connected to Ray (False without importing Ray when nothing did)."""
+    return "ray" in sys.modules and sys.modules["ray"].is_initialized()
