@@ -54,6 +54,28 @@ def test_resume_drops_a_torn_last_row_but_refuses_a_torn_middle_row(tmp_path):
         MetricsWriter(tmp_path, enabled=True, resume_step=2)
 
 
+def test_a_resume_that_fails_while_rewriting_the_file_loses_no_row(tmp_path, monkeypatch):
+    """The kept rows are written beside the file and renamed over it: a reader, or a kill mid-write,
+    sees the old rows or the new, never an empty or half file (a watcher once read it empty)."""
+    from pathlib import Path
+
+    run_steps(tmp_path, range(1, 6))
+    before = (tmp_path / "metrics.jsonl").read_text()
+    real_write_text = Path.write_text
+
+    def write_then_die(self, text, *args, **kwargs):
+        real_write_text(self, text[: len(text) // 2], *args, **kwargs)
+        raise OSError("disk full")
+
+    monkeypatch.setattr(Path, "write_text", write_then_die)
+    with pytest.raises(OSError, match="disk full"):
+        MetricsWriter(tmp_path, enabled=True, resume_step=3)
+    monkeypatch.undo()
+    assert (tmp_path / "metrics.jsonl").read_text() == before
+    run_steps(tmp_path, [4], resume_step=3)
+    assert [r["step"] for r in rows(tmp_path)] == [1, 2, 3, 4]
+
+
 def test_tensorboard_sink_is_read_back_and_purged_on_resume(tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -65,7 +66,11 @@ class MetricsWriter:
 
                 raise UserError(f"{self.path}:{number}: not a JSON metrics row; repair or delete that line, then resume again")
         kept = [line for line in lines if json.loads(line)["step"] <= step]
-        self.path.write_text("".join(line + "\n" for line in kept))
+        # Written beside and renamed over: a kill mid-write must not lose the rows of the steps
+        # kept, and a reader (`report`, a watcher tailing the file) sees the old rows or the new.
+        partial = self.path.with_name(self.path.name + ".truncating")
+        partial.write_text("".join(line + "\n" for line in kept))
+        os.replace(partial, self.path)
 
     def write(self, step: int, metrics: dict[str, float]) -> None:
         if not self.enabled:
