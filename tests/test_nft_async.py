@@ -63,7 +63,7 @@ def _assert_same_checkpoint(a: Path, b: Path, step: int) -> None:
 
 
 def _scoring_threads() -> list[str]:
-    from cosmos_rl.trainers.online import SCORING_THREAD
+    from cosmos_rl.trainers.async_scoring import SCORING_THREAD
 
     return [t.name for t in threading.enumerate() if t.name.startswith(SCORING_THREAD)]
 
@@ -165,7 +165,7 @@ def _scored_at_the_start_of_its_step(self, step: int) -> dict[str, float]:
     step k's scoring, rolls out k+1 meanwhile, waits, trains k; step k+1 is scored only in its own call."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from cosmos_rl.trainers.online import _Pending
+    from cosmos_rl.trainers.async_scoring import _Pending
 
     current = self.pending
     if current is None:

@@ -242,7 +242,7 @@ def test_the_online_sample_grid_of_clips_is_a_gif_and_strips_that_the_report_emb
     step_<N>.png (frame strips) and step_<N>.gif; images [G, rows, H, W, 3] one labelled PNG sheet."""
     import torch
 
-    from cosmos_rl.trainers.online import save_sample_grid
+    from cosmos_rl.evaluation.grid import save_sample_grid
 
     run = nft_run(tmp_path)
     clips = torch.from_numpy(np.stack([solid_clips()[None], solid_clips()[None]]))  # [2, 1, 5, 8, 8, 3]

@@ -131,9 +131,9 @@ def _judge_config(url: str):
 
 def test_the_trainer_scores_with_the_judge_through_its_own_client_path(judge_server):
     """What a Ray rank does: the driver's services and revision check, the rank's MultiRewardClient
-    and score function (`trainers.online._scored_by`)."""
+    and score function (`trainers.online_scoring._scored_by`)."""
     from cosmos_rl.rewards.multi import MultiRewardClient, start_reward_services
-    from cosmos_rl.trainers.online import _scored_by
+    from cosmos_rl.trainers.online_scoring import _scored_by
 
     config = _judge_config(judge_server.url)
     assert _problems(config) == {}
@@ -178,7 +178,7 @@ def test_the_plan_names_the_judge_and_the_frames_it_sees():
     config = _judge_config("http://127.0.0.1:8000/v1")
     assert plan.build(config)["reward"]["endpoint"] == f"VLM judge {MODEL} at http://127.0.0.1:8000/v1"
     from cosmos_rl.core.schema_online import WeightedRewardConfig
-    from cosmos_rl.planning.plan import _frames_scored
+    from cosmos_rl.planning.online_plan import _frames_scored
 
     term = WeightedRewardConfig(name="judge", url="http://127.0.0.1:8000/v1", judge=JudgeConfig(model=MODEL, frames=3))
     assert _frames_scored(term, 17) == "frames 0, 8, 16 of each clip, in one judge message"

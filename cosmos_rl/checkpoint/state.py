@@ -265,3 +265,17 @@ def as_component(value: Component) -> Stateful | PlainState:
         f"checkpoint component of type {type(value).__name__} is neither Stateful, "
         "PlainState nor dict"
     )
+
+
+class CursorState(PlainState):
+    """A data cursor's position (any object with `state_dict` / `load_state_dict` of plain values)."""
+
+    def __init__(self, cursor):
+        super().__init__()
+        self.cursor = cursor
+
+    def capture(self) -> dict[str, Any]:
+        return self.cursor.state_dict()
+
+    def restore(self, data: dict[str, Any]) -> None:
+        self.cursor.load_state_dict(data)

@@ -190,7 +190,7 @@ def online(**fields) -> Algorithm:
     shared = dict(
         launcher="driver",
         preflight="cosmos_rl.config.preflight.online:online_rules",
-        plan_section="cosmos_rl.planning.plan:online_section",
+        plan_section="cosmos_rl.planning.online_plan:online_section",
         checkpoint_contents="cosmos_rl.planning.plan:online_contents",
         data_check="cosmos_rl.rewards.prompt_rows:prompt_data",
         train_prompts="cosmos_rl.data.prompts:run_prompts",
@@ -210,7 +210,7 @@ register(Algorithm(
     name="dpo", config=schema.DPOConfig, title="Diffusion-DPO", launcher="ranks",
     trainer="cosmos_rl.trainers.dpo:DPOTrainer",
     preflight="cosmos_rl.config.preflight.dpo:dpo_rules",
-    plan_section="cosmos_rl.planning.plan:dpo_section",
+    plan_section="cosmos_rl.planning.offline_plan:dpo_section",
     checkpoint_contents="cosmos_rl.planning.plan:dpo_contents",
     data_check="cosmos_rl.data.scan:pair_data",
     seed_keys=("data.shuffle", "data.synthetic_seed"),
@@ -223,7 +223,7 @@ register(online(
     name="nft", config=schema.NFTConfig, title="DiffusionNFT",
     trainer="cosmos_rl.trainers.nft:NFTTrainer",
     preflight="cosmos_rl.config.preflight.nft:nft_rules",
-    plan_section="cosmos_rl.planning.plan:nft_section",
+    plan_section="cosmos_rl.planning.online_plan:nft_section",
     video=True,  # rl.modality = "video" with model.num_frames > 1 (docs/video.md "NFT on video")
     conditioned_from="rollout",  # I2V NFT (docs/video.md "Conditioning: image to video")
     context_parallel=True,  # one context group per sample of a group (trainers/online_collectives.py)
@@ -232,7 +232,7 @@ register(Algorithm(
     name="sft", config=schema.SFTConfig, title="supervised fine-tuning", launcher="ranks",
     trainer="cosmos_rl.trainers.sft:SFTTrainer",
     preflight="cosmos_rl.config.preflight.sft:sft_rules",
-    plan_section="cosmos_rl.planning.plan:sft_section",
+    plan_section="cosmos_rl.planning.offline_plan:sft_section",
     checkpoint_contents="cosmos_rl.planning.plan:sft_contents",
     data_check="cosmos_rl.data.lerobot_check:sft_data",
     seed_keys=("data.shuffle",),
@@ -245,8 +245,8 @@ register(online(
     name="grpo", config=schema.GRPOConfig, title="Flow-GRPO",
     trainer="cosmos_rl.trainers.grpo:GRPOTrainer",
     preflight="cosmos_rl.config.preflight.grpo:grpo_rules",
-    plan_section="cosmos_rl.planning.plan:grpo_section",
-    checkpoint_contents="cosmos_rl.planning.plan:grpo_contents",
+    plan_section="cosmos_rl.planning.online_plan:grpo_section",
+    checkpoint_contents="cosmos_rl.planning.online_plan:grpo_contents",
     video=True,  # clips with model.num_frames > 1 (docs/grpo.md "GRPO on clips")
     conditioned_from="rollout",  # I2V and forward dynamics, as NFT (docs/grpo.md "GRPO on clips")
     context_parallel=True,  # one context group per sample of a group, as NFT (trainers/online_collectives.py)

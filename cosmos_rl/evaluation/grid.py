@@ -179,3 +179,17 @@ def save_clips(path: Path, rows: Sequence[tuple[str, Sequence[Tile]]]) -> tuple[
     by side. A label's line breaks become spaces in the strips, whose label column is one line per row."""
     gif = save_clip_gif(path.with_suffix(".gif"), rows)
     return save_sheet(path, [(label.replace("\n", " "), tiles) for label, tiles in clip_strips(rows)]), gif
+
+
+def save_sample_grid(path: Path, everyone, texts: Sequence[str], rewards) -> Path:
+    """A step's samples, uint8 `everyone` [G, rows, H, W, 3] (clips: [G, rows, F, H, W, 3]) with the
+    [rows, G] weighted rewards, as a labelled sheet: a row per prompt, its G
+    samples side by side, each with its prompt and its reward under it. Images: one PNG at `path`;
+    clips: the frame strips at `path` and the animated GIF beside it (`save_clips`)."""
+    group, rows = everyone.shape[:2]
+    sheet = [(f"prompt {r + 1}", [Tile(everyone[g, r].numpy(), texts[r], f"reward {float(rewards[r, g]):.3f}") for g in range(group)])
+             for r in range(rows)]  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if everyone.dim() == 5:
+        return save_sheet(path, sheet)
+    return save_clips(path, sheet)[0]

@@ -15,30 +15,10 @@ from pathlib import Path
 
 from cosmos_rl.config import algorithms, legacy_keys, load
 from cosmos_rl.config.preflight.grid import RDZV_ENV
-from cosmos_rl.config.preflight.online import nft_shapes
 from cosmos_rl.core import schema
-from cosmos_rl.core.media import MediaSpec
 from cosmos_rl.core.paths import resolve_path
-from cosmos_rl.config.preflight.rewards import scores_clips
 from cosmos_rl.models import layout, towers
-from cosmos_rl.planning.media_cost import context_parallel_section, media_section, memory_section, sample_costs
-
-# nft.md section 4's five roles of one colocated process per rank, and the code that plays each.
-ONLINE_ROLES = {
-    "data": "data.prompts.PromptCursor (every rank walks the same prompt rows)",
-    "rollout": "trainers.online.OnlineTrainer.rollout (one sample per row, the old policy)",
-    "reward": "trainers.online.OnlineTrainer._scores (own images to the reward services, then one all_gather)",
-    "replay": "the step's own rollout batch, kept in memory until its training half (on-policy, no buffer)",
-    "policy": "the algorithm's training half, then AdamW",
-}
-# rl.async_reward (one-step-off scoring, docs/nft.md): what differs from ONLINE_ROLES.
-ASYNC_ROLES = {
-    "reward": "trainers.online.OnlineTrainer._async_step (rl.async_reward: a thread sends step k+1's own images to the reward "
-              "services as soon as rollout k+1 exists, while learn(k) and rollout k+2 run; step k+1 waits for them, then one all_gather)",
-    "replay": "step k's rollout, made during step k-1's scoring by the policy before learn(k-1) (one policy version late), kept until "
-              "its training half and in each checkpoint as pending_rollout",
-}
-GUIDANCE_SEMANTICS = "v = v_uncond + g * (v_cond - v_uncond): g = 1 is conditional only, g = 0 unconditional"
+from cosmos_rl.planning.media_cost import context_parallel_section, media_section, memory_section
 
 
 def run_dir(config: schema.RunConfig) -> Path:
@@ -90,43 +70,6 @@ def run_identity(config: schema.RunConfig) -> str:
     """Hash of everything that changes what the run computes (reward revision and seed contract included)."""
     payload = json.dumps({"fields": identity_fields(config), "seed_contract": seed_contract(config)}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
-
-
-def _frames_scored(t, frames: int) -> str:
-    """How a video run's reward `t` scores a clip of `frames` frames (docs/rewards.md, "Video")."""
-    if not t.url and scores_clips(t.name):
-        return "whole clips (a clip reward)"
-    if t.judge.model:
-        from cosmos_rl.rewards.vlm_judge import sampled_frames
-
-        return f"frames {', '.join(map(str, sampled_frames(frames, t.judge.frames)))} of each clip, in one judge message"
-    picked = {"first": [0], "last": [frames - 1]}.get(t.frame_reduce, list(range(0, frames, t.frame_stride)))
-    how = f"frames {', '.join(map(str, picked))} of each clip, their {t.frame_reduce}" if len(picked) > 1 else f"frame {picked[0]} of each clip alone"
-    return how + ("" if not t.url else " (if the service scores images; a clip reward gets whole clips)")
-
-
-def _endpoint(t, builtin: str) -> str:
-    """Where a reward is scored: a VLM judge's model and server, a service's url, or the built-in service."""
-    if t.judge.model:
-        return f"VLM judge {t.judge.model} at {t.url}"
-    return t.url or builtin
-
-
-def _reward_summary(rl: schema.OnlineRLBase, media: MediaSpec) -> dict:
-    """The rewards of an online run (NFT, GRPO) that makes `media`; for clips, which frames each scores."""
-    builtin = "built-in service, started on a free 127.0.0.1 port"
-    frames = media.frames
-    if not rl.rewards:
-        out = {"endpoint": _endpoint(rl.reward, builtin), "name": rl.reward.name, "revision": rl.reward.revision}
-        return {**out, "frames": _frames_scored(rl.reward, frames)} if media.is_video else out
-    return {
-        "endpoint": ", ".join(_endpoint(r, builtin) for r in rl.rewards),
-        "name": " + ".join(f"{r.weight:g} x {r.name}" for r in rl.rewards) + f" ({rl.reward_combine})",
-        "revision": ", ".join(r.revision for r in rl.rewards),
-        "terms": [{"name": r.name, "weight": r.weight, "endpoint": _endpoint(r, builtin), "revision": r.revision,
-                   "reward_revision": r.reward_revision, "model": r.model,
-                   **({"frames": _frames_scored(r, frames)} if media.is_video else {})} for r in rl.rewards],
-    }  # fmt: skip
 
 
 def _weights(config: schema.RunConfig) -> str:
@@ -231,147 +174,6 @@ def build(config: schema.RunConfig, manifest_path: str = "MANIFEST", overrides: 
     return out
 
 
-def online_section(config: schema.RunConfig, base_dir: Path) -> dict:
-    """An online run: role shapes, the five roles of one process, the rollout sampler, the rewards."""
-    rl = config.rl
-    shapes, _ = nft_shapes(config)
-    shift, shift_from = sampler_shift(config, base_dir)
-    return {
-        "shapes": shapes,
-        "roles_per_process": list(ONLINE_ROLES),
-        # The roles' texts say "images"; a clip run's rewards score clips.
-        "roles": {name: text.replace("own images", "own clips") if MediaSpec.from_model_config(config.model).is_video else text
-                  for name, text in {**ONLINE_ROLES, "policy": f"{algorithms.of(config).resolve_name('trainer')}.learn, then AdamW",
-                                     **(ASYNC_ROLES if rl.async_reward else {})}.items()},
-        "per_step": {
-            "prompt_rows": rl.prompts_per_step,
-            "samples": rl.prompts_per_step * rl.group_size,
-            "samples_per_rank": rl.prompts_per_step,
-            # grid.context_parallel = N: each sample's work is shared by a context group of N ranks,
-            # so "per rank" is per data-parallel rank (one group); the rewards score each sample once.
-            **({"data_parallel_ranks": rl.group_size, "ranks_per_sample": config.grid.context_parallel}
-               if config.grid.context_parallel > 1 else {}),
-        },
-        "sampler": {
-            "scheduler": rl.scheduler,
-            "steps": rl.sample_steps,
-            "shift": shift,
-            "shift_from": shift_from,
-            "guidance": rl.guidance,
-            "guidance_semantics": GUIDANCE_SEMANTICS,
-            "seed_clock": rl.rollout_seed_clock,
-        },
-        "reward": _reward_summary(rl, MediaSpec.from_model_config(config.model)),
-        "ray": _ray_layout(config, world_size(config)[0]),
-    }
-
-
-def nft_section(config: schema.RunConfig, base_dir: Path) -> dict:
-    out = online_section(config, base_dir)
-    rl = config.rl
-    per_sample = rl.timesteps_per_sample or rl.sample_steps - 1
-    out["per_step"]["train_timesteps_per_sample"] = per_sample
-    # The training forward packs every row of a rank at each of its timesteps into one forward with
-    # grad (v_old and v_ref run without), so its activations are rows x K samples' (docs/video.md).
-    costs = sample_costs(config, base_dir)
-    if costs is not None:
-        # grid.context_parallel = N: each rank of a context group holds 1/N of them.
-        out["per_step"]["train_activation_mib_per_rank"] = round(costs[2] * rl.prompts_per_step * per_sample / max(config.grid.context_parallel, 1) / 2**20, 2)
-    return out
-
-
-def grpo_section(config: schema.RunConfig, base_dir: Path) -> dict:
-    """GRPO: the online section, with its SDE rollout sampler and the steps that train."""
-    from cosmos_rl.config.preflight.grpo import trained_step_count, window_range
-
-    out = online_section(config, base_dir)
-    rl = config.rl
-    out["roles"]["rollout"] = (
-        f"{algorithms.of(config).resolve_name('trainer')}.sample (the SDE sampler with the policy itself, each SDE step's log-prob recorded)"
-    )
-    if rl.sde_window:
-        lo, hi = window_range(rl)
-        variant = f"Flow-GRPO-Fast: SDE on {rl.sde_window} consecutive step(s), start drawn each step from {lo}..{hi - rl.sde_window}, ODE elsewhere"
-        trained = rl.sde_window
-    else:
-        variant = f"Flow-GRPO: SDE on every step but the last, the first floor({rl.timestep_fraction:g} x {rl.sample_steps}) train"
-        trained = trained_step_count(rl.timestep_fraction, rl.sample_steps)
-    out["sampler"].update(
-        noise_level=rl.noise_level, variant=variant,
-        evaluation="held-out evaluation samples with UniPC (the model's own scheduler), as every algorithm's",
-    )  # fmt: skip
-    out["per_step"]["trained_steps_per_sample"] = trained
-    out["objective"] = {"clip_range": rl.clip_range if rl.clip_range_high is None else [rl.clip_range, rl.clip_range_high], "kl_beta": rl.kl_beta,
-                        "kl": ("exact KL of the policy's and the reference's SDE steps" if rl.kl_form == "exact"
-                               else "Flow-GRPO's reference-code KL: the exact KL times the step size")}
-    out["per_step"]["optimizer_steps"] = rl.updates_per_step
-    if rl.updates_per_step > 1:
-        out["per_step"]["prompts_per_update"] = rl.prompts_per_step // rl.updates_per_step
-    if rl.ema_decay:
-        out["moving_average"] = (f"ema = {rl.ema_decay:g} x ema + {1 - rl.ema_decay:g} x policy every {rl.ema_every} steps: "
-                                 "the run's model, what [rl.eval], eval, export and pairs mine use"
-                                 + ("; warmed up: decay min((1 + t) / (10 + t), that), t = optimizer steps" if rl.ema_warmup else ""))
-    return out
-
-
-def grpo_contents(config: schema.RunConfig) -> list[str]:
-    contents = online_contents(config)
-    if config.rl.ema_decay:
-        contents.insert(1, "moving-average adapter (the run's model)")
-    return contents
-
-
-def sft_section(config: schema.RunConfig, base_dir: Path) -> dict:
-    rl, size = config.rl, world_size(config)[0]
-    out = {
-        "roles_per_process": ["data", "policy"],
-        "per_step": _per_step("samples", rl.samples_per_step, config, size),
-        "data": f"{_shard_count(rl.data.shards)} webdataset shard(s)" if rl.data.shards else f"JSONL {rl.data.jsonl}",
-        "trains": "the VAE (autoencoder)" if rl.train == "vae" else "the transformer (flow matching)",
-    }
-    if config.grid.backend == "ray":
-        out["ray"] = _ray_layout(config, size)
-    return out
-
-
-def dpo_section(config: schema.RunConfig, base_dir: Path) -> dict:
-    rl, ranks = config.rl, world_size(config)[0]
-    out = {
-        "roles_per_process": ["policy (+ data in its own actor)"] if config.grid.grouping == "per_role" else ["data", "policy"],
-        "per_step": _dpo_per_step(config, ranks),
-        "data": _data_summary(rl.data),
-        "validation": (
-            {"every": rl.validation.every, "max_pairs": rl.validation.max_pairs, "data": _data_summary(rl.validation.data)}
-            if rl.validation.every
-            else "off"
-        ),
-        "beta": rl.beta,
-    }
-    costs = sample_costs(config, base_dir) if config.model.num_frames > 1 else None
-    if costs is not None:
-        # The policy's forward with grad packs every winner and loser of the rank (the reference's runs
-        # without), so its kept activations are 2 x pairs_per_rank clips' (docs/video.md "DPO on clips").
-        # With context parallelism a data-parallel share's clips are split over its cp ranks.
-        pairs = out["per_step"]["pairs_per_rank"] / max(config.grid.context_parallel, 1)
-        out["per_step"]["train_activation_mib_per_rank"] = round(costs[2] * 2 * pairs / 2**20, 2)
-    if config.grid.backend == "ray":
-        out["ray"] = _ray_layout(config, ranks)
-    return out
-
-
-def _dpo_per_step(config: schema.RunConfig, ranks: int) -> dict:
-    return _per_step("pairs", config.rl.pairs_per_step, config, ranks)
-
-
-def _per_step(unit: str, count: int, config: schema.RunConfig, ranks: int) -> dict:
-    """DPO's pairs (SFT's samples) per step and per data-parallel rank: with grid.context_parallel
-    = N a context group of N ranks trains one share (`<unit>_per_rank` is then per group)."""
-    cp = max(config.grid.context_parallel, 1)
-    if cp > 1 and ranks >= cp and ranks % cp == 0:
-        return {unit: count, f"{unit}_per_rank": count // (ranks // cp), "data_parallel_ranks": ranks // cp, "ranks_per_sample": cp}
-    return {unit: count, f"{unit}_per_rank": count // max(ranks, 1)}
-
-
 def _base_dir(manifest_path: str) -> Path:
     return Path(manifest_path).resolve().parent
 
@@ -423,7 +225,7 @@ def sampler_shift(config: schema.RunConfig, base_dir: Path) -> tuple[float | Non
     return layout.PRESET_FLOW_SHIFT[config.model.preset], f"preset {config.model.preset!r} scheduler"
 
 
-def _ray_layout(config: schema.RunConfig, actors: int) -> dict:
+def ray_layout(config: schema.RunConfig, actors: int) -> dict:
     """What the Ray backend will ask the cluster for (ray_group.ActorGroup reserves exactly this)."""
     g = config.grid
     if g.device == "cuda":
@@ -462,21 +264,3 @@ def _eval_summary(config: schema.RunConfig) -> dict | str:
     return out
 
 
-def _shard_count(entries: list[str]) -> int:
-    """Shard files the entries name as the reader expands them: brace patterns ("a-{0..2}.tar" is
-    three) and "::"-joined lists."""
-    from cosmos_rl.data.tar_index import shard_names
-
-    return len(shard_names(entries))
-
-
-def _data_summary(data: schema.PreferenceDataConfig) -> str:
-    if data.synthetic_pairs:
-        return f"{data.synthetic_pairs} synthetic pairs (seed offset {data.synthetic_seed})"
-    if data.jsonl:
-        return f"JSONL {data.jsonl}"
-    if data.shards:
-        return f"{_shard_count(data.shards)} webdataset shard(s)"
-    if data.factory:
-        return f"factory {data.factory}"
-    return "none"

@@ -41,15 +41,16 @@ noise, so the seed contract is the unconditioned one.
 from __future__ import annotations
 
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any
 
-import numpy as np
 import torch
 
 from cosmos_rl.planning import plan
 from cosmos_rl.algorithms.multi_reward import reward_metrics, weighted_reward
+from cosmos_rl.checkpoint.state import CursorState
+from cosmos_rl.evaluation.grid import save_sample_grid
 from cosmos_rl.checkpoint import CheckpointManager, LRScheduleState, OptimizerState, PlainState, RngStreams, layout
 from cosmos_rl.core import schema
 from cosmos_rl.core.condition import Condition
@@ -60,18 +61,12 @@ from cosmos_rl.rewards.multi import reward_terms
 from cosmos_rl.trainers.first_frames import FirstFrames
 from cosmos_rl.trainers.online_collectives import Collectives, RankCollectives
 from cosmos_rl.checkpoint.policy import AdapterState, policy_component
-from cosmos_rl.trainers.online_state import SEED_CONTRACT_KEY
+from cosmos_rl.trainers.online_batch import Rollout, _Batch
+from cosmos_rl.trainers.online_scoring import RewardTables, ScoreFn, _scored_by
+from cosmos_rl.trainers.async_scoring import OneStepOffScoring, _Pending, _PendingState
+from cosmos_rl.trainers.online_state import REWARD_FAILED, SEED_CONTRACT_KEY
 
 POLICY, OLD, EMA = "policy", "old", "ema"  # the LoRA adapter names (EMA: GRPO's moving average, rl.ema_decay)
-# What a rank's train_step returns when another rank's reward call failed for good (see train_step).
-REWARD_FAILED = "reward_failed"
-SCORING_THREAD = "cosmos-rl-score"  # the name prefix of a trainer's scoring thread (rl.async_reward)
-
-# (rank, uint8 images [rows, H, W, 3], prompts) -> {reward name: one score per image}, plus
-# {`reward.dimension`: values} for each name in the function's `dimensions` attribute, when it has one
-ScoreFn = Callable[[int, np.ndarray, Sequence[str]], dict[str, list[float]]]
-# One played rank's rollout: (x0 latents, the sampler's sigmas, uint8 pixels [rows, H, W, 3])
-Rollout = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 def rollout_noise(
@@ -90,7 +85,7 @@ def rollout_noise(
     return noise((rows, *latent_shape), job_seed, "rollout-step", rank, step, device=device, draw_on="device")
 
 
-class OnlineTrainer:
+class OnlineTrainer(RewardTables, OneStepOffScoring):
     """The online state of one process (model, adapters, optimizer, prompts, checkpoints) and the
     shared half of its step; a subclass adds `learn` (and its own state in `_components`).
 
@@ -214,7 +209,7 @@ class OnlineTrainer:
             layout.POLICY: policy_component(self.model.state_module(), lora=self.model.lora),
             layout.OPTIMIZER: OptimizerState(self.transformer, self.optimizer),
             layout.LR_SCHEDULE: LRScheduleState(self.schedule),
-            layout.DATA_CURSOR: _CursorState(self.cursor),
+            layout.DATA_CURSOR: CursorState(self.cursor),
             layout.PROGRESS: PlainState(self.progress),
             layout.RNG: RngStreams(),
         }
@@ -332,79 +327,6 @@ class OnlineTrainer:
         self.step = step
         return metrics
 
-    def _async_step(self, step: int) -> dict[str, float]:
-        """One-step-off scoring (rl.async_reward), two deep: step k's call makes rollout k+1 and
-        hands it to the scoring thread at once, then waits for step k's scores and trains step k.
-        Step k+1's scoring thus runs while learn(k), the save of k and rollout k+2 run; a steady
-        step takes about max(rollout + learn, scoring) instead of max(rollout, scoring) + learn.
-
-        Step k's rollout is the pending one (made by the call before, with its scoring already
-        submitted; or loaded from a checkpoint, which never holds scores: it is scored now), else
-        made now (the first step of a run). Only each rank's own reward calls run on the thread
-        (`_own_scores`); the gather of the table stays on this thread, so every rank's collectives
-        keep one order. Rollout k+1 is made by the policy before learn(k): one policy version late
-        (docs/nft.md, "One-step-off scoring"), the same rollouts, scores and numbers whichever
-        step's call waits for them.
-        """
-        t0 = time.perf_counter()
-        current = self.pending
-        if current is None:
-            batch = self._draw()
-            current = _Pending(step, batch, self.rollout(step, batch.cond, batch.uncond, batch.condition, **batch.world))
-        assert current.step == step, f"the pending rollout is step {current.step}'s, not step {step}'s"
-        following, drawn = None, None
-        try:
-            scoring = current.scoring if current.scoring is not None else self._submit_scoring(current)
-            if step < self.rl.max_steps:
-                drawn = batch = self._draw()
-                following = _Pending(step + 1, batch, self.rollout(step + 1, batch.cond, batch.uncond, batch.condition, **batch.world))
-                following = following._replace(scoring=self._submit_scoring(following))  # runs during learn(step)
-            t1 = time.perf_counter()
-            # Step k's own scores: a failure of its reward calls is reported here, in step k's call,
-            # even when the thread met it during learn(k-1).
-            own, failures = scoring.result()
-            tables = self._gather_scores(own, failures)
-        except BaseException:
-            self._keep_pending(current, drawn)
-            raise
-        if tables is None:
-            self._keep_pending(current, drawn)
-            return {REWARD_FAILED: 1.0}
-        self.pending = None  # learn may raise: no stale pending rollout survives a failed step
-        try:
-            metrics = self._learn_and_report(step, current.batch, current.rollouts, tables, t1 - t0, time.perf_counter() - t1)
-        except BaseException:
-            self.close()  # step + 1's scoring is dropped with the step; nothing of it is kept
-            raise
-        self.pending = following
-        return metrics
-
-    def _submit_scoring(self, pending: "_Pending") -> Future:
-        """Start `pending`'s own reward calls on the trainer's scoring thread (one worker: the
-        scorings run in step order). The future is never saved: a checkpoint holds the rollout."""
-        if self._scorer is None:
-            self._scorer = ThreadPoolExecutor(max_workers=1, thread_name_prefix=SCORING_THREAD)
-        return self._scorer.submit(self._own_scores, pending.rollouts, pending.batch.texts)
-
-    def _keep_pending(self, current: "_Pending", drawn: "_Batch | None") -> None:
-        """A failed step before its learn (its scoring, the gather, rollout step + 1): step + 1's
-        draw is undone and its rollout and scoring dropped; the cursor and the pending rollout are
-        again what checkpoint step - 1 holds, and a call of the step again scores its rollout afresh."""
-        self.close()
-        if drawn is not None:
-            self.cursor.load_state_dict(drawn.cursor_before)
-        self.pending = current._replace(scoring=None)
-
-    def close(self) -> None:
-        """Stop the scoring thread: a scoring not begun is cancelled, one under way is waited for
-        (its reward calls end within the client's retry budget) and its result dropped. A later
-        step starts a new thread."""
-        scorer, self._scorer = self._scorer, None
-        if scorer is not None:
-            scorer.shutdown(wait=True, cancel_futures=True)
-        if self.pending is not None and self.pending.scoring is not None:
-            self.pending = self.pending._replace(scoring=None)  # its future is gone with the thread
-
     def learn(self, step: int, rollouts: list[Rollout], tables: dict[str, torch.Tensor], cond: list[torch.Tensor],
               condition: torch.Tensor | None = None, actions: torch.Tensor | None = None):
         """The algorithm's training half: (one metrics dict per played rank, step metrics to add).
@@ -490,46 +412,6 @@ class OnlineTrainer:
         assert all(clean == layout.rows for clean in layout.clean_rows), "forward dynamics holds every action row clean"
         return {"actions": start_rows(torch.zeros_like(actions), actions, layout), "action_layout": layout}
 
-    def _scores(self, rollouts: list[Rollout], texts: list[str]) -> dict[str, torch.Tensor] | None:
-        """Each reward's [rows, G] table, every rank's images scored; None when another rank's
-        reward call failed for good (this rank's own failure raises RewardUnavailable)."""
-        own, failures = self._own_scores(rollouts, texts)
-        return self._gather_scores(own, failures)
-
-    def _own_scores(self, rollouts: list[Rollout], texts: list[str]) -> tuple[list[list[list[float]]], dict[int, str]]:
-        """The played ranks' own reward calls, no collective: ([rewards][rows] scores per played
-        rank, rank -> why its call failed for good). Runs on the scoring thread with rl.async_reward."""
-        own, failures = [], {}
-        names = self._table_names()
-        for rank, (_, _, pixels) in zip(self.comm.ranks, rollouts):
-            if not self.comm.scores:
-                # Context parallelism: the group's first rank scores this sample (the gather keeps
-                # its row); finite placeholders, never read, so no failure is signalled.
-                own.append([[0.0] * len(texts) for _ in names])
-                continue
-            try:
-                by_name = self.score(rank, pixels.numpy(), texts)
-                scores = [by_name[name] for name in names]
-            except RewardUnavailable as exc:
-                # Not raised here: the other ranks are about to wait in the gather. NaN (never a
-                # score: the client admits finite numbers only) tells every rank at once.
-                failures[rank], scores = str(exc), [[float("nan")] * len(texts) for _ in names]
-            own.append(scores)
-        return own, failures
-
-    def _table_names(self) -> list[str]:
-        """The rows of a rank's score table: each reward's, then each dimension's."""
-        return [*sorted(self.reward_weights), *self.dimension_names]
-
-    def _gather_scores(self, own: list[list[list[float]]], failures: dict[int, str]) -> dict[str, torch.Tensor] | None:
-        names = self._table_names()
-        everyone = self.comm.gather([torch.tensor(s, dtype=torch.float64, device=self.device) for s in own]).cpu()  # [G, rewards, rows]
-        if torch.isnan(everyone).any():
-            if failures:
-                raise RewardUnavailable(next(iter(failures.values())))
-            return None
-        return {name: everyone[:, k, :].T for k, name in enumerate(names)}  # each [rows, G]
-
     # ----------------------------------------------------------------- [rl.eval]
     def evaluate(self, step: int) -> dict[str, float]:
         """The run's model (`model_adapter`) on the `[rl.eval]` items, split over the ranks; the group's
@@ -543,105 +425,3 @@ class OnlineTrainer:
             self._activate(POLICY)
 
 
-def save_sample_grid(path: Path, everyone: torch.Tensor, texts: Sequence[str], rewards: torch.Tensor) -> Path:
-    """A step's samples, uint8 `everyone` [G, rows, H, W, 3] (clips: [G, rows, F, H, W, 3]) with the
-    [rows, G] weighted rewards, as a labelled sheet (`evaluation.grid`): a row per prompt, its G
-    samples side by side, each with its prompt and its reward under it. Images: one PNG at `path`;
-    clips: the frame strips at `path` and the animated GIF beside it (`save_clips`)."""
-    from cosmos_rl.evaluation.grid import Tile, save_clips, save_sheet
-
-    group, rows = everyone.shape[:2]
-    sheet = [(f"prompt {r + 1}", [Tile(everyone[g, r].numpy(), texts[r], f"reward {float(rewards[r, g]):.3f}") for g in range(group)])
-             for r in range(rows)]  # fmt: skip
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if everyone.dim() == 5:
-        return save_sheet(path, sheet)
-    return save_clips(path, sheet)[0]
-
-
-def _scored_by(client) -> ScoreFn:
-    from cosmos_rl.rewards.client import RewardServiceError
-
-    def score(rank: int, pixels: np.ndarray, prompts: Sequence[str]) -> dict[str, list[float]]:
-        try:
-            scores, dims = client.score_dimensions(pixels, prompts)
-        except RewardServiceError as exc:
-            raise RewardUnavailable(f"rank {rank}: {exc}") from None  # the message names the service
-        return {**scores, **dims}
-
-    # every rank's table has the same rows: the dimensions the services list, read once here
-    try:
-        score.dimensions = tuple(client.dimension_names())
-    except RewardServiceError as exc:
-        raise RewardUnavailable(f"reading the rewards' /info: {exc}") from None
-    return score
-
-
-class _CursorState(PlainState):
-    def __init__(self, cursor):
-        super().__init__()
-        self.cursor = cursor
-
-    def capture(self) -> dict[str, Any]:
-        return self.cursor.state_dict()
-
-    def restore(self, data: dict[str, Any]) -> None:
-        self.cursor.load_state_dict(data)
-
-
-class _Batch(NamedTuple):
-    """A step's prompt rows and what its rollout and learn take of them."""
-
-    rows: list[int]
-    texts: list[str]
-    cursor_before: dict  # the prompt cursor before these rows were drawn
-    cond: list[torch.Tensor]
-    uncond: list[torch.Tensor]
-    condition: torch.Tensor | None
-    world: dict  # {"actions": ...} on a world-model run, else empty
-
-
-class _Pending(NamedTuple):
-    """rl.async_reward: a step's rollout made before the step (one policy version early)."""
-
-    step: int
-    batch: _Batch
-    rollouts: list[Rollout]
-    scoring: Future | None = None  # its own scores under way on the scoring thread; never in a checkpoint
-
-
-class _PendingState(PlainState):
-    """The checkpoint component of the pending rollout (rl.async_reward), per rank: the played
-    ranks' x0 latents, sigmas and pixels, the step, its rows and texts and the cursor before their
-    draw; the prompt ids, I2V frames and action rows are made again from the rows. {} when none
-    (the run's last step)."""
-
-    def __init__(self, trainer: OnlineTrainer):
-        super().__init__(per_rank=True)
-        self.trainer = trainer
-
-    def capture(self) -> dict[str, Any]:
-        pending = self.trainer.pending
-        if pending is None:
-            return {}
-        return {
-            "step": pending.step, "rows": list(pending.batch.rows), "texts": list(pending.batch.texts),
-            "cursor_before": pending.batch.cursor_before,
-            "rollouts": {str(rank): {"x0": x0, "sigmas": sigmas, "pixels": pixels}
-                         for rank, (x0, sigmas, pixels) in zip(self.trainer.comm.ranks, pending.rollouts)},
-        }  # fmt: skip
-
-    def restore(self, data: dict[str, Any]) -> None:
-        trainer = self.trainer
-        if not data:
-            trainer.pending = None
-            return
-        saved = sorted(int(rank) for rank in data["rollouts"])
-        if saved != sorted(trainer.comm.ranks):
-            raise ValueError(f"the pending rollout holds ranks {saved}, this process plays {list(trainer.comm.ranks)}")
-        batch = trainer._batch_of([int(r) for r in data["rows"]], [str(t) for t in data["texts"]], data["cursor_before"])
-        rollouts = []
-        for rank in trainer.comm.ranks:
-            one = data["rollouts"][str(rank)]  # x0 and sigmas live on the device, pixels on the CPU (as `sample` returns them)
-            rollouts.append((one["x0"].to(trainer.device), one["sigmas"].to(trainer.device), one["pixels"]))
-        trainer.pending = _Pending(int(data["step"]), batch, rollouts)

@@ -15,6 +15,8 @@ from cosmos_rl.core import schema
 from cosmos_rl.core.errors import UserError
 
 SEED_CONTRACT_KEY = "seed_contract"
+# What a rank's train_step returns when another rank's reward call failed for good (OnlineTrainer.train_step).
+REWARD_FAILED = "reward_failed"
 
 
 def contract_changes(saved: dict, current: dict) -> list[str]:
