@@ -25,7 +25,7 @@ from cosmos_rl.config import load
 from cosmos_rl.core import files
 from cosmos_rl.core.errors import UserError
 from cosmos_rl.data import first_frame_files
-from cosmos_rl.data.clip_files import MAX_CLIP_BYTES
+from cosmos_rl.core.files import MAX_CLIP_BYTES
 from cosmos_rl.data.jsonl_rows import read_pair_rows
 from cosmos_rl.data.prompt_file import read_prompt_rows
 from cosmos_rl.data.tar_index import index_shard

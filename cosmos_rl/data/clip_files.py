@@ -38,7 +38,6 @@ import av.error
 import numpy as np
 
 from cosmos_rl.core.errors import UserError
-from cosmos_rl.core.files import MAX_CLIP_BYTES  # noqa: F401 (the limit on a clip's bytes; defined with the other read limits)
 
 # Per frame. 3840 x 2160 (4K UHD, 8.3 M) fits; one decoded frame at the limit is 25 MB of RGB.
 MAX_CLIP_PIXELS = 1 << 23

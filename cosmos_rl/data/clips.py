@@ -13,10 +13,10 @@ from typing import Union
 
 import torch
 
-from cosmos_rl.core.files import open_user_file
-from cosmos_rl.data.clip_files import MAX_CLIP_BYTES, ClipData, read_clip
-from cosmos_rl.data.pixels import to_unit_float
 from cosmos_rl.core.errors import UserError
+from cosmos_rl.core.files import MAX_CLIP_BYTES, open_user_file
+from cosmos_rl.data.clip_files import ClipData, read_clip
+from cosmos_rl.data.pixels import to_unit_float
 
 
 def decode_clip(data: ClipData, frames: int, height: int, width: int, origin: str) -> torch.Tensor:

@@ -26,7 +26,7 @@ from cosmos_rl.planning.plan import (
 ONLINE_ROLES = {
     "data": "data.prompts.PromptCursor (every rank walks the same prompt rows)",
     "rollout": "trainers.online.OnlineTrainer.rollout (one sample per row, the old policy)",
-    "reward": "trainers.online.OnlineTrainer._scores (own images to the reward services, then one all_gather)",
+    "reward": "trainers.online.OnlineTrainer._scores (own {media} to the reward services, then one all_gather)",
     "replay": "the step's own rollout batch, kept in memory until its training half (on-policy, no buffer)",
     "policy": "the algorithm's training half, then AdamW",
 }
@@ -34,7 +34,7 @@ ONLINE_ROLES = {
 
 # rl.async_reward (one-step-off scoring, docs/nft.md): what differs from ONLINE_ROLES.
 ASYNC_ROLES = {
-    "reward": "trainers.online.OnlineTrainer._async_step (rl.async_reward: a thread sends step k+1's own images to the reward "
+    "reward": "trainers.online.OnlineTrainer._async_step (rl.async_reward: a thread sends step k+1's own {media} to the reward "
               "services as soon as rollout k+1 exists, while learn(k) and rollout k+2 run; step k+1 waits for them, then one all_gather)",
     "replay": "step k's rollout, made during step k-1's scoring by the policy before learn(k-1) (one policy version late), kept until "
               "its training half and in each checkpoint as pending_rollout",
@@ -86,13 +86,13 @@ def online_section(config: schema.RunConfig, base_dir: Path) -> dict:
     rl = config.rl
     shapes, _ = nft_shapes(config)
     shift, shift_from = sampler_shift(config, base_dir)
+    media = MediaSpec.from_model_config(config.model)
     return {
         "shapes": shapes,
         "roles_per_process": list(ONLINE_ROLES),
-        # The roles' texts say "images"; a clip run's rewards score clips.
-        "roles": {name: text.replace("own images", "own clips") if MediaSpec.from_model_config(config.model).is_video else text
-                  for name, text in {**ONLINE_ROLES, "policy": f"{algorithms.of(config).resolve_name('trainer')}.learn, then AdamW",
-                                     **(ASYNC_ROLES if rl.async_reward else {})}.items()},
+        "roles": {**{name: text.format(media="clips" if media.is_video else "images")  # what the rewards receive
+                     for name, text in {**ONLINE_ROLES, **(ASYNC_ROLES if rl.async_reward else {})}.items()},
+                  "policy": f"{algorithms.of(config).resolve_name('trainer')}.learn, then AdamW"},
         "per_step": {
             "prompt_rows": rl.prompts_per_step,
             "samples": rl.prompts_per_step * rl.group_size,
@@ -111,7 +111,7 @@ def online_section(config: schema.RunConfig, base_dir: Path) -> dict:
             "guidance_semantics": GUIDANCE_SEMANTICS,
             "seed_clock": rl.rollout_seed_clock,
         },
-        "reward": _reward_summary(rl, MediaSpec.from_model_config(config.model)),
+        "reward": _reward_summary(rl, media),
         "ray": ray_layout(config, world_size(config)[0]),
     }
 
