@@ -59,3 +59,39 @@ def cosmos(*args: str, cwd: Path | str | None = None, env: dict[str, str] | None
 def _ray_initialized() -> bool:
     """Whether this process is connected to Ray (False without importing Ray when nothing did)."""
     return "ray" in sys.modules and sys.modules["ray"].is_initialized()
+
+
+def stop_self_when(ready, sig: int = 15, timeout_s: float = 600.0) -> threading.Thread:
+    """A watcher that sends this process `sig` (SIGTERM by default) once `ready()` is true, as a
+    scheduler signals a run: a command run here by `cosmos` (its stop handler installed in this
+    process's main thread) finishes its step, commits and exits 75, as its subprocess would; the
+    stop handler itself and the real process's exit are tests/test_group_signals.py's subject.
+
+    It signals only while a run's stop handler (dist/preempt.StopFlag) holds `sig`: pytest's own
+    default handler would end the test process. `join()` it after the command; `fired` says
+    whether it signalled (a run that ended before `ready()` leaves it False)."""
+    import signal
+    import time
+
+    from cosmos_rl.dist.preempt import StopFlag
+
+    def watch():
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not thread.done:
+            if ready() and isinstance(getattr(signal.getsignal(sig), "__self__", None), StopFlag):
+                thread.fired = True
+                os.kill(os.getpid(), sig)
+                return
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=watch, name="stop_self_when", daemon=True)
+    thread.fired, thread.done = False, False
+    thread.start()
+    return thread
+
+
+def stop_watch(thread: threading.Thread) -> bool:
+    """End a `stop_self_when` watcher (the command has returned); whether it signalled."""
+    thread.done = True
+    thread.join(timeout=5)
+    return thread.fired

@@ -16,6 +16,7 @@ import torch
 
 from cosmos_rl.checkpoint import load_dcp, read_dcp_metadata
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+from _inproc import cosmos as inproc_cosmos
 from _overrides import DPO_SMALL, DPO_SMALL_WITH_VALIDATION
 
 pytestmark = pytest.mark.slow
@@ -26,9 +27,11 @@ MANIFEST = REPO / "manifests" / "dpo_t2i_smoke.toml"
 SMALL = [*DPO_SMALL_WITH_VALIDATION, "rl.eval.every=2", "rl.eval.per_task=1", "rl.eval.seeds=1", 'rl.eval.reward="brightness"']
 
 
-def cosmos(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    return subprocess.run(["cosmos-rl", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+def cosmos(*args: str, cwd: Path):
+    """`cosmos-rl ARGS` through the real CLI in this process (tests/_inproc.py): the runs' rows,
+    checkpoints, exit codes and words are the subject, and the command still launches its torchrun
+    ranks as processes; the SIGTERM test below keeps its own `cosmos-rl` process."""
+    return inproc_cosmos(*args, cwd=cwd, env={"HF_HUB_OFFLINE": "1", "GLOO_SOCKET_IFNAME": "lo"})
 
 
 def metrics_rows(run_dir: Path) -> list[dict]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from _inproc import cosmos
 from _overrides import DPO_SMALL
 
 pytestmark = pytest.mark.slow
@@ -36,8 +37,9 @@ def test_sigterm_while_starting_exits_75_and_resume_starts_from_step_0(tmp_path)
     assert "before the workers reached their first step; nothing was lost" in err
     assert not (run_dir / "checkpoints").exists() or not any((run_dir / "checkpoints").glob("step_*/COMMITTED"))
 
-    resumed = subprocess.run([sys.executable, "-m", "cosmos_rl.cli", "resume", str(run_dir)],
-                             env=ENV, capture_output=True, text=True, timeout=300)
+    # The resume is the real CLI in this process (tests/_inproc.py): its exit code, its words and the
+    # run it trains are the subject; it still launches its torchrun ranks as processes.
+    resumed = cosmos("resume", run_dir, env={"HF_HUB_OFFLINE": "1"})
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "starting from step 0" in resumed.stderr
     assert (run_dir / "checkpoints" / "step_2" / "COMMITTED").is_file()

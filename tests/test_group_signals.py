@@ -35,7 +35,10 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 NFT = REPO / "manifests" / "nft_t2i_smoke.toml"
 DPO = REPO / "manifests" / "dpo_t2i_smoke.toml"
-NFT_FAST = ["rl.sample_steps=4", "rl.timesteps_per_sample=1", "job.progress=false", "checkpoint.keep=0"]
+# A group of 2 samples, so 2 actors instead of the manifest's 4: what the signals reach and what a
+# SIGKILL leaves behind does not depend on how many actors there are, and each one's start imports
+# the stack (each leg starts its own, on a fresh cluster).
+NFT_FAST = ["rl.sample_steps=4", "rl.timesteps_per_sample=1", "job.progress=false", "checkpoint.keep=0", "rl.group_size=2"]
 MARK = "COSMOS_RL_TEST_RUN_MARK"
 START_S = 300  # a loaded 2-core machine: Ray start-up plus the first step
 

@@ -4,15 +4,14 @@ in its first step, resumed with --exact, equal to the straight run.
 
 Two steps of plain Flow-GRPO on the tiny model (3 sampler steps, 2 of them trained, KL weighed,
 the policy's moving average kept every step).
-The preempted run is `cosmos-rl train` in a subprocess joined to the session cluster, scoring at
-a reward service this test hosts: its first /score request says step 1 is under way, which is
-when the SIGTERM goes (after step 1 the run would already be finishing its last step).
+The preempted run is `cosmos-rl train` through the real CLI in this process (tests/_inproc.py: its
+exit code and stderr without a second import of the stack), scoring at a reward service this test
+hosts: its first /score request says step 1 is under way, which is when the SIGTERM goes (after
+step 1 the run would already be finishing its last step).
 """
 
 from __future__ import annotations
 
-import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,8 @@ from cosmos_rl.config import load
 from cosmos_rl.rewards.server import RewardServer
 from cosmos_rl.trainers.grpo import METRIC_NAMES
 
-from test_nft_faults import _committed, _cosmos, _env, _resume_cli
+from _inproc import cosmos, stop_self_when, stop_watch
+from test_nft_faults import _committed, _resume_cli
 from test_nft_ray import _checkpoint_tensors, _deterministic, _rows
 
 pytestmark = pytest.mark.slow
@@ -69,17 +69,13 @@ def test_two_grpo_steps_on_four_actors_and_a_sigterm_resume_equal_the_straight_r
     with RewardServer("127.0.0.1", 0, revision=REVISION) as server:
         manifest = _manifest(tmp_path, "pre", url=server.url)
         run_dir = tmp_path / "pre"
-        proc = _cosmos(_env(ray_cluster), "train", str(manifest))
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and proc.poll() is None and server.score_requests == 0:
-            time.sleep(0.05)
-        assert proc.poll() is None, "the run ended before it could be preempted: " + proc.communicate()[1][-3000:]
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=180)
-        assert proc.returncode == 75, stderr[-3000:]
-        assert "Traceback" not in stderr, stderr[-3000:]
+        watcher = stop_self_when(lambda: server.score_requests > 0)
+        stopped = cosmos("train", manifest)
+        assert stop_watch(watcher), "the run ended before it could be preempted: " + stopped.stderr[-3000:]
+        assert stopped.returncode == 75, stopped.stderr[-3000:]
+        assert "Traceback" not in stopped.stderr, stopped.stderr[-3000:]
         assert _committed(run_dir) == [1]
-        assert f"resume {run_dir} --exact" in " ".join(stderr.split())
+        assert f"resume {run_dir} --exact" in " ".join(stopped.stderr.split())
 
         result = _resume_cli(run_dir)
         assert result.exit_code == 0, result.output[-3000:]

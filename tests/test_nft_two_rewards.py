@@ -21,8 +21,10 @@ pytestmark = pytest.mark.slow
 
 SMOKE = Path(__file__).resolve().parents[1] / "manifests" / "nft_t2i_smoke.toml"
 # One step: each reward's metrics and their weighted sum are in every row, so one row proves them.
+# A group of 2 samples (2 actors, not the manifest's 4): the rows' per-reward metrics and their
+# weighted sum do not depend on the group's size, and each actor's start imports the stack.
 FAST = ["rl.max_steps=1", "rl.sample_steps=4", "rl.timesteps_per_sample=1", "job.progress=false",
-        "rl.sample_grid_every=0", "checkpoint.every=0"]
+        "rl.sample_grid_every=0", "checkpoint.every=0", "rl.group_size=2"]
 
 
 def _manifest(tmp_path: Path, clip: Path, url: str = "") -> Path:
@@ -73,7 +75,7 @@ def test_two_rewards_on_ray_serve(ray_cluster, tmp_path):
                               replicas=2, cpus_per_replica=0.25)
     url = service.start()
     try:
-        # The replicas hold 0.5 of the session cluster's 2 CPUs: the 4 ranks share the rest.
+        # The replicas hold 0.5 of the session cluster's 2 CPUs: the 2 ranks share the rest.
         rows = _train(_manifest(tmp_path, clip, url), tmp_path / "out", "grid.cpus_per_rank=0.25")
     finally:
         service.stop()

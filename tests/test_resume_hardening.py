@@ -21,6 +21,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from cosmos_rl.checkpoint import CheckpointError, CheckpointManager, CheckpointWriteError, ModelState, OptimizerState, load_dcp, read_dcp_metadata
+from _inproc import cosmos as inproc_cosmos
 from _overrides import DPO_SMALL
 
 from cosmos_rl.core.errors import EXIT_FAILED, exit_code_for
@@ -31,9 +32,10 @@ SMALL = [*DPO_SMALL, "rl.validation.every=0"]
 ONE_RANK = ["model.config.parallelism.data_parallel_shard_degree=1", "grid.gpus_per_node=1"]
 
 
-def cosmos(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    return subprocess.run(["cosmos-rl", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+def cosmos(*args: str, cwd: Path):
+    """`cosmos-rl ARGS` through the real CLI in this process (tests/_inproc.py): exit codes, words
+    and the files left are the subject; the command still launches its torchrun ranks as processes."""
+    return inproc_cosmos(*args, cwd=cwd, env={"HF_HUB_OFFLINE": "1", "GLOO_SOCKET_IFNAME": "lo"})
 
 
 def steps_in_metrics(run_dir: Path) -> list[int]:

@@ -6,7 +6,8 @@
 
 Both loops are bounded in count and time and every process they start is on loopback. The clean
 reference runs go through `launch.train` in this process (the stack is already imported here); only
-the runs that are signalled or killed are `cosmos-rl` subprocesses.
+the runs that are signalled or killed are `cosmos-rl` subprocesses, and the NFT run the killed
+service serves is the real CLI in this process (tests/_inproc.py): its process is not the subject.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -24,6 +26,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from _inproc import cosmos
 from _overrides import DPO_SMALL
 from cosmos_rl.commands import launch
 from cosmos_rl.config import load
@@ -109,37 +112,48 @@ def test_nft_rides_out_a_reward_service_killed_and_restarted_every_step(ray_clus
     from test_nft_faults import STEPS as steps
     from test_nft_faults import STRAIGHT as fast  # 3 small steps, only the final checkpoint
 
-    env = {**ENV, "RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address, "GLOO_SOCKET_IFNAME": "lo"}
     # The clean run is tests/test_nft_faults.py's straight reference, trained once per session
     # (in this process, joining the session cluster).
     clean = reference_runs(NFT, fast)
 
     port = _free_port()
-    server = _serve(port)
+    service = {"proc": _serve(port), "kills": 0, "error": None}
     # Retries outlast a restart (exponential backoff: 0.25 s x 2^k, about 30 s in all).
     retry = ["rl.reward.max_retries=7", "rl.reward.backoff_s=0.25", "rl.reward.timeout_s=5"]
     run_dir = tmp_path / "soak" / "nft_t2i_smoke"
-    proc = _cli("train", str(NFT), *fast, *retry, f'rl.reward.url="http://127.0.0.1:{port}"',
-                f'job.output_dir="{tmp_path / "soak"}"', env=env)
-    kills = 0
-    try:
-        deadline = time.monotonic() + 300
-        while proc.poll() is None and time.monotonic() < deadline:
-            seen = len(_rows(run_dir))
-            while proc.poll() is None and len(_rows(run_dir)) == seen and time.monotonic() < deadline:
+    finished = threading.Event()
+
+    def kill_after_each_new_row():
+        """While the run goes on (in this process's main thread), SIGKILL the service after each new
+        metrics row but the last, and start it again on the same port."""
+        try:
+            deadline = time.monotonic() + 300
+            seen = 0
+            while not finished.is_set() and time.monotonic() < deadline:
+                rows = len(_rows(run_dir))
+                if rows > seen:
+                    seen = rows
+                    if rows < steps:
+                        service["proc"].send_signal(signal.SIGKILL)  # mid-run, between two steps' requests
+                        service["proc"].wait()
+                        service["kills"] += 1
+                        time.sleep(0.5)
+                        service["proc"] = _serve(port)
                 time.sleep(0.05)
-            if proc.poll() is None and len(_rows(run_dir)) < steps:
-                server.send_signal(signal.SIGKILL)  # mid-run, between two steps' requests
-                server.wait()
-                kills += 1
-                time.sleep(0.5)
-                server = _serve(port)
-        _, err = proc.communicate(timeout=120)
+        except BaseException as exc:  # re-raised in the test after the run
+            service["error"] = exc
+
+    killer = threading.Thread(target=kill_after_each_new_row, name="soak-killer", daemon=True)
+    killer.start()
+    try:
+        done = cosmos("train", NFT, *fast, *retry, f'rl.reward.url="http://127.0.0.1:{port}"', f'job.output_dir="{tmp_path / "soak"}"')
     finally:
-        server.kill()
-        server.wait()
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err[-3000:]
-    assert kills >= 2
+        finished.set()
+        killer.join(timeout=120)
+        service["proc"].kill()
+        service["proc"].wait()
+    if service["error"] is not None:
+        raise service["error"]
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert service["kills"] >= 2
     assert [_deterministic(r) for r in _rows(run_dir)] == [_deterministic(r) for r in _rows(clean)]
