@@ -41,15 +41,12 @@ def agent_weighted_loss(decoded, clip, foreground_weight: float, agent_weight: f
     ~4 of 1,024 pixels at 32 x 32, so the foreground weight alone leaves it to the T's blur. The agent
     is the only blue-dominant part of the drawing (RoyalBlue rim, its light fill); the mask grows by one
     pixel so the loss also reaches where a moving disc's edge falls."""
-    from cosmos_rl.algorithms.sft import foreground_mask
+    from cosmos_rl.algorithms.sft import foreground_weights, weighted_mse
 
-    target = clip.float()
-    rgb = (target + 1.0) * 127.5  # [-1, 1] -> [0, 255]
+    rgb = (clip.float() + 1.0) * 127.5  # [-1, 1] -> [0, 255]
     blue = (rgb[:, 2] - torch.maximum(rgb[:, 0], rgb[:, 1]) > 20.0)[:, None].float()
     agent = torch.nn.functional.max_pool3d(blue, (1, 3, 3), stride=1, padding=(0, 1, 1)) > 0
-    weights = torch.where(agent, agent_weight, 1.0 + (foreground_weight - 1.0) * foreground_mask(target).float())
-    squared = (decoded.float() - target) ** 2
-    return (squared * weights).sum() / (weights.sum() * target.shape[1])
+    return weighted_mse(decoded, clip, torch.where(agent, agent_weight, foreground_weights(clip, foreground_weight)))
 
 
 def main() -> None:
@@ -140,9 +137,9 @@ def main() -> None:
         if step % args.every == 0:
             psnr = round(psnr_db(float(reconstruction_loss(decoded.detach().clamp(-1, 1), clip))), 2)
             evaluate(step)
-            if args.save:  # each evaluation's weights, so a stopped run keeps its last
-                torch.save(vae.state_dict(), args.save)
-    if args.save:
+        if args.save and (step % args.every == 0 or step == args.steps):
+            torch.save(vae.state_dict(), args.save)  # each evaluation's weights too, so a stopped run keeps its last
+    if args.save and args.steps == 0:
         torch.save(vae.state_dict(), args.save)
 
 

@@ -102,7 +102,17 @@ def weighted_reconstruction_loss(decoded: torch.Tensor, target: torch.Tensor, fo
         return reconstruction_loss(decoded, target)
     if decoded.shape != target.shape:
         raise ValueError(f"shapes differ: decoded {tuple(decoded.shape)}, target {tuple(target.shape)}")
-    weights = 1.0 + (foreground_weight - 1.0) * foreground_mask(target.float()).float()
+    return weighted_mse(decoded, target, foreground_weights(target, foreground_weight))
+
+
+def foreground_weights(target: torch.Tensor, foreground_weight: float) -> torch.Tensor:
+    """float [B, 1, F, H, W]: `foreground_weight` on `foreground_mask(target)`'s pixels, 1 elsewhere."""
+    return 1.0 + (foreground_weight - 1.0) * foreground_mask(target.float()).float()
+
+
+def weighted_mse(decoded: torch.Tensor, target: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """The MSE of clips [B, C, F, H, W] as a mean weighted per pixel by `weights` [B, 1, F, H, W]
+    (shared by every channel)."""
     squared = (decoded.float() - target.float()) ** 2
     return (squared * weights).sum() / (weights.sum() * target.shape[1])
 
