@@ -14,10 +14,7 @@ in-process test.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-
 from _inproc import cosmos
 from _video_folders import world_nano_folder
 from test_nft_ray import _checkpoint_tensors, _deterministic, _rows
