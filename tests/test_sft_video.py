@@ -91,6 +91,39 @@ def test_sft_trains_clips_with_first_frame_conditioning_and_resumes_exactly(tmp_
         assert torch.equal(a, b), name
 
 
+def test_sft_continues_clips_holding_their_leading_latent_frames_and_resumes_exactly(tmp_path, folder, monkeypatch):
+    """V2V: a 9-frame clip continued from its first five (tests/standin_conditions.FIRST_FIVE, every
+    clip conditioned). The folder's VAE compresses time 4x, so the five given frames are the first
+    two of three latent frames: both are the clean clip's own in every training forward, and only
+    the third is in the loss. A run stopped after step 1 and resumed equals the straight run."""
+    from cosmos_rl.trainers import sft as sft_module
+
+    shards = [str(p) for p in write_clip_shards(tmp_path / "long", [ClipRecord(squares_clip(9), "a red square moving right")] * 2, fps=16.0, per_shard=2)]
+    continued = {"model": {"num_frames": 9, "condition": {"kind": "standin_conditions:FIRST_FIVE", "source": "data", "probability": 1.0}}}
+
+    def config(name, steps):
+        raw = load.to_dict(make_config(tmp_path, folder, shards, name=name, max_steps=steps, samples_per_step=2))
+        return load.structure({**raw, "model": {**raw["model"], **continued["model"]}})
+
+    losses, forwards, encoded = [], [], []
+    real_loss, real_velocity, real_encode = sft_module.flow_matching_loss, sft_module.velocity, sft_module.encode_pixels
+    monkeypatch.setattr(sft_module, "encode_pixels", lambda *a: encoded.append(real_encode(*a)) or encoded[-1])
+    monkeypatch.setattr(sft_module, "flow_matching_loss", lambda v, x0, eps, clean=None: losses.append(clean) or real_loss(v, x0, eps, clean))
+    monkeypatch.setattr(sft_module, "velocity", lambda module, x_t, *a, **kw: forwards.append((x_t.detach().clone(), kw["clean_frames"])) or real_velocity(module, x_t, *a, **kw))
+    straight = SFTTrainer(config("straight", 2), tmp_path / "straight", CPU)
+    straight.run()
+    rows = [json.loads(line) for line in (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["train/first_frame_conditioned"] for r in rows] == [1.0, 1.0] and all(math.isfinite(r["train/loss"]) for r in rows)
+    assert losses == [[2, 2], [2, 2]] and [clean for _, clean in forwards] == [[2, 2], [2, 2]]
+    for (x_t, _), x0 in zip(forwards, encoded, strict=True):  # the given latent frames are the clean clip's own
+        assert x_t.shape[2] == 3 and torch.equal(x_t[:, :, :2], x0[:, :, :2]) and not torch.equal(x_t[:, :, 2:], x0[:, :, 2:])
+    SFTTrainer(config("split", 1), tmp_path / "split", CPU).run()
+    resumed = SFTTrainer(config("split", 2), tmp_path / "split", CPU, resume=True)
+    resumed.run()
+    for (name, a), b in zip(straight.module.state_dict().items(), resumed.module.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
 def test_sft_trains_the_video_vae_on_clips(tmp_path, folder, shards):
     trainer = SFTTrainer(make_config(tmp_path, folder, shards, train="vae", samples_per_step=2), tmp_path / "vae", CPU)
     rows = [trainer.train_step(step) for step in range(1, 3)]
