@@ -36,17 +36,36 @@ import numpy as np
 import torch
 
 
-def agent_weighted_loss(decoded, clip, foreground_weight: float, agent_weight: float):
-    """The foreground-weighted MSE with the agent's pixels weighted `agent_weight` instead: the disc is
+def agent_weights(clip, foreground_weight: float, agent_weight: float):
+    """The foreground weights with the agent's pixels weighted `agent_weight` instead: the disc is
     ~4 of 1,024 pixels at 32 x 32, so the foreground weight alone leaves it to the T's blur. The agent
     is the only blue-dominant part of the drawing (RoyalBlue rim, its light fill); the mask grows by one
     pixel so the loss also reaches where a moving disc's edge falls."""
-    from cosmos_rl.algorithms.sft import foreground_weights, weighted_mse
+    from cosmos_rl.algorithms.sft import foreground_weights
 
     rgb = (clip.float() + 1.0) * 127.5  # [-1, 1] -> [0, 255]
     blue = (rgb[:, 2] - torch.maximum(rgb[:, 0], rgb[:, 1]) > 20.0)[:, None].float()
     agent = torch.nn.functional.max_pool3d(blue, (1, 3, 3), stride=1, padding=(0, 1, 1)) > 0
-    return weighted_mse(decoded, clip, torch.where(agent, agent_weight, foreground_weights(clip, foreground_weight)))
+    return torch.where(agent, agent_weight, foreground_weights(clip, foreground_weight))
+
+
+def verdict_misses(decoded, clip):
+    """bool [B, 1, F, H, W]: the pixels the verifier classes differently in the decoded frame than in
+    the truth (agent / block / neither, by `pusht.verifier.colour_masks` on the uint8 frames). These
+    are the pixels that move the agent's centroid or the block's IoU: a faint blue tint on the T
+    next to the disc is an agent pixel to the verifier however small its squared error."""
+    from cosmos_rl.pusht.verifier import colour_masks
+
+    def classes(x):
+        frames = ((x.detach().clamp(-1, 1) + 1.0) * 127.5).round().to(torch.uint8).permute(0, 2, 3, 4, 1).numpy()
+        out = np.zeros(frames.shape[:-1], dtype=np.int8)
+        for b in range(frames.shape[0]):
+            for f in range(frames.shape[1]):
+                agent, block = colour_masks(frames[b, f])
+                out[b, f] = agent + 2 * block
+        return out
+
+    return torch.from_numpy(classes(decoded) != classes(clip))[:, None]
 
 
 def main() -> None:
@@ -60,6 +79,8 @@ def main() -> None:
     parser.add_argument("--foreground-weight", type=float, default=10.0)
     parser.add_argument("--agent-weight", type=float, default=0.0,
                         help="weight of the agent's pixels (blue-dominant, grown by 1 px) in the loss; 0: the foreground weight's")
+    parser.add_argument("--miss-weight", type=float, default=0.0,
+                        help="weight of the pixels the verifier classes differently from the truth (agent/block/neither); 0: off")
     parser.add_argument("--unclamped", action="store_true", help="the loss on the decoder's output before its clamp")
     parser.add_argument("--init", choices=("video", "random"), default="video")
     parser.add_argument("--held-out", type=int, default=4, help="held-out episodes (5 windows each)")
@@ -74,7 +95,7 @@ def main() -> None:
 
     from diffusers import AutoencoderKLWan
 
-    from cosmos_rl.algorithms.sft import psnr_db, reconstruction_loss, weighted_reconstruction_loss
+    from cosmos_rl.algorithms.sft import foreground_weights, psnr_db, reconstruction_loss, weighted_mse, weighted_reconstruction_loss
     from cosmos_rl.commands import pusht_base_build as pb
     from cosmos_rl.data.lerobot import open_dataset
     from cosmos_rl.models.architectures import SHAPES_VIDEO_VAE
@@ -126,8 +147,12 @@ def main() -> None:
         batch = np.stack([episodes[windows[i][0]][windows[i][1]:windows[i][1] + pb.FRAMES] for i in picked])
         x = torch.from_numpy(batch).permute(0, 4, 1, 2, 3).float() / 255.0
         decoded, clip = reconstruction(vae, x, clamped=not args.unclamped)
-        if args.agent_weight:
-            loss = agent_weighted_loss(decoded, clip, args.foreground_weight, args.agent_weight)
+        if args.agent_weight or args.miss_weight:
+            weights = (agent_weights(clip, args.foreground_weight, args.agent_weight) if args.agent_weight
+                       else foreground_weights(clip, args.foreground_weight))
+            if args.miss_weight:
+                weights = torch.where(verdict_misses(decoded, clip), torch.maximum(weights, torch.tensor(args.miss_weight)), weights)
+            loss = weighted_mse(decoded, clip, weights)
         else:
             loss = weighted_reconstruction_loss(decoded, clip, args.foreground_weight)
         optimizer.zero_grad()
