@@ -4,14 +4,15 @@
 A VAE (the `shapes_video` preset's, as `pusht_base_build.initial_parts` starts it, or the same
 layout from random weights) trains as an autoencoder on every 9-frame window of a LeRobot Push-T
 dataset (`python -m cosmos_rl.pusht dataset DIR --episodes 64 --frames 40 --size S`), with the SFT
-VAE stage's loss (`weighted_reconstruction_loss` on `reconstruction`, clamped or not), AdamW and
+VAE stage's loss (`weighted_mse` on `reconstruction`, clamped or not, with the stage's weights:
+`--foreground-weight`, and `--classes` / `--miss` as `[rl.pixel_weights]` with suite `pusht`), AdamW and
 gradient clipping at 1; every `--every` steps the held-out windows of `--held-out` episodes
 (`pusht_base_build.held_out_windows`, the build's gate's episodes) go through it and are scored
 (`score_clips`: strict, partial, agent and block pass rates). `--steps 0` scores the start VAE.
 One JSON line per evaluation.
 
     python bench/pusht_vae.py DATASET [--size 32] [--steps 900] [--every 300] [--lr 1e-3]
-        [--foreground-weight 10] [--unclamped] [--init video|random] [--held-out 4] [--png OUT.png]
+        [--foreground-weight 10] [--classes agent=30] [--miss 100] [--unclamped] [--init video|random] [--held-out 4] [--png OUT.png]
         [--layout video|frame|fine] [--save OUT.pt] [--load IN.pt]
 
 `--layout frame` is the video VAE without its temporal stage (`temperal_downsample=[False]`, the
@@ -23,6 +24,10 @@ frame; it starts from the video VAE's weights of the same names (every one of it
 dropped stage's are left out). `--save` writes the VAE's state dict after the last step,
 `--load` starts from one (then `--steps 0` rescores it; `--start-step` numbers the continued steps
 on from the saved run's, the optimizer restarting).
+
+Before `--classes` / `--miss` (the trainer's `[rl.pixel_weights]`), the bench had `--agent-weight W`
+(the truth's blue-dominant pixels grown by one pixel weighing W: not the verifier's palette rule)
+and `--miss-weight W` (as `--miss`); the study's runs up to commit 6a4697c used those.
 """
 
 from __future__ import annotations
@@ -36,36 +41,18 @@ import numpy as np
 import torch
 
 
-def agent_weights(clip, foreground_weight: float, agent_weight: float):
-    """The foreground weights with the agent's pixels weighted `agent_weight` instead: the disc is
-    ~4 of 1,024 pixels at 32 x 32, so the foreground weight alone leaves it to the T's blur. The agent
-    is the only blue-dominant part of the drawing (RoyalBlue rim, its light fill); the mask grows by one
-    pixel so the loss also reaches where a moving disc's edge falls."""
-    from cosmos_rl.algorithms.sft import foreground_weights
+def loss_weights(decoded, clip, foreground_weight: float, classes: dict[str, float], miss: float):
+    """The SFT VAE stage's weights (`rl.foreground_weight`, `[rl.pixel_weights]` with suite `pusht`):
+    the trainer's own functions, so a recipe found here is the build's."""
+    from cosmos_rl.algorithms.sft import class_weights, foreground_weights
+    from cosmos_rl.suites.pusht import PUSHT, pixel_classes
+    from cosmos_rl.trainers.sft import clip_classes
 
-    rgb = (clip.float() + 1.0) * 127.5  # [-1, 1] -> [0, 255]
-    blue = (rgb[:, 2] - torch.maximum(rgb[:, 0], rgb[:, 1]) > 20.0)[:, None].float()
-    agent = torch.nn.functional.max_pool3d(blue, (1, 3, 3), stride=1, padding=(0, 1, 1)) > 0
-    return torch.where(agent, agent_weight, foreground_weights(clip, foreground_weight))
-
-
-def verdict_misses(decoded, clip):
-    """bool [B, 1, F, H, W]: the pixels the verifier classes differently in the decoded frame than in
-    the truth (agent / block / neither, by `pusht.verifier.colour_masks` on the uint8 frames). These
-    are the pixels that move the agent's centroid or the block's IoU: a faint blue tint on the T
-    next to the disc is an agent pixel to the verifier however small its squared error."""
-    from cosmos_rl.pusht.verifier import colour_masks
-
-    def classes(x):
-        frames = ((x.detach().clamp(-1, 1) + 1.0) * 127.5).round().to(torch.uint8).permute(0, 2, 3, 4, 1).numpy()
-        out = np.zeros(frames.shape[:-1], dtype=np.int8)
-        for b in range(frames.shape[0]):
-            for f in range(frames.shape[1]):
-                agent, block = colour_masks(frames[b, f])
-                out[b, f] = agent + 2 * block
-        return out
-
-    return torch.from_numpy(classes(decoded) != classes(clip))[:, None]
+    weights = foreground_weights(clip, foreground_weight)
+    if not classes and miss == 1.0:
+        return weights
+    ids = {PUSHT.pixel_class_names.index(name) + 1: w for name, w in classes.items()}
+    return class_weights(weights, clip_classes(pixel_classes, clip), clip_classes(pixel_classes, decoded), ids, miss)
 
 
 def main() -> None:
@@ -77,10 +64,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--foreground-weight", type=float, default=10.0)
-    parser.add_argument("--agent-weight", type=float, default=0.0,
-                        help="weight of the agent's pixels (blue-dominant, grown by 1 px) in the loss; 0: the foreground weight's")
-    parser.add_argument("--miss-weight", type=float, default=0.0,
-                        help="weight of the pixels the verifier classes differently from the truth (agent/block/neither); 0: off")
+    parser.add_argument("--classes", default="", help="[rl.pixel_weights] classes as NAME=W,...: e.g. agent=30 (Push-T's classes: agent, block)")
+    parser.add_argument("--miss", type=float, default=1.0, help="[rl.pixel_weights] miss: weight of pixels the verifier classes wrongly; 1 = off")
     parser.add_argument("--unclamped", action="store_true", help="the loss on the decoder's output before its clamp")
     parser.add_argument("--init", choices=("video", "random"), default="video")
     parser.add_argument("--held-out", type=int, default=4, help="held-out episodes (5 windows each)")
@@ -92,10 +77,11 @@ def main() -> None:
     parser.add_argument("--png", default="", help="write truth over reconstruction of the first held-out window")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    classes = {name: float(w) for name, w in (item.split("=") for item in args.classes.split(",") if item)}
 
     from diffusers import AutoencoderKLWan
 
-    from cosmos_rl.algorithms.sft import foreground_weights, psnr_db, reconstruction_loss, weighted_mse, weighted_reconstruction_loss
+    from cosmos_rl.algorithms.sft import psnr_db, reconstruction_loss, weighted_mse
     from cosmos_rl.commands import pusht_base_build as pb
     from cosmos_rl.data.lerobot import open_dataset
     from cosmos_rl.models.architectures import SHAPES_VIDEO_VAE
@@ -147,14 +133,7 @@ def main() -> None:
         batch = np.stack([episodes[windows[i][0]][windows[i][1]:windows[i][1] + pb.FRAMES] for i in picked])
         x = torch.from_numpy(batch).permute(0, 4, 1, 2, 3).float() / 255.0
         decoded, clip = reconstruction(vae, x, clamped=not args.unclamped)
-        if args.agent_weight or args.miss_weight:
-            weights = (agent_weights(clip, args.foreground_weight, args.agent_weight) if args.agent_weight
-                       else foreground_weights(clip, args.foreground_weight))
-            if args.miss_weight:
-                weights = torch.where(verdict_misses(decoded, clip), torch.maximum(weights, torch.tensor(args.miss_weight)), weights)
-            loss = weighted_mse(decoded, clip, weights)
-        else:
-            loss = weighted_reconstruction_loss(decoded, clip, args.foreground_weight)
+        loss = weighted_mse(decoded, clip, loss_weights(decoded, clip, args.foreground_weight, classes, args.miss))
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)

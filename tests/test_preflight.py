@@ -627,6 +627,19 @@ def test_first_frame_conditioning_needs_clips_through_the_transformer():
     assert "model.condition.kind gives none" in errors(SFT, ['model.condition.source="data"'])["model.condition.source"]
 
 
+def test_pixel_weights_are_the_vae_stages_and_name_a_suites_classes():
+    vae = ['rl.train="vae"', "model.lora.rank=0"]
+    assert not {k for k in errors(SFT, [*vae, 'rl.pixel_weights.suite="pusht"', "rl.pixel_weights.classes={agent = 30}",
+                                        "rl.pixel_weights.miss=100"]) if "pixel" in k}  # fmt: skip
+    assert "trains the transformer" in errors(SFT, ['rl.pixel_weights.suite="pusht"', "rl.pixel_weights.miss=100"])["rl.pixel_weights"]
+    got = errors(SFT, [*vae, 'rl.pixel_weights.suite="pusht"', "rl.pixel_weights.classes={disc = 30}", "rl.pixel_weights.miss=0.5"])
+    assert "no pixel class of the suite 'pusht'" in got["rl.pixel_weights.classes.disc"] and "agent, block" in got["rl.pixel_weights.classes.disc"]
+    assert "at least 1" in got["rl.pixel_weights.miss"]
+    assert "needs a suite's pixel classes" in errors(SFT, [*vae, "rl.pixel_weights.miss=100"])["rl.pixel_weights.suite"]
+    assert "classes no pixels" in errors(SFT, [*vae, 'rl.pixel_weights.suite="shapes"', "rl.pixel_weights.miss=100"])["rl.pixel_weights.suite"]
+    assert "weighs anything" in errors(SFT, [*vae, 'rl.pixel_weights.suite="pusht"'])["rl.pixel_weights.suite"]
+
+
 def test_foreground_weight_is_the_vae_stages_and_at_least_one():
     assert not {"rl.foreground_weight"} & set(errors(SFT, ['rl.train="vae"', "model.lora.rank=0", "rl.foreground_weight=10"]))
     assert "trains the transformer" in errors(SFT, ["rl.foreground_weight=10"])["rl.foreground_weight"]

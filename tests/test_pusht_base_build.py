@@ -5,6 +5,7 @@ stops the build, the forward-dynamics stage, the written weights, and a rerun th
 from __future__ import annotations
 
 import json
+import tomllib
 
 import numpy as np
 import pytest
@@ -30,8 +31,13 @@ def test_the_start_is_the_video_base_with_pusht_action_heads():
     ours, theirs = parts.transformer.state_dict(), video.transformer.state_dict()
     assert all(torch.equal(ours[k], v) for k, v in theirs.items())
     assert sorted({k.split(".")[0] for k in set(ours) - set(theirs)}) == ["action_modality_embed", "action_proj_in", "action_proj_out"]
-    assert all(torch.equal(parts.vae.state_dict()[k], v) for k, v in video.vae.state_dict().items())
+    # The fine VAE layout (no temporal stage, one spatial stage): every weight it has is the video VAE's.
+    vae, theirs = parts.vae.state_dict(), video.vae.state_dict()
+    assert set(vae) < set(theirs) and all(torch.equal(v, theirs[k]) for k, v in vae.items())
+    assert parts.vae.config.scale_factor_temporal == 1 and parts.vae.config.scale_factor_spatial == 2
     assert list(parts.vae.config.latents_mean) == list(video.vae.config.latents_mean)
+    clip = torch.zeros(1, 3, 9, 32, 32)
+    assert tuple(parts.vae.encode(clip).latent_dist.mode().shape[2:]) == (9, 16, 16)  # a latent frame a frame, 16 x 16 cells
 
 
 def test_the_gate_stops_the_build_when_ground_truth_through_the_vae_fails(tmp_path, capsys):
@@ -54,6 +60,9 @@ def test_every_stage_runs_and_a_rerun_continues(tmp_path, monkeypatch, capsys):
     assert manifest["vae_gate"]["windows"] == 2 * 5  # 2 held-out episodes of 25 frames, windows every 4 frames
     assert manifest["action"]["embodiment"] == "pusht" and manifest["media"] == {"frames": 9, "size": 32, "fps": 10.0}
     assert set(manifest["wall_clock_s"]) == {"dataset", "vae_gate", "vae", "transformer"}
+    # The VAE stage ran (preflighted) with the verifier's pixel classes weighted.
+    stage = tomllib.loads((tmp_path / "work" / "runs" / "vae" / "manifest.toml").read_text())
+    assert stage["rl"]["pixel_weights"] == {"suite": "pusht", "classes": {"agent": 30.0}, "miss": 100.0}
     rows = [json.loads(line) for line in (tmp_path / "work" / "runs" / "transformer" / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 1 and np.isfinite(rows[0]["train/frames_loss"]) and "train/actions_loss" not in rows[0]
     model = load_parts(tmp_path / "work" / "model", heads=True)
@@ -66,6 +75,15 @@ def test_every_stage_runs_and_a_rerun_continues(tmp_path, monkeypatch, capsys):
     assert "vae: steps 1 -> 1" in capsys.readouterr().out
     rows = (tmp_path / "work" / "runs" / "transformer" / "metrics.jsonl").read_text().splitlines()
     assert len(rows) == 2
+
+
+def test_the_vae_stage_weights_the_verifiers_pixel_classes(tmp_path, capsys):
+    args = pb._parser().parse_args(["build", "--work", str(tmp_path)])
+    assert pb.pixel_weights(args) == {"suite": "pusht", "classes": {"agent": 30.0}, "miss": 100.0}
+    off = pb._parser().parse_args(["build", "--work", str(tmp_path), "--vae-classes", "", "--vae-miss", "1"])
+    assert pb.pixel_weights(off) == {}
+    assert pb.main(["build", "--work", str(tmp_path / "w"), "--vae-classes", "agent:30"]) == 2
+    assert "--vae-classes: expected NAME=WEIGHT" in capsys.readouterr().err
 
 
 def test_the_held_out_seed_is_refused_as_a_training_seed(tmp_path, capsys):

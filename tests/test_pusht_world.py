@@ -239,3 +239,26 @@ def test_masks_agree_with_rendering_and_geometry(clip):
         true_agent, true_block = sim.masks(SIZE)
         assert (block & true_block).sum() / (block | true_block).sum() >= 0.9
         assert (agent & true_agent).sum() / (agent | true_agent).sum() >= 0.8
+
+
+def test_the_suites_pixel_classes_are_the_verifiers_and_reach_a_vae_loss_per_frame(clip):
+    """`suites.pusht.pixel_classes` is 1 where the verifier counts agent pixels, 2 where it counts the
+    T's; `trainers.sft.clip_classes` hands a [B, 3, F, H, W] clip to it and puts each frame's classes
+    back in place (a clip whose frames differ: a misplaced frame or channel would show)."""
+    import torch
+
+    from cosmos_rl.suites.pusht import pixel_classes
+    from cosmos_rl.trainers.sft import clip_classes
+
+    frames, states = clip
+    classes = pixel_classes(frames)
+    agent, block = state_masks(states, SIZE)
+    for i, frame in enumerate(frames):
+        seen_agent, seen_block = colour_masks(frame)
+        assert np.array_equal(classes[i] == 1, seen_agent) and np.array_equal(classes[i] == 2, seen_block)
+        assert seen_agent.any() and (seen_agent & agent[i]).any() and (seen_block & block[i]).sum() > 0.7 * block[i].sum()
+    video = torch.from_numpy(frames).permute(3, 0, 1, 2)[None].float() / 127.5 - 1.0  # [1, 3, F, H, W] in [-1, 1]
+    both = torch.cat([video, video.flip(2)])  # the second sample's frames in reverse order
+    out = clip_classes(pixel_classes, both)
+    assert out.shape == (2, 1, len(frames), SIZE, SIZE)
+    assert np.array_equal(out[0, 0].numpy(), classes) and np.array_equal(out[1, 0].numpy(), classes[::-1])

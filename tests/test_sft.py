@@ -17,6 +17,7 @@ import torch
 from PIL import Image
 
 from cosmos_rl.algorithms.sft import (
+    class_weights,
     flow_matching_loss, foreground_mask, psnr_db, reconstruction_loss, weighted_reconstruction_loss,
 )
 from cosmos_rl.config import load
@@ -65,6 +66,26 @@ def test_foreground_weighted_reconstruction_by_hand():
     # A pixel within the threshold of the median (0.05 on [-1, 1]) is background.
     faint = torch.tensor([-1.0, -1.0, -1.0, -0.95]).reshape(1, 1, 1, 2, 2)
     assert not foreground_mask(faint).any()
+
+
+def test_class_weights_by_hand():
+    """One frame of 3 x 4 pixels, weights 1 everywhere, the truth's class 1 at (1, 1): grown by one
+    pixel it covers columns 0-2 of every row (weight 30); class 2 at (0, 3) keeps weight 1 (not in
+    by_class). The decoded frame classes (2, 3) as 1 where the truth has 0: a miss, weight 100; at
+    (1, 1) it has 1 as the truth: no miss, 30 stays."""
+    truth = torch.zeros(1, 1, 1, 3, 4, dtype=torch.int8)
+    truth[..., 1, 1] = 1
+    truth[..., 0, 3] = 2
+    decoded = truth.clone()
+    decoded[..., 2, 3] = 1
+    out = class_weights(torch.ones(1, 1, 1, 3, 4), truth, decoded, {1: 30.0}, 100.0)
+    assert out[0, 0, 0].tolist() == [[30, 30, 30, 1], [30, 30, 30, 1], [30, 30, 30, 100]]
+    # A miss never lowers a weight: a class weight above `miss` stays.
+    decoded[..., 0, 0] = 2
+    assert class_weights(torch.ones(1, 1, 1, 3, 4), truth, decoded, {1: 300.0}, 100.0)[0, 0, 0, 0].tolist() == [300, 300, 300, 1]
+    # Off (no classes, miss 1): the weights come back unchanged, the very tensor.
+    base = torch.full((1, 1, 1, 3, 4), 10.0)
+    assert class_weights(base, truth, decoded, {}, 1.0) is base
 
 
 # ----------------------------------------------------------------------------------- prompts

@@ -117,6 +117,20 @@ def weighted_mse(decoded: torch.Tensor, target: torch.Tensor, weights: torch.Ten
     return (squared * weights).sum() / (weights.sum() * target.shape[1])
 
 
+def class_weights(weights: torch.Tensor, truth: torch.Tensor, decoded: torch.Tensor, by_class: dict[int, float], miss: float) -> torch.Tensor:
+    """Per-pixel loss weights [B, 1, F, H, W] from a verifier's pixel classes (int [B, 1, F, H, W],
+    0 the background): `weights` with each class `c` of `by_class` in the truth, grown by one pixel
+    (a 3 x 3 neighbourhood in each frame), weighing `by_class[c]` in place of what it weighed, then
+    every pixel whose class differs between `decoded` and `truth` weighing at least `miss`."""
+    out = weights
+    for cls, weight in sorted(by_class.items()):
+        hit = torch.nn.functional.max_pool3d((truth == cls).float(), (1, 3, 3), stride=1, padding=(0, 1, 1)) > 0
+        out = torch.where(hit, torch.tensor(float(weight), dtype=out.dtype), out)
+    if miss != 1.0:
+        out = torch.where(truth != decoded, torch.clamp(out, min=float(miss)), out)
+    return out
+
+
 def psnr_db(mse_signed: float) -> float:
     """PSNR in dB on the [0, 1] range of an MSE measured on [-1, 1] (see the module docstring)."""
     if mse_signed <= 0:

@@ -9,13 +9,15 @@ result is a model folder (`<work>/model`, usable as `model.path`) plus float16 w
 
 1. `dataset/`: `--samples` Push-T episodes of `--frames` frames at `--size` x `--size` (planner and
    random targets, half each, `pusht.episodes.make_episodes` with `--seed`) as a LeRobot dataset;
-2. `init/`: the video base's architecture (`SHAPES_VIDEO_TRANSFORMER`, `SHAPES_VIDEO_VAE`) with
-   action heads (`action_gen`, `NUM_DOMAINS` = 21 embodiment domains as Cosmos3-Nano has, so
-   `pusht` is domain 4; `ACTION_DIM` columns), every shared weight from the shipped
-   `shapes_video` preset, the action heads random from the seed;
+2. `init/`: the video base's transformer (`SHAPES_VIDEO_TRANSFORMER`) with action heads
+   (`action_gen`, `NUM_DOMAINS` = 21 embodiment domains as Cosmos3-Nano has, so `pusht` is
+   domain 4; `ACTION_DIM` columns) and its VAE in the fine layout (`FINE_VAE`: no temporal stage,
+   one spatial stage), every shared weight from the shipped `shapes_video` preset, the action heads
+   random from the seed;
 3. `runs/vae`: SFT with `rl.train = "vae"` on every 9-frame window of the dataset
-   (foreground-weighted, `--vae-foreground-weight`; the loss on the decoder's unclamped output,
-   `rl.unclamped_loss`), then the encoder's per-channel latent
+   (foreground-weighted, `--vae-foreground-weight`; the verifier's pixel classes weighted,
+   `--vae-classes` / `--vae-miss` as `[rl.pixel_weights]`; the loss on the decoder's unclamped
+   output, `rl.unclamped_loss`), then the encoder's per-channel latent
    statistics over the first `LATENT_STAT_CLIPS` windows -> `vae_model/`;
 4. the gate: ground truth through the trained VAE, scored by the Push-T verifier
    (`pusht.verifier.verify_dynamics`) on held-out planner and random windows (episodes from
@@ -40,7 +42,12 @@ from typing import Optional, Sequence
 from cosmos_rl.commands.base_build import build_parser, latent_stats, run_main, train_stage
 from cosmos_rl.core.errors import UserError
 
-FRAMES = 9  # a chunk of 8 actions + 1: 5 latent frames through the video VAE's 2x temporal stage (4k + 1 for the Wan VAE)
+FRAMES = 9  # a chunk of 8 actions + 1 (4k + 1 for the Wan VAE): 9 latent frames through the fine layout's VAE
+# The VAE's layout: the video VAE without its temporal stage and its second spatial stage (patchify 2
+# only): 16 x 16 latent cells a 32 x 32 frame and one latent frame a frame, so no latent averages two
+# frames' (or a 2 x 2 block's) agent positions. The video layout's round trip of Push-T never
+# passed a held-out window; this one's did (docs/studies/2026-12-07-pusht-vae.md, `--layout fine`).
+FINE_VAE = dict(dim_mult=[1], temperal_downsample=[], scale_factor_spatial=2, scale_factor_temporal=1)
 SIDE = 32  # the smallest side at which the verifier passes the simulator's own frames (docs/studies/2026-12-07-pusht-vae.md)
 EPISODE_FRAMES = 40  # frames per training episode: 32 windows of 9 each
 ACTION_DIM = 2  # the transformer's action columns: Push-T's width (padding columns would be in no loss anyway)
@@ -53,9 +60,18 @@ LATENT_STAT_CLIPS = 512
 PUSHT = {"embodiment": "pusht", "offset": [256.0, 256.0], "scale": [256.0, 256.0]}  # pusht.episodes' normalisation
 
 # VAE learning rate and foreground weight: see the study (the shapes video VAE needed weight 10 to
-# draw small shapes on a plain background; Push-T's agent is a 2-px disc at 32 x 32).
-PUSHT_RECIPE = dict(work="pusht_base_work", samples=64, vae_steps=600, vae_batch=8, vae_foreground_weight=10.0,
+# draw small shapes on a plain background; Push-T's agent is a 2-px disc at 32 x 32). VAE steps: the
+# study's chain of runs (fine layout; 900 steps plain, 2,200 with the agent weighted, 4,000 with the
+# misses weighted too) first scored 0.84 on the gate's 80 windows at 7,100 steps; this one stage
+# with both weights from step 0 has not yet been run to its end.
+PUSHT_RECIPE = dict(work="pusht_base_work", samples=64, vae_steps=7000, vae_batch=8, vae_foreground_weight=10.0,
                     steps=2000, batch=16, eval_seeds=0)  # fmt: skip
+# The VAE stage's [rl.pixel_weights] (suite pusht): the agent's 2-4 pixels at 32 x 32 weigh 30, and
+# every pixel the verifier classes wrongly in the round trip 100. The study's round trip reached
+# the first whole windows only with the agent weighted and climbed fastest with the misses weighted
+# (docs/studies/2026-12-07-pusht-vae.md).
+VAE_CLASSES = "agent=30"
+VAE_MISS = 100.0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -73,6 +89,10 @@ def _parser() -> argparse.ArgumentParser:
             action.help = "unused by this build yet (no held-out sampling of the transformer); default 0"
     build.add_argument("--size", type=int, default=SIDE, help=f"frame side in pixels; default {SIDE}")
     build.add_argument("--episode-frames", type=int, default=EPISODE_FRAMES, help=f"frames per training episode; default {EPISODE_FRAMES}")
+    build.add_argument("--vae-classes", default=VAE_CLASSES,
+                       help=f"the VAE stage's rl.pixel_weights.classes as NAME=W,... (Push-T's classes: agent, block; empty: none); default {VAE_CLASSES}")
+    build.add_argument("--vae-miss", type=float, default=VAE_MISS,
+                       help=f"the VAE stage's rl.pixel_weights.miss (pixels the verifier classes wrongly; 1 = off); default {VAE_MISS:g}")
     build.add_argument("--held-out-episodes", type=int, default=HELD_OUT_EPISODES,
                        help=f"held-out episodes the VAE gate scores (half planner, half random); default {HELD_OUT_EPISODES}")
     return parser
@@ -104,6 +124,7 @@ def stage_config(args, name: str, train: str, model_path: Path, dataset: Path):
             # through the decoder's clamp two thirds of the foreground get no gradient and the VAE
             # never leaves a blank frame (docs/studies/2026-12-07-pusht-vae.md).
             **({"unclamped_loss": True} if vae else {}),
+            **({"pixel_weights": pixel_weights(args)} if vae and pixel_weights(args) else {}),
         },
     }
     config = load.structure(raw, f"pusht_base stage {name}")
@@ -113,9 +134,22 @@ def stage_config(args, name: str, train: str, model_path: Path, dataset: Path):
     return config
 
 
+def pixel_weights(args) -> dict:
+    """The VAE stage's `[rl.pixel_weights]` table from --vae-classes / --vae-miss ({} when both are off)."""
+    try:
+        classes = {name.strip(): float(w) for name, w in (item.split("=") for item in args.vae_classes.split(",") if item.strip())}
+    except ValueError:
+        raise UserError(f"--vae-classes: expected NAME=WEIGHT,... (e.g. agent=30), got {args.vae_classes!r}") from None
+    if not classes and args.vae_miss == 1.0:
+        return {}
+    return {"suite": "pusht", "classes": classes, "miss": args.vae_miss}
+
+
 def initial_parts(seed: int):
-    """The video base's networks with Push-T action heads, random from `seed`, then every weight the
-    shipped `shapes_video` preset has (all but the action heads, which keep their random start)."""
+    """The video base's transformer with Push-T action heads, random from `seed`, then every weight the
+    shipped `shapes_video` preset has (all but the action heads, which keep their random start); and
+    the video VAE in the fine layout (`FINE_VAE`), started from the video VAE's weights of the same
+    names (all of its own)."""
     import copy
 
     import torch
@@ -128,14 +162,17 @@ def initial_parts(seed: int):
     tokenizer = build_tiny_tokenizer()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        vae = AutoencoderKLWan(**copy.deepcopy(SHAPES_VIDEO_VAE))
+        vae = AutoencoderKLWan(**{**copy.deepcopy(SHAPES_VIDEO_VAE), **FINE_VAE})
         transformer = Cosmos3OmniTransformer(**copy.deepcopy(SHAPES_VIDEO_TRANSFORMER), vocab_size=len(tokenizer),
                                              action_gen=True, action_dim=ACTION_DIM, num_embodiment_domains=NUM_DOMAINS)  # fmt: skip
     video = build_preset("shapes_video", seed)
     missing, unexpected = transformer.load_state_dict(video.transformer.state_dict(), strict=False)
     # Only the action heads are new; anything else missing would be a silently random base.
     assert not unexpected and missing and all(k.startswith("action_") for k in missing), (missing, unexpected)
-    vae.load_state_dict(video.vae.state_dict(), strict=True)
+    start = video.vae.state_dict()
+    # The fine layout's modules are a subset of the video VAE's, by name and shape: none stays random.
+    assert all(k in start and start[k].shape == v.shape for k, v in vae.state_dict().items())
+    vae.load_state_dict({k: start[k] for k in vae.state_dict()}, strict=True)
     vae.register_to_config(latents_mean=list(video.vae.config.latents_mean), latents_std=list(video.vae.config.latents_std))
     transformer.eval()
     vae.eval()

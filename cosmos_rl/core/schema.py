@@ -263,6 +263,28 @@ class CaptionDataConfig:
 
 
 @frozen
+class PixelWeightsConfig:
+    suite: str = knob(
+        "",
+        "`vae`: the suite whose verifier classes the pixels (a built-in name, `pusht`, or `package.module:SUITE`; it must define "
+        "`pixel_classes`: Push-T's are `agent` and `block`, the palette rule its verifier counts pixels by). Empty = no class weights "
+        "(classes and miss unused).",
+    )
+    classes: dict[str, float] = knob(
+        attrs.Factory(dict),
+        "`vae`: weight (>= 1) of the truth frame's pixels of each named class, the class grown by one pixel, in place of "
+        "rl.foreground_weight's weight there, e.g. `{agent = 30}`: Push-T's disc is 2-4 of 1,024 pixels at 32 x 32 and the "
+        "foreground weight alone leaves it to the T's blur (docs/studies/2026-12-07-pusht-vae.md). Empty = none.",
+    )
+    miss: float = knob(
+        1.0,
+        "`vae`: weight (>= 1) of every pixel the verifier classes differently in the decoded frame than in the truth (a faint "
+        "blue tint the verifier counts as the agent, a disc drawn in no palette colour), at least the weights above; squared "
+        "error alone barely sees a 2-pixel disc, the verdict does. 1 = off.",
+    )
+
+
+@frozen
 class SFTConfig(RLBase):
     algorithm: Literal["sft"] = required("`sft` selects supervised flow matching on image-caption data.")
     train: Literal["transformer", "vae"] = knob(
@@ -292,6 +314,7 @@ class SFTConfig(RLBase):
     init_keys_to_skip_loading: list[str] = knob(
         attrs.Factory(list), "Glob patterns (`*` crosses dots) of base-checkpoint keys the model does not build; any other extra or missing key fails the load."
     )
+    pixel_weights: PixelWeightsConfig = section(PixelWeightsConfig, "`vae`: the reconstruction loss weighted by a suite verifier's pixel classes.")
     optimizer: OptimizerConfig = section(OptimizerConfig, "Optimizer of the trained part.")
     data: CaptionDataConfig = section(CaptionDataConfig, "Training image-caption samples.")
 
@@ -330,6 +353,9 @@ LATER_KNOB_DEFAULTS: dict[str, object] = {
     "rl.x0_weighting": False,
     "rl.foreground_weight": 1.0,
     "rl.unclamped_loss": False,
+    "rl.pixel_weights.suite": "",
+    "rl.pixel_weights.classes": {},
+    "rl.pixel_weights.miss": 1.0,
     "rl.rewards": [],
     "rl.reward_combine": "weighted_sum",
     "rl.ema_decay": 0.0,

@@ -36,6 +36,10 @@ place of the prompt fields (held-out prompts, `caption_task`, `verifier`, reward
   the key without building the window and returns None). An online run's prompt rows are such keys
   (`[model.condition] source = NAME`), and the suite's rewards (allowed then) are scorers of clips
   against the keys' windows: the key travels with each rollout as its prompt string.
+Either kind may class pixels as its verifier sees them (`pixel_classes(frames)` -> int8 [N, H, W],
+0 the background and i > 0 the i-th of `pixel_class_names`, on uint8 frames [N, H, W, 3]), which a
+VAE stage's loss weights by (`[rl.pixel_weights]`: the pixels that decide a verdict, and those the
+decoded frame classes wrongly).
 `cosmos-rl eval --suite NAME` scores an episode suite's windows x seeds (`evaluation.world`);
 `is_episodic` tells the two kinds apart, and a prompt-suite question asked of an episode suite
 (`held_out`, `task_of`, `verify`, `default_reward`) is a ValueError naming it.
@@ -108,8 +112,13 @@ class Suite:
     judge_window: Code = ""  # (mode, window, frames, actions, given) -> WindowVerdict
     action_spec: Code = ""  # (mode, chunk) -> ActionSpec
     window_of: Code = ""  # (key, media) -> EpisodeWindow of a training window's key; "" = no keyed windows (no rewards)
+    # Either kind (module docstring): the verifier's pixel classes, for a VAE stage's loss weights.
+    pixel_classes: Code = ""  # (uint8 frames [N, H, W, 3]) -> int8 [N, H, W]: 0 background, i the i-th name below
+    pixel_class_names: tuple[str, ...] = ()  # the classes 1, 2, ... name in order; () when pixel_classes is ""
 
     def __attrs_post_init__(self):
+        if bool(self.pixel_classes) != bool(self.pixel_class_names):
+            raise ValueError(f"suite {self.name!r}: pixel_classes and pixel_class_names come together")
         episode = (self.held_out_windows, self.judge_window, self.action_spec)
         prompt = (self.held_out_prompts, self.caption_task, self.verifier)
         if any(episode):

@@ -138,6 +138,22 @@ def action_spec(mode: str, chunk: int):
     return spec(mode, chunk)
 
 
+def pixel_classes(frames):
+    """int8 [N, H, W]: 1 where the verifier sees the agent, 2 the block (T), 0 neither
+    (`pusht.verifier.colour_masks`, the palette rule both checks count pixels by)."""
+    import numpy as np
+
+    from cosmos_rl.pusht.verifier import colour_masks
+
+    frames = np.asarray(frames)
+    out = np.zeros(frames.shape[:-1], dtype=np.int8)
+    for i, frame in enumerate(frames):
+        agent, block = colour_masks(frame)
+        out[i][agent] = 1
+        out[i][block] = 2
+    return out
+
+
 PUSHT = Suite(
     name="pusht", title="Push-T", media=MediaSpec(frames=9, height=96, width=96, fps=10.0),
     rewards=(
@@ -148,4 +164,5 @@ PUSHT = Suite(
     held_out_windows="cosmos_rl.suites.pusht:held_out_windows", judge_window="cosmos_rl.suites.pusht:judge",
     action_spec="cosmos_rl.suites.pusht:action_spec", window_of="cosmos_rl.suites.pusht:window_of",
     prompt_source="python -m cosmos_rl.pusht windows OUT.txt --episodes N --frames F (training-window keys)",
+    pixel_classes="cosmos_rl.suites.pusht:pixel_classes", pixel_class_names=("agent", "block"),
 )  # fmt: skip

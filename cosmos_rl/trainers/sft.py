@@ -12,7 +12,8 @@ Per step, on each rank: its share of the step's samples (a `PairCursor` over the
   them exactly ->
   x_t -> ONE packed velocity forward -> `flow_matching_loss`;
 - `vae`: posterior mean -> decode -> `reconstruction_loss` on [-1, 1] pixels, foreground-weighted
-  with `rl.foreground_weight` (metric `train/psnr` from the plain MSE);
+  with `rl.foreground_weight` and, with `[rl.pixel_weights]`, by a suite verifier's pixel classes
+  (`algorithms.sft.class_weights`) (metric `train/psnr` from the plain MSE);
 -> backward, gradient averaging over ranks (FSDP2 for the transformer, an all-reduce for the VAE),
 clipping, AdamW, LR schedule.
 
@@ -37,7 +38,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from cosmos_rl.algorithms.sft import action_flow_loss, flow_matching_loss, psnr_db, reconstruction_loss, weighted_reconstruction_loss
+from cosmos_rl.algorithms.sft import action_flow_loss, class_weights, flow_matching_loss, foreground_weights, psnr_db, reconstruction_loss, weighted_mse
 from cosmos_rl.core import schema
 from cosmos_rl.data.captions import caption_source
 from cosmos_rl.data.cursor import PairCursor
@@ -54,6 +55,15 @@ from cosmos_rl.models.generate import encode_pixels
 from cosmos_rl.models.vae import reconstruction
 from cosmos_rl.core.seeds import derive_seed
 from cosmos_rl.trainers.spmd import SPMDTrainer
+
+
+def clip_classes(pixel_classes, clips: torch.Tensor) -> torch.Tensor:
+    """int8 [B, 1, F, H, W]: a suite verifier's class of each pixel (`Suite.pixel_classes`) of clips
+    [B, 3, F, H, W] in [-1, 1], judged as the verifier judges a sample (clamped, rounded to uint8)."""
+    b, _, f, h, w = clips.shape
+    frames = ((clips.detach().float().clamp(-1, 1) + 1.0) * 127.5).round().to(torch.uint8)
+    frames = frames.permute(0, 2, 3, 4, 1).reshape(b * f, h, w, 3).cpu().numpy()
+    return torch.from_numpy(pixel_classes(frames)).reshape(b, 1, f, h, w).to(clips.device)
 
 
 class SFTTrainer(SPMDTrainer):
@@ -79,6 +89,12 @@ class SFTTrainer(SPMDTrainer):
             self.parts.transformer.requires_grad_(False)
             self.module = self.parts.vae.to(device).requires_grad_(True).train()
             self.model: TrainableModel | None = None
+            if self.rl.pixel_weights.suite:  # preflight checked the suite has pixel classes and the names
+                from cosmos_rl.suites import registry
+
+                suite = registry.get(self.rl.pixel_weights.suite)
+                self.pixel_classes = suite.resolve("pixel_classes")
+                self.class_ids = {suite.pixel_class_names.index(name) + 1: w for name, w in self.rl.pixel_weights.classes.items()}
         else:
             self.model = build_trainable(config, device, with_reference=False)
             self.parts = self.model.parts
@@ -211,10 +227,15 @@ class SFTTrainer(SPMDTrainer):
 
     def _vae_loss(self, images: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         decoded, clip = reconstruction(self.module, images, clamped=not self.rl.unclamped_loss)  # [B, 3, F, H, W] in the VAE's range
-        if self.rl.foreground_weight == 1.0:
+        by_classes = bool(self.rl.pixel_weights.suite)
+        if self.rl.foreground_weight == 1.0 and not by_classes:
             return reconstruction_loss(decoded, clip), {}
+        weights = foreground_weights(clip, self.rl.foreground_weight)
+        if by_classes:
+            truth, seen = clip_classes(self.pixel_classes, clip), clip_classes(self.pixel_classes, decoded)
+            weights = class_weights(weights, truth, seen, self.class_ids, self.rl.pixel_weights.miss)
         # The weighted loss trains; train/mse (plain) is what train/psnr reports.
-        loss = weighted_reconstruction_loss(decoded, clip, self.rl.foreground_weight)
+        loss = weighted_mse(decoded, clip, weights)
         return loss, {"mse": float(reconstruction_loss(decoded.detach(), clip))}
 
     def _grads_mean(self) -> None:

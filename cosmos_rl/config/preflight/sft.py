@@ -70,6 +70,45 @@ def vae_stage_rules(c: schema.RunConfig, rl: schema.SFTConfig, r: Rules) -> None
     if rl.unclamped_loss and rl.train != "vae":
         r.error("rl.unclamped_loss", "changes the VAE's reconstruction loss, and this run trains the transformer", rl.unclamped_loss,
                 'remove it, or set rl.train = "vae"')
+    pixel_weight_rules(rl, r)
     if rl.train == "vae" and c.model.lora.rank > 0:
         r.error("model.lora.rank", "rl.train = \"vae\" trains every VAE weight; LoRA adapts the transformer only", c.model.lora.rank,
                 "set model.lora.rank = 0")
+
+
+def pixel_weight_rules(rl: schema.SFTConfig, r: Rules) -> None:
+    """`[rl.pixel_weights]`: a VAE stage's loss weighted by a suite verifier's pixel classes."""
+    from cosmos_rl.suites import registry as suites
+
+    table = rl.pixel_weights
+    if not (table.suite or table.classes or table.miss != 1.0):
+        return
+    if rl.train != "vae":
+        r.error("rl.pixel_weights", "weights the VAE's reconstruction loss, and this run trains the transformer", table.suite or table.classes or table.miss,
+                'remove [rl.pixel_weights], or set rl.train = "vae"')
+        return
+    if not table.suite:
+        r.error("rl.pixel_weights.suite", "is empty, and rl.pixel_weights.classes or .miss needs a suite's pixel classes", "",
+                'set rl.pixel_weights.suite (e.g. "pusht"), or remove classes and miss')
+        return
+    try:
+        suite = suites.get(table.suite)
+    except suites.UnknownSuite as exc:
+        r.error("rl.pixel_weights.suite", exc.problem, table.suite, exc.fix)
+        return
+    if not suite.pixel_classes:
+        r.error("rl.pixel_weights.suite", f"the suite {suite.name!r} classes no pixels (its Suite has no pixel_classes)", table.suite,
+                "name a suite with pixel classes (pusht), or remove [rl.pixel_weights]")
+        return
+    for name, weight in table.classes.items():
+        if name not in suite.pixel_class_names:
+            r.error(f"rl.pixel_weights.classes.{name}", f"is no pixel class of the suite {suite.name!r}", name,
+                    f"use one of {', '.join(suite.pixel_class_names)}")
+        elif weight < 1:
+            r.error(f"rl.pixel_weights.classes.{name}", "must be at least 1 (a class's pixels weigh no less than the background)", weight,
+                    "use 1 or more, e.g. 30 for a few-pixel object")
+    if table.miss < 1:
+        r.error("rl.pixel_weights.miss", "must be at least 1 (1 = off)", table.miss, "use 1, or e.g. 100")
+    if not table.classes and table.miss == 1.0:
+        r.error("rl.pixel_weights.suite", "is set, and neither rl.pixel_weights.classes nor .miss weighs anything", table.suite,
+                "set classes (e.g. {agent = 30}) or miss (e.g. 100), or remove [rl.pixel_weights]")
