@@ -170,13 +170,13 @@ def test_mined_futures_of_window_keys_train_two_dpo_steps_with_frame_0_and_the_a
         rows = torch.stack([torch.from_numpy((truth[key][1].astype(np.float32) - 256.0) / 256.0) for key in order])
         assert clean == 1 and layout.clean_rows == (CHUNK,) * 4 and layout.widths == (2,) * 4
         assert torch.allclose(actions[:, :, :2], rows) and not actions[:, :, 2:].any()
-        assert all(torch.equal(i, trainer.world.prompt_ids(PLANNER[0])) for i in prompt_ids)
+        assert all(torch.equal(i, trainer.pair_windows.prompt_ids(PLANNER[0])) for i in prompt_ids)
     from cosmos_rl.models.actions import action_prompt_ids
     from cosmos_rl.pusht.episodes import action_spec
 
     expected, _ = action_prompt_ids(trainer.model.tokenizer, trainer.model.parts.prompt_template, [caption], action_spec("forward_dynamics", CHUNK),
                                     MediaSpec(FRAMES, SIZE, SIZE, 10.0))  # fmt: skip
-    assert torch.equal(trainer.world.prompt_ids(PLANNER[0]), expected[0])  # the planner task's structured caption
+    assert torch.equal(trainer.pair_windows.prompt_ids(PLANNER[0]), expected[0])  # the planner task's structured caption
     # no gradient reaches frame 0's velocity or the action rows' velocity
     assert len(frame_grads) == 2 and all(not g[:, :, 0].any() and g[:, :, 1:].abs().sum() > 0 for g in frame_grads)
     assert action_grads == []
@@ -186,7 +186,7 @@ def test_mined_futures_of_window_keys_train_two_dpo_steps_with_frame_0_and_the_a
 
     bad = SimpleNamespace(prompt_sides=lambda: [PromptSides("p-1", "pairs-000000.tar sample '000001'", "a red circle", None, None)])
     with pytest.raises(UserError, match=r"pairs-000000\.tar sample '000001' \(id 'p-1'\): .*not a Push-T window key.*cosmos-rl pairs mine"):
-        trainer.world.check(bad, "rl.data")
+        trainer.pair_windows.check(bad, "rl.data")
 
 
 def test_preflight_and_the_miner_refuse_what_dpo_in_forward_dynamics_cannot_train(folder, tmp_path):

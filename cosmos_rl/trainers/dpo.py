@@ -106,15 +106,15 @@ class DPOTrainer(SPMDTrainer):
             self.evaluator = Evaluator.for_run(config, self.model, self.device)
         self._ids_cache: dict[str, torch.Tensor] = {}
         # Forward dynamics: each pair's frame 0, action rows and caption rebuilt from its key (None: captions).
-        self.world = None
+        self.pair_windows = None
         condition = Condition.from_model_config(config.model)
         if condition.is_conditioned:
             from cosmos_rl.trainers.dpo_world import PairWindows
 
-            self.world = PairWindows(condition, self.media, self.model, self.device)
-            self.world.check(self.train_source, "rl.data")
+            self.pair_windows = PairWindows(condition, self.media, self.model, self.device)
+            self.pair_windows.check(self.train_source, "rl.data")
             if self.val_source is not None:
-                self.world.check(self.val_source, "rl.validation.data")
+                self.pair_windows.check(self.val_source, "rl.validation.data")
         self._check_data()
         self.cursor = PairCursor(
             len(self.train_source),
@@ -165,8 +165,8 @@ class DPOTrainer(SPMDTrainer):
     # -------------------------------------------------------------------------------- set-up
     def prompt_ids(self, prompt: str) -> torch.Tensor:
         """The text a pair trains under: its prompt, or in forward dynamics its key's structured action caption."""
-        if self.world is not None:
-            return self.world.prompt_ids(prompt)
+        if self.pair_windows is not None:
+            return self.pair_windows.prompt_ids(prompt)
         return self._text_ids(prompt)
 
     def _text_ids(self, prompt: str) -> torch.Tensor:
@@ -195,17 +195,17 @@ class DPOTrainer(SPMDTrainer):
             with torch.no_grad():
                 latents = encode_pixels(self.model.vae, self.media, pixels)
         ids = [self.prompt_ids(p.prompt) for p in pairs]
-        if self.world is not None:
+        if self.pair_windows is not None:
             keys = [p.prompt for p in pairs] * 2
             latents = latents.clone()
-            latents[:, :, : self.world.clean] = self.world.frame_latents(keys).to(latents.dtype)
+            latents[:, :, : self.pair_windows.clean] = self.pair_windows.frame_latents(keys).to(latents.dtype)
         return latents, ids + ids
 
     def _world_inputs(self, pairs) -> dict:
         """The packed forward's conditioning keywords of winners then losers (none without a condition)."""
-        if self.world is None:
+        if self.pair_windows is None:
             return {}
-        return {"clean_frames": self.world.clean, **self.world.action_inputs([p.prompt for p in pairs] * 2)}
+        return {"clean_frames": self.pair_windows.clean, **self.pair_windows.action_inputs([p.prompt for p in pairs] * 2)}
 
     def _objective(self, latents, ids, eps, t, *, with_grad: bool, given: dict | None = None):
         """DPO loss and metrics for P pairs: latents [2P, ...], eps [P, ...], t [P] shared by both sides.

@@ -24,10 +24,10 @@ import json
 from pathlib import Path
 from typing import Callable, Sequence
 
+from cosmos_rl.commands.mining.shards import SUMMARY_FILE
 from cosmos_rl.core.errors import UserError
 from cosmos_rl.core.media import MediaSpec
 
-SUMMARY_FILE = "mine.json"
 ROWS_PER_CHUNK = 64  # prompt rows sampled, scored and written per round (progress granularity)
 CLIP_ROWS_PER_CHUNK = 8  # the same for clips, each F times an image's work
 # A row's pair is only its best and worst sample, so more samples sharpen the extremes slowly while

@@ -61,9 +61,9 @@ def run_world_mine(
 ) -> dict:  # fmt: skip
     """Mine the opened target `t` (`evaluation.target.open_target`) on the keys of `prompts`; the
     summary, also written to `<out_dir>/mine.json`."""
-    from cosmos_rl.commands.mining.command import SUMMARY_FILE, _best_vs_worst
     from cosmos_rl.commands.mining.scoring import ranks_by
-    from cosmos_rl.commands.mining.shards import PairShardWriter
+    from cosmos_rl.commands.mining.select import best_vs_worst
+    from cosmos_rl.commands.mining.shards import SUMMARY_FILE, PairShardWriter
     from cosmos_rl.commands.world_eval import world_condition
 
     if t.media.frames < 2:
@@ -118,7 +118,7 @@ def run_world_mine(
                 strict = [float(v.strict) for v in verdicts[span]]
                 partial = [float(v.partial) for v in verdicts[span]]
                 ranked, other = (partial, strict) if key == "partial" else (strict, partial)
-                pick = _best_vs_worst(ranked)
+                pick = best_vs_worst(ranked)
                 if pick is None:
                     ties += 1
                     continue

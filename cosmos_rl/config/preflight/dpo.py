@@ -9,7 +9,7 @@ from cosmos_rl.config.preflight.rules import Rules
 from cosmos_rl.core import schema
 
 
-MINE_SUMMARY = "mine.json"  # what `cosmos-rl pairs mine` writes beside its shards (commands/mining/command.SUMMARY_FILE)
+MINE_SUMMARY = "mine.json"  # what `cosmos-rl pairs mine` writes beside its shards (commands/mining/shards.SUMMARY_FILE)
 
 
 def mined_pairs_rules(c: schema.RunConfig, rl: schema.DPOConfig, r: Rules) -> None:
