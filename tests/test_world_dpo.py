@@ -137,7 +137,7 @@ def test_mined_futures_of_window_keys_train_two_dpo_steps_with_frame_0_and_the_a
     config = _config(tmp_path, folder, [str(shard)])
     assert _errors(config, tmp_path) == {}
     trainer = DPOTrainer(config, tmp_path / "run", CPU)
-    latents, ids = trainer._pair_tensors([pairs[0], pairs[1]])
+    latents, _ = trainer._pair_tensors([pairs[0], pairs[1]])
     frame0 = torch.cat([condition_latents(trainer.model.vae, torch.from_numpy(truth[key][0][:1])) for key in PLANNER])
     assert torch.equal(latents[:, :, :1], torch.cat([frame0, frame0]))  # winners then losers: the key's frame 0, clean
     forwards, frame_grads, action_grads = [], [], []

@@ -229,11 +229,10 @@ def _pairs_world_rules(c: schema.RunConfig, kind, r: Rules) -> None:
             suite = suites.get(table.source)
         except suites.UnknownSuite:
             suite = None  # condition_rules names the unknown source
-    if suite is None or not suite.keys_windows:
-        if table.source in FILE_SOURCES or suite is not None:
-            r.error("model.condition.source", f"rl.algorithm = \"{name}\" in {kind.name} reads pairs whose prompts are an episode suite's "
-                    "training-window keys (frame 0 and the action rows rebuilt from each key)", table.source,
-                    f'use a suite that keys them ({", ".join(_keyed_suites())})')
+    if table.source in FILE_SOURCES or (suite is not None and not suite.keys_windows):  # an unknown suite: condition_rules says so
+        r.error("model.condition.source", f"rl.algorithm = \"{name}\" in {kind.name} reads pairs whose prompts are an episode suite's "
+                "training-window keys (frame 0 and the action rows rebuilt from each key)", table.source,
+                f'use a suite that keys them ({", ".join(_keyed_suites())})')
     mine = f"mine them with cosmos-rl pairs mine --reward {suite.rewards[0].name} and set" if suite is not None and suite.keys_windows else "set"
     for key in ("rl.data", "rl.validation.data"):
         data = rl.data if key == "rl.data" else rl.validation.data
