@@ -207,7 +207,7 @@ def test_pairs_mine_asks_the_rewards_suite_what_it_may_rank():
     # An image suite's reward on clips counts under its clip suite's tasks; a weight-free one under the image suite's.
     assert [scoring_suite(r, 9).name for r in ("shapes_partial", "shapes_video_strict", "brightness")] == ["shapes_video", "shapes_video", "shapes"]
     check_reward(f"{STANDIN}/colour_match", IMAGE, None, "TARGET 'x'")  # an outside image suite's reward ranks images
-    with pytest.raises(UserError, match="pusht_forward_strict: judges a world model's clips .* pairs mine samples captions"):
+    with pytest.raises(UserError, match="pusht_forward_strict: judges a world model's clips .* samples are of captions; mine it alone on a file of window keys"):
         check_reward("pusht_forward_strict", MediaSpec(frames=9, height=32, width=32, fps=10.0), None, "TARGET 'x'")
     with pytest.raises(UserError, match=f"--reward {STANDIN}/colour_match: scores images, and TARGET 'x' makes 5-frame clips; pass --frame-reduce"):
         check_reward(f"{STANDIN}/colour_match", MediaSpec(frames=5, height=32, width=32), None, "TARGET 'x'")

@@ -48,7 +48,7 @@ from cosmos_rl.evaluation.scores import score_range
 from cosmos_rl.evaluation.served import eval_reward_name
 
 SCORE = "eval/score"
-MINE_SUMMARY = "mine.json"  # what `cosmos-rl pairs mine` writes beside its shards (mining.command.SUMMARY_FILE)
+MINE_SUMMARY = "mine.json"  # what `cosmos-rl pairs mine` writes beside its shards (mining.shards.SUMMARY_FILE)
 DEFAULT_MARGIN = 0.1
 JSON_FILE, FIGURE_FILE = "compare.json", "compare.png"
 FIG_SIZE_IN, FIG_DPI = (12.8, 8.0), 100  # four panels of report.py's 6.4 x 4.0 in

@@ -71,7 +71,8 @@ class Algorithm:
     context_parallel: bool = False
     video: bool = False  # trains clips (model.num_frames > 1); otherwise preflight refuses them
     # Where a conditioned sample's given frames come from for it ([model.condition]): "" takes no
-    # condition, "data" its training samples' own frames (SFT), "rollout" an image or a suite per rollout.
+    # condition, "data" its training samples' own frames (SFT), "rollout" an image or a suite per rollout,
+    # "pairs" each preference pair's window key (DPO in forward dynamics: frame 0 and the action rows).
     conditioned_from: str = ""
     # What one step costs in images (`cosmos-rl compare`): "group" = group_size x prompts_per_step
     # generated, "pairs" = 2 x pairs_per_step seen, "samples" = samples_per_step seen, "" = none.
@@ -218,6 +219,7 @@ register(Algorithm(
     train_signal="train/dpo_reward_margin", unit="pairs", image_count="pairs",
     video=True,  # clip pairs with model.num_frames > 1 (docs/video.md "DPO on clips")
     context_parallel=True,  # a context group per data-parallel share (trainers/spmd.py)
+    conditioned_from="pairs",  # forward dynamics on mined pairs of window keys (docs/world.md "DPO in forward dynamics")
 ))  # fmt: skip
 register(online(
     name="nft", config=schema.NFTConfig, title="DiffusionNFT",

@@ -88,7 +88,10 @@ def dataset_windows(root: Path, per_task: int, media: MediaSpec) -> list:
 
 
 class WorldEvaluator:
-    """The windows x seeds of one evaluation and the frozen parts (tokenizer, VAE) that sample them."""
+    """The windows x seeds of one evaluation and the frozen parts (tokenizer, VAE) that sample them.
+    `NOISE` and `_labels` name each item's noise stream (`pairs mine` draws its own through them)."""
+
+    NOISE = "eval-world"
 
     def __init__(
         self, windows: Sequence, seeds: int, suite: Suite, condition: Condition, settings: SamplerSettings, *,
@@ -149,7 +152,7 @@ class WorldEvaluator:
                 batch = items[start : start + self.batch_size]
                 windows = [self.windows[item.window] for item in batch]
                 ids = [self._prompt(window.caption) for window in windows]
-                latents = torch.cat([noise((1, *self.latent_shape), "eval-world", *self._labels(item), device=self.device) for item in batch])
+                latents = torch.cat([noise((1, *self.latent_shape), self.NOISE, *self._labels(item), device=self.device) for item in batch])
                 truth = torch.from_numpy(np.stack([window.frames for window in windows])).to(self.device)
                 condition = clip_condition_latents(self.vae, truth, self.clean_latents)
                 extra = {}
@@ -158,7 +161,7 @@ class WorldEvaluator:
                     layout = ActionLayout.of(self.spec, len(batch))
                     raw = torch.from_numpy(np.stack([window.actions for window in windows]).astype(np.float32)).to(self.device)
                     clean = model_rows(self.spec, raw, action_dim) if self.spec.mode == "forward_dynamics" else None
-                    row_noise = torch.cat([noise((1, self.spec.chunk, action_dim), "eval-world-actions", *self._labels(item), device=self.device)
+                    row_noise = torch.cat([noise((1, self.spec.chunk, action_dim), f"{self.NOISE}-actions", *self._labels(item), device=self.device)
                                            for item in batch])  # fmt: skip
                     extra = {"actions": start_rows(row_noise, clean, layout), "action_layout": layout}
                 out = generate(parts, self.media, ([c for c, _ in ids], [u for _, u in ids]), latents, self.settings,

@@ -14,7 +14,15 @@ A video run (`model.num_frames` > 1) trains clip pairs the same way: the sides a
 [3, F, H, W], their latents [2P, C, T, h, w] (`models.generate.encode_pixels`, through the latent cache), and the
 packed forward places each clip's (T, h, w) grid in time at `model.fps` (`frame_timing`), as SFT
 does. The loss is unchanged: each side's MSE is the mean over all its latent elements, every frame
-included. No frame is held clean (no image-to-video conditioning in DPO).
+included. No frame is held clean (no image-to-video conditioning in DPO), except in forward dynamics:
+
+A world-model run (`[model.condition] kind = "forward_dynamics"`, source an episode suite that keys
+its windows, `trainers/dpo_world.py`) trains pairs of predicted futures whose prompt is a window
+key (`cosmos-rl pairs mine --reward pusht_forward_partial`). Both sides get the key's frame 0 as
+their clean latent frame 0 (in x_t too) and its true action rows, clean, in the same packed forward
+for the policy and the reference; the text is the structured action caption of the window's task.
+Each side's MSE is then the mean over the generated latent frames only: frame 0 and the action rows
+are in no loss. The draws are those of text-to-video (eps covers frame 0 too and is unused there).
 
 A checkpoint holds: policy (LoRA tensors, or all weights for a full fine-tune), optimizer, LR
 schedule, step, pair cursor (when rl.data.cursor_resume) and every rank's RNG streams. The frozen
@@ -36,6 +44,7 @@ from cosmos_rl.data.audit import leakage_audit
 from cosmos_rl.data.cursor import PairCursor
 from cosmos_rl.data.pairs import build_source, check_source_symmetry
 from cosmos_rl.core.flow import noisy_latents, training_timesteps, velocity_target
+from cosmos_rl.core.condition import Condition
 from cosmos_rl.core.media import frame_timing
 from cosmos_rl.models.packing import velocity
 from cosmos_rl.models.setup import TrainableModel, build_trainable, optimizer_step
@@ -96,6 +105,16 @@ class DPOTrainer(SPMDTrainer):
 
             self.evaluator = Evaluator.for_run(config, self.model, self.device)
         self._ids_cache: dict[str, torch.Tensor] = {}
+        # Forward dynamics: each pair's frame 0, action rows and caption rebuilt from its key (None: captions).
+        self.pair_windows = None
+        condition = Condition.from_model_config(config.model)
+        if condition.is_conditioned:
+            from cosmos_rl.trainers.dpo_world import PairWindows
+
+            self.pair_windows = PairWindows(condition, self.media, self.model, self.device)
+            self.pair_windows.check(self.train_source, "rl.data")
+            if self.val_source is not None:
+                self.pair_windows.check(self.val_source, "rl.validation.data")
         self._check_data()
         self.cursor = PairCursor(
             len(self.train_source),
@@ -145,6 +164,12 @@ class DPOTrainer(SPMDTrainer):
 
     # -------------------------------------------------------------------------------- set-up
     def prompt_ids(self, prompt: str) -> torch.Tensor:
+        """The text a pair trains under: its prompt, or in forward dynamics its key's structured action caption."""
+        if self.pair_windows is not None:
+            return self.pair_windows.prompt_ids(prompt)
+        return self._text_ids(prompt)
+
+    def _text_ids(self, prompt: str) -> torch.Tensor:
         ids = self._ids_cache.get(prompt)
         if ids is None:
             cond, _ = model_prompt_ids(self.model.tokenizer, self.model.parts.prompt_template, [prompt], self.media)
@@ -153,7 +178,7 @@ class DPOTrainer(SPMDTrainer):
 
     def _check_data(self) -> None:
         """Symmetry and leakage, from metadata only, before any step (all ranks raise together)."""
-        tokenize = lambda text: self.prompt_ids(text).tolist()  # noqa: E731
+        tokenize = lambda text: self._text_ids(text).tolist()  # noqa: E731 (per-side prompts against the pair's own text)
         check_source_symmetry(self.train_source, tokenize)
         if self.val_source is not None:
             check_source_symmetry(self.val_source, tokenize)
@@ -161,7 +186,8 @@ class DPOTrainer(SPMDTrainer):
 
     # -------------------------------------------------------------------------------- math
     def _pair_tensors(self, pairs) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Latents [2P, C, T, h, w] (winners then losers; T = 1 for images) and the matching prompt ids."""
+        """Latents [2P, C, T, h, w] (winners then losers; T = 1 for images) and the matching prompt ids.
+        Forward dynamics: both sides' leading latent frames are their key's clean frame 0."""
         pixels = torch.stack([p.winner for p in pairs] + [p.loser for p in pairs]).to(self.device)
         if self.latents is not None:
             latents = self.latents.encode(pixels)  # images or clips, by the batch's rank
@@ -169,18 +195,40 @@ class DPOTrainer(SPMDTrainer):
             with torch.no_grad():
                 latents = encode_pixels(self.model.vae, self.media, pixels)
         ids = [self.prompt_ids(p.prompt) for p in pairs]
+        if self.pair_windows is not None:
+            keys = [p.prompt for p in pairs] * 2
+            latents = latents.clone()
+            latents[:, :, : self.pair_windows.clean] = self.pair_windows.frame_latents(keys).to(latents.dtype)
         return latents, ids + ids
 
-    def _objective(self, latents, ids, eps, t, *, with_grad: bool):
-        """DPO loss and metrics for P pairs: latents [2P, ...], eps [P, ...], t [P] shared by both sides."""
+    def _world_inputs(self, pairs) -> dict:
+        """The packed forward's conditioning keywords of winners then losers (none without a condition)."""
+        if self.pair_windows is None:
+            return {}
+        return {"clean_frames": self.pair_windows.clean, **self.pair_windows.action_inputs([p.prompt for p in pairs] * 2)}
+
+    def _objective(self, latents, ids, eps, t, *, with_grad: bool, given: dict | None = None):
+        """DPO loss and metrics for P pairs: latents [2P, ...], eps [P, ...], t [P] shared by both sides.
+        `given` (forward dynamics, `_world_inputs`): the clean leading frames and action rows both
+        forwards carry; the MSEs skip those frames, and the action velocity is dropped."""
         count = eps.shape[0]
         eps2, t2 = torch.cat([eps, eps]), torch.cat([t, t])
         x_t = noisy_latents(latents, eps2, t2)
         target = velocity_target(latents, eps2)
+        given = given or {}
+        clean = int(given.get("clean_frames", 0))
+        if clean:
+            x_t[:, :, :clean] = latents[:, :, :clean]  # the condition is clean: never noised
+
+        def forward(network):
+            out = velocity(network, x_t, t2, ids, **self.timing, **given)
+            v = out[0] if "actions" in given else out  # the action rows' velocity trains nothing: dropped
+            return per_sample_mse(v[:, :, clean:], target[:, :, clean:])  # the generated frames alone
+
         with torch.no_grad(), self.model.reference() as reference:
-            mse_ref = per_sample_mse(velocity(reference, x_t, t2, ids, **self.timing), target)
+            mse_ref = forward(reference)
         with torch.set_grad_enabled(with_grad):
-            mse = per_sample_mse(velocity(self.model.transformer, x_t, t2, ids, **self.timing), target)
+            mse = forward(self.model.transformer)
             return dpo_loss(mse[:count], mse[count:], mse_ref[:count], mse_ref[count:], self.rl.beta)
 
     def _draw(self, shape, *parts) -> tuple[torch.Tensor, torch.Tensor]:
@@ -209,7 +257,7 @@ class DPOTrainer(SPMDTrainer):
         self.optimizer.zero_grad(set_to_none=True)
         # The reference forward, the policy forward and the backward gather each sharded layer once.
         with gathered_while_training(self.model.transformer):
-            loss, metrics = self._objective(latents, ids, eps, t, with_grad=True)
+            loss, metrics = self._objective(latents, ids, eps, t, with_grad=True, given=self._world_inputs(pairs))
             loss.backward()
         grad_norm, lr = optimizer_step(self.params, self.optimizer, self.schedule, self.rl.optimizer.grad_clip)
         self.step += 1
@@ -233,11 +281,12 @@ class DPOTrainer(SPMDTrainer):
         with gathered_while_sampling(self.model.transformer):  # every chunk's two forwards, one gather
             for start in range(0, len(mine), chunk):
                 indices = mine[start : start + chunk]
-                latents, ids = self._pair_tensors([self.val_source[i] for i in indices])
+                chunk_pairs = [self.val_source[i] for i in indices]
+                latents, ids = self._pair_tensors(chunk_pairs)
                 draws = [self._draw((1, *latents.shape[1:]), "val", self.config.job.seed, i) for i in indices]
                 eps = torch.cat([d[0] for d in draws])
                 t = torch.cat([d[1] for d in draws])
-                _, metrics = self._objective(latents, ids, eps, t, with_grad=False)
+                _, metrics = self._objective(latents, ids, eps, t, with_grad=False, given=self._world_inputs(chunk_pairs))
                 sums[:-1] += torch.stack([metrics[k].float().cpu() for k in VAL_METRICS]) * len(indices)
                 sums[-1] += len(indices)
         sums = self._all_sum(sums)  # ranks may hold different counts: sum numerators and the count, not means

@@ -24,10 +24,10 @@ import json
 from pathlib import Path
 from typing import Callable, Sequence
 
+from cosmos_rl.commands.mining.shards import SUMMARY_FILE
 from cosmos_rl.core.errors import UserError
 from cosmos_rl.core.media import MediaSpec
 
-SUMMARY_FILE = "mine.json"
 ROWS_PER_CHUNK = 64  # prompt rows sampled, scored and written per round (progress granularity)
 CLIP_ROWS_PER_CHUNK = 8  # the same for clips, each F times an image's work
 # A row's pair is only its best and worst sample, so more samples sharpen the extremes slowly while
@@ -54,7 +54,7 @@ def run_mine(
     warn: Callable[[str], None] = lambda line: None, progress: Callable[[int, int], None] = lambda done, total: None,
     sample_steps: int | None = None, guidance: float | None = None, step: int | None = None,
     frames: int | None = None, frame_reduce: str | None = None, reward_url: str | None = None,
-    reward_weights: Sequence[str] = (), reward_token_env: str | None = None,
+    reward_weights: Sequence[str] = (), reward_token_env: str | None = None, image_size: int | None = None,
 ) -> dict:  # fmt: skip
     """Mine pairs into `out_dir` and return the summary written to `<out_dir>/mine.json`.
 
@@ -63,11 +63,22 @@ def run_mine(
     `frame_reduce` lets an image reward score clips frame by frame. `reward` may be a list of
     `--reward` items: with a model reward's folder (`pickscore=FOLDER`), `reward_url`,
     `reward_weights` or several items the samples are ranked by the weighted sum of rewards scored
-    through services as a run's are (`evaluation.served`)."""
+    through services as a run's are (`evaluation.served`). An episode suite's reward
+    (`pusht_forward_partial`) mines a world model's predicted futures of the prompt file's window
+    keys in forward dynamics instead (`mining.world`), at `image_size` for a bare model."""
     check_options(samples, batch_size, per_shard)
     from cosmos_rl.evaluation.served import ServedRewards, label, served_terms
 
     items = [reward] if isinstance(reward, str) else list(reward)
+    world = _episode_suite(items)
+    if world is not None:  # a world model's predicted futures of window keys (mining.world)
+        return _mine_world(world, items, target, prompts=prompts, samples=samples, out_dir=out_dir, seed=seed, batch_size=batch_size,
+                           per_shard=per_shard, device=device, progress=progress, sample_steps=sample_steps, guidance=guidance,
+                           step=step, frames=frames, image_size=image_size, frame_reduce=frame_reduce, reward_url=reward_url,
+                           reward_weights=reward_weights)  # fmt: skip
+    if image_size is not None:
+        raise UserError(f"--image-size {image_size}: sizes a world model's window clips (an episode suite's reward, e.g. pusht_forward_partial); "
+                        "a text-to-image target samples its own size: drop --image-size")  # fmt: skip
     terms = served_terms(items, reward_url, reward_weights, reward_token_env, frame_reduce)
     reward = label(terms) if terms is not None else (items[0] if items else "")
     from cosmos_rl.commands.evaluate import check_frames, check_out_dir, check_prompts_file, check_sampler_overrides
@@ -180,6 +191,42 @@ def run_mine(
     finally:
         if served is not None:
             served.close()
+
+
+def _episode_suite(items: Sequence[str]):
+    """The episode suite whose reward (an item naming a built-in reward, no folder) ranks, or None."""
+    from cosmos_rl.commands.mining.scoring import reward_suite
+
+    for item in items:
+        if "=" in item:
+            continue
+        suite = reward_suite(item)
+        if suite is not None and suite.is_episodic:
+            return suite
+    return None
+
+
+def _mine_world(suite, items, target: str, *, prompts: Path, samples: int, out_dir: Path, seed: int, batch_size: int, per_shard: int,
+                device: str, progress, sample_steps, guidance, step, frames, image_size, frame_reduce, reward_url, reward_weights) -> dict:  # fmt: skip
+    from cosmos_rl.commands.evaluate import IMAGE_SIZE_MAX, check_frames, check_out_dir, check_prompts_file, check_sampler_overrides
+    from cosmos_rl.commands.mining.world import check_world_options, run_world_mine
+    from cosmos_rl.evaluation.target import open_target, target_media
+
+    reward = next(item for item in items if "=" not in item and suite.reward(item) is not None)
+    check_world_options(reward, items, reward_url, reward_weights, frame_reduce)
+    if image_size is not None and not 1 <= image_size <= IMAGE_SIZE_MAX:
+        raise UserError(f"--image-size: must be in [1, {IMAGE_SIZE_MAX}] (got {image_size}); the Push-T world renders at 96 (its native size)")
+    check_frames(frames)
+    check_out_dir(out_dir)
+    check_prompts_file(prompts)
+    check_sampler_overrides(sample_steps, guidance)
+    media = target_media(target, image_size, frames)
+    t = open_target(target, step=step, media=media, out_dir=out_dir, frames=frames)
+    if t.kind == "model" and media is None:
+        t.media = suite.media  # a model folder given no size samples what the suite judges
+    t.settings = t.settings.replaced(sample_steps, guidance)
+    return run_world_mine(t, suite, reward, prompts=prompts, samples=samples, out_dir=out_dir, seed=seed, batch_size=batch_size,
+                          per_shard=per_shard, device=device, progress=progress)
 
 
 def _finer(reward: str, media: MediaSpec, frame_reduce: str | None) -> str:

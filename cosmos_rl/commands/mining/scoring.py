@@ -68,8 +68,9 @@ def check_reward(reward: str, media: MediaSpec, frame_reduce: Optional[str], tar
     clip = f"{target} makes {frames}-frame clips"
     clips = clip_rewards()
     if suite is not None and suite.is_episodic:
+        # run_mine sends an episode suite's reward to mining.world first; a caller reaching here mines captions.
         raise UserError(f"--reward {reward}: judges a world model's clips against the {suite.title} window each prompt's key names, "
-                        f"and pairs mine samples captions; use {' or '.join(clips)}")  # fmt: skip
+                        f"and these samples are of captions; mine it alone on a file of window keys, or use {' or '.join(clips)}")  # fmt: skip
     if suite is not None and suite.reward(reward).given_frame:
         part = suite.reward(reward).part
         plain = next((r.name for r in suite.rewards if r.part == part and not r.given_frame), None)

@@ -21,6 +21,7 @@ from cosmos_rl.data.member_checksums import FIELD, digest
 from cosmos_rl.data.tar_write import add_member, png_bytes, refuse_existing, shard
 
 PREFIX = "pairs"
+SUMMARY_FILE = "mine.json"  # what a mining command writes beside the shards (mining.command, mining.world)
 
 
 class PairShardWriter:

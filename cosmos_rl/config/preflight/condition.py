@@ -74,6 +74,12 @@ def condition_rules(c: schema.RunConfig, r: Rules) -> None:
         r.error("model.condition.kind", f"gives {kind.given_frames} frames, nothing left to generate of {frames}", table.kind,
                 f"raise model.num_frames above {kind.given_frames}")
     taken = entry.conditioned_from
+    if taken == "pairs":  # DPO: forward dynamics on pairs of window keys only (action_rules); nothing else
+        if not kind.action_mode:
+            r.error("model.condition.kind", f'rl.algorithm = "{entry.name}" takes no condition in this release other than forward_dynamics '
+                    "on pairs of an episode suite's window keys", table.kind,
+                    'remove [model.condition]; image-to-video trains with nft, grpo or sft')
+        return
     if not taken:
         r.error("model.condition.kind", f'rl.algorithm = "{entry.name}" takes no condition in this release', table.kind,
                 "remove [model.condition]; image-to-video trains with nft, grpo or sft")
@@ -165,8 +171,11 @@ def action_rules(c: schema.RunConfig, kind, r: Rules) -> None:
     if algorithms.of(c).conditioned_from == "rollout":  # an online run (NFT, GRPO): each rollout given a window's frame 0 and actions
         _online_world_rules(c, kind, r)
         return
+    if algorithms.of(c).conditioned_from == "pairs":  # DPO: each pair's key gives frame 0 and the action rows
+        _pairs_world_rules(c, kind, r)
+        return
     if not isinstance(rl, schema.SFTConfig):
-        r.error("model.condition.kind", f"{kind.name} trains with rl.algorithm = \"sft\" (or \"nft\" or \"grpo\" in forward_dynamics) in this release",
+        r.error("model.condition.kind", f"{kind.name} trains with rl.algorithm = \"sft\" (or \"nft\", \"grpo\" or \"dpo\" in forward_dynamics) in this release",
                 kind.name, "train the world model with sft on a LeRobot dataset (rl.data.lerobot), or nft or grpo on a suite's windows")
         return
     other = [name for name in ("jsonl", "shards") if getattr(rl.data, name)]
@@ -198,6 +207,41 @@ def _online_world_rules(c: schema.RunConfig, kind, r: Rules) -> None:
     elif table.source != "data":  # "data" is condition_rules' own message
         r.error("model.condition.source", f"rl.algorithm = \"{name}\" in {kind.name} takes rows that are an episode suite's training-window keys (frame 0, "
                 "actions and true states rebuilt from each key)", table.source, f'use a suite that keys them ({", ".join(_keyed_suites())})')
+    if c.model.lora.rank == 0:
+        r.error("model.lora.rank", f"{name} on {kind.name} trains LoRA adapters (the action heads no loss reaches stay untouched)", 0,
+                "set model.lora.rank > 0")
+    if rl.eval.every:
+        r.error("rl.eval.every", f"evaluates held-out prompts, and a {kind.name} run has episode windows; score it with "
+                "cosmos-rl eval RUN --suite SUITE after training", rl.eval.every, "set rl.eval.every = 0")
+
+
+def _pairs_world_rules(c: schema.RunConfig, kind, r: Rules) -> None:
+    """DPO on the world model (trainers/dpo_world.py): forward dynamics, pairs whose prompts are an
+    episode suite's training-window keys (mined, never generated), LoRA, no prompt evaluation. What
+    a `mine.json` beside the shards says of them is checked against the run in `preflight.dpo`."""
+    rl, table, name = c.rl, c.model.condition, algorithms.of(c).name
+    if kind.action_mode != "forward_dynamics":
+        r.error("model.condition.kind", f"{name} trains the world model in forward_dynamics in this release, not {kind.name}", kind.name,
+                'set model.condition.kind = "forward_dynamics" (or train this mode with sft)')
+    suite = None
+    if table.source not in FILE_SOURCES:
+        try:
+            suite = suites.get(table.source)
+        except suites.UnknownSuite:
+            suite = None  # condition_rules names the unknown source
+    if table.source in FILE_SOURCES or (suite is not None and not suite.keys_windows):  # an unknown suite: condition_rules says so
+        r.error("model.condition.source", f"rl.algorithm = \"{name}\" in {kind.name} reads pairs whose prompts are an episode suite's "
+                "training-window keys (frame 0 and the action rows rebuilt from each key)", table.source,
+                f'use a suite that keys them ({", ".join(_keyed_suites())})')
+    mine = f"mine them with cosmos-rl pairs mine --reward {suite.rewards[0].name} and set" if suite is not None and suite.keys_windows else "set"
+    for key in ("rl.data", "rl.validation.data"):
+        data = rl.data if key == "rl.data" else rl.validation.data
+        if data.synthetic_pairs:
+            r.error(f"{key}.synthetic_pairs", f"generates pairs of captions, and {name} in {kind.name} trains pairs of window keys' "
+                    "predicted futures", data.synthetic_pairs, f"{mine} {key}.shards")
+    if table.probability != 1.0:
+        r.error("model.condition.probability", f"{name} in {kind.name} conditions every pair on its key's frame 0 and actions",
+                table.probability, "remove it (1)")
     if c.model.lora.rank == 0:
         r.error("model.lora.rank", f"{name} on {kind.name} trains LoRA adapters (the action heads no loss reaches stay untouched)", 0,
                 "set model.lora.rank > 0")
