@@ -59,7 +59,7 @@ class FirstFrames:
                     self.suite.window(row.prompt, media, check_only=True)
                 except ValueError as exc:
                     raise UserError(f'{origin}: model.condition.source = "{self.source}" needs a {self.suite.title} window key ({exc}); '
-                                    f"write them with python -m cosmos_rl.{self.source} windows") from None  # fmt: skip
+                                    f"write them with {self.suite.prompt_source.split(' (')[0]}") from None  # fmt: skip
             elif self.source == "image":
                 if row.image is None:
                     raise first_frame_files.missing(self.path, row.line)
@@ -82,7 +82,16 @@ class FirstFrames:
     def window(self, row: int):
         """The `EpisodeWindow` a keyed row names (built on its first draw, then kept)."""
         if row not in self._windows:
-            self._windows[row] = self.suite.window(self.rows[row].prompt, self.media)
+            entry = self.rows[row]
+            try:
+                window = self.suite.window(entry.prompt, self.media)
+            except ValueError as exc:  # a dataset's episode that cannot be decoded: named like a bad key
+                raise UserError(f"{self.path}:{entry.line}: {exc}; fix or drop the row") from None
+            width = self.condition.action.width
+            if window.actions.shape[1] != width:  # a dataset of another robot's actions (a simulated suite's are its own)
+                raise UserError(f"{self.path}:{entry.line}: the window's actions are {window.actions.shape[1]} wide, "
+                                f"{self.condition.action.embodiment}'s are {width}; check model.action.embodiment")  # fmt: skip
+            self._windows[row] = window
         return self._windows[row]
 
     def caption(self, row: int) -> str:
