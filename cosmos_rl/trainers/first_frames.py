@@ -58,8 +58,8 @@ class FirstFrames:
                 try:
                     self.suite.window(row.prompt, media, check_only=True)
                 except ValueError as exc:
-                    raise UserError(f'{origin}: model.condition.source = "{self.source}" needs a {self.suite.title} window key ({exc}); '
-                                    f"write them with {self.suite.prompt_source.split(' (')[0]}") from None  # fmt: skip
+                    raise UserError(f'{origin}: model.condition.source = "{self.source}": {exc}; each row is a {self.suite.title} '
+                                    f"window key: write them with {self.suite.prompt_source.split(' (')[0]}") from None  # fmt: skip
             elif self.source == "image":
                 if row.image is None:
                     raise first_frame_files.missing(self.path, row.line)
