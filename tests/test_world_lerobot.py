@@ -137,3 +137,74 @@ def test_keys_rebuild_their_windows_and_the_rewards_judge_against_the_recorded_f
     narrow = FirstFrames(Condition(kind=FORWARD_DYNAMICS, source="lerobot", action=pusht), str(keys_file), media)
     with pytest.raises(UserError, match=f"{keys_file}:1: the window's actions are 10 wide, pusht's are 2"):
         narrow.window(0)
+
+
+# ------------------------------------------------------------------------- the public manifests
+def test_the_public_world_nft_manifests_validate_and_plan_memory_per_rank(tmp_path):
+    """Both manifests on a folder with Nano's layout at tiny widths (configs only: hidden 64, MLP 128,
+    2 layers, patch 2, a VAE 4x in space and time, action heads 10 wide over 21 domains). 17 frames are
+    5 latent frames; Push-T's 96x96 is 12 x 12 tokens a latent frame (720 a clip), Bridge's 256x256
+    32 x 32 (5,120). With gradient checkpointing in bfloat16 a clip keeps 2 x tokens x 64 x 2 B of
+    layer inputs + one layer's tokens x (12 x 64 + 4 x 128) x 2 B: 2,027,520 B and 14,417,920 B; NFT
+    keeps 2 rows x 4 training timesteps of clips per rank."""
+    from _model_folders import stub_model_folder
+    from _video_folders import nano_transformer, temporal_vae
+
+    from cosmos_rl.config import load, preflight
+    from cosmos_rl.planning import plan
+
+    folder = stub_model_folder(tmp_path / "nano", flow_shift=3.0)
+    nano_transformer(320, action_dim=BRIDGE_WIDTH, embodiment_domains=21).save_config(folder / "transformer")
+    temporal_vae().save_config(folder / "vae")
+    keys = tmp_path / "keys.txt"
+    keys.write_text(f"lerobot window episode=0 start=0 root={tmp_path / 'data'}\n")
+    for manifest, size, clip_bytes, reward in ((PUSHT_NFT, 96, 2_027_520, "prediction_psnr"), (BRIDGE_NFT, 256, 14_417_920, "prediction_ssim")):
+        overrides = [f'model.path="{folder}"', f'rl.init_from="{folder}"', f'rl.prompts.file="{keys}"']
+        config = load.load(manifest, overrides)
+        assert [p.render() for p in preflight.check(config, manifest.parent) if p.severity == "error"] == []
+        built = plan.build(config, str(manifest))
+        assert built["world_size"] == 8 and built["media"]["frames"] == 17 and built["media"]["size"] == [size, size], manifest.name
+        assert built["per_step"]["train_activation_mib_per_rank"] == round(8 * clip_bytes / 2**20, 2), manifest.name
+        assert built["memory"]["shards"] == 8 and built["memory"]["terms_gib"], manifest.name
+        assert reward in json.dumps(built["reward"]), manifest.name
+    # the arm's action rows need a folder whose heads are 10 wide: the 2-wide Push-T width is refused
+    nano_transformer(320, action_dim=6, embodiment_domains=21).save_config(folder / "transformer")
+    found = [p.render() for p in preflight.check(load.load(BRIDGE_NFT, overrides), BRIDGE_NFT.parent) if p.severity == "error"]
+    assert len(found) == 1 and "action_dim 6 is narrower than bridge_orig_lerobot's 10 columns" in found[0]
+
+
+# docs/world.md "On a CPU first" (NFT on a LeRobot dataset): the overrides besides the model, base and keys.
+CPU_OVERRIDES = [
+    'grid.device="cpu"', 'model.dtype="float32"', "model.height=32", "model.width=32", "rl.max_steps=1", "rl.sample_steps=4",
+    "rl.group_size=2", "grid.shapes={policy=[1,2], rollout=[1,2]}",
+]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_public_world_nft_manifests_train_on_cpu_with_the_documented_overrides(ray_cluster, tmp_path):
+    """Both manifests one step on the session's Ray cluster (2 actors), from a Nano-layout folder
+    with action heads: Push-T on episodes `python -m cosmos_rl.pusht dataset` writes, the arm on a
+    synthetic 10-wide dataset at 5 fps; the window keys written by `python -m cosmos_rl.data.lerobot_windows`."""
+    from _video_folders import world_nano_folder
+    from rich.console import Console
+
+    from cosmos_rl.commands import launch
+    from cosmos_rl.config import load
+    from cosmos_rl.data.lerobot_windows import main as write_keys
+    from cosmos_rl.pusht.__main__ import main as pusht_main
+
+    folder = world_nano_folder(tmp_path / "nano", seed=3, action_dim=BRIDGE_WIDTH)
+    pusht = tmp_path / "pusht"
+    assert pusht_main(["dataset", str(pusht), "--episodes", "2", "--frames", "18", "--size", "32", "--seed", "3"]) == 0
+    for manifest, data in ((PUSHT_NFT, pusht), (BRIDGE_NFT, _arm_dataset(tmp_path / "arm"))):
+        keys = tmp_path / f"{manifest.stem}.txt"
+        assert write_keys([str(keys), "--dataset", str(data), "--frames", "17"]) == 0
+        overrides = [f'model.path="{folder}"', f'rl.init_from="{folder}"', f'rl.prompts.file="{keys}"', *CPU_OVERRIDES,
+                     f'job.output_dir="{tmp_path}"']  # fmt: skip
+        config = load.load(manifest, overrides)
+        assert launch.train(config, manifest, Console(stderr=True)) == 0
+        run_dir = tmp_path / config.job.name
+        assert (run_dir / "checkpoints" / "step_1" / "COMMITTED").is_file()
+        (row,) = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        # a prediction reward in (0, 1) from the built-in service: untrained frames are neither the recording nor nothing like it
+        assert 0.0 < row["train/reward_mean"] < 1.0 and row["train/grad_norm"] > 0 and math.isfinite(row["train/loss"]), manifest.name
