@@ -133,6 +133,10 @@ def test_keys_rebuild_their_windows_and_the_rewards_judge_against_the_recorded_f
                          (MediaSpec(frames=5, height=32, width=32, fps=10.0), "recorded at 5 fps, the run's clips are 10 fps")]:  # fmt: skip
         with pytest.raises(UserError, match=f"{keys_file}:1: .*{words}"):
             FirstFrames(Condition(kind=FORWARD_DYNAMICS, source="lerobot", action=spec), str(keys_file), other)
+    from cosmos_rl.suites import registry
+
+    with pytest.raises(UserError, match="no held-out split to evaluate yet; score a Push-T world model with cosmos-rl eval RUN --suite pusht"):
+        registry.get("lerobot").windows(0, media)  # `cosmos-rl eval` of a lerobot run: one line, no traceback
     pusht = ActionSpec(mode="forward_dynamics", embodiment="pusht", chunk=4)
     narrow = FirstFrames(Condition(kind=FORWARD_DYNAMICS, source="lerobot", action=pusht), str(keys_file), media)
     with pytest.raises(UserError, match=f"{keys_file}:1: the window's actions are 10 wide, pusht's are 2"):

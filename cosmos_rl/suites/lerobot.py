@@ -31,8 +31,8 @@ from cosmos_rl.suites.base import Suite, SuiteReward
 
 PSNR_CAP_DB = 50.0  # dB scoring 1: past it (mean error under ~0.8 of 255) a frame is as good as the recording
 SSIM_WINDOW, SSIM_SIGMA, SSIM_K1, SSIM_K2, SSIM_RANGE = 11, 1.5, 0.01, 0.03, 255.0  # Wang et al. 2004's constants
-NO_EVAL = ("the lerobot suite scores a run's rollouts against its keyed dataset windows and has no held-out split yet; "
-           "score a Push-T dataset with cosmos-rl eval MODEL --suite pusht --data DIR")  # fmt: skip
+NO_EVAL = ("the lerobot suite (the source of an online run on a dataset's window keys) has no held-out split to evaluate "
+           "yet; score a Push-T world model with cosmos-rl eval RUN --suite pusht (--data DIR for a dataset's episodes)")  # fmt: skip
 
 
 def window_of(key: str, media: MediaSpec, check_only: bool = False):
@@ -116,7 +116,9 @@ def score_ssim(clips, prompts, mode: str = "partial") -> list[float]:
 
 
 def held_out_windows(per_task: int, media: MediaSpec) -> list:
-    raise ValueError(NO_EVAL)
+    from cosmos_rl.core.errors import UserError
+
+    raise UserError(NO_EVAL)  # what `cosmos-rl eval` asks first: the user's one-line refusal
 
 
 def judge(mode: str, window, frames, actions, given: int):
