@@ -155,7 +155,9 @@ def test_the_public_world_nft_manifests_validate_and_plan_memory_per_rank(tmp_pa
     from _video_folders import nano_transformer, temporal_vae
 
     from cosmos_rl.config import load, preflight
+    from cosmos_rl.data.prompt_file import read_prompt_rows
     from cosmos_rl.planning import plan
+    from cosmos_rl.rewards.prompt_rows import window_key_problems
 
     folder = stub_model_folder(tmp_path / "nano", flow_shift=3.0)
     nano_transformer(320, action_dim=BRIDGE_WIDTH, embodiment_domains=21).save_config(folder / "transformer")
@@ -171,6 +173,9 @@ def test_the_public_world_nft_manifests_validate_and_plan_memory_per_rank(tmp_pa
         assert built["per_step"]["train_activation_mib_per_rank"] == round(8 * clip_bytes / 2**20, 2), manifest.name
         assert built["memory"]["shards"] == 8 and built["memory"]["terms_gib"], manifest.name
         assert reward in json.dumps(built["reward"]), manifest.name
+        # validate reads the rows as the run's build does: a key to a folder that is no dataset, named file:line
+        (problem,) = window_key_problems(config, keys, read_prompt_rows(keys)[0])
+        assert problem.startswith(f'{keys}:1: model.condition.source = "lerobot": ') and "meta/info.json" in problem, problem
     # the arm's action rows need a folder whose heads are 10 wide: the 2-wide Push-T width is refused
     nano_transformer(320, action_dim=6, embodiment_domains=21).save_config(folder / "transformer")
     found = [p.render() for p in preflight.check(load.load(BRIDGE_NFT, overrides), BRIDGE_NFT.parent) if p.severity == "error"]
