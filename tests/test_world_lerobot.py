@@ -61,7 +61,7 @@ def _reference_ssim(x: np.ndarray, y: np.ndarray) -> float:
     c1, c2, out = (0.01 * 255) ** 2, (0.03 * 255) ** 2, []
     for ch in range(3):
         a, b = x[..., ch].astype(np.float64), y[..., ch].astype(np.float64)
-        f = lambda z: gaussian_filter(z, 1.5, truncate=3.5)[5:-5, 5:-5]  # noqa: E731
+        f = lambda z: gaussian_filter(z, 1.5, truncate=3.5)[5:-5, 5:-5]
         ma, mb = f(a), f(b)
         va, vb, cab = f(a * a) - ma**2, f(b * b) - mb**2, f(a * b) - ma * mb
         out.append(np.mean((2 * ma * mb + c1) * (2 * cab + c2) / ((ma**2 + mb**2 + c1) * (va + vb + c2))))
@@ -86,8 +86,8 @@ def test_ssim_of_identical_constant_and_shifted_frames():
 
 # -------------------------------------------------------------------- keys and the reward service
 def test_keys_rebuild_their_windows_and_the_rewards_judge_against_the_recorded_future(tmp_path):
-    from cosmos_rl.core.condition import FORWARD_DYNAMICS, Condition
     from cosmos_rl.core.actions import ActionSpec
+    from cosmos_rl.core.condition import FORWARD_DYNAMICS, Condition
     from cosmos_rl.data.lerobot import open_dataset
     from cosmos_rl.data.lerobot_windows import main as write_keys
     from cosmos_rl.rewards.registry import builtin_rewards

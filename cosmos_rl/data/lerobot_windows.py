@@ -24,9 +24,9 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Optional, Sequence
 
 from cosmos_rl.core.errors import UserError
 from cosmos_rl.core.media import MediaSpec
@@ -118,7 +118,7 @@ def training_keys(root: str | Path, frames: int, stride: int = 1, camera: str = 
     return keys
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cosmos_rl.data.lerobot_windows", description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="the prompt file to write (.txt)")
     parser.add_argument("--dataset", type=Path, required=True, help="the LeRobot dataset folder (written into each key as an absolute path)")
