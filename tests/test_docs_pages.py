@@ -104,6 +104,7 @@ USER_MODEL = "/models/cosmos3-nano"
 # Likewise the reader's own clip pairs (docs/video.md): a file there is what preflight reads of them.
 USER_PAIRS = "/data/clip_pairs/pairs.jsonl"
 USER_EPISODES = "/data/pusht_lerobot"  # a LeRobot dataset folder (docs/world.md): an empty folder validates without --data
+USER_KEYS = "/data/pusht_windows.txt"  # its window keys (docs/world.md): preflight reads the file, the run checks each key
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +117,7 @@ def user_pairs(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("docs_pairs") / "pairs.jsonl"
     path.write_text("")
     (path.parent / "episodes").mkdir()
+    (path.parent / "keys.txt").write_text(f"lerobot window episode=0 start=0 root={path.parent / 'episodes'}\n")
     return path
 
 
@@ -149,7 +151,7 @@ def command_problem(page, command, monkeypatch, user_model, user_pairs, shipped_
             return f"{page}: `{command}` names a manifest that does not exist"
         if manifest.parent == ROOT / "manifests":  # beside the data its header says to write first
             manifest = shipped_manifests / manifest.name
-        overrides = [o.replace(USER_MODEL, str(user_model)).replace(USER_PAIRS, str(user_pairs)).replace(USER_EPISODES, str(user_pairs.parent / "episodes")) for o in ctx.params["overrides"] or []]
+        overrides = [o.replace(USER_MODEL, str(user_model)).replace(USER_PAIRS, str(user_pairs)).replace(USER_EPISODES, str(user_pairs.parent / "episodes")).replace(USER_KEYS, str(user_pairs.parent / "keys.txt")) for o in ctx.params["overrides"] or []]
         config, problems = load.load_all_problems(manifest, overrides)
         errors = [p.render() for p in problems if p.severity == "error"]
         if refused and not errors:

@@ -74,8 +74,8 @@ def test_the_new_size_keys_at_their_default_leave_every_run_identity_alone():
     for manifest in sorted((ROOT / "manifests").glob("*.toml")):
         config = load.load(manifest)
         fields = plan.identity_fields(config)
-        if config.model.height is not None:  # the public video manifests name 480 x 832, the world model's 96 x 96 (CPU NFT: 32 x 32): identity
-            sizes = (96, 96) if "world" in manifest.name else (32, 32) if "pusht" in manifest.name else (480, 832)
+        if config.model.height is not None:  # the public video manifests name 480 x 832, the world model's 96 x 96 (Bridge's 256 x 256, CPU NFT: 32 x 32): identity
+            sizes = (256, 256) if "bridge" in manifest.name else (96, 96) if "world" in manifest.name else (32, 32) if "pusht" in manifest.name else (480, 832)
             assert (fields["model.height"], fields["model.width"]) == sizes and "model.image_size" not in fields, manifest.name
             continue
         assert "model.height" not in fields and "model.width" not in fields, manifest.name

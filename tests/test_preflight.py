@@ -72,14 +72,21 @@ def test_shipped_public_manifests_need_the_stub_model_folder(manifest, tmp_path)
     # As shipped they name no model, so they would post-train nothing real: refused naming model.path;
     # the video DPO one names no clip pairs either (they are the user's), refused naming rl.data, and
     # the world-model one no LeRobot dataset, refused naming rl.data.lerobot.
+    # The online world-model ones name no base and no window keys either (rl.init_from, rl.prompts.file).
     found = errors(manifest, [])
-    data_key = {"dpo_t2v_public_8gpu.toml": "rl.data", "sft_world_pusht_public_8gpu.toml": "rl.data.lerobot"}.get(manifest.name)
-    assert list(found) == ["model.path"] + ([data_key] if data_key else []) and "no model named" in found["model.path"]
+    world_nft = ["rl.init_from", "rl.prompts.file"]
+    data_keys = {"dpo_t2v_public_8gpu.toml": ["rl.data"], "sft_world_pusht_public_8gpu.toml": ["rl.data.lerobot"],
+                 "nft_world_pusht_public_8gpu.toml": world_nft, "nft_world_bridge_public_8gpu.toml": world_nft}.get(manifest.name, [])  # fmt: skip
+    assert sorted(found) == sorted(["model.path", *data_keys]) and "no model named" in found["model.path"]
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text("")
     (tmp_path / "episodes").mkdir()
-    data = {"rl.data": [f'rl.data.jsonl="{pairs}"'], "rl.data.lerobot": [f'rl.data.lerobot="{tmp_path / "episodes"}"'], None: []}[data_key]
-    assert errors(manifest, [f'model.path="{stub_model_folder(tmp_path / "nano")}"', *data]) == {}
+    folder = stub_model_folder(tmp_path / "nano")
+    keys = tmp_path / "keys.txt"
+    keys.write_text(f"lerobot window episode=0 start=0 root={tmp_path / 'episodes'}\n")
+    given = {"rl.data": f'rl.data.jsonl="{pairs}"', "rl.data.lerobot": f'rl.data.lerobot="{tmp_path / "episodes"}"',
+             "rl.init_from": f'rl.init_from="{folder}"', "rl.prompts.file": f'rl.prompts.file="{keys}"'}  # fmt: skip
+    assert errors(manifest, [f'model.path="{folder}"', *(given[key] for key in data_keys)]) == {}
 
 
 NFT_CASES = [

@@ -142,9 +142,12 @@ def test_the_builtin_clip_rewards_name_their_scorer_by_one_import_string():
         assert (registry[name].fn.target, registry[name].fn.mode) == ("cosmos_rl.shapes.first_frame_check:score_i2v_clips", mode)
     clip_rewards = {name for name, reward in registry.items() if reward.modalities == ("video",)}
     world = {"pusht_forward_strict", "pusht_forward_partial"}  # the pusht episode suite's, scoring window keys' clips
-    assert clip_rewards == set(suites.builtin_reward_names(clips=True)) == set(VIDEO_SUITE.reward_names()) | world  # all served
+    dataset = {"prediction_psnr": "score_psnr", "prediction_ssim": "score_ssim"}  # the lerobot suite's, against recorded windows
+    assert clip_rewards == set(suites.builtin_reward_names(clips=True)) == set(VIDEO_SUITE.reward_names()) | world | set(dataset)  # all served
     for name in world:
         assert registry[name].fn.target == "cosmos_rl.suites.pusht:score_forward" and registry[name].fn._function is None
+    for name, scorer in dataset.items():
+        assert registry[name].fn.target == f"cosmos_rl.suites.lerobot:{scorer}" and registry[name].fn._function is None
     with pytest.raises(ValueError, match="modalities"):
         Reward("x", lambda i, p: [], "x:1", modalities=("audio",))
 

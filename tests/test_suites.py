@@ -49,7 +49,7 @@ def test_an_unknown_suite_is_one_line_naming_the_known_suites():
     with pytest.raises(suites.UnknownSuite) as caught:
         suites.get("shape")
     message = str(caught.value)
-    assert message == ("unknown suite 'shape'; use one of shapes, shapes_video, pusht "
+    assert message == ("unknown suite 'shape'; use one of shapes, shapes_video, pusht, lerobot "
                        "(or package.module:SUITE, a suite outside the package)") and "\n" not in message  # fmt: skip
     with pytest.raises(suites.UnknownSuite, match=r"cannot import suite 'no_such_module_xyz:SUITE' \(No module named"):
         suites.get("no_such_module_xyz:SUITE")
@@ -80,12 +80,13 @@ def test_the_built_in_suites_register_the_rewards_served_before_under_their_name
 
     assert suites.names()[:2] == ["shapes", "shapes_video"]
     assert suites.builtin_reward_names(clips=False) == list(OLD_IMAGE_REWARDS)
-    # the pusht episode suite's forward-dynamics rewards (window keys as prompts) come after them
-    world = ["pusht_forward_strict", "pusht_forward_partial"]
-    assert suites.builtin_reward_names(clips=True) == [*OLD_CLIP_REWARDS, *world]
+    # the episode suites' forward-dynamics rewards (window keys as prompts) come after them: pusht's, then lerobot's
+    world, dataset = ["pusht_forward_strict", "pusht_forward_partial"], ["prediction_psnr", "prediction_ssim"]
+    assert suites.builtin_reward_names(clips=True) == [*OLD_CLIP_REWARDS, *world, *dataset]
     served = builtin_rewards()
-    assert set(served) == {*REWARDS, *OLD_IMAGE_REWARDS, *OLD_CLIP_REWARDS, *world}
+    assert set(served) == {*REWARDS, *OLD_IMAGE_REWARDS, *OLD_CLIP_REWARDS, *world, *dataset}
     assert all(served[name].modalities == ("video",) and suites.reward_owner(name).name == "pusht" for name in world)
+    assert all(served[name].modalities == ("video",) and suites.reward_owner(name).name == "lerobot" for name in dataset)
     for name in OLD_IMAGE_REWARDS:
         r = served[name]
         assert (r.modalities, r.max_batch, r.revision, r.uses_prompt) == (("image",), 256, f"{name}:builtin-1", True)

@@ -82,7 +82,9 @@ class ConditionConfig:
         "relative to it, the clip's exact size), `data` (SFT: each training clip's own frames), or a suite's name "
         "(`shapes_video`: the suite's ground truth of each caption, e.g. frame 0 of the moving-shapes world's clip at seed 0, "
         "what `cosmos-rl eval` conditions on; `pusht` with `forward_dynamics` on NFT: each prompt row a Push-T training-window "
-        "key whose frame 0, actions and true states are rebuilt from it, docs/world.md) or import string; `none` with kind `none`.",
+        "key whose frame 0, actions and true states are rebuilt from it; `lerobot` with `forward_dynamics` on NFT or GRPO: each "
+        "row a LeRobot dataset window key, `lerobot window episode=I start=K root=/abs/dataset`, judged against the recorded "
+        "future; docs/world.md) or import string; `none` with kind `none`.",
     )
     probability: float = knob(
         1.0,

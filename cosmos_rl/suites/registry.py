@@ -27,6 +27,7 @@ BUILT_IN: dict[str, str] = {
     "shapes": "cosmos_rl.suites.shapes:SHAPES",
     "shapes_video": "cosmos_rl.suites.shapes:SHAPES_VIDEO",
     "pusht": "cosmos_rl.suites.pusht:PUSHT",  # an episode suite (suites.base): `cosmos-rl eval` only
+    "lerobot": "cosmos_rl.suites.lerobot:LEROBOT",  # an episode suite of a dataset's keyed windows: online runs' source and rewards only
 }
 OUTSIDE = "package.module:SUITE"  # how a suite outside the package is named, for messages
 

@@ -6,7 +6,7 @@ with source `image` each row's image is opened and checked (header and size,
 source each caption is read by that suite (`suites.registry`), whose ground truth gives the
 frames. A world-model run (an action mode, `[model.condition] source` an episode suite that keys
 its training windows, e.g. `pusht`) has a window key per row (`suites/base.py`): the key is
-checked at build, its window built on first draw, and the row gives frame 0 of the window, its
+checked at build, its window built on first draw (the last `KEPT_WINDOWS` kept), and the row gives frame 0 of the window, its
 true action rows (`action_rows`) and its task as the description of the structured caption
 (`caption`); the key itself stays the row's prompt, so it travels with every rollout to the
 rewards, which rebuild the window from it. A row's frames are then encoded once (`models.generate.condition_latents`) and kept: the
@@ -16,6 +16,7 @@ number, so the seed contract (and `resume --exact`) is that of an unconditioned 
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,9 @@ from cosmos_rl.data import first_frame_files
 from cosmos_rl.data.prompt_file import PromptRow, read_prompt_rows
 from cosmos_rl.models.generate import condition_latents
 from cosmos_rl.suites import registry as suites
+
+
+KEPT_WINDOWS = 256  # keyed windows kept per process; an evicted one is rebuilt from its key (the suites keep episodes too)
 
 
 class FirstFrames:
@@ -51,15 +55,15 @@ class FirstFrames:
         if condition.has_actions != self.keyed:
             raise UserError(f'model.condition.source = "{self.source}": an online run of an action mode takes its windows from an episode '
                             "suite that keys its training windows (e.g. \"pusht\"), and only such a run does")  # fmt: skip
-        self._windows: dict[int, object] = {}
+        self._windows: OrderedDict[int, object] = OrderedDict()  # the last KEPT_WINDOWS drawn (a window holds its episode)
         for row in rows:
             origin = f"{self.path}:{row.line}"
             if self.keyed:
                 try:
                     self.suite.window(row.prompt, media, check_only=True)
                 except ValueError as exc:
-                    raise UserError(f'{origin}: model.condition.source = "{self.source}" needs a {self.suite.title} window key ({exc}); '
-                                    f"write them with python -m cosmos_rl.{self.source} windows") from None  # fmt: skip
+                    raise UserError(f'{origin}: model.condition.source = "{self.source}": {exc}; each row is a {self.suite.title} '
+                                    f"window key: write them with {self.suite.prompt_source.split(' (')[0]}") from None  # fmt: skip
             elif self.source == "image":
                 if row.image is None:
                     raise first_frame_files.missing(self.path, row.line)
@@ -81,8 +85,21 @@ class FirstFrames:
 
     def window(self, row: int):
         """The `EpisodeWindow` a keyed row names (built on its first draw, then kept)."""
-        if row not in self._windows:
-            self._windows[row] = self.suite.window(self.rows[row].prompt, self.media)
+        if row in self._windows:
+            self._windows.move_to_end(row)
+        else:
+            entry = self.rows[row]
+            try:
+                window = self.suite.window(entry.prompt, self.media)
+            except ValueError as exc:  # a dataset's episode that cannot be decoded: named like a bad key
+                raise UserError(f"{self.path}:{entry.line}: {exc}; fix or drop the row") from None
+            width = self.condition.action.width
+            if window.actions.shape[1] != width:  # a dataset of another robot's actions (a simulated suite's are its own)
+                raise UserError(f"{self.path}:{entry.line}: the window's actions are {window.actions.shape[1]} wide, "
+                                f"{self.condition.action.embodiment}'s are {width}; check model.action.embodiment")  # fmt: skip
+            self._windows[row] = window
+            while len(self._windows) > KEPT_WINDOWS:  # a dataset's thousands of rows would otherwise keep every decoded episode
+                self._windows.popitem(last=False)
         return self._windows[row]
 
     def caption(self, row: int) -> str:

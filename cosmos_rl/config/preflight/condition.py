@@ -119,6 +119,10 @@ def condition_rules(c: schema.RunConfig, r: Rules) -> None:
         elif not suite.gives_frames and not suite.keys_windows:
             r.error("model.condition.source", f"names the suite {suite.name!r}, which gives no frames", table.source,
                     f'use "image", or a suite that gives frames ({", ".join(_frame_suites())})')
+        elif not prompts and suite.keys_windows:
+            r.error("rl.prompts.file", f"is empty, and model.condition.source = {suite.name!r} takes each prompt row as a {suite.title} "
+                    "window key (the built-in prompts are image captions)", "(built-in prompts)",
+                    f"write the keys with {suite.prompt_source.split(' (')[0]} and set rl.prompts.file to that file")  # fmt: skip
         elif not prompts:
             r.error("model.condition.source", "renders the suite's ground truth of each caption, and the built-in prompts "
                     "are image captions, not the suite's captions", "(built-in prompts)",
