@@ -89,7 +89,7 @@ def episode_json(item: WorldItem, episode: LoopEpisode) -> dict:
         "final_coverage": outcome.final_coverage, "max_coverage": outcome.max_coverage,
         "chunk_rewards": [float(r) for r in episode.rewards],
         "chunks": [{"step": c.step, "executed": c.executed, "actions": c.actions.tolist()} for c in episode.chunks],
-        "coverages": episode.coverages.tolist(),
+        "coverages": episode.coverages.tolist(), "final_state": episode.states[-1].tolist(),
     }  # fmt: skip
 
 
