@@ -223,30 +223,34 @@ def run_closed_loop_eval(
     where = pick_device(device)
     starts = held_out_starts(HELD_OUT_STARTS if per_task <= 0 else min(per_task, HELD_OUT_STARTS))
 
-    def evaluate(target, label: str, which: str):
-        """(scores, episodes) of `target`'s policy (`which` = "policy") or a run's own base ("base")."""
+    def load(target):
         model = target.load(where, heads=True)
-        config = model.parts.transformer.config
         try:
-            ActionLayout.of(given.action, 1).check(config)
+            ActionLayout.of(given.action, 1).check(model.parts.transformer.config)
         except ValueError as exc:
             raise UserError(f"{target.label}: {exc}; evaluate a Cosmos3 model built with action heads (action_gen = true)") from None
+        return model
+
+    def act(model, network, label: str):
+        """(evaluator, scores, episodes) of `network` (a context manager) acting from every item."""
+        config = model.parts.transformer.config
         sampler = WorldSampler(given, t.settings, tokenizer=model.parts.tokenizer, vae=model.parts.vae, media=t.media,
                                latent_shape=latent_shape(t.media, model.parts.vae.config, config), device=where,
                                model_parts=model.model_parts, batch_size=batch_size)  # fmt: skip
         evaluator = ClosedLoopEvaluator(sampler, starts, seeds, TASK, execute=execute, max_steps=max_steps)
         evaluator.on_chunk = lambda index, running: progress(f"{label} chunk {index}", len(evaluator.items) - running, len(evaluator.items))
-        with (model.policy() if which == "policy" else model.base()) as network:
-            episodes = evaluator.run(network)
-        return evaluator, evaluator.scores(episodes), episodes, model
+        with network() as transformer:
+            episodes = evaluator.run(transformer)
+        return evaluator, evaluator.scores(episodes), episodes
 
-    sampled = f"checkpoint step {t.step}" if t.kind == "run" else "model"
-    evaluator, scores, episodes, model = evaluate(t, sampled, "policy")
+    model = load(t)
+    evaluator, scores, episodes = act(model, model.policy, f"checkpoint step {t.step}" if t.kind == "run" else "model")
     base_scores = base_episodes = None
     if other is not None:
-        _, base_scores, base_episodes, _ = evaluate(other, "base", "policy")
-    elif model.base is not None:
-        _, base_scores, base_episodes, _ = evaluate(t, "base", "base")
+        other_model = load(other)
+        _, base_scores, base_episodes = act(other_model, other_model.policy, "base")
+    elif model.base is not None:  # a run's own base: the same network, adapters off (evaluation.target)
+        _, base_scores, base_episodes = act(model, model.base, "base")
     from cosmos_rl.evaluation.scores import difference
 
     diff = difference(scores.main, base_scores.main) if base_scores is not None else None  # identical noise per chunk: paired
