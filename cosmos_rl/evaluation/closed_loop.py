@@ -5,9 +5,9 @@ action rows generated, the rows read back in world units and the first `execute`
 
 - **Items**: held-out initial states x seeds, state-major (`WorldItem`: `window` is the state's
   number). Each chunk's latent and action-row noise comes from ("closed-loop", seed, state, chunk
-  index), so an episode is determined by (model, initial state, seed), whatever else shares its
-  batch, and a checkpoint and its base meet identical noise at every chunk index (paired; their
-  episodes part once their actions differ, which is the point).
+  index), so an episode's noise is fixed by (initial state, seed) whatever else shares its batch
+  (episodes that end drop out of it), and a checkpoint and its base meet identical noise at every
+  chunk index (paired; their episodes part once their actions differ, which is the point).
 - **Scores** (`scores`): per item, success (0 or 1) in the strict slot and the max coverage in the
   partial slot, each a state's mean over its seeds, bootstrapped over states (`evaluation.intervals`,
   one task `TASK`); the metrics beside them: the final coverage and the mean per-chunk coverage
