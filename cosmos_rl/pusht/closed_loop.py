@@ -10,9 +10,10 @@ taken `max_steps` steps or its coverage passes `SUCCESS_COVERAGE` (the env's own
 `PushTEnv.step` terminates there, mid-chunk when it comes mid-chunk). One simulator steps the
 whole episode, so replaying the executed actions from the start (`sim.rollout`) gives the recorded
 states bit for bit, and the coverages to ~1e-15: the env's coverage (shapely's intersection area)
-is not bit-stable between calls on one state (it moves by an ulp from call to call in one process). All episodes still running are shown to the policy together (one
-batch per chunk index); the policy is told which episodes and which chunk index, so a sampler can
-draw each chunk's noise from (seed, episode, chunk index) whatever else is in the batch.
+is not bit-stable between calls on one state (it moves by an ulp from call to call in one
+process). All episodes still running are shown to the policy together (one batch per chunk
+index); the policy is told which episodes and which chunk index, so a sampler can draw each
+chunk's noise from (seed, episode, chunk index) whatever else is in the batch.
 
 The rewards (plain functions of the recorded coverages):
 - per chunk, `chunk_rewards`: the coverage change the chunk's executed actions caused (coverage
