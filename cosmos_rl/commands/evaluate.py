@@ -389,6 +389,8 @@ def render(console, result: dict) -> None:
         if result[f"score{part}"] is None:
             continue
         kind = "partial" if part else "strict"
+        if result.get("closed_loop"):  # the slots hold success and the max coverage (commands.world_eval)
+            kind = "max coverage" if part else "success rate"
         # A light box: three "0.500 [0.42, 0.58]" columns and the task names fit 80 columns.
         table = Table(title=f"eval: {escape(result['target'])}{step}, {kind} (95% interval over prompts)",
                       title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)  # fmt: skip
