@@ -289,6 +289,10 @@ def evaluate(
     condition: Optional[str] = typer.Option(None, "--condition", help="Video: what every clip is given: first_frame (the first frame of its caption's ground-truth clip: image to video) or none; in an episode suite (pusht) the mode: forward_dynamics, inverse_dynamics, policy or first_frame (continuation); default: a run's \\[model.condition], a model's none."),
     i2v: bool = typer.Option(False, "--i2v", help="Deprecated: --condition first_frame."),
     data: Optional[Path] = typer.Option(None, "--data", help="An episode suite (pusht) only: a LeRobot dataset folder whose episodes are the held-out windows (one per episode), instead of the suite's own split."),
+    closed_loop: bool = typer.Option(False, "--closed-loop", help="pusht with --condition policy: the model acts in the simulator from held-out initial states (--per-task of them, 0 = all 50) x --seeds, receding horizon, scored by success rate and mean max coverage (docs/world.md, \"Closed-loop evaluation\")."),
+    execute: Optional[int] = typer.Option(None, "--execute", help="--closed-loop: the actions of each generated chunk executed before the next is generated (1 .. chunk; default half the chunk)."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="--closed-loop: the step budget of an episode (default 300, gym-pusht's own); an episode also ends at success (coverage > 0.95)."),
+    base: Optional[str] = typer.Option(None, "--base", help="--closed-loop: the model (a run directory, a model folder or preset:NAME) the target is compared with, paired on identical noise; default: a run's own base, none for a model."),
 ) -> None:
     """Score a run's newest checkpoint and its base (or a model) on held-out prompts x fixed seeds, images or clips (T2I, T2V, or I2V: a run's own \\[model.condition], or --condition first_frame); write a sample grid."""
     from cosmos_rl.commands.evaluate import render, run_eval
@@ -303,6 +307,7 @@ def evaluate(
                 image_size=image_size, out_dir=out_path(out_dir), device=device, warn=warn, sample_steps=sample_steps, guidance=guidance,
                 step=step, frames=frames, condition=_eval_condition(condition, i2v), note=notes.append, progress=progress, suite=suite,
                 data=data, reward_url=reward_url, reward_weights=reward_weight or (), reward_token_env=reward_token_env,
+                closed_loop=closed_loop, execute=execute, max_steps=max_steps, base=base,
             )
     except UserError as exc:
         _fail(exc)

@@ -65,6 +65,19 @@ def check_sampling_options(reward: str, batch_size: int, suite: Suite) -> None:
                         "a model reward's folder (pickscore=FOLDER, clipscore=FOLDER, aesthetic=FOLDER, hps=FOLDER, videoalign=FOLDER) or --reward-url URL for a service's")  # fmt: skip
 
 
+def check_closed_loop_flags(closed_loop: bool, *, execute: int | None, max_steps: int | None, base: str | None, data: Path | None) -> None:
+    """The closed-loop options only with `--closed-loop`, and `--data` not with it (a dataset's episodes
+    hold no simulator state to act from)."""
+    if not closed_loop:
+        for flag, value in (("--execute", execute), ("--max-steps", max_steps), ("--base", base)):
+            if value is not None:
+                raise UserError(f"{flag}: an option of a closed-loop evaluation (the model acting in the simulator); add --closed-loop "
+                                f"--condition policy --suite pusht, or drop {flag}")  # fmt: skip
+    elif data is not None:
+        raise UserError("--data: a closed-loop evaluation starts its episodes from the simulator's held-out initial states, and a "
+                        "dataset's episodes hold no simulator state to act from; drop --data (or --closed-loop)")  # fmt: skip
+
+
 def named_suite(suite: str | None, reward: str | None) -> Suite | None:
     """The suite `--suite` names, else the one that registers `--reward`; None when neither names one."""
     try:
@@ -171,7 +184,8 @@ def run_eval(
     frames: int | None = None, condition: str | None = None, note: Callable[[str], None] = lambda line: None,
     progress: Callable[[str, int, int], None] = lambda what, done, total: None,
     suite: str | None = None, data: Path | None = None, reward_url: str | None = None,
-    reward_weights: Sequence[str] = (), reward_token_env: str | None = None,
+    reward_weights: Sequence[str] = (), reward_token_env: str | None = None, closed_loop: bool = False,
+    execute: int | None = None, max_steps: int | None = None, base: str | None = None,
 ) -> dict:  # fmt: skip
     """Evaluate `target` and return the result object (see docs/eval.md); `warn` gets warning lines,
     `note` the line of images sampled and reused (the base's, or a bare model's, verdicts are kept
@@ -185,7 +199,9 @@ def run_eval(
     (a bare model: none). `progress(what, done, total)` follows the sampling: `what` the model
     sampled ("checkpoint step N", "base", "model"), after every sampler call. An episode suite
     (`pusht`) is evaluated on its held-out windows (or the LeRobot dataset `data`) in the condition's
-    mode by `commands.world_eval`.
+    mode by `commands.world_eval`; `closed_loop` (with `--condition policy`) makes the model act in
+    its simulator instead (`execute` of every chunk's actions stepped, `max_steps` a budget per
+    episode), compared with `base` (a run or model) when given, else a run's own base.
 
     `reward` may also be a list of `--reward` items; with a model reward's folder (`pickscore=FOLDER`),
     `reward_url`, `reward_weights` (`NAME=W`) or several items the images are scored through reward
@@ -204,6 +220,7 @@ def run_eval(
     check_out_dir(out_dir)
     check_prompts_file(prompts)
     named = named_suite(suite, reward)
+    check_closed_loop_flags(closed_loop, execute=execute, max_steps=max_steps, base=base, data=data)
     from cosmos_rl.evaluation.target import open_target, target_media
 
     media = target_media(target, image_size, frames)
@@ -219,8 +236,16 @@ def run_eval(
         from cosmos_rl.commands.world_eval import run_world_eval
 
         t.settings = t.settings.replaced(sample_steps, guidance)
+        if closed_loop:
+            from cosmos_rl.commands.world_eval import run_closed_loop_eval
+
+            return run_closed_loop_eval(t, chosen, condition=condition, base=base, execute=execute, max_steps=max_steps, seeds=seeds,
+                                        per_task=per_task, batch_size=batch_size, device=device, note=note, progress=progress)  # fmt: skip
         return run_world_eval(t, chosen, condition=condition, data=data, seeds=seeds, per_task=per_task, batch_size=batch_size,
                               device=device, note=note, progress=progress)  # fmt: skip
+    if closed_loop:
+        raise UserError(f"--closed-loop: the model acts in an episode suite's simulator, and the suite {chosen.name} scores prompts; "
+                        "pass --suite pusht --condition policy")  # fmt: skip
     if data is not None:
         raise UserError(f"--data: a LeRobot dataset of held-out episodes is for an episode suite (pusht); the suite {chosen.name} "
                         "scores prompts: drop --data, or pass --suite pusht")  # fmt: skip
@@ -364,6 +389,8 @@ def render(console, result: dict) -> None:
         if result[f"score{part}"] is None:
             continue
         kind = "partial" if part else "strict"
+        if result.get("closed_loop"):  # the slots hold success and the max coverage (commands.world_eval)
+            kind = "max coverage" if part else "success rate"
         # A light box: three "0.500 [0.42, 0.58]" columns and the task names fit 80 columns.
         table = Table(title=f"eval: {escape(result['target'])}{step}, {kind} (95% interval over prompts)",
                       title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)  # fmt: skip
@@ -413,7 +440,8 @@ def closing_lines(target: str, result: dict, seconds: float) -> list[str]:
     head = f"done: eval of {target} in {clock(seconds)}: {result['n_images']} images per model, score {scored('')}"
     if result.get("base_score") is not None:
         head += f", base {scored('base_')}, change {scored('diff_')}"
-    files = [str(folder / RESULT_FILE), result["grid"], *([result["grid_gif"]] if result.get("grid_gif") else [])]
+    # A closed-loop evaluation's sheet is its GIF (grid and grid_gif name one file): listed once.
+    files = list(dict.fromkeys([str(folder / RESULT_FILE), result["grid"], *([result["grid_gif"]] if result.get("grid_gif") else [])]))
     lines = [head, f"  wrote: {', '.join(files)}"]
     if result["kind"] == "run":
         run = shlex.quote(target)

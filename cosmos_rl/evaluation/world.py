@@ -87,6 +87,83 @@ def dataset_windows(root: Path, per_task: int, media: MediaSpec) -> list:
     return windows
 
 
+class WorldSampler:
+    """Samples of one condition from given frames: the frozen parts (tokenizer, VAE) and the sampler
+    settings, shared by the held-out windows (`WorldEvaluator`) and closed-loop rollouts
+    (`evaluation.closed_loop`), so both generate with the same code."""
+
+    def __init__(
+        self, condition: Condition, settings: SamplerSettings, *, tokenizer, vae, media: MediaSpec, latent_shape: tuple[int, ...],
+        device: torch.device, model_parts, batch_size: int = 8,
+    ):  # fmt: skip
+        self.condition, self.settings, self.tokenizer, self.vae, self.media = condition, settings, tokenizer, vae, media
+        self.latent_shape, self.device, self.model_parts, self.batch_size = tuple(latent_shape), device, model_parts, batch_size
+        self.spec = condition.action  # None for continuation
+        if self.spec is not None and self.spec.frames != media.frames:
+            raise ValueError(f"an action chunk of {self.spec.chunk} spans {self.spec.frames} frames, the media has {media.frames}")
+        self.clean_latents = condition.clean_latent_frames(media, vae_temporal_factor(vae.config))
+        self._ids: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def _prompt(self, caption: str) -> tuple[torch.Tensor, torch.Tensor]:
+        if caption not in self._ids:
+            template = getattr(self.model_parts, "prompt_template", "chat")
+            if self.spec is not None:
+                from cosmos_rl.models.actions import action_prompt_ids
+
+                cond, uncond = action_prompt_ids(self.tokenizer, template, [caption], self.spec, self.media)
+            else:
+                from cosmos_rl.models.text import model_prompt_ids
+
+                cond, uncond = model_prompt_ids(self.tokenizer, template, [caption], self.media)
+            self._ids[caption] = (cond[0].to(self.device), uncond[0].to(self.device))
+        return self._ids[caption]
+
+    @torch.no_grad()
+    def sample(
+        self, transformer: torch.nn.Module, given: np.ndarray, captions: Sequence[str], labels: Sequence[tuple], stream: str,
+        actions: np.ndarray | None = None, on_batch: Callable[[int, int], None] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray | None]:  # fmt: skip
+        """(uint8 clips [N, F, H, W, 3], actions [N, chunk, width] in the embodiment's units, or None
+        without actions) of N samples, `batch_size` per sampler call: sample i is given the leading
+        frames of `given[i]` (uint8 [N, F', H, W, 3], at least the condition's clean frames), its
+        true action rows `actions[i]` where the mode holds them clean (forward dynamics), and the
+        caption `captions[i]`; its latent and action-row noise are drawn from (`stream`, *labels[i])."""
+        from cosmos_rl.dist.fsdp import gathered_while_sampling
+        from cosmos_rl.models.actions import ActionLayout, model_rows, raw_actions, start_rows
+        from cosmos_rl.models.generate import clip_condition_latents, generate, noise
+        from cosmos_rl.models.text_kv import held_while_sampling
+
+        mp = self.model_parts
+        parts = SimpleNamespace(transformer=transformer, vae=self.vae, scheduler=mp.scheduler, native_flow_schedule=mp.native_flow_schedule)
+        clips, generated = [], []
+        with gathered_while_sampling(transformer), held_while_sampling(transformer):
+            for start in range(0, len(labels), self.batch_size):
+                batch = range(start, min(start + self.batch_size, len(labels)))
+                ids = [self._prompt(captions[i]) for i in batch]
+                latents = torch.cat([noise((1, *self.latent_shape), stream, *labels[i], device=self.device) for i in batch])
+                truth = torch.from_numpy(np.stack([given[i] for i in batch])).to(self.device)
+                condition = clip_condition_latents(self.vae, truth, self.clean_latents)
+                extra = {}
+                if self.spec is not None:
+                    action_dim = int(transformer.config.action_dim)
+                    layout = ActionLayout.of(self.spec, len(batch))
+                    clean = None
+                    if self.spec.mode == "forward_dynamics":
+                        raw = torch.from_numpy(np.stack([actions[i] for i in batch]).astype(np.float32)).to(self.device)
+                        clean = model_rows(self.spec, raw, action_dim)
+                    row_noise = torch.cat([noise((1, self.spec.chunk, action_dim), f"{stream}-actions", *labels[i], device=self.device)
+                                           for i in batch])  # fmt: skip
+                    extra = {"actions": start_rows(row_noise, clean, layout), "action_layout": layout}
+                out = generate(parts, self.media, ([c for c, _ in ids], [u for _, u in ids]), latents, self.settings,
+                               condition=condition, **extra)  # fmt: skip
+                clips.append(out[1].numpy())
+                if self.spec is not None:
+                    generated.append(raw_actions(self.spec, out[2]).float().cpu().numpy())
+                if on_batch is not None:
+                    on_batch(batch.stop, len(labels))
+        return np.concatenate(clips), (np.concatenate(generated) if generated else None)
+
+
 class WorldEvaluator:
     """The windows x seeds of one evaluation and the frozen parts (tokenizer, VAE) that sample them.
     `NOISE` and `_labels` name each item's noise stream (`pairs mine` draws its own through them)."""
@@ -102,76 +179,27 @@ class WorldEvaluator:
             raise ValueError("a world evaluation needs at least one window")
         self.windows, self.seeds, self.suite, self.condition = list(windows), int(seeds), suite, condition
         self.mode = mode_of(condition)
-        self.settings, self.tokenizer, self.vae, self.media = settings, tokenizer, vae, media
-        self.latent_shape, self.device, self.model_parts = tuple(latent_shape), device, model_parts
-        self.batch_size, self.origin = batch_size, origin
-        self.spec = condition.action  # None for continuation
-        if self.spec is not None and self.spec.frames != media.frames:
-            raise ValueError(f"an action chunk of {self.spec.chunk} spans {self.spec.frames} frames, the media has {media.frames}")
+        self.sampler = WorldSampler(condition, settings, tokenizer=tokenizer, vae=vae, media=media, latent_shape=latent_shape,
+                                    device=device, model_parts=model_parts, batch_size=batch_size)  # fmt: skip
+        self.media, self.origin, self.spec = media, origin, self.sampler.spec
         self.items = [WorldItem(w * self.seeds + s, w, s) for w in range(len(self.windows)) for s in range(self.seeds)]
-        factor = vae_temporal_factor(vae.config)
-        self.clean_latents = condition.clean_latent_frames(media, factor)
         # The pixel frames a sample is given (the verifier judges the rest); inverse dynamics: all.
         self.given = condition.kind.pixel_frames(media)
         self.on_batch: Callable[[int, int], None] | None = None
-        self._ids: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
     # ------------------------------------------------------------------------------ sampling
-    def _prompt(self, caption: str) -> tuple[torch.Tensor, torch.Tensor]:
-        if caption not in self._ids:
-            template = getattr(self.model_parts, "prompt_template", "chat")
-            if self.spec is not None:
-                from cosmos_rl.models.actions import action_prompt_ids
-
-                cond, uncond = action_prompt_ids(self.tokenizer, template, [caption], self.spec, self.media)
-            else:
-                from cosmos_rl.models.text import model_prompt_ids
-
-                cond, uncond = model_prompt_ids(self.tokenizer, template, [caption], self.media)
-            self._ids[caption] = (cond[0].to(self.device), uncond[0].to(self.device))
-        return self._ids[caption]
-
     def _labels(self, item: WorldItem) -> tuple:
         window = self.windows[item.window]
         return (item.seed, window.episode.index, window.start)
 
-    @torch.no_grad()
     def sample(self, transformer: torch.nn.Module, items: Sequence[WorldItem]) -> tuple[np.ndarray, np.ndarray | None]:
         """(uint8 clips [N, F, H, W, 3], actions [N, chunk, width] in the embodiment's units, or None
-        without actions) of `items`, `batch_size` per sampler call."""
-        from cosmos_rl.dist.fsdp import gathered_while_sampling
-        from cosmos_rl.models.actions import ActionLayout, model_rows, raw_actions, start_rows
-        from cosmos_rl.models.generate import clip_condition_latents, generate, noise
-        from cosmos_rl.models.text_kv import held_while_sampling
-
-        mp = self.model_parts
-        parts = SimpleNamespace(transformer=transformer, vae=self.vae, scheduler=mp.scheduler, native_flow_schedule=mp.native_flow_schedule)
-        clips, actions = [], []
-        with gathered_while_sampling(transformer), held_while_sampling(transformer):
-            for start in range(0, len(items), self.batch_size):
-                batch = items[start : start + self.batch_size]
-                windows = [self.windows[item.window] for item in batch]
-                ids = [self._prompt(window.caption) for window in windows]
-                latents = torch.cat([noise((1, *self.latent_shape), self.NOISE, *self._labels(item), device=self.device) for item in batch])
-                truth = torch.from_numpy(np.stack([window.frames for window in windows])).to(self.device)
-                condition = clip_condition_latents(self.vae, truth, self.clean_latents)
-                extra = {}
-                if self.spec is not None:
-                    action_dim = int(transformer.config.action_dim)
-                    layout = ActionLayout.of(self.spec, len(batch))
-                    raw = torch.from_numpy(np.stack([window.actions for window in windows]).astype(np.float32)).to(self.device)
-                    clean = model_rows(self.spec, raw, action_dim) if self.spec.mode == "forward_dynamics" else None
-                    row_noise = torch.cat([noise((1, self.spec.chunk, action_dim), f"{self.NOISE}-actions", *self._labels(item), device=self.device)
-                                           for item in batch])  # fmt: skip
-                    extra = {"actions": start_rows(row_noise, clean, layout), "action_layout": layout}
-                out = generate(parts, self.media, ([c for c, _ in ids], [u for _, u in ids]), latents, self.settings,
-                               condition=condition, **extra)  # fmt: skip
-                clips.append(out[1].numpy())
-                if self.spec is not None:
-                    actions.append(raw_actions(self.spec, out[2]).float().cpu().numpy())
-                if self.on_batch is not None:
-                    self.on_batch(start + len(batch), len(items))
-        return np.concatenate(clips), (np.concatenate(actions) if actions else None)
+        without actions) of `items` (`WorldSampler.sample`, noise from (`NOISE`, seed, episode, window
+        start))."""
+        windows = [self.windows[item.window] for item in items]
+        actions = np.stack([window.actions for window in windows]) if self.spec is not None else None
+        return self.sampler.sample(transformer, np.stack([window.frames for window in windows]), [window.caption for window in windows],
+                                   [self._labels(item) for item in items], self.NOISE, actions=actions, on_batch=self.on_batch)  # fmt: skip
 
     # ------------------------------------------------------------------------------- scoring
     def judge(self, items: Sequence[WorldItem], clips: np.ndarray, actions: np.ndarray | None) -> list[WindowVerdict]:

@@ -9,6 +9,9 @@ agent's target position (2 wide).
   `normalise_actions`, `denormalise_actions`: (a - 256) / 256);
 - `verifier`: `verify_dynamics` (forward dynamics, continuation), `action_error` (inverse
   dynamics), `verify_policy` (policy), `judge_frame`; its module docstring is the suite's API;
+- `closed_loop`: a policy acting in the simulator, receding horizon (`run_closed_loop`), the
+  rewards it earns (`chunk_rewards`, `episode_outcome`) and the held-out initial states
+  (`held_out_starts`);
 - `windows`: training windows named by a key (`window_key`, `parse_key`, `training_keys`,
   `key_episode`): an online world-model run's prompt rows.
 

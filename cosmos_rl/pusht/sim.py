@@ -243,6 +243,21 @@ def state_masks(states: np.ndarray, size: Size = NATIVE_SIZE) -> tuple[np.ndarra
     return np.stack(agents), np.stack(blocks)
 
 
+def goal_outline(size: Size = NATIVE_SIZE) -> np.ndarray:
+    """float64 [K, 2]: the goal T's boundary (the union of its two boxes, `PushTEnv._get_coverage`'s
+    goal geometry) as pixel (column, row) points at `size` (`world_to_pixel`), closed (last = first):
+    an outline to draw over frames, the model's included."""
+    from gym_pusht.envs.pusht import pymunk_to_shapely
+    from shapely.ops import unary_union
+
+    env = PushTSim(np.zeros(POSE_WIDTH)).env
+    boxes = pymunk_to_shapely(env.get_goal_pose_body(env.goal_pose), env.block.shapes).geoms
+    # The boxes only touch along the stem's top edge: grown by a micro-unit (mitred corners, so no
+    # new vertices) they merge into one polygon instead of two that share an edge.
+    goal = unary_union([box.buffer(1e-6, join_style=2) for box in boxes])
+    return np.stack([world_to_pixel(point, size) for point in goal.exterior.coords])
+
+
 def coverage_of(state: Sequence[float]) -> float:
     """The coverage of one state's block pose."""
     return PushTSim(state).coverage()
