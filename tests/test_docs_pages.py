@@ -104,7 +104,7 @@ USER_MODEL = "/models/cosmos3-nano"
 # Likewise the reader's own clip pairs (docs/video.md): a file there is what preflight reads of them.
 USER_PAIRS = "/data/clip_pairs/pairs.jsonl"
 USER_EPISODES = "/data/pusht_lerobot"  # a LeRobot dataset folder (docs/world.md): an empty folder validates without --data
-USER_KEYS = "/data/pusht_windows.txt"  # its window keys (docs/world.md): preflight reads the file, the run checks each key
+USER_KEYS = "/data/pusht_windows.txt"  # its window keys (docs/world_training.md): preflight reads the file, the run checks each key
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""DiffusionNFT on the world model in forward dynamics (docs/world.md "NFT in forward dynamics"):
+"""DiffusionNFT on the world model in forward dynamics (docs/world_training.md "NFT in forward dynamics"):
 prompt rows are Push-T training-window keys; every rollout is given its window's frame 0 and true
 action rows clean through the packed forward; the NFT loss sees only the generated latent frames;
 the reward is the simulator verifier's score against the key's true states.

@@ -1,4 +1,4 @@
-"""Forward-dynamics DiffusionNFT on the world model end to end (docs/world.md "Training: NFT in
+"""Forward-dynamics DiffusionNFT on the world model end to end (docs/world_training.md "Training: NFT in
 forward dynamics"): `cosmos-rl train` through the real CLI in this process (tests/_inproc.py) on
 the session's Ray cluster, two actors (a group of 2), the reward `pusht_forward_partial` from the
 built-in reward service rebuilding each Push-T window from its key, real DCP checkpoints. A run

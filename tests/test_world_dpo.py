@@ -1,4 +1,4 @@
-"""Diffusion-DPO on the world model in forward dynamics (docs/world.md "DPO in forward dynamics"):
+"""Diffusion-DPO on the world model in forward dynamics (docs/world_training.md "DPO in forward dynamics"):
 `cosmos-rl pairs mine --reward pusht_forward_partial` on Push-T training-window keys, then DPO on
 those pairs with frame 0 and the action rows rebuilt from each pair's key, clean and in no loss.
 

@@ -1,8 +1,8 @@
-"""Online world-model runs on a LeRobot-format dataset (docs/world.md "NFT on a LeRobot dataset"):
+"""Online world-model runs on a LeRobot-format dataset (docs/world_training.md "NFT on a LeRobot dataset"):
 prompt rows that are window keys of a dataset folder (`data/lerobot_windows.py`), the prediction
 rewards against the recorded future (`suites/lerobot.py`: PSNR and SSIM per generated frame), and the
 public NFT manifests (Push-T, and the bridge_orig_lerobot arm) that validate, plan and train on CPU
-with docs/world.md's overrides."""
+with docs/world_training.md's overrides."""
 
 from __future__ import annotations
 
@@ -187,7 +187,7 @@ def test_the_public_world_nft_manifests_validate_and_plan_memory_per_rank(tmp_pa
     assert len(found) == 1 and "action_dim 6 is narrower than bridge_orig_lerobot's 10 columns" in found[0]
 
 
-# docs/world.md "On a CPU first" (NFT on a LeRobot dataset): the overrides besides the model, base and keys.
+# docs/world_training.md "On a CPU first" (NFT on a LeRobot dataset): the overrides besides the model, base and keys.
 CPU_OVERRIDES = [
     'grid.device="cpu"', 'model.dtype="float32"', "model.height=32", "model.width=32", "rl.max_steps=1", "rl.sample_steps=4",
     "rl.group_size=2", "grid.shapes={policy=[1,2], rollout=[1,2]}",

@@ -219,7 +219,7 @@ register(Algorithm(
     train_signal="train/dpo_reward_margin", unit="pairs", image_count="pairs",
     video=True,  # clip pairs with model.num_frames > 1 (docs/video.md "DPO on clips")
     context_parallel=True,  # a context group per data-parallel share (trainers/spmd.py)
-    conditioned_from="pairs",  # forward dynamics on mined pairs of window keys (docs/world.md "DPO in forward dynamics")
+    conditioned_from="pairs",  # forward dynamics on mined pairs of window keys (docs/world_training.md "DPO in forward dynamics")
 ))  # fmt: skip
 register(online(
     name="nft", config=schema.NFTConfig, title="DiffusionNFT",

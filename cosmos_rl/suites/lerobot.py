@@ -1,5 +1,5 @@
 """The built-in episode suite over a LeRobot-format dataset: `lerobot`, an online world-model run's
-source of windows on recorded episodes of any embodiment (docs/world.md "NFT on a LeRobot dataset").
+source of windows on recorded episodes of any embodiment (docs/world_training.md "NFT on a LeRobot dataset").
 
 - **Training windows by key** (`window_of`; `data.lerobot_windows` holds the grammar): a prompt row
   `lerobot window episode=I start=K root=/abs/dataset` names `model.num_frames` frames of a dataset

@@ -1,4 +1,4 @@
-"""Diffusion-DPO on a world model's predicted futures in forward dynamics (docs/world.md "DPO in
+"""Diffusion-DPO on a world model's predicted futures in forward dynamics (docs/world_training.md "DPO in
 forward dynamics"): what each pair is conditioned on, rebuilt from its key.
 
 A pair's `prompt` is a training-window key of an episode suite (`[model.condition] source`, e.g.

@@ -1,5 +1,5 @@
 """`cosmos-rl pairs mine TARGET --reward pusht_forward_partial --prompts KEYS.txt`: preference pairs of
-predicted futures for a world model in forward dynamics (docs/world.md "DPO in forward dynamics").
+predicted futures for a world model in forward dynamics (docs/world_training.md "DPO in forward dynamics").
 
 Each prompt row is a training-window key of the reward's episode suite (`pusht window seed=1
 task=planner episode=3 start=8 length=30`, `cosmos_rl/pusht/windows.py`). For every key the target
