@@ -4,6 +4,7 @@ stops the build, the forward-dynamics stage, the written weights, and a rerun th
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tomllib
 
@@ -84,6 +85,31 @@ def test_the_vae_stage_weights_the_verifiers_pixel_classes(tmp_path, capsys):
     assert pb.pixel_weights(off) == {}
     assert pb.main(["build", "--work", str(tmp_path / "w"), "--vae-classes", "agent:30"]) == 2
     assert "--vae-classes: expected NAME=WEIGHT" in capsys.readouterr().err
+
+
+def test_vae_weights_replace_the_vae_stage_and_a_wrong_file_is_refused(tmp_path, capsys):
+    from cosmos_rl.core.errors import UserError
+    from cosmos_rl.models.build import save_parts
+
+    dataset = pb.write_episodes(tmp_path / "ds", 2, 0, 10, 32)
+    start = pb.initial_parts(0)
+    save_parts(start, tmp_path / "init")
+    state = {k: v + 0.01 for k, v in start.vae.state_dict().items()}  # a VAE unlike the init's
+    torch.save(state, tmp_path / "vae.pt")
+    parts, source, given = pb.given_vae(str(tmp_path / "vae.pt"), tmp_path / "init", dataset, 32)
+    assert all(torch.equal(parts.vae.state_dict()[k], v) for k, v in state.items())
+    assert len(source) == 2 * (10 - 9 + 1)  # every 9-frame window of two 10-frame episodes
+    assert given["sha256"] == hashlib.sha256((tmp_path / "vae.pt").read_bytes()).hexdigest()
+    torch.save({"encoder.conv_in.weight": torch.zeros(1)}, tmp_path / "other.pt")
+    with pytest.raises(UserError, match="not the fine layout's VAE"):
+        pb.given_vae(str(tmp_path / "other.pt"), tmp_path / "init", dataset, 32)
+    (tmp_path / "bytes.pt").write_bytes(b"not a state dict")
+    with pytest.raises(UserError, match="cannot read it as a state dict"):
+        pb.given_vae(str(tmp_path / "bytes.pt"), tmp_path / "init", dataset, 32)
+    # A work folder whose VAE stage already trained is not silently set aside.
+    (tmp_path / "work" / "runs" / "vae").mkdir(parents=True)
+    assert _build(tmp_path, "--vae-weights", str(tmp_path / "vae.pt")) == 2
+    assert "holds a VAE stage this build trained" in capsys.readouterr().err
 
 
 def test_the_held_out_seed_is_refused_as_a_training_seed(tmp_path, capsys):

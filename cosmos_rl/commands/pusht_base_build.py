@@ -93,6 +93,9 @@ def _parser() -> argparse.ArgumentParser:
                        help=f"the VAE stage's rl.pixel_weights.classes as NAME=W,... (Push-T's classes: agent, block; empty: none); default {VAE_CLASSES}")
     build.add_argument("--vae-miss", type=float, default=VAE_MISS,
                        help=f"the VAE stage's rl.pixel_weights.miss (pixels the verifier classes wrongly; 1 = off); default {VAE_MISS:g}")
+    build.add_argument("--vae-weights", default="",
+                       help="a trained VAE state dict of the fine layout (`bench/pusht_vae.py --save`): skips the VAE stage, "
+                            "the file goes to the gate and on; recorded with its sha256 in manifest.json; default: train the VAE stage")
     build.add_argument("--held-out-episodes", type=int, default=HELD_OUT_EPISODES,
                        help=f"held-out episodes the VAE gate scores (half planner, half random); default {HELD_OUT_EPISODES}")
     return parser
@@ -272,6 +275,8 @@ def build(args) -> dict:
         raise UserError(f"--size must be a multiple of 8 and >= 32, --episode-frames >= {FRAMES}; got {args.size}, {args.episode_frames}")
     torch.set_num_threads(args.threads)
     work = args.work
+    if args.vae_weights and (work / "runs" / "vae").exists():
+        raise UserError(f"--vae-weights: {work / 'runs' / 'vae'} holds a VAE stage this build trained; pass a new --work, or drop --vae-weights")
     clock = {}
     dataset = work / "dataset"
     if not (dataset / "meta" / "info.json").is_file():
@@ -282,10 +287,14 @@ def build(args) -> dict:
     if not (init / "transformer").is_dir():
         save_parts(initial_parts(args.seed), init)
 
-    vae_trainer = train_stage(stage_config(args, "vae", "vae", init, dataset))
-    parts = vae_trainer.parts
+    given = {}
+    if args.vae_weights:
+        parts, source, given = given_vae(args.vae_weights, init, dataset, args.size)
+    else:
+        vae_trainer = train_stage(stage_config(args, "vae", "vae", init, dataset))
+        parts, source = vae_trainer.parts, vae_trainer.source
     vae = parts.vae.eval()
-    set_latent_stats(vae, *latent_stats(vae, vae_trainer.source, LATENT_STAT_CLIPS, chunk=32, encode=_clip_means))
+    set_latent_stats(vae, *latent_stats(vae, source, LATENT_STAT_CLIPS, chunk=32, encode=_clip_means))
     started = time.perf_counter()
     gate = vae_gate(vae, args)
     clock["vae_gate"] = time.perf_counter() - started
@@ -296,7 +305,8 @@ def build(args) -> dict:
     parts.transformer.eval()
     save_parts(parts, work / "model")
     runs = work / "runs"
-    clock.update({s: json.loads((runs / s / "wall_clock_s.json").read_text())["seconds"] for s in ("vae", "transformer")})
+    stages = ("transformer",) if given else ("vae", "transformer")
+    clock.update({s: json.loads((runs / s / "wall_clock_s.json").read_text())["seconds"] for s in stages})
     info = {
         "preset": "pusht",
         "command": shlex.join(["python", "-m", "cosmos_rl.commands.pusht_base_build", *sys.argv[1:]]),
@@ -304,12 +314,46 @@ def build(args) -> dict:
         "media": {"frames": FRAMES, "size": args.size, "fps": 10.0},
         "action": {"embodiment": "pusht", "action_dim": ACTION_DIM, "num_embodiment_domains": NUM_DOMAINS, **PUSHT},
         "vae_gate": {**gate, "threshold": VAE_GATE, "held_out_seed": HELD_OUT_SEED},
+        **({"vae_weights": given} if given else {}),
         "wall_clock_s": {k: round(v) for k, v in clock.items()},
         "torch": torch.__version__,
     }
     manifest = write_weights(parts, args.out, info)
     manifest["held_out"] = {"vae_gate": gate}  # what run_main prints beside the files
     return manifest
+
+
+def given_vae(path: str, init: Path, dataset: Path, size: int):
+    """(the init parts with the VAE of the state dict at `path`, the dataset's windows, {"file",
+    "sha256"}): `--vae-weights` in place of the VAE stage. Read with torch's weights-only loader (no
+    code runs); every key of the fine layout's VAE must be there, and nothing else."""
+    import hashlib
+    import pickle
+
+    import torch
+
+    from cosmos_rl.core.media import MediaSpec
+    from cosmos_rl.data.episode_windows import lerobot_windows
+    from cosmos_rl.models.build import load_parts
+    from cosmos_rl.pusht.sim import FPS
+
+    file = Path(path)
+    try:
+        digest = hashlib.sha256(file.read_bytes()).hexdigest()
+        state = torch.load(file, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as exc:
+        raise UserError(f"--vae-weights {file}: cannot read it as a state dict ({exc}); pass a `bench/pusht_vae.py --layout fine --save` file") from None
+    parts = load_parts(init, heads=True)
+    own = parts.vae.state_dict()
+    missing, extra = sorted(set(own) - set(state or {})), sorted(set(state or {}) - set(own))
+    shapes = [k for k in own if k in (state or {}) and tuple(state[k].shape) != tuple(own[k].shape)]
+    if not isinstance(state, dict) or missing or extra or shapes:
+        raise UserError(f"--vae-weights {file}: not the fine layout's VAE ({len(missing)} keys missing, {len(extra)} unexpected, "
+                        f"{len(shapes)} of another shape; e.g. {(missing + extra + shapes + [''])[0]!r}); "
+                        "pass a `bench/pusht_vae.py --layout fine --save` file")  # fmt: skip
+    parts.vae.load_state_dict(state, strict=True)
+    media = MediaSpec(frames=FRAMES, height=size, width=size, fps=FPS)
+    return parts, lerobot_windows(str(dataset), "", media, ACTION_DIM), {"file": str(file.resolve()), "sha256": digest}
 
 
 def _clip_means(vae, clips):
