@@ -65,19 +65,6 @@ def check_sampling_options(reward: str, batch_size: int, suite: Suite) -> None:
                         "a model reward's folder (pickscore=FOLDER, clipscore=FOLDER, aesthetic=FOLDER, hps=FOLDER, videoalign=FOLDER) or --reward-url URL for a service's")  # fmt: skip
 
 
-def check_closed_loop_flags(closed_loop: bool, *, execute: int | None, max_steps: int | None, base: str | None, data: Path | None) -> None:
-    """The closed-loop options only with `--closed-loop`, and `--data` not with it (a dataset's episodes
-    hold no simulator state to act from)."""
-    if not closed_loop:
-        for flag, value in (("--execute", execute), ("--max-steps", max_steps), ("--base", base)):
-            if value is not None:
-                raise UserError(f"{flag}: an option of a closed-loop evaluation (the model acting in the simulator); add --closed-loop "
-                                f"--condition policy --suite pusht, or drop {flag}")  # fmt: skip
-    elif data is not None:
-        raise UserError("--data: a closed-loop evaluation starts its episodes from the simulator's held-out initial states, and a "
-                        "dataset's episodes hold no simulator state to act from; drop --data (or --closed-loop)")  # fmt: skip
-
-
 def named_suite(suite: str | None, reward: str | None) -> Suite | None:
     """The suite `--suite` names, else the one that registers `--reward`; None when neither names one."""
     try:
@@ -220,6 +207,8 @@ def run_eval(
     check_out_dir(out_dir)
     check_prompts_file(prompts)
     named = named_suite(suite, reward)
+    from cosmos_rl.commands.world_eval import check_closed_loop_flags
+
     check_closed_loop_flags(closed_loop, execute=execute, max_steps=max_steps, base=base, data=data)
     from cosmos_rl.evaluation.target import open_target, target_media
 

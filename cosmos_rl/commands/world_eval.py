@@ -24,6 +24,19 @@ SHEET_WINDOWS = 4  # windows shown in the GIF (seed 0), evenly spread over the e
 RESULT_FILE = "eval.json"
 
 
+def check_closed_loop_flags(closed_loop: bool, *, execute: int | None, max_steps: int | None, base: str | None, data: Path | None) -> None:
+    """The closed-loop options only with `--closed-loop`, and `--data` not with it (a dataset's episodes
+    hold no simulator state to act from)."""
+    if not closed_loop:
+        for flag, value in (("--execute", execute), ("--max-steps", max_steps), ("--base", base)):
+            if value is not None:
+                raise UserError(f"{flag}: an option of a closed-loop evaluation (the model acting in the simulator); add --closed-loop "
+                                f"--condition policy --suite pusht, or drop {flag}")  # fmt: skip
+    elif data is not None:
+        raise UserError("--data: a closed-loop evaluation starts its episodes from the simulator's held-out initial states, and a "
+                        "dataset's episodes hold no simulator state to act from; drop --data (or --closed-loop)")  # fmt: skip
+
+
 def world_condition(kind: str | None, t, suite: Suite) -> Condition:
     """The condition the windows are generated under: `kind` (`--condition`), else a run's own."""
     own = Condition() if t.config is None else Condition.from_model_config(t.config.model).evaluated()

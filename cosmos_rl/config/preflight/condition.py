@@ -196,7 +196,7 @@ def action_rules(c: schema.RunConfig, kind, r: Rules) -> None:
 def _online_world_rules(c: schema.RunConfig, kind, r: Rules) -> None:
     """An online algorithm (NFT, GRPO) on the world model (trainers/online.py): forward dynamics,
     rows that are an episode suite's training-window keys, LoRA, no prompt evaluation."""
-    rl, table, name = c.rl, c.model.condition, algorithms.of(c).name
+    table, name = c.model.condition, algorithms.of(c).name
     if kind.action_mode != "forward_dynamics":
         r.error("model.condition.kind", f"{name} trains the world model in forward_dynamics in this release, not {kind.name}", kind.name,
                 'set model.condition.kind = "forward_dynamics" (or train this mode with sft)')
@@ -211,12 +211,7 @@ def _online_world_rules(c: schema.RunConfig, kind, r: Rules) -> None:
     elif table.source != "data":  # "data" is condition_rules' own message
         r.error("model.condition.source", f"rl.algorithm = \"{name}\" in {kind.name} takes rows that are an episode suite's training-window keys (frame 0, "
                 "actions and true states rebuilt from each key)", table.source, f'use a suite that keys them ({", ".join(_keyed_suites())})')
-    if c.model.lora.rank == 0:
-        r.error("model.lora.rank", f"{name} on {kind.name} trains LoRA adapters (the action heads no loss reaches stay untouched)", 0,
-                "set model.lora.rank > 0")
-    if rl.eval.every:
-        r.error("rl.eval.every", f"evaluates held-out prompts, and a {kind.name} run has episode windows; score it with "
-                "cosmos-rl eval RUN --suite SUITE after training", rl.eval.every, "set rl.eval.every = 0")
+    _world_run_rules(c, kind, name, r)
 
 
 def _pairs_world_rules(c: schema.RunConfig, kind, r: Rules) -> None:
@@ -246,12 +241,17 @@ def _pairs_world_rules(c: schema.RunConfig, kind, r: Rules) -> None:
     if table.probability != 1.0:
         r.error("model.condition.probability", f"{name} in {kind.name} conditions every pair on its key's frame 0 and actions",
                 table.probability, "remove it (1)")
+    _world_run_rules(c, kind, name, r)
+
+
+def _world_run_rules(c: schema.RunConfig, kind, name: str, r: Rules) -> None:
+    """What every online or pair run on the world model shares: LoRA, and no prompt evaluation."""
     if c.model.lora.rank == 0:
         r.error("model.lora.rank", f"{name} on {kind.name} trains LoRA adapters (the action heads no loss reaches stay untouched)", 0,
                 "set model.lora.rank > 0")
-    if rl.eval.every:
+    if c.rl.eval.every:
         r.error("rl.eval.every", f"evaluates held-out prompts, and a {kind.name} run has episode windows; score it with "
-                "cosmos-rl eval RUN --suite SUITE after training", rl.eval.every, "set rl.eval.every = 0")
+                "cosmos-rl eval RUN --suite SUITE after training", c.rl.eval.every, "set rl.eval.every = 0")
 
 
 def _keyed_suites() -> list[str]:
