@@ -17,7 +17,7 @@ from cosmos_rl.core.actions import EMBODIMENT_DOMAIN_IDS
 from cosmos_rl.models.build import build_preset, load_parts
 
 TINY = ["--samples", "2", "--episode-frames", "10", "--vae-steps", "1", "--vae-batch", "2", "--steps", "1", "--batch", "2",
-        "--held-out-episodes", "2", "--checkpoint-every", "1"]  # fmt: skip
+        "--held-out-episodes", "2", "--checkpoint-every", "1", "--vae-late-steps", "0"]  # fmt: skip
 
 
 def _build(tmp_path, *extra):
@@ -54,16 +54,23 @@ def test_the_gate_stops_the_build_when_ground_truth_through_the_vae_fails(tmp_pa
 
 
 def test_every_stage_runs_and_a_rerun_continues(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(pb, "VAE_GATE", 0.0)  # the plumbing past the gate, on a VAE trained one step
-    assert _build(tmp_path) == 0
+    monkeypatch.setattr(pb, "VAE_GATE", 0.0)  # the plumbing past the gate, on a VAE trained one step (and one late step)
+    assert _build(tmp_path, "--vae-late-steps", "1") == 0
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert set(manifest["files"]) == {"transformer.safetensors", "vae.safetensors"}
     assert manifest["vae_gate"]["windows"] == 2 * 5  # 2 held-out episodes of 25 frames, windows every 4 frames
     assert manifest["action"]["embodiment"] == "pusht" and manifest["media"] == {"frames": 9, "size": 32, "fps": 10.0}
-    assert set(manifest["wall_clock_s"]) == {"dataset", "vae_gate", "vae", "transformer"}
+    assert set(manifest["wall_clock_s"]) == {"dataset", "vae_gate", "vae", "vae_late", "transformer"}
     # The VAE stage ran (preflighted) with the verifier's pixel classes weighted.
     stage = tomllib.loads((tmp_path / "work" / "runs" / "vae" / "manifest.toml").read_text())
     assert stage["rl"]["pixel_weights"] == {"suite": "pusht", "classes": {"agent": 30.0}, "miss": 100.0}
+    # The late VAE stage starts from the VAE stage's weights with the misses weighted 1,000, and the
+    # model the transformer trains on carries the late stage's VAE.
+    work = tmp_path / "work"
+    late = tomllib.loads((work / "runs" / "vae_late" / "manifest.toml").read_text())
+    assert late["rl"]["pixel_weights"]["miss"] == 1000.0 and late["model"]["path"] == str((work / "vae_early").resolve())
+    early, after = load_parts(work / "vae_early").vae.state_dict(), load_parts(work / "vae_model").vae.state_dict()
+    assert any(not torch.equal(early[k], v) for k, v in after.items())
     rows = [json.loads(line) for line in (tmp_path / "work" / "runs" / "transformer" / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 1 and np.isfinite(rows[0]["train/frames_loss"]) and "train/actions_loss" not in rows[0]
     model = load_parts(tmp_path / "work" / "model", heads=True)
@@ -72,10 +79,13 @@ def test_every_stage_runs_and_a_rerun_continues(tmp_path, monkeypatch, capsys):
     assert list(model.vae.config.latents_mean) == manifest["latents_mean"] != [0.0] * 4
     capsys.readouterr()
     # A rerun with one more transformer step continues the finished stages rather than redoing them.
-    assert _build(tmp_path, "--steps", "2") == 0
+    assert _build(tmp_path, "--steps", "2", "--vae-late-steps", "1") == 0
     assert "vae: steps 1 -> 1" in capsys.readouterr().out
     rows = (tmp_path / "work" / "runs" / "transformer" / "metrics.jsonl").read_text().splitlines()
     assert len(rows) == 2
+    # The VAE stage cannot move under the late stage that started from it.
+    assert _build(tmp_path, "--steps", "2", "--vae-late-steps", "1", "--vae-steps", "2") == 2
+    assert "started from the VAE stage at step 1, and that stage is now at 2" in capsys.readouterr().err
 
 
 def test_the_vae_stage_weights_the_verifiers_pixel_classes(tmp_path, capsys):
@@ -100,6 +110,12 @@ def test_vae_weights_replace_the_vae_stage_and_a_wrong_file_is_refused(tmp_path,
     assert all(torch.equal(parts.vae.state_dict()[k], v) for k, v in state.items())
     assert len(source) == 2 * (10 - 9 + 1)  # every 9-frame window of two 10-frame episodes
     assert given["sha256"] == hashlib.sha256((tmp_path / "vae.pt").read_bytes()).hexdigest()
+    # A build's own VAE file (safetensors) is taken the same way.
+    from safetensors.torch import save_file
+
+    save_file(state, tmp_path / "vae.safetensors")
+    parts, _, _ = pb.given_vae(str(tmp_path / "vae.safetensors"), tmp_path / "init", dataset, 32)
+    assert all(torch.equal(parts.vae.state_dict()[k], v) for k, v in state.items())
     torch.save({"encoder.conv_in.weight": torch.zeros(1)}, tmp_path / "other.pt")
     with pytest.raises(UserError, match="not the fine layout's VAE"):
         pb.given_vae(str(tmp_path / "other.pt"), tmp_path / "init", dataset, 32)
