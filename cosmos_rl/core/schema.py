@@ -119,6 +119,12 @@ class ActionConfig:
         "pipeline feeds them.",
     )
     scale: list[float] = knob(attrs.Factory(list), "Per raw action column, the divisor after `offset` (Push-T: [256, 256]); no zero entry.")
+    execute: int = knob(
+        0,
+        "Policy-mode online runs (NFT, `model.condition.kind = \"policy\"`): how many leading rows of each generated action "
+        "chunk the simulator executes for the reward (`pusht_chunk_coverage`: the coverage change they cause), as a receding "
+        "horizon executes them; 0 = the whole chunk (`model.num_frames - 1` rows). At most the chunk.",
+    )
 
 
 @frozen
