@@ -316,6 +316,7 @@ LATER_KNOB_DEFAULTS: dict[str, object] = {
     "model.action.view_point": "ego_view",
     "model.action.offset": [],
     "model.action.scale": [],
+    "model.action.execute": 0,  # policy mode's executed rows: the whole chunk (before policy-mode runs: no rows executed)
     "rl.data.lerobot": "",
     "rl.data.camera": "",
     # NFT's linear optimality map before `per_side` (DiffusionNFT's A = 0 -> 0.5 for any clamp).
