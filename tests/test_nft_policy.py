@@ -115,7 +115,7 @@ def test_preflight_lifts_policy_for_nft_only_and_names_each_new_problem(folder, 
     assert _errors(load.load(POLICY, base)) == {}
     inverse = _errors(load.load(POLICY, [*base, 'model.condition.kind="inverse_dynamics"', "model.action.execute=0"]))
     assert "nft trains the world model in forward_dynamics or policy in this release, not inverse_dynamics" in inverse["model.condition.kind"]
-    assert "rl.async_reward" in _errors(load.load(POLICY, [*base, "rl.async_reward=true"]))
+    assert "does not keep in this release" in _errors(load.load(POLICY, [*base, "rl.async_reward=true"]))["rl.async_reward"]
     assert "must be in [0, 4]" in _errors(load.load(POLICY, [*base, "model.action.execute=5"]))["model.action.execute"]
     forward = _errors(load.load(POLICY, [*base, 'rl.reward.name="pusht_forward_partial"']))["rl.reward.name"]
     assert "not that world's forward dynamics" in forward
@@ -123,6 +123,12 @@ def test_preflight_lifts_policy_for_nft_only_and_names_each_new_problem(folder, 
     found = _errors(load.load(DYNAMICS, dynamics))
     assert "generate no actions there" in found["rl.reward.name"] and 'kind = "policy"' in found["rl.reward.name"]
     assert "generates none to execute" in found["model.action.execute"]
+    # pairs mine samples forward dynamics: the chunk reward has no generated actions to execute there
+    from cosmos_rl.commands.mining.world import check_world_options
+    from cosmos_rl.core.errors import UserError
+
+    with pytest.raises(UserError, match="executes a policy's generated action rows.*use pusht_forward_strict or pusht_forward_partial"):
+        check_world_options("pusht_chunk_coverage", ["pusht_chunk_coverage"], None, None, None)
 
 
 def test_the_policy_manifest_validates_and_plans_with_a_folder_that_has_action_heads(folder, tmp_path):  # noqa: F811
