@@ -139,3 +139,47 @@ def test_the_policy_manifest_validates_and_plans_with_a_folder_that_has_action_h
         done = cosmos(command, str(POLICY), *given)
         assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert "policy" in done.stdout
+
+
+def test_one_policy_step_generates_and_trains_the_action_rows_beside_the_frames(folder, tmp_path, monkeypatch):  # noqa: F811
+    """One NFT step in-process (both ranks of the group): the rollouts keep frame 0 and return their
+    generated rows; the rewards get the leading `execute` rows in world units; every forward
+    carries noisy rows (none clean); the loss's gradient reaches the generated frames and the
+    action velocity's raw columns, never frame 0 or the padding columns."""
+    from _nft_local import local_trainer
+    from cosmos_rl.models import packing
+    from cosmos_rl.trainers.online_batch import ActionRollout
+
+    keys = tmp_path / "keys.txt"
+    keys.write_text(KEYS[0] + "\n")
+    config = load.load(POLICY, [*_overrides(folder, tmp_path, keys), "rl.prompts_per_step=1", "model.action.execute=3"])
+    trainer = local_trainer(config, tmp_path / "run")
+    trainer.build(resume=False)
+    scored, seen, layouts, frame_grads, action_grads = [], [], [], [], []
+    score = trainer.score
+    trainer.score = lambda rank, pixels, prompts, **kw: scored.append(kw["actions"]) or score(rank, pixels, prompts, **kw)
+    rollout = trainer.rollout
+    trainer.rollout = lambda *a, **kw: seen.append((a[-1], rollout(*a, **kw))) or seen[-1][1]
+    real_velocity = packing.velocity
+
+    def velocity(*args, **kwargs):
+        out = real_velocity(*args, **kwargs)
+        layouts.append(kwargs["action_layout"].clean_rows)
+        if torch.is_grad_enabled():  # the policy's training forward
+            out[0].register_hook(lambda g: frame_grads.append(g.detach().clone()))
+            out[1].register_hook(lambda g: action_grads.append(g.detach().clone()))
+        return out
+
+    monkeypatch.setattr(packing, "velocity", velocity)
+    metrics = trainer.train_step(1)
+
+    (condition, rollouts), = seen
+    assert all(isinstance(r, ActionRollout) and torch.equal(r[0][:, :, :1], condition) for r in rollouts)
+    for rows, sent in zip((r.actions for r in rollouts), scored):
+        assert rows.shape == (1, CHUNK, 6) and not rows[..., 2:].any()  # the tiny folder's action_dim 6; pusht is 2 wide
+        assert np.allclose(sent, rows[:, :3, :2].double().numpy() * 256.0 + 256.0)  # the first 3 rows, in world units
+    assert not torch.equal(rollouts[0].actions, rollouts[1].actions)  # each rank's own action noise
+    assert layouts and all(clean == (0,) * len(clean) for clean in layouts)  # no row held clean, rollout or training
+    assert frame_grads and all(not g[:, :, 0].any() and g[:, :, 1:].abs().sum() > 0 for g in frame_grads)
+    assert action_grads and all(g[..., :2].abs().sum() > 0 and not g[..., 2:].any() for g in action_grads)
+    assert 0 < metrics["train/actions_policy_loss"] < metrics["train/policy_loss"]
