@@ -9,6 +9,11 @@ simulator set to the window's state would drop pymunk's persisted contact impuls
 `closed_loop.chunk_rewards` of those steps: coverage after the last executed action minus coverage
 at the window's start. As the env (and the closed loop) does, stepping stops at the first step whose
 coverage passes `SUCCESS_COVERAGE` (`PushTEnv.step` terminates there).
+
+The change is rounded to `DECIMALS` places: the env's coverage (shapely's intersection area) moves
+by an ulp from call to call on one state (`closed_loop`'s docstring), and a reward that differed in
+its last bit between a run and its resumed twin would move their advantages, and so their weights,
+apart (`resume --exact` compares them bit for bit).
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ import numpy as np
 
 from cosmos_rl.pusht.closed_loop import chunk_rewards
 from cosmos_rl.pusht.sim import SUCCESS_COVERAGE, PushTSim, check_actions, check_state
+
+DECIMALS = 12  # far below any change a step makes, far above the coverage's call-to-call ulp (~1e-16)
 
 
 def chunk_coverage_change(first_state: Sequence[float], lead_in: np.ndarray, actions: np.ndarray) -> float:
@@ -36,4 +43,4 @@ def chunk_coverage_change(first_state: Sequence[float], lead_in: np.ndarray, act
         coverages.append(sim.coverage())
         if coverages[-1] > SUCCESS_COVERAGE:
             break
-    return float(chunk_rewards(coverages, [len(coverages) - 1])[0])
+    return round(float(chunk_rewards(coverages, [len(coverages) - 1])[0]), DECIMALS)
