@@ -175,7 +175,7 @@ class OnlineTrainer(RewardTables, OneStepOffScoring):
             mode = self.condition.action.mode
             if mode != "forward_dynamics" and not (mode == "policy" and self.trains_policy):
                 raise UserError(f"model.condition.kind = {self.condition.kind.name!r}: {self.rl.algorithm} trains forward_dynamics"
-                                f"{' or policy (nft)' if mode == 'policy' else ''} in this release")
+                                f"{' or policy' if self.trains_policy else ''} in this release (policy: nft)")
             try:
                 ActionLayout.of(self.condition.action, 1).check(self.transformer.config)
             except ValueError as exc:
