@@ -59,9 +59,11 @@ def local_trainer(config: schema.RunConfig, run_dir: Path, device: torch.device 
     builtin = builtin_rewards()
     terms = reward_terms(config.rl)
     rewards = {t.name: builtin[t.name].fn if "video" in builtin[t.name].modalities else _per_frame(builtin[t.name].fn, t) for t in terms}
+    takes_actions = {t.name for t in terms if builtin[t.name].takes_actions}  # a policy-mode reward: handed the executed rows
 
-    def score(rank: int, pixels: np.ndarray, prompts: Sequence[str]) -> dict[str, list[float]]:
-        return {name: [float(v) for v in fn(pixels, list(prompts))] for name, fn in rewards.items()}
+    def score(rank: int, pixels: np.ndarray, prompts: Sequence[str], actions: np.ndarray | None = None) -> dict[str, list[float]]:
+        return {name: [float(v) for v in (fn(pixels, list(prompts), actions=actions) if name in takes_actions else fn(pixels, list(prompts)))]
+                for name, fn in rewards.items()}
 
     device = device or torch.device("cpu")
     return trainer_cls(config, Path(run_dir), device, LocalCollectives(config.rl.group_size, device), score)

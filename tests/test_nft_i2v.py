@@ -80,7 +80,7 @@ def test_one_i2v_nft_step_holds_the_first_latent_frame_clean_and_trains_on_the_r
         assert torch.equal(x0[:, :, :1], condition), (x0[:, :, :1] - condition).abs().max()
     assert not torch.equal(x0_a[:, :, 1:], x0_b[:, :, 1:])  # the rest from each rank's own noise
     # training forwards: x_t keeps the rollout's clean frame 0, the other frames are noised
-    for (x_t, t, _, target, _), x0 in zip(losses, (x0_a, x0_b)):
+    for (x_t, t, _, target, _, _), x0 in zip(losses, (x0_a, x0_b)):
         assert torch.equal(x_t[:, :, :1], x0[:, :, :1])
         assert not torch.allclose(x_t[:, :, 1:], x0[:, :, 1:]) and target.shape[2] == LATENT_FRAMES
     # the loss sees frames 1.. only: latent frame 0 has zero weight

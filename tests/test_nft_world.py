@@ -179,12 +179,12 @@ def test_a_row_that_is_no_key_stops_the_run_naming_file_and_line(tmp_path):
         FirstFrames(condition, str(prompts), MediaSpec(frames=FRAMES, height=SIZE, width=SIZE, fps=10.0))
 
 
-def test_preflight_allows_nft_in_forward_dynamics_only(folder, tmp_path):
+def test_preflight_allows_nft_in_forward_dynamics_with_its_rules(folder, tmp_path):
     base = _overrides(folder, tmp_path)
     assert _errors(load.load(MANIFEST, base)) == {}
+    # policy mode trains too (tests/test_nft_policy.py), with a reward that executes its actions
     policy = _errors(load.load(MANIFEST, [*base, 'model.condition.kind="policy"']))
-    assert "forward_dynamics in this release, not policy" in policy["model.condition.kind"]
-    assert "not that world's forward dynamics" in policy["rl.reward.name"]
+    assert list(policy) == ["rl.reward.name"] and "not that world's forward dynamics" in policy["rl.reward.name"]
     no_key = _errors(load.load(MANIFEST, [*base, 'model.condition.source="shapes_video"']))
     assert "keys none" in no_key["model.condition.source"] and "pusht" in no_key["model.condition.source"]
     image = _errors(load.load(MANIFEST, [*base, 'model.condition.source="image"']))["model.condition.source"]

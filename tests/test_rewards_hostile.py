@@ -283,7 +283,8 @@ def test_bad_port_and_exposed_host_are_clean_errors():
 
 def test_info_lists_each_rewards_revision(shared):
     info = requests.get(shared.url + "/info", timeout=10).json()
-    assert set(info) == {"name", "revision", "rewards", "revisions", "modalities", "uses_prompt"}
+    assert set(info) == {"name", "revision", "rewards", "revisions", "modalities", "uses_prompt", "protocol", "action_rewards"}
+    assert info["protocol"] == 2 and info["action_rewards"] == ["pusht_chunk_coverage"]  # protocol 2: rewards that take action rows
     assert info["revision"] == REVISION and info["revisions"]["brightness"] == "brightness:builtin-1"
     assert json.dumps(info)  # plain JSON
 

@@ -143,7 +143,9 @@ def test_the_builtin_clip_rewards_name_their_scorer_by_one_import_string():
     clip_rewards = {name for name, reward in registry.items() if reward.modalities == ("video",)}
     world = {"pusht_forward_strict", "pusht_forward_partial"}  # the pusht episode suite's, scoring window keys' clips
     dataset = {"prediction_psnr": "score_psnr", "prediction_ssim": "score_ssim"}  # the lerobot suite's, against recorded windows
-    assert clip_rewards == set(suites.builtin_reward_names(clips=True)) == set(VIDEO_SUITE.reward_names()) | world | set(dataset)  # all served
+    policy = {"pusht_chunk_coverage"}  # the pusht suite's policy-mode reward: each clip's generated action rows executed
+    assert clip_rewards == set(suites.builtin_reward_names(clips=True)) == set(VIDEO_SUITE.reward_names()) | world | policy | set(dataset)  # all served
+    assert registry["pusht_chunk_coverage"].fn.target == "cosmos_rl.suites.pusht:score_chunk" and registry["pusht_chunk_coverage"].takes_actions
     for name in world:
         assert registry[name].fn.target == "cosmos_rl.suites.pusht:score_forward" and registry[name].fn._function is None
     for name, scorer in dataset.items():

@@ -80,12 +80,13 @@ def test_the_built_in_suites_register_the_rewards_served_before_under_their_name
 
     assert suites.names()[:2] == ["shapes", "shapes_video"]
     assert suites.builtin_reward_names(clips=False) == list(OLD_IMAGE_REWARDS)
-    # the episode suites' forward-dynamics rewards (window keys as prompts) come after them: pusht's, then lerobot's
-    world, dataset = ["pusht_forward_strict", "pusht_forward_partial"], ["prediction_psnr", "prediction_ssim"]
+    # the episode suites' rewards of window keys come after them: pusht's (forward dynamics, then policy's chunk reward), then lerobot's
+    world, dataset = ["pusht_forward_strict", "pusht_forward_partial", "pusht_chunk_coverage"], ["prediction_psnr", "prediction_ssim"]
     assert suites.builtin_reward_names(clips=True) == [*OLD_CLIP_REWARDS, *world, *dataset]
     served = builtin_rewards()
     assert set(served) == {*REWARDS, *OLD_IMAGE_REWARDS, *OLD_CLIP_REWARDS, *world, *dataset}
     assert all(served[name].modalities == ("video",) and suites.reward_owner(name).name == "pusht" for name in world)
+    assert [name for name in served if served[name].takes_actions] == ["pusht_chunk_coverage"]  # handed each clip's action rows
     assert all(served[name].modalities == ("video",) and suites.reward_owner(name).name == "lerobot" for name in dataset)
     for name in OLD_IMAGE_REWARDS:
         r = served[name]

@@ -119,6 +119,12 @@ class ActionConfig:
         "pipeline feeds them.",
     )
     scale: list[float] = knob(attrs.Factory(list), "Per raw action column, the divisor after `offset` (Push-T: [256, 256]); no zero entry.")
+    execute: int = knob(
+        0,
+        "Policy-mode online runs (NFT, `model.condition.kind = \"policy\"`): how many leading rows of each generated action "
+        "chunk the simulator executes for the reward (`pusht_chunk_coverage`: the coverage change they cause), as a receding "
+        "horizon executes them; 0 = the whole chunk (`model.num_frames - 1` rows). At most the chunk.",
+    )
 
 
 @frozen
@@ -310,6 +316,7 @@ LATER_KNOB_DEFAULTS: dict[str, object] = {
     "model.action.view_point": "ego_view",
     "model.action.offset": [],
     "model.action.scale": [],
+    "model.action.execute": 0,  # policy mode's executed rows: the whole chunk (before policy-mode runs: no rows executed)
     "rl.data.lerobot": "",
     "rl.data.camera": "",
     # NFT's linear optimality map before `per_side` (DiffusionNFT's A = 0 -> 0.5 for any clamp).

@@ -8,6 +8,13 @@ Protocol (JSON over HTTP; with a token every endpoint needs `Authorization: Bear
     POST /score    {"reward": str, "prompts": [str, ...], "images": [base64 PNG (RGB), ...]}
              or    {"reward": str, "prompts": [str, ...], "clips": [[base64 PNG frame, ...], ...]}
                 -> {"scores": [float, ...], "revision": str | null, "reward_revision": str}
+Protocol 2 (/info `"protocol": 2`; a service without the key speaks 1, which has no action rows): a
+reward that scores each sample's action rows (a world model's generated actions: `Reward.takes_actions`)
+is listed in /info `"action_rewards": [reward, ...]` (the key is there only when some reward is) and its
+/score request carries `"actions": [[[float, ...], ...], ...]`, one list of rows per prompt, every
+sample the same row count, every row the same width (at most `limits.MAX_ACTION_WIDTH`) of finite
+numbers, in the embodiment's own units (Push-T: world units); a request to it without `actions`, or
+`actions` sent to any other reward, is a 400. Requests to other rewards are protocol 1's, unchanged.
 A reward with named dimensions (`rewards.dimensions`) is listed in /info `"dimensions": {reward: [name, ...]}`
 (the key is there only when some reward has dimensions) and its /score answer adds
 `"dimensions": {name: [float, ...]}`, one value per prompt each; other answers are unchanged.
@@ -49,6 +56,7 @@ from cosmos_rl.rewards.registry import Reward
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "cosmos-rl-builtin"
+PROTOCOL = 2  # 2: action rows (`actions`) for the rewards /info lists in `action_rewards`; 1 had neither
 
 class ServiceState:
     """Counters shared between the app and whoever hosts it (thread-safe)."""
@@ -129,7 +137,11 @@ class RewardApp:
             "revisions": {name: self.registry[name].revision for name in names},
             "modalities": {name: list(self.registry[name].modalities) for name in names},
             "uses_prompt": {name: self.registry[name].uses_prompt for name in names},
+            "protocol": PROTOCOL,
         }
+        takes = [name for name in names if self.registry[name].takes_actions]
+        if takes:  # absent when no reward takes action rows
+            answer["action_rewards"] = takes
         dimensions = {name: list(self.registry[name].dimensions) for name in names if self.registry[name].dimensions}
         if dimensions:  # absent when no reward has any, so such a service's /info is what it was
             answer["dimensions"] = dimensions
@@ -222,7 +234,7 @@ class RewardApp:
             if batcher is None:
                 batcher = self._batchers[reward] = Batcher(self.registry[reward], self.batch_wait_s)
             try:
-                scores = await asyncio.wait_for(batcher.score(pixels, prompts), self.limits.score_timeout_s)
+                scores = await asyncio.wait_for(batcher.score(pixels, prompts, fields.actions), self.limits.score_timeout_s)
             except asyncio.TimeoutError:
                 raise BadRequest(f"scoring took over {self.limits.score_timeout_s:g} s; retry", 503) from None
             except RewardError as exc:
@@ -246,5 +258,6 @@ class RewardApp:
         except ValueError as exc:  # e.g. an integer over Python's 4300-digit conversion limit
             raise BadRequest(f"body holds a value this service does not read: {library_said(exc)}") from None
         modalities = {name: reward.modalities for name, reward in self.registry.items()}
-        fields = parse_fields(request, modalities, self.limits)
+        takes = [name for name, reward in self.registry.items() if reward.takes_actions]
+        fields = parse_fields(request, modalities, self.limits, takes)
         return fields, open_images(fields.encoded, self.limits, fields.label, "images" if fields.frames is None else "frames")

@@ -26,6 +26,7 @@ class _Item:
     images: np.ndarray
     prompts: list[str]
     future: asyncio.Future
+    actions: np.ndarray | None = None  # [N, rows, width]: an action reward's rows (Reward.takes_actions)
 
 
 class RewardError(Exception):
@@ -63,7 +64,7 @@ def _part(result, start: int, stop: int):
 
 def _score_one(reward: Reward, item: _Item) -> list[float] | dimensions.Scored | RewardError:
     try:
-        return _checked(reward.fn(item.images, item.prompts), len(item.prompts), reward)
+        return _checked(_call(reward, item.images, item.prompts, item.actions), len(item.prompts), reward)
     except RewardError as exc:
         return exc
     except ValueError as exc:  # the reward's own input checks (shapes, prompts it cannot score)
@@ -72,13 +73,19 @@ def _score_one(reward: Reward, item: _Item) -> list[float] | dimensions.Scored |
         return RewardError(f"reward {reward.name} failed: {exc!r}", bad_input=False)
 
 
+def _call(reward: Reward, images: np.ndarray, prompts: list[str], actions: np.ndarray | None):
+    """The reward's fn on a batch; an action reward's with the batch's rows."""
+    return reward.fn(images, prompts, actions=actions) if reward.takes_actions else reward.fn(images, prompts)
+
+
 def _score_group(reward: Reward, items: list[_Item]) -> list[list[float] | RewardError]:
     if len(items) == 1:
         return [_score_one(reward, items[0])]
     images = np.concatenate([item.images for item in items])
     prompts = [p for item in items for p in item.prompts]
+    actions = np.concatenate([item.actions for item in items]) if reward.takes_actions else None
     try:
-        scores = _checked(reward.fn(images, prompts), len(prompts), reward)
+        scores = _checked(_call(reward, images, prompts, actions), len(prompts), reward)
     except Exception:  # find the request at fault by scoring each alone
         return [_score_one(reward, item) for item in items]
     out, start = [], 0
@@ -99,9 +106,9 @@ class Batcher:
         self._task: asyncio.Task | None = None
         self.batches = 0  # calls made, for tests and the bench
 
-    async def score(self, images: np.ndarray, prompts: list[str]) -> list[float] | dimensions.Scored:
+    async def score(self, images: np.ndarray, prompts: list[str], actions: np.ndarray | None = None) -> list[float] | dimensions.Scored:
         loop = asyncio.get_running_loop()
-        item = _Item(images, prompts, loop.create_future())
+        item = _Item(images, prompts, loop.create_future(), actions)
         self._queue.append(item)
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._run())
@@ -128,7 +135,8 @@ class Batcher:
             batch = self._take()
             groups: dict[tuple, list[_Item]] = {}
             for item in batch:
-                groups.setdefault(item.images.shape[1:], []).append(item)
+                rows = None if item.actions is None else item.actions.shape[1:]  # an action reward's batches share a row shape too
+                groups.setdefault((item.images.shape[1:], rows), []).append(item)
             for items in groups.values():
                 self.batches += 1
                 try:

@@ -115,6 +115,7 @@ class RewardClient:
         self._listed = False  # whether /info listed modalities at all
         self._uses_prompt = True
         self._dimensions: tuple[str, ...] = ()  # the reward's named dimensions, from /info
+        self._takes_actions = False  # /info (protocol 2) lists the reward in action_rewards: requests carry each sample's rows
 
     # -- public API ----------------------------------------------------------------------
     def info(self) -> dict:
@@ -199,6 +200,8 @@ class RewardClient:
             raise UserError(f"the reward service at {self.url} lists dimensions {_one_line(repr(named))} for {self.reward!r}; "
                             "a reward's dimensions are a list of distinct names: fix the service")
         self._dimensions = tuple(named)
+        takes = info.get("action_rewards")
+        self._takes_actions = isinstance(takes, list) and self.reward in takes
         self._modalities = tuple(own)
 
     def dimensions(self) -> tuple[str, ...]:
@@ -227,13 +230,16 @@ class RewardClient:
         return self.score_dimensions(images_or_clips, prompts, per_frame_prompts)[0]
 
     def score_dimensions(
-        self, images_or_clips: np.ndarray, prompts: Sequence[str], per_frame_prompts: frames.PerFramePrompts = None
+        self, images_or_clips: np.ndarray, prompts: Sequence[str], per_frame_prompts: frames.PerFramePrompts = None,
+        actions: np.ndarray | None = None,
     ) -> tuple[list[float], dict[str, list[float]]]:
         """(scores, {dimension: values}) for uint8 images [N, H, W, 3] or clips [N, F, H, W, 3], one per
         sample, in order; the dimensions are those the reward's answers carry ({} for most rewards). With
-        `dimension_weights` the scores are the weighted sum of those dimensions.
+        `dimension_weights` the scores are the weighted sum of those dimensions. `actions` [N, rows, width]:
+        each clip's action rows, sent (protocol 2) when /info lists the reward in `action_rewards` and
+        required then; a reward that takes none is sent none (a run's other rewards score its clips alone).
         """
-        scores, dims = self._score_dimensions(images_or_clips, prompts, per_frame_prompts)
+        scores, dims = self._score_dimensions(images_or_clips, prompts, per_frame_prompts, actions)
         if not self.dimension_weights:
             return scores, dims
         missing = sorted(set(self.dimension_weights) - set(dims))
@@ -244,7 +250,8 @@ class RewardClient:
         return [float(v) for v in weighted], dims
 
     def _score_dimensions(
-        self, images_or_clips: np.ndarray, prompts: Sequence[str], per_frame_prompts: frames.PerFramePrompts = None
+        self, images_or_clips: np.ndarray, prompts: Sequence[str], per_frame_prompts: frames.PerFramePrompts = None,
+        actions: np.ndarray | None = None,
     ) -> tuple[list[float], dict[str, list[float]]]:
         """`score_dimensions` before the dimension weights.
 
@@ -254,17 +261,18 @@ class RewardClient:
         refuses a clip whose per-frame prompt is None (UserError naming the reward and caption).
         """
         if isinstance(images_or_clips, np.ndarray) and images_or_clips.ndim == 5:
-            return self._score_clips(images_or_clips, prompts, per_frame_prompts)
+            return self._score_clips(images_or_clips, prompts, per_frame_prompts, actions)
         if per_frame_prompts is not None:
             raise ValueError("per_frame_prompts is for clips [N, F, H, W, 3]; these are images")
         check_images(images_or_clips, prompts)
         return self._post("images", [encode_png(image) for image in images_or_clips], list(prompts))
 
-    def _joined(self, field: str, items: list, prompts: list[str], sizes: list) -> tuple[list[float], dict[str, list[float]]]:
+    def _joined(self, field: str, items: list, prompts: list[str], sizes: list,
+                actions: np.ndarray | None = None) -> tuple[list[float], dict[str, list[float]]]:  # fmt: skip
         """One /score request per chunk within the wire limits, the answers joined in order."""
         scores, dims = [], {}
         for a, b in chunks_within(sizes, WIRE_LIMITS):
-            part, part_dims = self._post(field, items[a:b], prompts[a:b])
+            part, part_dims = self._post(field, items[a:b], prompts[a:b], None if actions is None else actions[a:b])
             if a and sorted(part_dims) != sorted(dims):
                 raise RewardServiceError(f"reward service at {self.url} answered dimensions {sorted(part_dims)} after {sorted(dims)} "
                                          "for the same reward; it changed under the running job")  # fmt: skip
@@ -274,16 +282,20 @@ class RewardClient:
         return scores, dims
 
     def _score_clips(
-        self, clips: np.ndarray, prompts: Sequence[str], per_frame_prompts: frames.PerFramePrompts
+        self, clips: np.ndarray, prompts: Sequence[str], per_frame_prompts: frames.PerFramePrompts, actions: np.ndarray | None = None
     ) -> tuple[list[float], dict[str, list[float]]]:
         check_clips(clips, prompts)
         if self._modalities is None:
             self._learn(self.info())
         n, f, h, w = clips.shape[:4]
+        rows = self._action_rows(actions, n) if self._takes_actions else None
         if "video" in self._modalities:
             encoded = [[encode_png(frame) for frame in clip] for clip in clips]
             sizes = [(f, f * h * w, sum(map(len, clip)) + len(p)) for clip, p in zip(encoded, prompts)]
-            return self._joined("clips", encoded, list(prompts), sizes)
+            return self._joined("clips", encoded, list(prompts), sizes, rows)
+        if rows is not None:
+            raise UserError(f"{self.key}: {self.reward!r} at {self.url} scores action rows and takes no clips (its modalities are "
+                            f"{list(self._modalities)}); fix the service: an action reward scores whole clips")
         picked = frames.scored_frames(f, self.frame_reduce, self.frame_stride)
         texts = frames.frame_prompts(prompts, per_frame_prompts)
         if self._uses_prompt:
@@ -306,9 +318,21 @@ class RewardClient:
         # an image reward's dimensions reduce over a clip's frames as its score does
         return per_clip(scores), {name: per_clip(values) for name, values in dims.items()}
 
-    def _post(self, field: str, items: list, prompts: list[str]) -> tuple[list[float], dict[str, list[float]]]:
-        """One /score request of `images` or `clips`, its answer checked against the pins."""
+    def _action_rows(self, actions: np.ndarray | None, count: int) -> np.ndarray:
+        """The rows an action reward's request carries, checked: finite float [count, rows >= 1, width >= 1]."""
+        if actions is None:
+            raise UserError(f"{self.key}.name is {self.reward!r}, which scores each clip's generated action rows, and this run "
+                            "generates none; use it in a policy-mode run (model.condition.kind = \"policy\")")
+        rows = np.asarray(actions, dtype=np.float64)
+        if rows.ndim != 3 or rows.shape[0] != count or 0 in rows.shape or not np.isfinite(rows).all():
+            raise ValueError(f"action rows must be finite [N={count}, rows, width], got {list(rows.shape)}")
+        return rows
+
+    def _post(self, field: str, items: list, prompts: list[str], actions: np.ndarray | None = None) -> tuple[list[float], dict[str, list[float]]]:
+        """One /score request of `images` or `clips` (with an action reward's `actions`), its answer checked against the pins."""
         payload = {"reward": self.reward, "prompts": prompts, field: items}
+        if actions is not None:
+            payload["actions"] = actions.tolist()
         n = len(prompts)
         answer = self._call("POST", "/score", payload, lambda a: _check_scores(a, n))
         if answer.get("revision") != self.expected_revision:

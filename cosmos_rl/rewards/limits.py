@@ -27,6 +27,7 @@ MAX_IMAGES = 256
 MAX_CLIP_FRAMES = 256  # frames of one clip (a 720p Cosmos3 clip has 93, 480p 17)
 MAX_REQUEST_FRAMES = 1024  # frames of every clip of one request together
 MAX_REQUEST_PIXELS = 64 * 1024 * 1024
+MAX_ACTION_WIDTH = 64  # numbers per action row (the widest Cosmos3 embodiment, hand_pose, has 57)
 
 
 class BadRequest(Exception):
@@ -95,15 +96,54 @@ class Fields:
     prompts: list[str]
     encoded: list[str]
     frames: int | None = None  # frames per clip for a clips request; None for images
+    actions: np.ndarray | None = None  # float64 [N, rows, width]: each sample's action rows (an action reward's); None without
 
     def label(self, i: int) -> str:
         """The request's own name of encoded PNG i, for messages: images[3] or clips[1][4]."""
         return f"images[{i}]" if self.frames is None else f"clips[{i // self.frames}][{i % self.frames}]"
 
 
-def parse_fields(request: object, modalities: Mapping[str, Sequence[str]], limits: Limits) -> Fields:
+def parse_fields(request: object, modalities: Mapping[str, Sequence[str]], limits: Limits,
+                 action_rewards: Sequence[str] = ()) -> Fields:  # fmt: skip
     """The fields of a decoded JSON body, or BadRequest naming the field; `modalities` are what each
-    reward the service offers takes (`image`: images, `video`: clips)."""
+    reward the service offers takes (`image`: images, `video`: clips), `action_rewards` the rewards
+    that also take each sample's action rows (protocol 2's `actions`, which no other reward takes)."""
+    fields = _sample_fields(request, modalities, limits)
+    rows = _action_rows(request, fields.reward, len(fields.prompts), fields.reward in action_rewards, limits)
+    return fields if rows is None else attrs.evolve(fields, actions=rows)
+
+
+def _action_rows(request: dict, reward: str, count: int, takes: bool, limits: Limits) -> np.ndarray | None:
+    """`actions`: one list of rows per prompt, every sample the same row count and every row the same
+    width of finite numbers -> float64 [N, rows, width]; required exactly when the reward takes them."""
+    if "actions" not in request:
+        if takes:
+            raise BadRequest(f"reward {reward!r} scores each sample's action rows: send actions, one list of rows (lists of numbers) per prompt")
+        return None
+    if not takes:
+        raise BadRequest(f"reward {reward!r} takes no action rows; remove actions from the request")
+    rows = request["actions"]
+    if not isinstance(rows, list) or len(rows) != count:
+        got = f"{len(rows)} entries" if isinstance(rows, list) else _field_type(rows)
+        raise BadRequest(f"actions must be a list of one list of action rows per prompt ({count}), got {got}")
+    for i, sample in enumerate(rows):
+        if not isinstance(sample, list) or not sample:
+            raise BadRequest(f"actions[{i}] must be a non-empty list of action rows, got {_field_type(sample) if not isinstance(sample, list) else 'an empty list'}")
+        if len(sample) > limits.max_clip_frames:
+            raise BadRequest(f"actions[{i}] has {len(sample)} rows, over the limit of {limits.max_clip_frames}", 413)
+        if len(sample) != len(rows[0]):
+            raise BadRequest(f"actions[{i}] has {len(sample)} rows but actions[0] has {len(rows[0])}; the samples of one request share a row count")
+        for j, row in enumerate(sample):
+            width = len(row) if isinstance(row, list) else -1
+            if not 1 <= width <= MAX_ACTION_WIDTH or width != (len(rows[0][0]) if isinstance(rows[0][0], list) else -1):
+                raise BadRequest(f"actions[{i}][{j}] must be a list of 1 to {MAX_ACTION_WIDTH} numbers, as wide as actions[0][0]")
+            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in row):
+                raise BadRequest(f"actions[{i}][{j}] must hold finite numbers, got {shown(row)}")
+    return np.asarray(rows, dtype=np.float64)
+
+
+def _sample_fields(request: object, modalities: Mapping[str, Sequence[str]], limits: Limits) -> Fields:
+    """Every field but `actions` (`parse_fields`)."""
     rewards = list(modalities)
     if not isinstance(request, dict):
         raise BadRequest(f"body must be a JSON object with reward, prompts and images (or clips), got {_field_type(request)}")

@@ -228,13 +228,17 @@ class MultiRewardClient:
         return sorted(names)
 
     def score_dimensions(
-        self, images_or_clips: np.ndarray, prompts: Sequence[str], per_frame_prompts: PerFramePrompts = None
+        self, images_or_clips: np.ndarray, prompts: Sequence[str], per_frame_prompts: PerFramePrompts = None,
+        actions: np.ndarray | None = None,
     ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-        """`score`'s {reward name: scores}, and {`reward.dimension`: values} of the rewards with dimensions."""
+        """`score`'s {reward name: scores}, and {`reward.dimension`: values} of the rewards with dimensions.
+        `actions` [N, rows, width]: each clip's action rows, which the rewards that take them are sent."""
         clips = isinstance(images_or_clips, np.ndarray) and images_or_clips.ndim == 5
 
         def call(client):
             rule = per_frame_prompts if per_frame_prompts is not None or not clips else self._frame_rules.get(client.reward)
+            if actions is not None and isinstance(client, RewardClient):
+                return client.score_dimensions(images_or_clips, prompts, rule, actions)
             if hasattr(client, "score_dimensions"):
                 return client.score_dimensions(images_or_clips, prompts, rule)
             return client.score(images_or_clips, prompts, rule), {}

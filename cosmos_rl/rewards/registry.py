@@ -44,6 +44,9 @@ class Reward:
     uses_prompt: bool = True  # False: the prompt plays no part in the score; /info lists it
     # Named dimensions fn scores besides its score (fn then returns a `dimensions.Scored`); /info lists them.
     dimensions: tuple[str, ...] = ()
+    # fn also takes each sample's action rows, `fn(samples, prompts, actions=[N, n, width])` (a policy-mode
+    # reward); a request must carry them (`rewards.app`, protocol 2). /info lists such rewards.
+    takes_actions: bool = False
 
     def __attrs_post_init__(self):
         if not self.modalities or set(self.modalities) - set(MODALITIES):
@@ -74,9 +77,10 @@ class ImportedScorer:
                     raise RuntimeError(f"the scorer {self.target} cannot be loaded ({exc})") from None
             return self._function
 
-    def __call__(self, samples: np.ndarray, prompts: Sequence[str]) -> list[float]:
+    def __call__(self, samples: np.ndarray, prompts: Sequence[str], actions: np.ndarray | None = None) -> list[float]:
         self.check(samples, prompts)
-        return [float(s) for s in self.resolve()(samples, list(prompts), mode=self.mode)]
+        rows = {} if actions is None else {"actions": actions}  # only an action reward is handed rows (Reward.takes_actions)
+        return [float(s) for s in self.resolve()(samples, list(prompts), mode=self.mode, **rows)]
 
 
 def suite_reward(suite: Suite, reward: SuiteReward) -> Reward:
@@ -84,7 +88,7 @@ def suite_reward(suite: Suite, reward: SuiteReward) -> Reward:
     clips = suite.judges_clips
     fn = ImportedScorer(reward.scorer, reward.part, check_clips if clips else check_images)
     return Reward(reward.name, fn, f"{reward.name}:{BUILTIN_VERSION}", max_batch=32 if clips else 256,
-                  modalities=("video",) if clips else ("image",))  # fmt: skip
+                  modalities=("video",) if clips else ("image",), takes_actions=reward.actions)  # fmt: skip
 
 
 def builtin_rewards(outside_suites: Sequence[str] = ()) -> dict[str, Reward]:

@@ -86,6 +86,9 @@ class SuiteReward:
     scorer: Code  # "module:function", imported on the first call, or the function itself
     part: Literal["strict", "partial"] = "strict"  # which of the verifier's scores it is (pairs mine ranks by it)
     given_frame: bool = False  # also judges frame 0 against the suite's given first frame (image-to-video)
+    # Scores each sample's generated action rows (world units, `scorer(..., actions=[N, n, width])`):
+    # a policy-mode reward, served with the rows (`rewards.app`, the request's `actions`).
+    actions: bool = False
 
 
 @attrs.frozen(kw_only=True)

@@ -28,7 +28,9 @@ predictions judged by the simulator (`suites.base`, "An episode suite").
   `training_keys`), `python -m cosmos_rl.pusht windows` writes keys as a prompt file. The key is each rollout's prompt string, so the rewards
   `pusht_forward_strict` and `pusht_forward_partial` (`score_forward`) judge a clip against its
   key's true states with the forward-dynamics verifier (frame 0 given), in the reward service
-  as anywhere else.
+  as anywhere else. In policy mode the reward `pusht_chunk_coverage` (`score_chunk`) scores the
+  generated action rows instead: the coverage change they cause executed in the simulator from the
+  key's true state (`pusht.chunk_reward`); the rows travel with the clip (the service's `actions`).
 
 Reading the `Suite` value imports no world (its code is import strings); the functions here import
 the world on their first call.
@@ -79,6 +81,31 @@ def score_forward(clips, prompts, mode: str = "strict") -> list[float]:
     for clip, key in zip(clips, prompts):
         verdict = verify_dynamics(clip, window_of(key, media).states, given=1)
         scores.append(float(verdict.strict if mode == "strict" else verdict.partial))
+    return scores
+
+
+def score_chunk(clips, prompts, mode: str = "partial", actions=None) -> list[float]:
+    """Each sample's generated action chunk judged by the simulator (`pusht.chunk_reward`): the
+    coverage change its `actions` ([N, n, 2] world units, the leading `n` rows a policy-mode run
+    executes, 1 <= n <= chunk) cause from the true state of the window its prompt (a key) names.
+    The clips (uint8 [N, F, H, W, 3]) give the window's size and length; their pixels play no part."""
+    import numpy as np
+
+    from cosmos_rl.pusht.chunk_reward import chunk_coverage_change
+    from cosmos_rl.pusht.sim import FPS
+
+    if actions is None:
+        raise ValueError("pusht_chunk_coverage scores each sample's generated action rows: send them with the clips (the request's actions)")
+    clips, rows = np.asarray(clips), np.asarray(actions, dtype=np.float64)
+    chunk = int(clips.shape[1]) - 1
+    if rows.ndim != 3 or rows.shape[0] != len(prompts) or not 1 <= rows.shape[1] <= chunk or rows.shape[2] != 2:
+        raise ValueError(f"pusht_chunk_coverage takes [N, n, 2] action rows, 1 <= n <= {chunk} (the clips' chunk), one per prompt; "
+                         f"got {list(rows.shape)} for {len(prompts)} prompts")
+    media = MediaSpec(frames=int(clips.shape[1]), height=int(clips.shape[2]), width=int(clips.shape[3]), fps=FPS)
+    scores = []
+    for key, executed in zip(prompts, rows):
+        window = window_of(key, media)
+        scores.append(chunk_coverage_change(window.episode.states[0], window.lead_in, executed))
     return scores
 
 
@@ -159,6 +186,7 @@ PUSHT = Suite(
     rewards=(
         SuiteReward(name="pusht_forward_strict", scorer="cosmos_rl.suites.pusht:score_forward", part="strict"),
         SuiteReward(name="pusht_forward_partial", scorer="cosmos_rl.suites.pusht:score_forward", part="partial"),
+        SuiteReward(name="pusht_chunk_coverage", scorer="cosmos_rl.suites.pusht:score_chunk", part="partial", actions=True),
     ),
     tasks_of="cosmos_rl.suites.pusht:TASKS", held_out_title=f"Push-T held-out episodes (split seed {SPLIT_SEED})",
     held_out_windows="cosmos_rl.suites.pusht:held_out_windows", judge_window="cosmos_rl.suites.pusht:judge",

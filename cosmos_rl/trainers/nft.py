@@ -14,6 +14,15 @@ Forward dynamics (the world model, `trainers/online.py`): besides frame 0 every 
 carries the rows' true action rows, clean (no timestep, velocity 0, as the rollout held them) in
 the same packed forward (`actions=`, `action_layout=`); the action velocity is in no loss, so the
 loss is the generated latent frames' alone, as for I2V.
+
+Policy mode (`trains_policy`): the rollouts generated their action rows (`ActionRollout.actions`,
+a0), and they are trained as the frames are: noised at the same timestep t as their sample, with
+noise drawn after the frames' (so the frames' draws are forward dynamics'), carried noisy through
+the same packed forward, and the action velocity trained toward eps - a0 by the same NFT loss (its
+own per-sample errors over the embodiment's raw columns; the padding columns are in no loss), added
+to the frames' loss as SFT adds its action loss (`algorithms.sft.action_flow_loss`). `policy_loss`
+and `kl_loss` are then the sums of the two; `actions_policy_loss` (and `actions_kl_loss`) the
+actions' part. Frame 0 stays clean and out of every loss.
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ class NFTTrainer(OnlineTrainer):
     """One process's share of an NFT run (the online state and step: OnlineTrainer)."""
 
     progress_fields = ("train/reward_mean", "train/policy_loss")
+    trains_policy = True
 
     def __init__(self, config, run_dir, device, comm, score):
         if not isinstance(config.rl, schema.NFTConfig):
@@ -60,7 +70,10 @@ class NFTTrainer(OnlineTrainer):
         r_all = nft_math.optimality(advantages, rl.r_map, rl.advantage_low, rl.advantage_high, rl.r_tau, rl.linear_map)
 
         # -- train on this process's samples with the forward process
-        samples = [(rank, x0, sigmas, r_all[:, rank].to(torch.float32)) for rank, (x0, sigmas, _) in zip(ranks, rollouts)]
+        samples = []
+        for rank, rollout in zip(ranks, rollouts):  # a policy-mode rollout also carries its generated rows
+            x0, sigmas, _ = rollout
+            samples.append((rank, x0, sigmas, r_all[:, rank].to(torch.float32), getattr(rollout, "actions", None)))
         clean = 0 if condition is None else int(condition.shape[2])  # leading latent frames held clean
         train_metrics = self._train(step, samples, cond, clean, actions)
         if rl.old.build_old and step % rl.old.update_every == 0:
@@ -74,10 +87,11 @@ class NFTTrainer(OnlineTrainer):
         return train_metrics, extra
 
     def _training_inputs(self, step: int, rank: int, x0: torch.Tensor, sigmas: torch.Tensor, cond: list[torch.Tensor], r: torch.Tensor,
-                         clean: int = 0):
+                         clean: int = 0, a0: torch.Tensor | None = None):
         """Rank `rank`'s training batch: its samples noised at the training timesteps (drawn from
         a generator of (job.seed, rank, step)), the velocity target and each row's optimality.
-        The first `clean` latent frames (I2V's condition) are left at x0, unnoised."""
+        The first `clean` latent frames (I2V's condition) are left at x0, unnoised. With a policy
+        rollout's generated rows `a0` the last item is (noisy rows, their velocity target), else None."""
         from cosmos_rl.core.flow import noisy_latents, uniform_timesteps, velocity_target
 
         rl = self.rl
@@ -97,12 +111,19 @@ class NFTTrainer(OnlineTrainer):
         x_t = noisy_latents(x0_rep, eps, t)
         if clean:
             x_t[:, :, :clean] = x0_rep[:, :, :clean]
-        return x_t, t, ids, velocity_target(x0_rep, eps), r_rep
+        rows = None
+        if a0 is not None:  # drawn after the frames' noise: the frames' draws stay forward dynamics'
+            a0_rep = a0.repeat_interleave(per_sample, dim=0)
+            eps_a = torch.randn(a0_rep.shape, generator=gen, device=self.device, dtype=a0_rep.dtype)
+            rows = (noisy_latents(a0_rep, eps_a, t), velocity_target(a0_rep, eps_a))
+        return x_t, t, ids, velocity_target(x0_rep, eps), r_rep, rows
 
-    def _rank_loss(self, measure_kl: bool, clean: int, x_t, t, ids, target, r_rep, actions: torch.Tensor | None = None):
+    def _rank_loss(self, measure_kl: bool, clean: int, x_t, t, ids, target, r_rep, generated=None, actions: torch.Tensor | None = None):
         from functools import partial
 
         rl = self.rl
+        if generated is not None:  # policy mode: the generated rows, noisy at t, trained beside the frames
+            return self._policy_loss(measure_kl, clean, x_t, t, ids, target, r_rep, *generated)
         # Forward dynamics: each training row beside its true action rows (`sample_velocity`).
         rows = None if actions is None else actions.repeat_interleave(x_t.shape[0] // actions.shape[0], dim=0)
         velocity = partial(self.sample_velocity, clean=clean, actions=rows)
@@ -127,6 +148,39 @@ class NFTTrainer(OnlineTrainer):
             rl.beta, rl.policy_loss_scale, rl.kl_beta, x0_weighting_t=t if rl.x0_weighting else None,
         )
 
+    def _policy_loss(self, measure_kl: bool, clean: int, x_t, t, ids, target, r_rep, a_t, target_a):
+        """Policy mode's loss (module docstring): the NFT loss of the generated frames plus that of
+        the generated action rows over the embodiment's raw columns, from the same forwards."""
+        from functools import partial
+
+        rl, width = self.rl, self.condition.action.width
+        velocity = partial(self.sample_velocity, clean=clean, actions=a_t)
+        with torch.no_grad():
+            old = None
+            if rl.old.build_old:
+                self._activate(OLD)
+                old = velocity(self.transformer, x_t, t, ids)
+                self._activate(POLICY)
+            ref = None
+            if rl.kl_beta or measure_kl:
+                with self.model.reference() as network:
+                    ref = velocity(network, x_t, t, ids)
+        theta = velocity(self.transformer, x_t, t, ids)
+        if old is None:
+            old = tuple(v.detach() for v in theta)
+        loss_args = dict(beta=rl.beta, policy_loss_scale=rl.policy_loss_scale, kl_beta=rl.kl_beta, x0_weighting_t=t if rl.x0_weighting else None)
+        frames, frame_metrics = nft_math.nft_loss(theta[0][:, :, clean:], old[0][:, :, clean:], None if ref is None else ref[0][:, :, clean:],
+                                                  target[:, :, clean:], r_rep, **loss_args)  # fmt: skip
+        rows, row_metrics = nft_math.nft_loss(theta[1][..., :width], old[1][..., :width], None if ref is None else ref[1][..., :width],
+                                              target_a[..., :width], r_rep, **loss_args)  # fmt: skip
+        metrics = dict(frame_metrics)
+        for name in ("loss", "policy_loss", "kl_loss"):
+            if name in row_metrics:
+                metrics[name] = frame_metrics[name] + row_metrics[name]
+                if name != "loss":
+                    metrics[f"actions_{name}"] = row_metrics[name]
+        return frames + rows, metrics
+
     def _train(self, step: int, samples: list, cond: list[torch.Tensor], clean: int = 0,
                actions: torch.Tensor | None = None) -> list[dict[str, float]]:
         """One optimizer step on every played rank's samples; one metrics dict per played rank.
@@ -143,8 +197,8 @@ class NFTTrainer(OnlineTrainer):
         measure_kl = step % job.log_every == 0 or step == self.rl.max_steps
         losses, metrics = [], []
         with gathered_while_training(self.transformer):
-            for rank, x0, sigmas, r in samples:
-                loss, rank_metrics = self._rank_loss(measure_kl, clean, *self._training_inputs(step, rank, x0, sigmas, cond, r, clean),
+            for rank, x0, sigmas, r, a0 in samples:
+                loss, rank_metrics = self._rank_loss(measure_kl, clean, *self._training_inputs(step, rank, x0, sigmas, cond, r, clean, a0),
                                                      actions=actions)
                 losses.append(loss)
                 metrics.append(rank_metrics)

@@ -35,7 +35,10 @@ World model (`[model.condition]` an action mode, rows from an episode suite's wi
 its true action rows, held clean through the same packed forward (`actions=`, `action_layout=`)
 as `models.generate` samples forward dynamics; the caption is the pipeline's structured action
 caption of the window's task, the prompt string the rewards see is the key. Clean rows draw no
-noise, so the seed contract is the unconditioned one.
+noise, so the seed contract is the unconditioned one. In policy mode (NFT only, `trains_policy`)
+the rows are generated instead: each rollout starts them from seeded noise of their own
+(`online_policy.rollout_action_noise`), returns them with its clip (`online_batch.ActionRollout`),
+and the rewards get the executed part of them in the embodiment's units (`online_policy.executed_actions`).
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ from cosmos_rl.rewards.multi import reward_terms
 from cosmos_rl.trainers.first_frames import FirstFrames
 from cosmos_rl.trainers.online_collectives import Collectives, RankCollectives
 from cosmos_rl.checkpoint.policy import AdapterState, policy_component
-from cosmos_rl.trainers.online_batch import Rollout, _Batch
+from cosmos_rl.trainers.online_batch import ActionRollout, Rollout, _Batch
 from cosmos_rl.trainers.online_scoring import RewardTables, ScoreFn, _scored_by
 from cosmos_rl.trainers.async_scoring import OneStepOffScoring, _Pending, _PendingState
 from cosmos_rl.trainers.online_state import REWARD_FAILED, SEED_CONTRACT_KEY
@@ -93,6 +96,7 @@ class OnlineTrainer(RewardTables, OneStepOffScoring):
     """
 
     progress_fields: tuple[str, ...] = ("train/reward_mean",)
+    trains_policy = False  # whether `learn` trains generated action rows (policy mode: NFT's)
 
     def __init__(self, config: schema.RunConfig, run_dir: Path, device: torch.device, comm: Collectives, score: ScoreFn):
         self.config, self.rl = config, config.rl
@@ -168,8 +172,10 @@ class OnlineTrainer(RewardTables, OneStepOffScoring):
         if self.condition.has_actions:  # the folder's transformer must carry action heads that fit the embodiment
             from cosmos_rl.core.errors import UserError
 
-            if self.condition.action.mode != "forward_dynamics":
-                raise UserError(f"model.condition.kind = {self.condition.kind.name!r}: online runs train forward_dynamics in this release")
+            mode = self.condition.action.mode
+            if mode != "forward_dynamics" and not (mode == "policy" and self.trains_policy):
+                raise UserError(f"model.condition.kind = {self.condition.kind.name!r}: {self.rl.algorithm} trains forward_dynamics"
+                                f"{' or policy' if self.trains_policy else ''} in this release (policy: nft)")
             try:
                 ActionLayout.of(self.condition.action, 1).check(self.transformer.config)
             except ValueError as exc:
@@ -294,7 +300,7 @@ class OnlineTrainer(RewardTables, OneStepOffScoring):
         condition = None if self.first_frames is None else self.first_frames.latents(self.model.vae, rows, self.device)
         # World model: the rows' true action rows [rows, chunk, action_dim], clean in rollouts and training
         actions = None
-        if self.condition.has_actions:
+        if self.condition.has_actions and not self.condition.action.generates_actions:  # policy mode: the rows are generated
             actions = self.first_frames.action_rows(rows, int(self.transformer.config.action_dim), self.device)
         world = {} if actions is None else {"actions": actions}
         return _Batch(rows, texts, cursor_before, cond, uncond, condition, world)
@@ -354,6 +360,11 @@ class OnlineTrainer(RewardTables, OneStepOffScoring):
                 given = {} if condition is None else {"condition": condition}
                 if actions is not None:
                     given["actions"] = actions
+                elif self.condition.has_actions:  # policy mode: the action rows start from noise of their own
+                    from cosmos_rl.trainers.online_policy import rollout_action_noise
+
+                    given["actions"] = rollout_action_noise(rl, self.config.job.seed, self.noise_rank(rank), step, self.condition.action.chunk,
+                                                            int(self.transformer.config.action_dim), self.device)  # fmt: skip
                 rollouts.append(self.sample(step, rank, start, (cond, uncond), settings, **given))
         self._activate(POLICY)
         return rollouts
@@ -373,7 +384,8 @@ class OnlineTrainer(RewardTables, OneStepOffScoring):
         adapter, and returns (x0 latents, the sigmas the model was evaluated at, uint8 pixels).
         `condition` (I2V): the clean first latent frames `generate` holds (x0 keeps them).
         `actions` (forward dynamics): the rows' clean action rows [rows, chunk, action_dim], held as
-        `generate` holds given rows (every row clean, so no noise is drawn for them).
+        `generate` holds given rows (every row clean, so no noise is drawn for them); in policy mode
+        their initial noise, generated beside the frames and returned (`ActionRollout`).
         """
         from cosmos_rl.models.generate import generate
 
@@ -383,17 +395,21 @@ class OnlineTrainer(RewardTables, OneStepOffScoring):
             self.model.parts, self.media, prompt_ids, noise, settings, condition=condition,
             record=lambda index, sigma, latents, v: sigmas.append(sigma), **extra,
         )
+        if actions is not None and self.condition.action.generates_actions:
+            return ActionRollout(out[0], torch.stack(sigmas), out[1], out[2])
         return out[0], torch.stack(sigmas), out[1]
 
     def sample_velocity(self, transformer, x: torch.Tensor, sigma: torch.Tensor, ids: list[torch.Tensor], clean: int = 0,
-                        actions: torch.Tensor | None = None) -> torch.Tensor:
+                        actions: torch.Tensor | None = None):
         """The velocity [B, C, T, h, w] of this run's samples in one packed forward, as a rollout
         sampled them (NFT's training forwards, GRPO's rollout and training forwards): at the clips'
         time positions (the fps modulation and the VAE's temporal compression: training at others
         would train another model than the one sampled), the first `clean` latent frames a
         condition's (clean, no timestep, velocity 0) and, forward dynamics, each sample's true
         action rows `actions` [B, chunk, action_dim] beside it, clean (their velocity is dropped:
-        it trains nothing). An image run's forward is the plain packed forward (no keywords)."""
+        it trains nothing). In policy mode `actions` are the noisy rows at `sigma` and the return is
+        (v, the action velocity [B, chunk, action_dim]). An image run's forward is the plain packed
+        forward (no keywords)."""
         from cosmos_rl.core.media import frame_timing
         from cosmos_rl.models.packing import velocity
 
@@ -402,13 +418,17 @@ class OnlineTrainer(RewardTables, OneStepOffScoring):
             return velocity(transformer, x, sigma, ids, clean_frames=clean, **timing)
         if actions.shape[0] != x.shape[0]:
             raise ValueError(f"one action chunk per sample: {x.shape[0]} samples, {actions.shape[0]} chunks")
-        return velocity(transformer, x, sigma, ids, clean_frames=clean, **timing, **self.action_inputs(actions))[0]
+        out = velocity(transformer, x, sigma, ids, clean_frames=clean, **timing, **self.action_inputs(actions))
+        return out if self.condition.action.generates_actions else out[0]
 
     def action_inputs(self, actions: torch.Tensor) -> dict:
-        """`actions=` and `action_layout=` of a forward-dynamics batch of clean rows [B, chunk, action_dim]
-        (every row clean: the layout's clean_rows are the chunk)."""
+        """`actions=` and `action_layout=` of a batch of rows [B, chunk, action_dim]: forward dynamics'
+        clean rows (the layout's clean_rows are the chunk), or policy mode's noisy ones (none clean),
+        padding columns zeroed either way."""
 
         layout = ActionLayout.of(self.condition.action, int(actions.shape[0]))
+        if self.condition.action.generates_actions:
+            return {"actions": start_rows(actions, None, layout), "action_layout": layout}
         assert all(clean == layout.rows for clean in layout.clean_rows), "forward dynamics holds every action row clean"
         return {"actions": start_rows(torch.zeros_like(actions), actions, layout), "action_layout": layout}
 

@@ -12,6 +12,20 @@ import torch
 Rollout = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
+class ActionRollout(tuple):
+    """A policy-mode rollout (the world model generating its actions): the same 3-tuple as `Rollout`
+    (so every consumer unpacks it alike), plus `.actions`, the generated action rows the sampler
+    returned ([rows, chunk, action_dim], the model's normalised rows, padding columns zero), which
+    the chunk reward executes and NFT's action loss trains on."""
+
+    actions: torch.Tensor
+
+    def __new__(cls, x0: torch.Tensor, sigmas: torch.Tensor, pixels: torch.Tensor, actions: torch.Tensor) -> "ActionRollout":
+        rollout = super().__new__(cls, (x0, sigmas, pixels))
+        rollout.actions = actions
+        return rollout
+
+
 class _Batch(NamedTuple):
     """A step's prompt rows and what its rollout and learn take of them."""
 

@@ -15,9 +15,11 @@ import torch
 
 from cosmos_rl.core.errors import RewardUnavailable
 from cosmos_rl.trainers.online_batch import Rollout
+from cosmos_rl.trainers.online_policy import executed_actions
 
 # (rank, uint8 images [rows, H, W, 3], prompts) -> {reward name: one score per image}, plus
-# {`reward.dimension`: values} for each name in the function's `dimensions` attribute, when it has one
+# {`reward.dimension`: values} for each name in the function's `dimensions` attribute, when it has one.
+# A policy-mode run also passes `actions=` (float64 [rows, n, width]: each sample's executed rows).
 ScoreFn = Callable[[int, np.ndarray, Sequence[str]], dict[str, list[float]]]
 
 
@@ -36,14 +38,17 @@ class RewardTables:
         rank, rank -> why its call failed for good). Runs on the scoring thread with rl.async_reward."""
         own, failures = [], {}
         names = self._table_names()
-        for rank, (_, _, pixels) in zip(self.comm.ranks, rollouts):
+        for rank, rollout in zip(self.comm.ranks, rollouts):
+            pixels = rollout[2]
             if not self.comm.scores:
                 # Context parallelism: the group's first rank scores this sample (the gather keeps
                 # its row); finite placeholders, never read, so no failure is signalled.
                 own.append([[0.0] * len(texts) for _ in names])
                 continue
             try:
-                by_name = self.score(rank, pixels.numpy(), texts)
+                generated = getattr(rollout, "actions", None)  # a policy-mode rollout's rows (online_batch.ActionRollout)
+                rows = {} if generated is None else {"actions": executed_actions(self.condition.action, generated, self.config.model.action.execute)}
+                by_name = self.score(rank, pixels.numpy(), texts, **rows)
                 scores = [by_name[name] for name in names]
             except RewardUnavailable as exc:
                 # Not raised here: the other ranks are about to wait in the gather. NaN (never a
@@ -69,9 +74,9 @@ class RewardTables:
 def _scored_by(client) -> ScoreFn:
     from cosmos_rl.rewards.client import RewardServiceError
 
-    def score(rank: int, pixels: np.ndarray, prompts: Sequence[str]) -> dict[str, list[float]]:
+    def score(rank: int, pixels: np.ndarray, prompts: Sequence[str], actions: np.ndarray | None = None) -> dict[str, list[float]]:
         try:
-            scores, dims = client.score_dimensions(pixels, prompts)
+            scores, dims = client.score_dimensions(pixels, prompts, actions=actions)
         except RewardServiceError as exc:
             raise RewardUnavailable(f"rank {rank}: {exc}") from None  # the message names the service
         return {**scores, **dims}

@@ -29,7 +29,15 @@ MODE = "forward_dynamics"  # the mode the episode suites' rewards judge
 
 
 def check_world_options(reward: str, items: Sequence[str], reward_url, reward_weights, frame_reduce) -> None:
-    """An episode suite's reward ranks alone, in-process: no service, weights or reducer."""
+    """An episode suite's reward ranks alone, in-process: no service, weights or reducer; and one that
+    judges forward dynamics (a policy-mode reward executes generated actions, which mining has none of)."""
+    from cosmos_rl.suites import registry
+
+    suite = registry.reward_owner(reward)
+    if suite is not None and suite.reward(reward).actions:
+        judges = " or ".join(r.name for r in suite.rewards if not r.actions)
+        raise UserError(f"--reward {reward}: executes a policy's generated action rows, and pairs mine samples {MODE} (the key's "
+                        f"true actions given); use {judges}")  # fmt: skip
     if len(items) > 1 or reward_url or reward_weights:
         raise UserError(f"--reward {reward}: judges a world model's clips against the window its key names, in-process; mine with "
                         "it alone (drop the other --reward items, --reward-url and --reward-weight)")  # fmt: skip

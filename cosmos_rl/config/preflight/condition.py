@@ -45,7 +45,13 @@ def condition_rules(c: schema.RunConfig, r: Rules) -> None:
                 f'set [model.condition] kind = "first_frame", source = "{suite.name}"' + (f", or use {plain!r}" if plain else ""))  # fmt: skip
     for key, name in _reward_names(c.rl):
         suite = owner(name)  # an episode suite's reward judges a rollout against the window its key names
-        if suite is not None and suite.is_episodic and (table.source != suite.name or table.kind != "forward_dynamics"):
+        if suite is None or not suite.is_episodic:
+            continue
+        if suite.reward(name).actions and (table.source != suite.name or table.kind != "policy"):  # it executes the generated rows
+            r.error(key, f"executes each rollout's generated action rows in the {suite.title} simulator from the window its prompt's key "
+                    f"names, and this run's rollouts generate no actions there (model.condition kind {table.kind!r}, source {table.source!r})",
+                    name, f'set [model.condition] kind = "policy", source = "{suite.name}", with its window keys as rl.prompts.file')
+        elif not suite.reward(name).actions and (table.source != suite.name or table.kind != "forward_dynamics"):
             r.error(key, f"judges each clip against the {suite.title} window its prompt's key names, and this run's rollouts are "
                     f"not that world's forward dynamics (model.condition kind {table.kind!r}, source {table.source!r})", name,
                     f'set [model.condition] kind = "forward_dynamics", source = "{suite.name}", with its window keys as rl.prompts.file')
@@ -132,7 +138,8 @@ def condition_rules(c: schema.RunConfig, r: Rules) -> None:
 def action_rules(c: schema.RunConfig, kind, r: Rules) -> None:
     """The world model's action modes: `[model.action]` names an embodiment exactly when the kind is
     an action mode, its normalisation fits the embodiment's width, and (this release) SFT trains it
-    on every window of a LeRobot dataset, or NFT in forward dynamics on an episode suite's window keys."""
+    on every window of a LeRobot dataset, or NFT (forward dynamics or policy) or GRPO (forward
+    dynamics) on an episode suite's window keys."""
     a, rl = c.model.action, c.rl
     lerobot = getattr(getattr(rl, "data", None), "lerobot", "")
     modes = list(c.model.condition.modes)
@@ -169,6 +176,14 @@ def action_rules(c: schema.RunConfig, kind, r: Rules) -> None:
         if a.scale and any(float(v) == 0.0 for v in a.scale):
             r.error("model.action.scale", "divides the actions: no entry may be 0", a.scale, "use e.g. 256 per Push-T column")
         _folder_action_heads(c, a.embodiment, width, r)
+    execute, chunk = a.execute, c.model.num_frames - 1
+    if execute and (kind.action_mode != "policy" or algorithms.of(c).conditioned_from != "rollout"):
+        r.error("model.action.execute", "is how many generated action rows a policy-mode online run executes for its reward, and "
+                f"this run generates none to execute (model.condition.kind {kind.name!r}, rl.algorithm {algorithms.of(c).name!r})",
+                execute, 'remove it, or train model.condition.kind = "policy" with rl.algorithm = "nft"')
+    elif not 0 <= execute <= chunk:
+        r.error("model.action.execute", f"must be in [0, {chunk}]: a generated chunk has model.num_frames - 1 = {chunk} rows (0: all of them)",
+                execute, f"use 0 (the whole chunk) or 1 to {chunk}")
     if a.view_point and a.view_point not in VIEW_POINTS:
         r.error("model.action.view_point", "names no camera view of the structured caption", a.view_point,
                 f"use one of {', '.join(VIEW_POINTS)}, or \"\" for none")
@@ -194,12 +209,18 @@ def action_rules(c: schema.RunConfig, kind, r: Rules) -> None:
 
 
 def _online_world_rules(c: schema.RunConfig, kind, r: Rules) -> None:
-    """An online algorithm (NFT, GRPO) on the world model (trainers/online.py): forward dynamics,
-    rows that are an episode suite's training-window keys, LoRA, no prompt evaluation."""
+    """An online algorithm (NFT, GRPO) on the world model (trainers/online.py): forward dynamics (or,
+    NFT, policy without one-step-off scoring), rows that are an episode suite's training-window keys,
+    LoRA, no prompt evaluation."""
     table, name = c.model.condition, algorithms.of(c).name
-    if kind.action_mode != "forward_dynamics":
-        r.error("model.condition.kind", f"{name} trains the world model in forward_dynamics in this release, not {kind.name}", kind.name,
-                'set model.condition.kind = "forward_dynamics" (or train this mode with sft)')
+    modes = ("forward_dynamics", "policy") if name in POLICY_ALGORITHMS else ("forward_dynamics",)
+    if kind.action_mode not in modes:
+        r.error("model.condition.kind", f"{name} trains the world model in {' or '.join(modes)} in this release, not {kind.name}", kind.name,
+                'set model.condition.kind = "forward_dynamics" (or train this mode with sft'
+                + (', or with rl.algorithm = "nft")' if kind.action_mode == "policy" else ")"))
+    if kind.action_mode == "policy" and name in POLICY_ALGORITHMS and c.rl.async_reward:
+        r.error("rl.async_reward", f"{name} in policy mode scores each rollout with its generated action rows, which the one-step-off "
+                "pending rollout (and its checkpoint) does not keep in this release", True, "set rl.async_reward = false")
     if table.source not in FILE_SOURCES:
         try:
             suite = suites.get(table.source)
@@ -252,6 +273,11 @@ def _world_run_rules(c: schema.RunConfig, kind, name: str, r: Rules) -> None:
     if c.rl.eval.every:
         r.error("rl.eval.every", f"evaluates held-out prompts, and a {kind.name} run has episode windows; score it with "
                 "cosmos-rl eval RUN --suite SUITE after training", c.rl.eval.every, "set rl.eval.every = 0")
+
+
+# Online algorithms that train the world model in policy mode too (the rollouts generate action rows
+# and the loss covers them: trainers/nft.py); the others (GRPO) train forward dynamics alone.
+POLICY_ALGORITHMS = ("nft",)
 
 
 def _keyed_suites() -> list[str]:
