@@ -25,13 +25,19 @@ def _build(tmp_path, *extra):
 
 
 def test_the_start_is_the_video_base_with_pusht_action_heads():
-    parts, video = pb.initial_parts(0), build_preset("shapes_video", 0)
+    parts, video = pb.initial_parts(0, patch=2), build_preset("shapes_video", 0)
     config = parts.transformer.config
     assert config.action_gen and config.num_embodiment_domains == 21 and config.action_dim >= 2
     assert EMBODIMENT_DOMAIN_IDS["pusht"] < config.num_embodiment_domains
     ours, theirs = parts.transformer.state_dict(), video.transformer.state_dict()
     assert all(torch.equal(ours[k], v) for k, v in theirs.items())
     assert sorted({k.split(".")[0] for k in set(ours) - set(theirs)}) == ["action_modality_embed", "action_proj_in", "action_proj_out"]
+    # At patch 4 (the build's default) every weight but the patch projections is still the video base's.
+    four = pb.initial_parts(0).transformer
+    assert four.config.latent_patch_size == 4 and four.config.patch_latent_dim == 4 * 4 * 4
+    other = {k for k, v in four.state_dict().items() if k in theirs and v.shape != theirs[k].shape}
+    assert other == {"proj_in.weight", "proj_out.weight", "proj_out.bias"}
+    assert all(torch.equal(four.state_dict()[k], v) for k, v in theirs.items() if k not in other)
     # The fine VAE layout (no temporal stage, one spatial stage): every weight it has is the video VAE's.
     vae, theirs = parts.vae.state_dict(), video.vae.state_dict()
     assert set(vae) < set(theirs) and all(torch.equal(v, theirs[k]) for k, v in vae.items())
@@ -75,6 +81,7 @@ def test_every_stage_runs_and_a_rerun_continues(tmp_path, monkeypatch, capsys):
     assert len(rows) == 1 and np.isfinite(rows[0]["train/frames_loss"]) and "train/actions_loss" not in rows[0]
     model = load_parts(tmp_path / "work" / "model", heads=True)
     assert model.transformer.config.action_gen and model.prompt_template == "minimal"
+    assert model.transformer.config.latent_patch_size == pb.PATCH == 4
     # The latent statistics measured after the VAE stage travel with the model.
     assert list(model.vae.config.latents_mean) == manifest["latents_mean"] != [0.0] * 4
     capsys.readouterr()
@@ -83,6 +90,9 @@ def test_every_stage_runs_and_a_rerun_continues(tmp_path, monkeypatch, capsys):
     assert "vae: steps 1 -> 1" in capsys.readouterr().out
     rows = (tmp_path / "work" / "runs" / "transformer" / "metrics.jsonl").read_text().splitlines()
     assert len(rows) == 2
+    # The transformer stage keeps the patch it started at.
+    assert _build(tmp_path, "--steps", "2", "--vae-late-steps", "1", "--patch", "2") == 2
+    assert "--patch 2: " in capsys.readouterr().err
     # The VAE stage cannot move under the late stage that started from it.
     assert _build(tmp_path, "--steps", "2", "--vae-late-steps", "1", "--vae-steps", "2") == 2
     assert "started from the VAE stage at step 1, and that stage is now at 2" in capsys.readouterr().err
