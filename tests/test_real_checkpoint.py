@@ -72,13 +72,10 @@ DPO_FOUR_PAIRS = [
 ]  # fmt: skip
 
 
-def test_the_public_dpo_manifest_trains_from_a_nano_folder(nano, tmp_path):
-    rows = _train(DPO, _cpu(nano, tmp_path, str(nano)) + DPO_FOUR_PAIRS)
-    assert [row["step"] for row in rows] == [1, 2]
-    assert all(math.isfinite(row["train/loss"]) and row["train/loss"] > 0 for row in rows)
-
-
-def test_an_s3_base_is_pulled_once_for_both_dpo_ranks(nano, tmp_path, monkeypatch):
+def test_the_public_dpo_manifest_trains_from_a_nano_folder_whose_s3_base_is_pulled_once_for_both_ranks(nano, tmp_path, monkeypatch):
+    """One run for both claims: a base in s3:// is pulled into a local folder and loaded from there
+    as a local rl.init_from is (models/base_checkpoint.py), so this run is also the local folder's
+    (the T2V DPO manifest from a Nano folder's own weights is tests/test_public_video.py's)."""
     server = CountingS3Server().start()
     try:
         import boto3
@@ -91,7 +88,9 @@ def test_an_s3_base_is_pulled_once_for_both_dpo_ranks(nano, tmp_path, monkeypatc
         for path in files:
             client.upload_file(str(path), "bases", f"nano/{path.relative_to(nano).as_posix()}")
         server.requests.clear()
-        _train(DPO, _cpu(nano, tmp_path, "s3://bases/nano") + DPO_FOUR_PAIRS)
+        rows = _train(DPO, _cpu(nano, tmp_path, "s3://bases/nano") + DPO_FOUR_PAIRS)
+        assert [row["step"] for row in rows] == [1, 2]
+        assert all(math.isfinite(row["train/loss"]) and row["train/loss"] > 0 for row in rows)
         assert server.object_gets() == {f"bases/nano/{p.relative_to(nano).as_posix()}": 1 for p in files}
     finally:
         server.stop()
