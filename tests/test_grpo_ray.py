@@ -1,6 +1,10 @@
-"""Flow-GRPO end to end on the session's local Ray cluster: four real actors forming one FSDP2
+"""Flow-GRPO end to end on the session's local Ray cluster: two real actors forming one FSDP2
 world, a real reward service on loopback, real DCP checkpoints; and a run preempted by SIGTERM
 in its first step, resumed with --exact, equal to the straight run.
+
+A group of 2 samples, so 2 actors (each one's start imports the stack, three starts per leg
+saved): GRPO's group statistics still gather across ranks, and a four-rank GRPO world (2 samples
+x 2 context ranks, against one process) is tests/test_nft_context_parallel.py's.
 
 Two steps of plain Flow-GRPO on the tiny model (3 sampler steps, 2 of them trained, KL weighed,
 the policy's moving average kept every step).
@@ -39,7 +43,7 @@ def _manifest(root: Path, name: str, **reward) -> Path:
         "model": {"preset": "tiny", "image_size": 32, "lora": {"rank": 4, "alpha": 8.0}},
         "grid": {"backend": "ray", "device": "cpu"},
         "rl": {
-            "algorithm": "grpo", "init_from": "preset:tiny", "max_steps": STEPS, "group_size": 4,
+            "algorithm": "grpo", "init_from": "preset:tiny", "max_steps": STEPS, "group_size": 2,
             "prompts_per_step": 1, "sample_steps": 3, "guidance": 1.0, "kl_beta": 0.04, "sample_grid_every": 0,
             "ema_decay": 0.5, "ema_every": 1,  # the moving average is checkpointed and resumes exactly too
             "optimizer": {"lr": 1e-2}, "reward": {"name": "brightness", "revision": REVISION, **reward},
@@ -51,7 +55,7 @@ def _manifest(root: Path, name: str, **reward) -> Path:
     return path
 
 
-def test_two_grpo_steps_on_four_actors_and_a_sigterm_resume_equal_the_straight_run(ray_cluster, tmp_path):
+def test_two_grpo_steps_on_two_actors_and_a_sigterm_resume_equal_the_straight_run(ray_cluster, tmp_path):
     straight_manifest = _manifest(tmp_path, "straight")
     assert launch.train(load.load(straight_manifest), straight_manifest, Console(stderr=True)) == 0
     straight = tmp_path / "straight"

@@ -1,7 +1,8 @@
 """Flow-GRPO on clips (docs/grpo.md "GRPO on clips"): text to video, image to video, a clip
 continued and forward dynamics through the GRPO step in this process (tests/_nft_local.py plays
-both ranks), and text to video and image to video end to end on the session's Ray cluster, the
-image-to-video run stopped by SIGTERM and resumed with --exact equal to the straight run.
+both ranks), and image to video end to end on the session's Ray cluster with two rewards, stopped
+by SIGTERM and resumed with --exact equal to the straight run. Text to video on Ray is
+tests/test_nft_context_parallel.py's GRPO run (2 samples x 2 context ranks, against one process).
 
 Tiny sizes: the shapes_video base (its VAE halves time: 5 frames are 3 latent frames, 9 are 5),
 32x32, a group of 2, one prompt row, 3 sampler steps with a fast window of one stochastic step.
@@ -175,23 +176,6 @@ def _rows(run_dir: Path) -> list[dict]:
     return rows(run_dir)
 
 
-@pytest.mark.slow
-def test_text_to_video_grpo_on_ray(ray_cluster, tmp_path):
-    """Two steps of text-to-video GRPO on two Ray actors: the built-in services score brightness
-    frame by frame beside the video verifier's partial score on whole clips; on-policy ratios."""
-    from cosmos_rl.commands import launch
-    from cosmos_rl.trainers.grpo import METRIC_NAMES
-
-    both = ["rl.reward={}", 'rl.rewards=[{name="brightness", revision="builtin-v1"}, {name="shapes_video_partial", revision="builtin-v1"}]']
-    assert launch.train(_config(tmp_path, *both, 'job.name="t2v"'), MANIFEST, Console(stderr=True)) == 0
-    rows = _rows(tmp_path / "t2v")
-    assert [r["step"] for r in rows] == [1, 2]
-    for row in rows:
-        assert not [name for name in METRIC_NAMES if name not in row]
-        assert 0.0 <= row["train/shapes_video_partial/reward_mean"] <= 1.0
-        assert row["train/ratio_mean"] == pytest.approx(1.0, abs=1e-6) and row["train/grad_norm"] > 0
-
-
 def _sigterm_at_first_score(server):
     """A watcher that sends this process SIGTERM once `server` sees its first /score request, i.e.
     in step 1: the driver (in this process, its stop handler installed) finishes step 1, commits
@@ -219,13 +203,15 @@ def _sigterm_at_first_score(server):
 def test_image_to_video_grpo_on_ray_stopped_by_sigterm_resumes_exactly(ray_cluster, tmp_path):
     """Two steps of image-to-video GRPO on two Ray actors (brightness frame by frame at a service
     this test hosts, beside the built-in I2V verifier on whole clips; the moving average every
-    step), straight, and stopped by SIGTERM in its first step then resumed with --exact: the same
-    metrics rows and bit-equal policy, moving-average and optimizer tensors."""
+    step): every metric, on-policy ratios; straight, and stopped by SIGTERM in its first step then
+    resumed with --exact: the same metrics rows and bit-equal policy, moving-average and optimizer
+    tensors."""
     from test_nft_ray import _checkpoint_tensors
 
     from cosmos_rl.commands import launch
     from cosmos_rl.core.errors import Preempted
     from cosmos_rl.rewards.server import RewardServer
+    from cosmos_rl.trainers.grpo import METRIC_NAMES
 
     def train(name: str, url: str = "") -> int:
         rewards = (f'rl.rewards=[{{name="brightness", revision="builtin-v1", url="{url}"}}, '
@@ -246,6 +232,9 @@ def test_image_to_video_grpo_on_ray_stopped_by_sigterm_resumes_exactly(ray_clust
     a_rows, b_rows = _rows(straight), _rows(split)
     assert [strip(r) for r in a_rows] == [strip(r) for r in b_rows] and [r["step"] for r in a_rows] == [1, 2]
     assert all(0.0 <= r["train/shapes_video_i2v_partial/reward_mean"] <= 1.0 and r["train/grad_norm"] > 0 for r in a_rows)
+    for row in a_rows:
+        assert not [name for name in METRIC_NAMES if name not in row]
+        assert row["train/ratio_mean"] == pytest.approx(1.0, abs=1e-6)
     a, b = _checkpoint_tensors(straight, 2, tmp_path), _checkpoint_tensors(split, 2, tmp_path)
     kept = [k for k in a if k.startswith(("policy.", "ema.", "optimizer."))]
     assert any(k.startswith("ema.") for k in kept) and any(k.startswith("optimizer.") for k in kept) and set(a) == set(b)
