@@ -5,6 +5,7 @@ differs from manifest.json (or a missing folder) is refused with the rebuild com
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -59,6 +60,12 @@ def test_a_changed_file_and_a_missing_folder_are_refused_with_the_rebuild_comman
     (copy / "vae.safetensors").write_bytes(bytes(data))
     monkeypatch.setattr(pusht_preset, "WEIGHTS_DIR", copy)
     with pytest.raises(UserError, match="vae.safetensors is its sha256 differs from manifest.json; rebuild it with `python -m cosmos_rl.commands.pusht_base_build build`"):
+        build_preset("pusht", seed=0)
+    # A base built at another latent patch is named as such.
+    manifest = json.loads((built / "out" / "manifest.json").read_text())
+    manifest["recipe"]["patch"] = 2
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(UserError, match="built at --patch 2, and the pusht preset's transformer has latent patch 4"):
         build_preset("pusht", seed=0)
     monkeypatch.setattr(pusht_preset, "WEIGHTS_DIR", tmp_path / "absent")
     with pytest.raises(UserError, match=r"the shipped base is missing .*manifest.json not found\); rebuild it with `python -m cosmos_rl.commands.pusht_base_build build`"):

@@ -18,9 +18,10 @@ from pathlib import Path
 
 from diffusers import AutoencoderKLWan, Cosmos3OmniTransformer
 
-from cosmos_rl.models.architectures import PUSHT_TRANSFORMER, PUSHT_VAE
+from cosmos_rl.core.errors import UserError
+from cosmos_rl.models.architectures import PUSHT_PATCH, PUSHT_TRANSFORMER, PUSHT_VAE
 from cosmos_rl.models.build import ModelParts, flow_scheduler
-from cosmos_rl.models.shapes_preset import load_shapes_base
+from cosmos_rl.models.shapes_preset import MANIFEST, load_shapes_base, read_manifest
 from cosmos_rl.models.tokenizer import build_tiny_tokenizer
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "presets" / "pusht"
@@ -50,4 +51,9 @@ def build_pusht(with_extra_heads: bool) -> ModelParts:
     always built (it has no sound heads to add)."""
     if with_extra_heads:
         raise ValueError("the pusht preset has no sound heads (its action heads are always built)")
+    # The build's --patch 2 makes other patch projections: said in one line, not as a state-dict shape error.
+    patch = read_manifest(WEIGHTS_DIR, REBUILD).get("recipe", {}).get("patch", PUSHT_PATCH)
+    if patch != PUSHT_PATCH:
+        raise UserError(f"model.preset: {WEIGHTS_DIR / MANIFEST} is a base built at --patch {patch}, and the pusht preset's "
+                        f"transformer has latent patch {PUSHT_PATCH}; rebuild it with `{REBUILD}` (its default --patch {PUSHT_PATCH})")
     return load_shapes_base(WEIGHTS_DIR, pusht_architecture, REBUILD)
