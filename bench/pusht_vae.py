@@ -84,7 +84,7 @@ def main() -> None:
     from cosmos_rl.algorithms.sft import psnr_db, reconstruction_loss, weighted_mse
     from cosmos_rl.commands import pusht_base_build as pb
     from cosmos_rl.data.lerobot import open_dataset
-    from cosmos_rl.models.architectures import SHAPES_VIDEO_VAE
+    from cosmos_rl.models.architectures import PUSHT_VAE, SHAPES_VIDEO_VAE
     from cosmos_rl.models.vae import reconstruction
 
     torch.manual_seed(args.seed)
@@ -92,7 +92,7 @@ def main() -> None:
     if args.layout == "frame":
         config.update(temperal_downsample=[False], scale_factor_temporal=1)
     elif args.layout == "fine":
-        config.update(dim_mult=[1], temperal_downsample=[], scale_factor_spatial=2, scale_factor_temporal=1)
+        config = copy.deepcopy(PUSHT_VAE)  # the pusht preset's VAE: no temporal stage, one spatial stage
     vae = AutoencoderKLWan(**config)
     if args.init == "video":
         start = pb.initial_parts(args.seed).vae.state_dict()

@@ -3,17 +3,18 @@
 Stage 1 of the `pusht` base: the stages below run and resume as the shapes
 bases' do (`commands.base_build`: each SFT stage is a run directory under `--work` with a
 checkpoint every `--checkpoint-every` steps; running the command again continues every unfinished
-stage, larger `--vae-steps` / `--steps` extend finished ones). No `pusht` preset ships yet: the
-result is a model folder (`<work>/model`, usable as `model.path`) plus float16 weights and
-`manifest.json` in `--out`.
+stage, larger `--vae-steps` / `--steps` extend finished ones). The result is a model folder
+(`<work>/model`, usable as `model.path`) plus float16 weights and `manifest.json` in `--out`: the
+files of the `pusht` preset (`models.pusht_preset`), which loads them from
+`cosmos_rl/models/presets/pusht/` once they are copied there.
 
 1. `dataset/`: `--samples` Push-T episodes of `--frames` frames at `--size` x `--size` (planner and
    random targets, half each, `pusht.episodes.make_episodes` with `--seed`) as a LeRobot dataset;
-2. `init/`: the video base's transformer (`SHAPES_VIDEO_TRANSFORMER`) with action heads
-   (`action_gen`, `NUM_DOMAINS` = 21 embodiment domains as Cosmos3-Nano has, so `pusht` is
-   domain 4; `ACTION_DIM` columns) and its VAE in the fine layout (`FINE_VAE`: no temporal stage,
-   one spatial stage), every shared weight from the shipped `shapes_video` preset, the action heads
-   random from the seed;
+2. `init/`: the preset's networks (`models.architectures.PUSHT_TRANSFORMER`: the video base's
+   transformer with action heads, `action_gen`, `NUM_DOMAINS` = 21 embodiment domains as
+   Cosmos3-Nano has, so `pusht` is domain 4, `ACTION_DIM` columns; `PUSHT_VAE`: the video VAE in
+   the fine layout, no temporal stage, one spatial stage), every shared weight from the shipped
+   `shapes_video` preset, the action heads random from the seed;
 3. `runs/vae`: SFT with `rl.train = "vae"` on every 9-frame window of the dataset
    (foreground-weighted, `--vae-foreground-weight`; the verifier's pixel classes weighted,
    `--vae-classes` / `--vae-miss` as `[rl.pixel_weights]`; the loss on the decoder's unclamped
@@ -42,17 +43,15 @@ from typing import Optional, Sequence
 
 from cosmos_rl.commands.base_build import build_parser, latent_stats, run_main, train_stage
 from cosmos_rl.core.errors import UserError
+from cosmos_rl.models.architectures import PUSHT_TRANSFORMER
 
 FRAMES = 9  # a chunk of 8 actions + 1 (4k + 1 for the Wan VAE): 9 latent frames through the fine layout's VAE
-# The VAE's layout: the video VAE without its temporal stage and its second spatial stage (patchify 2
-# only): 16 x 16 latent cells a 32 x 32 frame and one latent frame a frame, so no latent averages two
-# frames' (or a 2 x 2 block's) agent positions. The video layout's round trip of Push-T never
-# passed a held-out window; this one's did (docs/studies/2026-12-07-pusht-vae.md, `--layout fine`).
-FINE_VAE = dict(dim_mult=[1], temperal_downsample=[], scale_factor_spatial=2, scale_factor_temporal=1)
 SIDE = 32  # the smallest side at which the verifier passes the simulator's own frames (docs/studies/2026-12-07-pusht-vae.md)
 EPISODE_FRAMES = 40  # frames per training episode: 32 windows of 9 each
-ACTION_DIM = 2  # the transformer's action columns: Push-T's width (padding columns would be in no loss anyway)
-NUM_DOMAINS = 21  # Cosmos3-Nano's embodiment domains (`pusht` is 4)
+# The transformer's action columns (Push-T's width: padding columns would be in no loss anyway) and
+# Cosmos3-Nano's embodiment domains (`pusht` is 4): the preset's architecture's, recorded in manifest.json.
+ACTION_DIM = PUSHT_TRANSFORMER["action_dim"]
+NUM_DOMAINS = PUSHT_TRANSFORMER["num_embodiment_domains"]
 HELD_OUT_SEED = 1_000_003  # the held-out episodes' seed (the gate's); a build's --seed may not be it
 HELD_OUT_EPISODES = 16  # half planner, half random
 HELD_OUT_STRIDE = 4  # window starts in a held-out episode
@@ -79,7 +78,7 @@ VAE_LATE_MISS = 1000.0
 # 32 x 32, where the video base's patch 2 makes 576): a forward-dynamics SFT step 3.0x faster
 # side by side (0.75 s against 2.0-2.5 s at 16 windows, one thread), which is what lets the
 # transformer stage and the online runs on it fit a CPU session. proj_in / proj_out start random.
-PATCH = 4
+PATCH = PUSHT_TRANSFORMER["latent_patch_size"]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -90,7 +89,7 @@ def _parser() -> argparse.ArgumentParser:
         if action.dest == "samples":
             action.help = f"training episodes (half planner, half random); default {PUSHT_RECIPE['samples']}"
         elif action.dest == "out":
-            action.help = "where the float16 weights and manifest.json go (no preset ships yet); default pusht_base_out"
+            action.help = "where the float16 weights and manifest.json go (the pusht preset's files); default pusht_base_out"
         elif action.dest == "work":
             action.help = "folder for the dataset, the run directories and the model folders; default pusht_base_work"
         elif action.dest == "eval_seeds":
@@ -168,27 +167,18 @@ def pixel_weights(args, late: bool = False) -> dict:
 
 
 def initial_parts(seed: int, patch: int = PATCH):
-    """The video base's transformer with Push-T action heads and `patch` x `patch` latent patches, random
-    from `seed`, then every weight the shipped `shapes_video` preset has of the same shape (all but the
+    """The `pusht` preset's networks (`models.pusht_preset.pusht_architecture`: the video base's
+    transformer with Push-T action heads, here at `patch` x `patch` latent patches) random from
+    `seed`, then every weight the shipped `shapes_video` preset has of the same shape (all but the
     action heads and, at a patch other than the video base's 2, the patch projections `proj_in` /
-    `proj_out`, which keep their random start); and the video VAE in the fine layout (`FINE_VAE`),
+    `proj_out`, which keep their random start); and the video VAE in the fine layout (`PUSHT_VAE`),
     started from the video VAE's weights of the same names (all of its own)."""
-    import copy
+    from cosmos_rl.models.architectures import SHAPES_VIDEO_TRANSFORMER
+    from cosmos_rl.models.build import build_preset
+    from cosmos_rl.models.pusht_preset import pusht_architecture
 
-    import torch
-    from diffusers import AutoencoderKLWan, Cosmos3OmniTransformer
-
-    from cosmos_rl.models.architectures import SHAPES_VIDEO_TRANSFORMER, SHAPES_VIDEO_VAE
-    from cosmos_rl.models.build import ModelParts, build_preset, flow_scheduler
-    from cosmos_rl.models.tokenizer import build_tiny_tokenizer
-
-    tokenizer = build_tiny_tokenizer()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        vae = AutoencoderKLWan(**{**copy.deepcopy(SHAPES_VIDEO_VAE), **FINE_VAE})
-        shape = dict(latent_patch_size=patch, patch_latent_dim=SHAPES_VIDEO_TRANSFORMER["latent_channel"] * patch * patch)
-        transformer = Cosmos3OmniTransformer(**{**copy.deepcopy(SHAPES_VIDEO_TRANSFORMER), **shape}, vocab_size=len(tokenizer),
-                                             action_gen=True, action_dim=ACTION_DIM, num_embodiment_domains=NUM_DOMAINS)  # fmt: skip
+    parts = pusht_architecture(seed, patch)
+    transformer, vae = parts.transformer, parts.vae
     video = build_preset("shapes_video", seed)
     own = transformer.state_dict()
     missing, unexpected = transformer.load_state_dict(
@@ -201,9 +191,7 @@ def initial_parts(seed: int, patch: int = PATCH):
     assert all(k in start and start[k].shape == v.shape for k, v in vae.state_dict().items())
     vae.load_state_dict({k: start[k] for k in vae.state_dict()}, strict=True)
     vae.register_to_config(latents_mean=list(video.vae.config.latents_mean), latents_std=list(video.vae.config.latents_std))
-    transformer.eval()
-    vae.eval()
-    return ModelParts(transformer, vae, tokenizer, flow_scheduler(), prompt_template="minimal")
+    return parts
 
 
 def write_episodes(folder: Path, count: int, seed: int, frames: int, size: int) -> Path:
@@ -430,9 +418,10 @@ def _clip_means(vae, clips):
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    # No preset ships yet: the trained model is a folder under --work, used as model.path.
+    # The preset loads the files from the package once they are copied there (`model.preset = "pusht"`).
     return run_main(_parser(), build, argv, preset="pusht",
-                    next_step="  next: train on <work>/model as model.path (docs/world.md); no `pusht` preset is registered yet")
+                    next_step="  next: copy --out's files into cosmos_rl/models/presets/pusht/ for model.preset = \"pusht\", "
+                              "or train on <work>/model as model.path (docs/world.md)")
 
 
 if __name__ == "__main__":

@@ -133,7 +133,7 @@ class ModelConfig:
         "", "Local diffusers folder of the model (e.g. Cosmos3-Nano): architecture, VAE, tokenizer, scheduler and, unless `rl.init_from` says otherwise, weights. Name the model here or in `preset`, not both."
     )
     preset: Optional[PresetName] = knob(
-        None, "Built-in model instead of `path` (no default: a manifest names its model): `tiny` (random weights from job.seed, CPU-sized) `shapes` (the shipped base pretrained on the shapes world, docs/sft.md) or `shapes_video` (the shipped moving-shapes video base: 9 frames at 32x32, its VAE halves time, docs/video.md)."
+        None, "Built-in model instead of `path` (no default: a manifest names its model): `tiny` (random weights from job.seed, CPU-sized), `shapes` (the shipped base pretrained on the shapes world, docs/sft.md), `shapes_video` (the shipped moving-shapes video base: 9 frames at 32x32, its VAE halves time, docs/video.md) or `pusht` (the shipped Push-T world model: 9 frames at 32x32 with action heads for `[model.action] embodiment = \"pusht\"`, docs/world.md)."
     )
     dtype: Literal["float32", "bfloat16"] = knob(
         "float32", "Compute dtype of the trainers' sharded transformer: `bfloat16` is FSDP2 mixed precision (bf16 weights and activations in the forward; float32 master weights, gradients, optimizer state, timesteps and positions: docs/scale.md, \"Precision\"). Runs on CPU too, but slower there than `float32`."

@@ -28,7 +28,7 @@ def required(doc: str):
 frozen = attrs.frozen(kw_only=True)
 
 # Built-in model presets (`model.preset`, `rl.init_from = "preset:NAME"`).
-PresetName = Literal["tiny", "shapes", "shapes_video"]
+PresetName = Literal["tiny", "shapes", "shapes_video", "pusht"]
 
 # How an image reward's frame scores make a clip's score (the reduction is rewards/frames.py).
 FrameReduce = Literal["mean", "min", "first", "last"]

@@ -84,12 +84,37 @@ SHAPES_VIDEO_VAE = dict(
     scale_factor_temporal=2,
 )
 
+# The Push-T world-model base (`commands.pusht_base_build`, docs/world.md "The Push-T base"): the
+# video base's transformer at latent patch 4 (4 x 4 cells a token: 144 vision tokens a 9-frame clip
+# at 32 x 32, where patch 2 makes 576; a forward-dynamics SFT step 3.0x faster) with action heads:
+# 2 action columns (Push-T's width) and Cosmos3-Nano's 21 embodiment domains (`pusht` is domain 4).
+# Its VAE is the video VAE in the fine layout: no temporal stage and one spatial stage (patchify 2
+# only), so a latent frame a frame and 16 x 16 cells a 32 x 32 frame: no latent averages two frames'
+# (or a 2 x 2 block's) agent positions (docs/studies/2026-12-07-pusht-vae.md, `--layout fine`).
+PUSHT_PATCH = 4
+PUSHT_TRANSFORMER = dict(
+    SHAPES_VIDEO_TRANSFORMER,
+    latent_patch_size=PUSHT_PATCH,
+    patch_latent_dim=SHAPES_VIDEO_TRANSFORMER["latent_channel"] * PUSHT_PATCH * PUSHT_PATCH,
+    action_gen=True,
+    action_dim=2,
+    num_embodiment_domains=21,
+)
+PUSHT_VAE = dict(
+    SHAPES_VIDEO_VAE,
+    dim_mult=[1],
+    temperal_downsample=[],
+    scale_factor_spatial=2,
+    scale_factor_temporal=1,
+)
+
 # name -> (transformer config, VAE config); vocab_size comes from the tokenizer at build time.
 PRESET_ARCHITECTURES: dict[str, tuple[dict, dict]] = {
     "tiny": (TINY_TRANSFORMER, TINY_VAE),
     "shapes": (SHAPES_TRANSFORMER, SHAPES_VAE),
     "shapes_video": (SHAPES_VIDEO_TRANSFORMER, SHAPES_VIDEO_VAE),
+    "pusht": (PUSHT_TRANSFORMER, PUSHT_VAE),
 }
 
 # What a preset makes when nothing says otherwise (`cosmos-rl eval preset:NAME`): (frames, side).
-PRESET_MEDIA: dict[str, tuple[int, int]] = {"tiny": (1, 32), "shapes": (1, 32), "shapes_video": (9, 32)}
+PRESET_MEDIA: dict[str, tuple[int, int]] = {"tiny": (1, 32), "shapes": (1, 32), "shapes_video": (9, 32), "pusht": (9, 32)}

@@ -92,6 +92,7 @@ PRESETS: dict[str, Callable[[bool], ModelParts] | str] = {
     "tiny": _build_tiny,
     "shapes": "cosmos_rl.models.shapes_preset:build_shapes",
     "shapes_video": "cosmos_rl.models.shapes_video_preset:build_shapes_video",
+    "pusht": "cosmos_rl.models.pusht_preset:build_pusht",
 }
 
 

@@ -24,9 +24,9 @@ S3_SCHEME = "s3://"
 PRESET_SCHEME = "preset:"
 
 # The flow shift of each built-in preset's scheduler (what an unset rl.sampler_shift means there).
-PRESET_FLOW_SHIFT = {"tiny": 1.0, "shapes": 1.0, "shapes_video": 1.0}
+PRESET_FLOW_SHIFT = {"tiny": 1.0, "shapes": 1.0, "shapes_video": 1.0, "pusht": 1.0}
 # The presets whose pretrained weights ship in the package (cosmos_rl/models/presets/NAME); the rest are random.
-SHIPPED_PRESETS = ("shapes", "shapes_video")
+SHIPPED_PRESETS = ("shapes", "shapes_video", "pusht")
 
 
 def is_pipeline_folder(folder: str | Path) -> bool:

@@ -192,5 +192,5 @@ PUSHT = Suite(
     held_out_windows="cosmos_rl.suites.pusht:held_out_windows", judge_window="cosmos_rl.suites.pusht:judge",
     action_spec="cosmos_rl.suites.pusht:action_spec", window_of="cosmos_rl.suites.pusht:window_of",
     prompt_source="python -m cosmos_rl.pusht windows OUT.txt --episodes N --frames F (training-window keys)",
-    pixel_classes="cosmos_rl.suites.pusht:pixel_classes", pixel_class_names=("agent", "block"),
+    pixel_classes="cosmos_rl.suites.pusht:pixel_classes", pixel_class_names=("agent", "block"), preset="pusht",
 )  # fmt: skip

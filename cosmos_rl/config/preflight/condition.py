@@ -19,6 +19,7 @@ from cosmos_rl.core import schema
 from cosmos_rl.checkpoint.weight_files import FolderProblem, read_config
 from cosmos_rl.core.actions import ACTION_MODES, EMBODIMENT_DOMAIN_IDS, EMBODIMENT_WIDTHS, VIEW_POINTS
 from cosmos_rl.core.condition import FILE_SOURCES, UnknownCondition, kind_named
+from cosmos_rl.models.architectures import PRESET_ARCHITECTURES
 from cosmos_rl.suites import registry as suites
 
 
@@ -285,22 +286,26 @@ def _keyed_suites() -> list[str]:
 
 
 def _folder_action_heads(c: schema.RunConfig, embodiment: str, width: int, r: Rules) -> None:
-    """A model folder's transformer (its config.json, read bounded) has action heads that take the
-    embodiment: action_gen, a projection for its domain id, at least its width of columns."""
+    """The model's transformer has action heads that take the embodiment: action_gen, a projection
+    for its domain id, at least its width of columns. A model folder's config.json is read bounded;
+    a preset's config is `models.architectures.PRESET_ARCHITECTURES`' (nothing is loaded)."""
     if c.model.path:
         path = r.base_dir / c.model.path / "transformer" / "config.json"
-    elif c.model.preset is not None:  # no shipped preset has action heads for a world model yet
-        r.error("model.preset", "builds no action heads, and an action-mode condition reads and writes action rows",
-                c.model.preset, "set model.path to a Cosmos3 folder whose transformer has them (Cosmos3-Nano)")
-        return
+        if not path.is_file():
+            return  # the folder's own problems are model.py's
+        try:
+            config = read_config(path, "transformer/config.json")
+        except FolderProblem:
+            return  # reported by the folder rules
+    elif c.model.preset in PRESET_ARCHITECTURES:
+        config = PRESET_ARCHITECTURES[c.model.preset][0]
+        if not config.get("action_gen"):
+            with_heads = sorted(name for name, (t, _) in PRESET_ARCHITECTURES.items() if t.get("action_gen"))
+            r.error("model.preset", "builds no action heads, and an action-mode condition reads and writes action rows",
+                    c.model.preset, f"use a preset with them ({', '.join(with_heads)}), or set model.path to a Cosmos3 folder whose transformer has them (Cosmos3-Nano)")  # fmt: skip
+            return
     else:
-        return
-    if not path.is_file():
-        return  # the folder's own problems are model.py's
-    try:
-        config = read_config(path, "transformer/config.json")
-    except FolderProblem:
-        return  # reported by the folder rules
+        return  # no model named (model.py's)
     domain, have = EMBODIMENT_DOMAIN_IDS[embodiment], int(config.get("num_embodiment_domains", 0) or 0)
     if not config.get("action_gen"):
         problem = "its transformer has no action heads (action_gen is false)"
@@ -310,7 +315,8 @@ def _folder_action_heads(c: schema.RunConfig, embodiment: str, width: int, r: Ru
         problem = f"its transformer's action_dim {config.get('action_dim')} is narrower than {embodiment}'s {width} columns"
     else:
         return
-    r.error("model.path", f"{problem}, so it cannot read and write {embodiment} actions", c.model.path,
+    key, value = ("model.path", c.model.path) if c.model.path else ("model.preset", c.model.preset)  # a preset: heads for another embodiment
+    r.error(key, f"{problem}, so it cannot read and write {embodiment} actions", value,
             "use a Cosmos3 folder built with action_gen = true and Cosmos3's 21 embodiment domains (Cosmos3-Nano)")
 
 
