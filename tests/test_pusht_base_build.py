@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import tomllib
+import types
 
 import numpy as np
 import pytest
@@ -149,3 +150,28 @@ def test_ground_truth_frames_pass_the_gate_scoring():
     clips, states, kinds = pb.held_out_windows(2, pb.SIDE)
     scores = pb.score_clips(clips, states, kinds)
     assert scores["strict"] == 1.0 and set(kinds) == {"planner", "random"}
+
+
+def test_a_stage_stopped_by_a_signal_still_counts_its_seconds(tmp_path, monkeypatch):
+    # The stage's wall-clock (manifest.json's wall_clock_s) sums every call that trained it, the
+    # calls a SIGTERM ended included: they committed steps the final figure must pay for.
+    from cosmos_rl.commands import base_build
+    from cosmos_rl.core.errors import Preempted
+    from cosmos_rl.planning import plan, run_dir
+    from cosmos_rl.trainers import sft
+
+    class Stopped:
+        def __init__(self, *args, **kwargs):
+            self.step = 3
+
+        def run(self):
+            raise Preempted("stopped by SIGTERM after committing step 3")
+
+    monkeypatch.setattr(plan, "run_dir", lambda config: tmp_path)
+    monkeypatch.setattr(run_dir, "has_committed_checkpoint", lambda path: True)
+    monkeypatch.setattr(sft, "SFTTrainer", Stopped)
+    (tmp_path / "wall_clock_s.json").write_text(json.dumps({"seconds": 10.0}))
+    config = types.SimpleNamespace(rl=types.SimpleNamespace(max_steps=5), job=types.SimpleNamespace(name="vae"))
+    with pytest.raises(Preempted):
+        base_build.train_stage(config)
+    assert json.loads((tmp_path / "wall_clock_s.json").read_text())["seconds"] > 10.0

@@ -128,12 +128,14 @@ def train_stage(config):
             "a build cannot go back: ask for at least as many steps, or use a new --work folder"
         )
     started, first = time.perf_counter(), trainer.step
-    rows = trainer.run()
-    seconds = time.perf_counter() - started
+    try:
+        rows = trainer.run()
+    finally:  # a stage stopped by a signal (it commits its step) still counts the time it trained
+        seconds = time.perf_counter() - started
+        _add_seconds(run_dir, seconds)
     last = rows[-1] if rows else {}
     print(f"{config.job.name}: steps {first} -> {trainer.step} in {seconds:.0f} s; "
           + ", ".join(f"{k} {v:.4g}" for k, v in last.items() if k != "step"), flush=True)
-    _add_seconds(run_dir, seconds)
     return trainer
 
 
