@@ -86,3 +86,21 @@ def test_a_forward_dynamics_manifest_on_the_preset_validates_and_plans(tmp_path)
     wide = load.load(NFT_WORLD, [*overrides, 'model.action.embodiment="bridge_orig_lerobot"', "model.action.offset=[]", "model.action.scale=[]"])
     found = {p.path: p.render() for p in preflight.check(wide, NFT_WORLD.parent) if p.severity == "error"}
     assert "action_dim 2 is narrower than bridge_orig_lerobot's" in found["model.preset"]
+
+
+def test_the_shipped_pusht_base_is_the_preset_with_action_heads_and_a_gated_vae():
+    # The files in cosmos_rl/models/presets/pusht/ (the seed-0 build's --out): loaded by the preset,
+    # their sha256 checked, the VAE gate passed, small enough to ship.
+    from cosmos_rl.models.build import build_preset
+    from cosmos_rl.models.pusht_preset import REBUILD, WEIGHTS_DIR
+    from cosmos_rl.models.shapes_preset import read_manifest
+
+    parts = build_preset("pusht", 0)
+    config = parts.transformer.config
+    assert config.action_gen and config.action_dim == 2 and config.num_embodiment_domains == 21 and config.latent_patch_size == 4
+    manifest = read_manifest(WEIGHTS_DIR, REBUILD)
+    assert manifest["preset"] == "pusht" and manifest["media"] == {"fps": 10.0, "frames": 9, "size": 32}
+    assert manifest["recipe"]["patch"] == 4 and manifest["action"]["embodiment"] == "pusht"
+    assert manifest["vae_gate"]["windows"] == 80 and manifest["vae_gate"]["strict"] >= manifest["vae_gate"]["threshold"] == 0.9
+    assert all(info["bytes"] < 4 * 2**20 for info in manifest["files"].values())
+    assert manifest["latents_std"] == list(parts.vae.config.latents_std)
