@@ -39,7 +39,7 @@ MODULES = (
     "diffusers.models.transformers.transformer_cosmos3", "diffusers.models.autoencoders.autoencoder_kl_wan",
     "diffusers.schedulers.scheduling_unipc_multistep", "diffusers.pipelines.cosmos.pipeline_cosmos3_omni",
     "cosmos_rl.trainers.ray_driver", "cosmos_rl.trainers.spmd_worker", "cosmos_rl.trainers.online",
-    "cosmos_rl.trainers.nft", "cosmos_rl.trainers.grpo", "cosmos_rl.trainers.dpo", "cosmos_rl.trainers.first_frames",
+    "cosmos_rl.trainers.nft", "cosmos_rl.trainers.grpo", "cosmos_rl.trainers.dpo", "cosmos_rl.trainers.first_frames", "cosmos_rl.trainers.online_policy",
     "cosmos_rl.config.algorithms", "cosmos_rl.models.generate", "cosmos_rl.models.sampler_settings",
     "cosmos_rl.models.setup", "cosmos_rl.models.lora", "cosmos_rl.models.packing", "cosmos_rl.models.sampling",
     "cosmos_rl.models.text", "cosmos_rl.models.vae", "cosmos_rl.rewards.client", "cosmos_rl.rewards.functions",
