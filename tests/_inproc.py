@@ -95,3 +95,18 @@ def stop_watch(thread: threading.Thread) -> bool:
     thread.done = True
     thread.join(timeout=5)
     return thread.fired
+
+
+def straight_split_resumed(manifest, overrides: list[str], root: Path, steps: int) -> dict:
+    """The exact-resume legs of one online manifest under `root`: a straight run of `steps`, a run
+    stopped after step 1 ("split"), that run resumed with `--exact` to `steps`; {"root", "straight",
+    "first", "rows_at_stop", "resumed"} (each leg's Done; the split run's rows when it stopped)."""
+    import json
+
+    done: dict = {"root": root}
+    done["straight"] = cosmos("train", manifest, *overrides, f"rl.max_steps={steps}", 'job.name="straight"')
+    done["first"] = cosmos("train", manifest, *overrides, "rl.max_steps=1", 'job.name="split"')
+    lines = (root / "split" / "metrics.jsonl").read_text().splitlines()
+    done["rows_at_stop"] = [json.loads(line) for line in lines if line.strip()]
+    done["resumed"] = cosmos("resume", root / "split", "--exact", f"rl.max_steps={steps}")
+    return done

@@ -12,7 +12,7 @@ protocol are tests/test_nft_policy.py's.
 from __future__ import annotations
 
 import pytest
-from _inproc import cosmos
+from _inproc import straight_split_resumed
 from _video_folders import world_nano_folder
 from test_nft_policy import KEYS, POLICY
 from test_nft_ray import _checkpoint_tensors, _deterministic, _rows
@@ -33,12 +33,7 @@ def runs(ray_cluster, tmp_path_factory) -> dict:
     # first 3 of each chunk's 4 actions executed; the checkpoint of the last step only.
     base = [o for o in _overrides(folder, root, keys) if not o.startswith(("rl.max_steps", "rl.prompts_per_step"))]
     base += ["rl.prompts_per_step=1", "model.action.execute=3", "checkpoint.every=100"]
-    done = {"root": root}
-    done["straight"] = cosmos("train", POLICY, *base, f"rl.max_steps={STEPS}", 'job.name="straight"')
-    done["first"] = cosmos("train", POLICY, *base, "rl.max_steps=1", 'job.name="split"')
-    done["rows_at_stop"] = _rows(root / "split")
-    done["resumed"] = cosmos("resume", root / "split", "--exact", f"rl.max_steps={STEPS}")
-    return done
+    return straight_split_resumed(POLICY, base, root, STEPS)
 
 
 def test_policy_nft_on_ray_trains_the_actions_and_resumes_exactly(runs, tmp_path):

@@ -15,7 +15,7 @@ in-process test.
 from __future__ import annotations
 
 import pytest
-from _inproc import cosmos
+from _inproc import straight_split_resumed
 from _video_folders import world_nano_folder
 from test_nft_ray import _checkpoint_tensors, _deterministic, _rows
 from test_nft_world import MANIFEST, _overrides
@@ -32,12 +32,7 @@ def runs(ray_cluster, tmp_path_factory) -> dict:
     # test_nft_world's tiny settings (two window keys x a group of 2, 5 frames at 32x32); the
     # checkpoint of the last step only.
     base = [o for o in _overrides(folder, root) if not o.startswith("rl.max_steps")] + ["checkpoint.every=100"]
-    done = {"root": root}
-    done["straight"] = cosmos("train", MANIFEST, *base, f"rl.max_steps={STEPS}", 'job.name="straight"')
-    done["first"] = cosmos("train", MANIFEST, *base, "rl.max_steps=1", 'job.name="split"')
-    done["rows_at_stop"] = _rows(root / "split")
-    done["resumed"] = cosmos("resume", root / "split", "--exact", f"rl.max_steps={STEPS}")
-    return done
+    return straight_split_resumed(MANIFEST, base, root, STEPS)
 
 
 def test_forward_dynamics_nft_on_ray_resumed_exactly_equals_the_straight_run(runs, tmp_path):

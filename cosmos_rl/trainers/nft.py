@@ -126,20 +126,7 @@ class NFTTrainer(OnlineTrainer):
             return self._policy_loss(measure_kl, clean, x_t, t, ids, target, r_rep, *generated)
         # Forward dynamics: each training row beside its true action rows (`sample_velocity`).
         rows = None if actions is None else actions.repeat_interleave(x_t.shape[0] // actions.shape[0], dim=0)
-        velocity = partial(self.sample_velocity, clean=clean, actions=rows)
-        with torch.no_grad():
-            v_old = None
-            if rl.old.build_old:
-                self._activate(OLD)
-                v_old = velocity(self.transformer, x_t, t, ids)
-                self._activate(POLICY)
-            v_ref = None
-            if rl.kl_beta or measure_kl:
-                with self.model.reference() as ref:
-                    v_ref = velocity(ref, x_t, t, ids)
-        v_theta = velocity(self.transformer, x_t, t, ids)
-        if v_old is None:
-            v_old = v_theta.detach()
+        v_theta, v_old, v_ref = self._velocities(partial(self.sample_velocity, clean=clean, actions=rows), measure_kl, x_t, t, ids)
         # The clean frames' target (eps - x0) is no velocity the model is asked for: left out of the loss.
         v_theta, v_old, target = v_theta[:, :, clean:], v_old[:, :, clean:], target[:, :, clean:]
         v_ref = None if v_ref is None else v_ref[:, :, clean:]
@@ -148,13 +135,12 @@ class NFTTrainer(OnlineTrainer):
             rl.beta, rl.policy_loss_scale, rl.kl_beta, x0_weighting_t=t if rl.x0_weighting else None,
         )
 
-    def _policy_loss(self, measure_kl: bool, clean: int, x_t, t, ids, target, r_rep, a_t, target_a):
-        """Policy mode's loss (module docstring): the NFT loss of the generated frames plus that of
-        the generated action rows over the embodiment's raw columns, from the same forwards."""
-        from functools import partial
-
-        rl, width = self.rl, self.condition.action.width
-        velocity = partial(self.sample_velocity, clean=clean, actions=a_t)
+    def _velocities(self, velocity, measure_kl: bool, x_t, t, ids):
+        """(policy, old, reference) velocities of one training batch: the old adapter's and the
+        reference's without gradient (old = the policy's, detached, when no old copy is kept;
+        reference None when neither the KL term nor its measurement needs it). A velocity may be a
+        tensor or a (frames, action rows) pair."""
+        rl = self.rl
         with torch.no_grad():
             old = None
             if rl.old.build_old:
@@ -167,7 +153,16 @@ class NFTTrainer(OnlineTrainer):
                     ref = velocity(network, x_t, t, ids)
         theta = velocity(self.transformer, x_t, t, ids)
         if old is None:
-            old = tuple(v.detach() for v in theta)
+            old = tuple(v.detach() for v in theta) if isinstance(theta, tuple) else theta.detach()
+        return theta, old, ref
+
+    def _policy_loss(self, measure_kl: bool, clean: int, x_t, t, ids, target, r_rep, a_t, target_a):
+        """Policy mode's loss (module docstring): the NFT loss of the generated frames plus that of
+        the generated action rows over the embodiment's raw columns, from the same forwards."""
+        from functools import partial
+
+        rl, width = self.rl, self.condition.action.width
+        theta, old, ref = self._velocities(partial(self.sample_velocity, clean=clean, actions=a_t), measure_kl, x_t, t, ids)
         loss_args = dict(beta=rl.beta, policy_loss_scale=rl.policy_loss_scale, kl_beta=rl.kl_beta, x0_weighting_t=t if rl.x0_weighting else None)
         frames, frame_metrics = nft_math.nft_loss(theta[0][:, :, clean:], old[0][:, :, clean:], None if ref is None else ref[0][:, :, clean:],
                                                   target[:, :, clean:], r_rep, **loss_args)  # fmt: skip
